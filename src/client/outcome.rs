@@ -1,0 +1,435 @@
+//! What the client core hands out: actions for the driver, outcomes of
+//! operations, notices for the embedder, and the errors of API misuse.
+
+use core::fmt;
+use core::time::Duration;
+
+use bytes::Bytes;
+use thiserror::Error;
+
+use crate::names::{Endpoint, Key, Name};
+use crate::time::Time;
+use crate::wire::FrameError;
+
+/// Names one connection attempt. Every [`Action::Connect`] has a new one;
+/// inputs about an older connection are ignored.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ConnId(pub(crate) u64);
+
+impl ConnId {
+    /// The number behind the id (1 for the first connection, then up).
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for ConnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "conn#{}", self.0)
+    }
+}
+
+/// Names one operation (an acquire or a release) for its whole life, across
+/// all its attempts. Its outcome comes back as [`Event::Outcome`] with the
+/// same id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OpId(pub(crate) u64);
+
+impl OpId {
+    pub(crate) fn new(slot: u32, gen: u32) -> OpId {
+        OpId(u64::from(gen) << 32 | u64::from(slot))
+    }
+
+    pub(crate) fn slot(self) -> u32 {
+        self.0 as u32
+    }
+
+    pub(crate) fn gen(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// The number behind the id, stable for the operation's life.
+    pub const fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for OpId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "op#{}.{}", self.slot(), self.gen())
+    }
+}
+
+/// What the driver must do. Drained with
+/// [`Client::poll_action`](super::Client::poll_action), in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Action {
+    /// Open a connection to `addr`, then report
+    /// [`handle_connected`](super::Client::handle_connected) or
+    /// [`handle_connect_failed`](super::Client::handle_connect_failed).
+    Connect {
+        /// The connection's id, to quote in every input about it.
+        conn: ConnId,
+        /// Where to connect.
+        addr: Endpoint,
+    },
+    /// Write `data` to the connection, all of it, in order. From the moment
+    /// this action is handed out, its requests count as sent.
+    Send {
+        /// The connection.
+        conn: ConnId,
+        /// Whole frames.
+        data: Bytes,
+    },
+    /// Close the connection (or abandon the connect attempt). Bytes that
+    /// still arrive from it are ignored.
+    Close {
+        /// The connection.
+        conn: ConnId,
+    },
+}
+
+/// How a transport ended, as the driver reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TransportEnd {
+    /// The peer closed its side (end of stream).
+    Eof,
+    /// Reading or writing failed.
+    Error,
+}
+
+/// A grant: the key is held until `valid_until` at least, as the client can
+/// tell, and until it is released by its exact token.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Grant {
+    pub(crate) key: Key,
+    pub(crate) token: u64,
+    pub(crate) lease: Duration,
+    pub(crate) valid_until: Time,
+    pub(crate) expires_by: Time,
+    pub(crate) handle: OpId,
+}
+
+impl Grant {
+    /// The key held.
+    pub fn key(&self) -> &Key {
+        &self.key
+    }
+
+    /// The fencing token: quote it to the storage the lock protects.
+    pub fn token(&self) -> u64 {
+        self.token
+    }
+
+    /// The lease the server gave (never more than asked).
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
+    /// Until when the holder may count on the grant: the time the winning
+    /// request was sent plus the lease. The server started the lease no
+    /// earlier than that, so this errs early, never late.
+    pub fn valid_until(&self) -> Time {
+        self.valid_until
+    }
+
+    /// By when the server has certainly freed the grant by itself: the time
+    /// the answer arrived plus the lease plus the settle margin. A release
+    /// makes no new attempt after this.
+    pub fn expires_by(&self) -> Time {
+        self.expires_by
+    }
+}
+
+/// How an operation ended: exactly one per operation (invariant 1).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Outcome {
+    /// `G` matched: the key is held.
+    Granted(Grant),
+    /// Not granted within the wait budget: a `T` answer (`sent: true`), or
+    /// the acquire could not be sent in time (`sent: false`, definitive:
+    /// nothing was asked).
+    TimedOut {
+        /// Whether a request of this acquire reached the transport.
+        sent: bool,
+    },
+    /// The server's queue was full and the budget fits no further attempt,
+    /// or the policy is fail-fast. Nothing is held.
+    Busy,
+    /// Cancelled before any byte of it was handed out: nothing was asked.
+    Cancelled,
+    /// A request was handed to the transport and no answer that can be
+    /// trusted came back: the grant may or may not exist. Lease expiry
+    /// settles it by `settles_by` at the latest.
+    Indeterminate {
+        /// When the grant, if any, has certainly expired.
+        settles_by: Time,
+    },
+    /// `D` matched: the grant is gone.
+    Released,
+    /// `N` matched: no grant of that key had that token (never existed,
+    /// expired, or an earlier lost attempt released it). The grant is gone.
+    NotHeld,
+    /// No definitive answer could be had before the release's deadline or
+    /// within the shutdown budget. The grant ends by lease expiry at the
+    /// latest.
+    ///
+    /// This is the accepted boundary of PROTOCOL.md: a server that keeps
+    /// losing the answers to releases leaves those grants reported `Lapsed`
+    /// although they were released. Reporting `Released` without an answer
+    /// would be wrong in the far more dangerous case, a release that never
+    /// arrived.
+    Lapsed,
+}
+
+impl Outcome {
+    /// Whether the outcome states what happened on the server (everything
+    /// but [`Outcome::Indeterminate`] and [`Outcome::Lapsed`]).
+    pub fn is_definitive(&self) -> bool {
+        !matches!(self, Outcome::Indeterminate { .. } | Outcome::Lapsed)
+    }
+}
+
+/// Why the client backs off before its next connection or attempt.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum BackoffCause {
+    /// Transport failure, timeout or protocol violation.
+    Transport,
+    /// `E no_leader`.
+    NoLeader,
+    /// `E not_active`.
+    NotActive,
+    /// `E auth_failed`.
+    AuthFailed,
+    /// Too many redirects in a row.
+    Redirect,
+    /// A `B` answer (per acquire).
+    Busy,
+}
+
+/// A protocol violation by the server: the session no longer agrees with it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum Violation {
+    /// The bytes were not a valid frame.
+    #[error("framing: {0}")]
+    Framing(FrameError),
+    /// A frame that only a client sends, or an answer before `W`.
+    #[error("answer before W")]
+    AnswerBeforeWelcome,
+    /// A second `W` on one connection.
+    #[error("second W")]
+    SecondWelcome,
+    /// An answer whose id no pending request holds (never sent, or already
+    /// answered).
+    #[error("answer to unknown id {id}")]
+    UnknownId {
+        /// The id.
+        id: u64,
+    },
+    /// An answer whose id is pending but whose op or key differ.
+    #[error("answer to id {id} names another op or key")]
+    Mismatch {
+        /// The id.
+        id: u64,
+    },
+    /// A `G` with a longer lease than the acquire asked for.
+    #[error("grant for id {id} has a longer lease than asked")]
+    LeaseAboveAsked {
+        /// The id.
+        id: u64,
+    },
+}
+
+impl Violation {
+    /// A short machine-readable code, as in `protocol:<code>`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Violation::Framing(_) => "framing",
+            Violation::AnswerBeforeWelcome => "answer_before_welcome",
+            Violation::SecondWelcome => "second_welcome",
+            Violation::UnknownId { .. } => "unknown_id",
+            Violation::Mismatch { .. } => "mismatch",
+            Violation::LeaseAboveAsked { .. } => "lease_above_asked",
+        }
+    }
+}
+
+/// Why a connection (or a connect attempt) ended. Its `Display` is the
+/// `reason` of the CLI's `closed` event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CloseReason {
+    /// The peer closed the stream.
+    Eof,
+    /// The transport failed.
+    Io,
+    /// The connect attempt failed.
+    ConnectFailed,
+    /// The connect attempt took longer than the connect timeout.
+    ConnectTimeout,
+    /// No handshake answer within the handshake timeout.
+    HandshakeTimeout,
+    /// `M`: another node leads.
+    Moved,
+    /// `E no_leader`.
+    NoLeader,
+    /// `E not_active`.
+    NotActive,
+    /// `E auth_failed`.
+    AuthFailed,
+    /// Another `E` reason.
+    ServerError(Name),
+    /// The server broke the protocol.
+    Protocol(Violation),
+    /// A sent acquire was cancelled under [`CancelPolicy::Close`](super::CancelPolicy::Close).
+    Cancel,
+    /// A request's answer did not come within its deadline.
+    AnswerTimeout,
+    /// The client shut down.
+    Shutdown,
+}
+
+impl fmt::Display for CloseReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CloseReason::Eof => f.write_str("eof"),
+            CloseReason::Io => f.write_str("io"),
+            CloseReason::ConnectFailed => f.write_str("connect_failed"),
+            CloseReason::ConnectTimeout => f.write_str("connect_timeout"),
+            CloseReason::HandshakeTimeout => f.write_str("handshake_timeout"),
+            CloseReason::Moved => f.write_str("moved"),
+            CloseReason::NoLeader => f.write_str("no_leader"),
+            CloseReason::NotActive => f.write_str("not_active"),
+            CloseReason::AuthFailed => f.write_str("auth_failed"),
+            CloseReason::ServerError(reason) => write!(f, "error:{reason}"),
+            CloseReason::Protocol(Violation::Framing(e)) => {
+                write!(f, "protocol:framing:{}", e.code())
+            }
+            CloseReason::Protocol(v) => write!(f, "protocol:{}", v.code()),
+            CloseReason::Cancel => f.write_str("cancel"),
+            CloseReason::AnswerTimeout => f.write_str("answer_timeout"),
+            CloseReason::Shutdown => f.write_str("shutdown"),
+        }
+    }
+}
+
+/// How a release the client issued by itself ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReleaseResult {
+    /// `D`.
+    Released,
+    /// `N`.
+    NotHeld,
+    /// No definitive answer before its deadline; lease expiry ends it.
+    Lapsed,
+}
+
+/// What the embedder is told. Drained with
+/// [`Client::poll_event`](super::Client::poll_event), in order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// An operation ended.
+    Outcome {
+        /// Which operation.
+        op: OpId,
+        /// How.
+        outcome: Outcome,
+    },
+    /// A handshake was accepted.
+    Connected {
+        /// The server's address.
+        addr: Endpoint,
+        /// Its node id.
+        node: Name,
+        /// Its window.
+        window: u64,
+    },
+    /// A connection, or a connect attempt, ended.
+    Closed {
+        /// The server's address.
+        addr: Endpoint,
+        /// Why.
+        reason: CloseReason,
+    },
+    /// An allowlisted leader hint was taken: the next connection goes there.
+    LeaderHint {
+        /// The leader.
+        addr: Endpoint,
+    },
+    /// A leader hint outside the allowlist was ignored.
+    HintIgnored {
+        /// The address the server named.
+        addr: Endpoint,
+    },
+    /// The server refused the credential.
+    AuthFailed {
+        /// The server's address.
+        addr: Endpoint,
+    },
+    /// No connection (or no further attempt) before `until`.
+    Backoff {
+        /// Why.
+        cause: BackoffCause,
+        /// Until when.
+        until: Time,
+    },
+    /// A grant nobody can take any more (an undeliverable outcome, an
+    /// abandoned waiter's `G`, or a `G` no pending request claimed) was put
+    /// into the release lane, to be released by its exact token.
+    OrphanRelease {
+        /// The key.
+        key: Key,
+        /// The token.
+        token: u64,
+    },
+    /// A release the client issued by itself ended.
+    OrphanSettled {
+        /// The key.
+        key: Key,
+        /// The token.
+        token: u64,
+        /// How it ended.
+        result: ReleaseResult,
+    },
+    /// The shutdown finished: every operation has its outcome, the
+    /// connection is closed, and the client does nothing more.
+    ShutdownComplete,
+}
+
+/// A refusal of a call, returned at once. Nothing was queued.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The client's own capacity (open acquires or releases) is full. The
+    /// operation was refused at once, without any attempt (PROTOCOL.md,
+    /// "the client's own capacity is full").
+    #[error("busy: the client's own capacity is full")]
+    Busy,
+    /// A lease of less than one millisecond.
+    #[error("a lease must be at least 1 ms")]
+    ZeroLease,
+    /// The client is shutting down (or has shut down) and takes no new acquire.
+    #[error("the client is shutting down")]
+    ShuttingDown,
+    /// The client has shut down and takes no new operation.
+    #[error("the client has shut down")]
+    Finished,
+    /// No open operation has this id (it ended, or never existed).
+    #[error("no open operation {0}")]
+    UnknownOperation(OpId),
+    /// The grant is not held: it was already released or handed back.
+    #[error("the grant of {key} with token {token} is not held any more")]
+    GrantNotHeld {
+        /// The key.
+        key: Key,
+        /// The token.
+        token: u64,
+    },
+}

@@ -1,0 +1,12 @@
+//! Ticketing: a lock/lease protocol client and server, sans-IO.
+#![deny(missing_docs)]
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod names;
+pub mod rng;
+pub mod time;
+pub mod wire;
+
+pub use names::{Endpoint, Key, Name};
+pub use time::Time;

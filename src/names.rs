@@ -1,0 +1,147 @@
+//! Owned, validated, cheaply cloned atoms: keys, names and endpoints.
+//!
+//! Each is a reference-counted string checked once when it is made. Cloning
+//! one is a reference-count increment, so an embedder that makes its keys
+//! once and clones them into every acquire costs the core no allocation.
+
+use core::fmt;
+use std::sync::Arc;
+
+use crate::wire::{self, AtomError};
+
+macro_rules! atom_type {
+    ($(#[$doc:meta])* $name:ident, $check:expr, $wire:ident) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub struct $name(Arc<str>);
+
+        impl $name {
+            /// Checks `s` and makes an owned copy of it.
+            pub fn new(s: impl AsRef<str>) -> Result<$name, AtomError> {
+                let s = s.as_ref();
+                let check: fn(&str) -> Result<(), AtomError> = $check;
+                check(s)?;
+                Ok($name(Arc::from(s)))
+            }
+
+            /// The text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+
+            /// The text's bytes.
+            pub fn as_bytes(&self) -> &[u8] {
+                self.0.as_bytes()
+            }
+
+            /// The value as it goes on the wire.
+            pub fn to_wire(&self) -> wire::$wire<'_> {
+                wire::$wire::new(&self.0).expect("checked when made")
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                fmt::Debug::fmt(&*self.0, f)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl core::str::FromStr for $name {
+            type Err = AtomError;
+            fn from_str(s: &str) -> Result<$name, AtomError> {
+                $name::new(s)
+            }
+        }
+
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl<'a> From<wire::$wire<'a>> for $name {
+            fn from(value: wire::$wire<'a>) -> $name {
+                $name(Arc::from(value.as_str()))
+            }
+        }
+    };
+}
+
+fn check_atom(s: &str) -> Result<(), AtomError> {
+    wire::check_atom(s.as_bytes())
+}
+
+fn check_addr(s: &str) -> Result<(), AtomError> {
+    wire::check_atom(s.as_bytes())?;
+    if wire::is_host_port(s.as_bytes()) {
+        Ok(())
+    } else {
+        Err(AtomError::NotAnAddress)
+    }
+}
+
+atom_type!(
+    /// The name of a lock: an atom (1 to 250 bytes in `0x21..=0x7E`).
+    Key,
+    check_atom,
+    Atom
+);
+
+atom_type!(
+    /// Any other atom: an owner, a client id, a credential, a node id, an
+    /// error reason.
+    Name,
+    check_atom,
+    Atom
+);
+
+atom_type!(
+    /// A server address, `host:port`: an endpoint of the configuration, an
+    /// allowlisted address, or a leader hint. The core never resolves it; the
+    /// driver's connector does.
+    Endpoint,
+    check_addr,
+    Addr
+);
+
+impl Key {
+    /// Whether the key is `bytes`, without allocating.
+    pub(crate) fn is(&self, bytes: &[u8]) -> bool {
+        self.0.as_bytes() == bytes
+    }
+}
+
+impl Endpoint {
+    /// Whether the endpoint is `addr`, without allocating.
+    pub(crate) fn is(&self, addr: wire::Addr<'_>) -> bool {
+        self.0.as_bytes() == addr.as_bytes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owned_atoms_are_validated_once_and_cheap_to_clone() {
+        let key = Key::new("printer").unwrap();
+        let clone = key.clone();
+        assert!(Arc::ptr_eq(&key.0, &clone.0));
+        assert_eq!(key.to_wire().as_str(), "printer");
+        assert_eq!(
+            Key::new("two words"),
+            Err(AtomError::InvalidByte { at: 3, byte: b' ' })
+        );
+        assert_eq!(Endpoint::new("localhost"), Err(AtomError::NotAnAddress));
+        assert_eq!(
+            "127.0.0.1:7878".parse::<Endpoint>().unwrap().as_str(),
+            "127.0.0.1:7878"
+        );
+    }
+}

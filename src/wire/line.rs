@@ -1,0 +1,116 @@
+//! Cutting a byte stream that arrives in arbitrary chunks into lines.
+
+use super::error::FrameError;
+
+/// The longest frame, in bytes, `\n` included.
+pub const MAX_FRAME: usize = 1024;
+
+/// Cuts a byte stream into lines, holding at most [`MAX_FRAME`] bytes of an
+/// unfinished line.
+///
+/// Lines that lie whole inside one chunk are handed out borrowed from that
+/// chunk, without copying; only a line cut by a chunk boundary is assembled
+/// in the reader's own buffer. The reader never buffers more than 1024
+/// bytes: as soon as byte 1025 of a line arrives without a `\n` before it,
+/// it fails with [`FrameError::LineTooLong`], and from then on keeps
+/// returning that error (the connection is done).
+///
+/// ```
+/// use ticketing::wire::{LineReader, ServerFrame};
+///
+/// let mut reader = LineReader::new();
+/// let mut lines = Vec::new();
+/// for chunk in [&b"W node-1 "[..], b"16\nG 7 A k 3 5", b"00\n"] {
+///     let mut input = chunk;
+///     while let Some(line) = reader.next_line(&mut input) {
+///         let frame = ServerFrame::parse(line.unwrap()).unwrap();
+///         lines.push(frame.to_string());
+///     }
+/// }
+/// assert_eq!(lines, ["W node-1 16", "G 7 A k 3 500"]);
+/// ```
+#[derive(Debug, Default, Clone)]
+pub struct LineReader {
+    partial: Vec<u8>,
+    /// `partial` holds a whole line that was handed out: clear it first.
+    handed_out: bool,
+    failed: bool,
+}
+
+impl LineReader {
+    /// An empty reader.
+    pub fn new() -> LineReader {
+        LineReader::default()
+    }
+
+    /// The next whole line (without its `\n`) from what was buffered plus
+    /// `input`, advancing `input` past what was consumed. `None` when
+    /// `input` is used up without completing a line: its bytes are then
+    /// buffered, to be continued by the next chunk.
+    pub fn next_line<'r, 'i: 'r>(
+        &'r mut self,
+        input: &mut &'i [u8],
+    ) -> Option<Result<&'r [u8], FrameError>> {
+        if self.failed {
+            return Some(Err(FrameError::LineTooLong));
+        }
+        if self.handed_out {
+            self.partial.clear();
+            self.handed_out = false;
+        }
+        if input.is_empty() {
+            return None;
+        }
+        let chunk: &'i [u8] = input;
+        match chunk.iter().position(|&b| b == b'\n') {
+            Some(newline) => {
+                if self.partial.len() + newline + 1 > MAX_FRAME {
+                    return Some(Err(self.fail()));
+                }
+                *input = &chunk[newline + 1..];
+                if self.partial.is_empty() {
+                    Some(Ok(&chunk[..newline]))
+                } else {
+                    self.partial.extend_from_slice(&chunk[..newline]);
+                    self.handed_out = true;
+                    Some(Ok(&self.partial))
+                }
+            }
+            None => {
+                *input = &[];
+                if self.partial.len() + chunk.len() > MAX_FRAME {
+                    return Some(Err(self.fail()));
+                }
+                if self.partial.capacity() == 0 {
+                    self.partial.reserve_exact(MAX_FRAME);
+                }
+                self.partial.extend_from_slice(chunk);
+                None
+            }
+        }
+    }
+
+    /// How many bytes of an unfinished line are buffered (at most
+    /// [`MAX_FRAME`]).
+    pub fn buffered(&self) -> usize {
+        if self.handed_out {
+            0
+        } else {
+            self.partial.len()
+        }
+    }
+
+    /// Forgets everything, including a failure, keeping the buffer's memory
+    /// for the next connection.
+    pub fn reset(&mut self) {
+        self.partial.clear();
+        self.handed_out = false;
+        self.failed = false;
+    }
+
+    fn fail(&mut self) -> FrameError {
+        self.failed = true;
+        self.partial = Vec::new();
+        FrameError::LineTooLong
+    }
+}
