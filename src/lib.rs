@@ -5,6 +5,9 @@
 pub mod client;
 pub mod names;
 pub mod rng;
+pub mod server;
+#[cfg(feature = "fuzzing")]
+pub mod testkit;
 pub mod time;
 pub mod wire;
 

@@ -1,0 +1,1 @@
+//! The reference server core (being written).

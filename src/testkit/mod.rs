@@ -1,0 +1,1 @@
+//! Test kit: invariant checker, model server, fuzz entry points (being written).

@@ -1,0 +1,183 @@
+//! A small harness for scenario tests: drives one client core with bytes and
+//! times, and records every action and event it hands out.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use ticketing::client::{Action, Client, Config, ConnId, Event, OpId, Outcome};
+use ticketing::{Endpoint, Key, Name, Time};
+
+/// The test configuration: endpoints `a:1` and `b:2`, client id `c1`, no
+/// credential, seed 7, every other setting at its default.
+pub fn config() -> Config {
+    let mut c = Config::new([ep("a:1"), ep("b:2")], Name::new("c1").unwrap());
+    c.seed = 7;
+    c
+}
+
+pub fn ep(s: &str) -> Endpoint {
+    Endpoint::new(s).unwrap()
+}
+
+pub fn key(s: &str) -> Key {
+    Key::new(s).unwrap()
+}
+
+pub fn name(s: &str) -> Name {
+    Name::new(s).unwrap()
+}
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+pub fn t(ms: u64) -> Time {
+    Time::from_millis(ms)
+}
+
+/// One client core and everything it said.
+pub struct Harness {
+    pub client: Client,
+    pub now: Time,
+    /// Every action handed out, in order.
+    pub actions: Vec<Action>,
+    /// Bytes sent since the last `take_sent`, across connections.
+    sent: Vec<u8>,
+    /// Events handed out since the last `take_events`.
+    events: Vec<Event>,
+}
+
+impl Harness {
+    /// A client made at t=0 with `config`, its first outputs drained.
+    pub fn new(config: Config) -> Harness {
+        let client = Client::new(config, Time::ZERO).expect("valid config");
+        let mut h = Harness {
+            client,
+            now: Time::ZERO,
+            actions: Vec::new(),
+            sent: Vec::new(),
+            events: Vec::new(),
+        };
+        h.pump();
+        h
+    }
+
+    /// Drains actions and events until both are empty, and checks that
+    /// `poll_timeout` then lies in the future (or is `None`).
+    pub fn pump(&mut self) {
+        loop {
+            let mut progressed = false;
+            while let Some(action) = self.client.poll_action() {
+                if let Action::Send { data, .. } = &action {
+                    self.sent.extend_from_slice(data);
+                }
+                self.actions.push(action);
+                progressed = true;
+            }
+            while let Some(event) = self.client.poll_event() {
+                self.events.push(event);
+                progressed = true;
+            }
+            if !progressed {
+                break;
+            }
+        }
+        if let Some(deadline) = self.client.poll_timeout() {
+            assert!(
+                deadline > self.now,
+                "poll_timeout {deadline} is not after now {} although everything was drained",
+                self.now
+            );
+        }
+    }
+
+    /// Moves the clock to `ms` (milliseconds since the start), fires what is
+    /// due and drains.
+    pub fn at_ms(&mut self, ms: u64) {
+        self.at(t(ms));
+    }
+
+    /// Moves the clock to `now`, fires what is due and drains.
+    pub fn at(&mut self, now: Time) {
+        assert!(now >= self.now, "time goes forward in tests");
+        self.now = now;
+        self.client.handle_timeout(now);
+        self.pump();
+    }
+
+    /// Jumps to the client's next deadline, fires it and drains. Returns the
+    /// time jumped to.
+    pub fn next_deadline(&mut self) -> Time {
+        let deadline = self.client.poll_timeout().expect("a deadline");
+        self.at(deadline);
+        deadline
+    }
+
+    /// The latest `Connect` action: its connection and address.
+    pub fn last_connect(&self) -> Option<(ConnId, Endpoint)> {
+        self.actions.iter().rev().find_map(|a| match a {
+            Action::Connect { conn, addr } => Some((*conn, addr.clone())),
+            _ => None,
+        })
+    }
+
+    /// Completes the latest connect: the transport is up.
+    pub fn connect(&mut self) -> ConnId {
+        let (conn, _) = self.last_connect().expect("a connect action");
+        self.client.handle_connected(self.now, conn);
+        self.pump();
+        conn
+    }
+
+    /// Connects, checks that `H` went out, and accepts it with `W node-1
+    /// <window>`. Returns the connection.
+    pub fn ready(&mut self, window: u64) -> ConnId {
+        let conn = self.connect();
+        assert_eq!(self.take_sent(), "H 1 c1 -\n");
+        self.feed(&format!("W node-1 {window}\n"));
+        conn
+    }
+
+    /// Bytes from the server on the current connection.
+    pub fn feed(&mut self, text: &str) {
+        self.feed_bytes(text.as_bytes());
+    }
+
+    /// Bytes from the server on the current connection.
+    pub fn feed_bytes(&mut self, bytes: &[u8]) {
+        let conn = self.client.connection().expect("a connection");
+        self.client.handle_bytes(self.now, conn, bytes);
+        self.pump();
+    }
+
+    /// Bytes sent since the last call, as text.
+    pub fn take_sent(&mut self) -> String {
+        String::from_utf8(std::mem::take(&mut self.sent)).expect("ascii")
+    }
+
+    /// Events since the last call.
+    pub fn take_events(&mut self) -> Vec<Event> {
+        std::mem::take(&mut self.events)
+    }
+
+    /// Outcomes since the last call, dropping the other events.
+    pub fn take_outcomes(&mut self) -> Vec<(OpId, Outcome)> {
+        self.take_events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Outcome { op, outcome } => Some((op, outcome)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Acquires `key` with owner `o`.
+    pub fn acquire(&mut self, key_: &str, wait_ms: u64, lease_ms: u64) -> OpId {
+        let op = self
+            .client
+            .acquire(self.now, key(key_), name("o"), ms(wait_ms), ms(lease_ms))
+            .expect("accepted");
+        self.pump();
+        op
+    }
+}
