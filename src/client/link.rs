@@ -230,6 +230,13 @@ impl Client {
         }
         let cause = match reason {
             CloseReason::Moved => {
+                // The hinted node says it does not lead and named no other
+                // allowlisted leader: going back to it would only ask it
+                // again, so forget the hint and use the next endpoint (as
+                // for `E not_active` at the hint).
+                if conn.to_hint && self.link.hint.as_ref() == Some(&conn.addr) {
+                    self.link.hint = None;
+                }
                 self.link.redirects += 1;
                 if self.link.redirects <= FREE_REDIRECTS {
                     None

@@ -859,10 +859,14 @@ impl Client {
         }
     }
 
-    /// Finishes a shutdown whose work is done.
+    /// Finishes a shutdown whose work is done, or whose budget is spent.
     fn check_shutdown(&mut self) {
-        if self.shutdown.is_some() && !self.is_finished() && !self.has_work_to_drain() {
-            self.finish_shutdown();
+        // Also when the budget is already spent (a zero budget): its
+        // deadline is due now, and a command fires no timer by itself.
+        if let Some(deadline) = self.shutdown {
+            if !self.is_finished() && (!self.has_work_to_drain() || self.now >= deadline) {
+                self.finish_shutdown();
+            }
         }
     }
 

@@ -181,3 +181,94 @@ impl Harness {
         op
     }
 }
+
+// ----- Appended for tests/rules_lane.rs, tests/rules_operations.rs and
+// ----- tests/cut_points.rs.
+
+/// The grant inside a `Granted` outcome; panics on any other outcome.
+pub fn grant_of(outcome: &Outcome) -> ticketing::client::Grant {
+    match outcome {
+        Outcome::Granted(grant) => grant.clone(),
+        other => panic!("expected Granted, got {other:?}"),
+    }
+}
+
+impl Harness {
+    /// Refuses the connect attempt in progress (the connector failed), and
+    /// drains.
+    pub fn fail_connect(&mut self) {
+        let conn = self.client.connection().expect("a connect attempt");
+        self.client.handle_connect_failed(self.now, conn);
+        self.pump();
+    }
+
+    /// The transport of the current connection ends with `end`, and drains.
+    pub fn transport_closed(&mut self, end: ticketing::client::TransportEnd) {
+        let conn = self.client.connection().expect("a connection");
+        self.client.handle_transport_closed(self.now, conn, end);
+        self.pump();
+    }
+
+    /// Moves the clock to `end` through every deadline on the way, refusing
+    /// every connect attempt the client starts before `end` (a connect
+    /// started exactly at `end` is left for the caller).
+    pub fn refuse_connects_until(&mut self, end: Time) {
+        loop {
+            if self.client.connection().is_some() && self.now < end {
+                self.fail_connect();
+            }
+            match self.client.poll_timeout() {
+                Some(deadline) if deadline < end => self.at(deadline.max(self.now)),
+                _ => break,
+            }
+        }
+        self.at(end);
+    }
+
+    /// Releases `grant` now (the command must be accepted), and drains.
+    pub fn release(&mut self, grant: &ticketing::client::Grant) -> OpId {
+        let op = self.client.release(self.now, grant).expect("accepted");
+        self.pump();
+        op
+    }
+
+    /// Releases the raw `(key, token)` now (the command must be accepted),
+    /// and drains.
+    pub fn release_token(&mut self, key_: &str, token: u64) -> OpId {
+        let op = self
+            .client
+            .release_token(self.now, key(key_), token)
+            .expect("accepted");
+        self.pump();
+        op
+    }
+
+    /// Cancels `op` now (the command must be accepted), and drains.
+    pub fn cancel(&mut self, op: OpId) {
+        self.client.cancel(self.now, op).expect("accepted");
+        self.pump();
+    }
+
+    /// Every `Close` action handed out so far.
+    pub fn closes(&self) -> Vec<ConnId> {
+        self.actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Close { conn } => Some(*conn),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every byte sent so far, across connections, from the recorded actions
+    /// (unaffected by `take_sent`).
+    pub fn all_sent(&self) -> String {
+        let mut out = Vec::new();
+        for action in &self.actions {
+            if let Action::Send { data, .. } = action {
+                out.extend_from_slice(data);
+            }
+        }
+        String::from_utf8(out).expect("ascii")
+    }
+}

@@ -1,0 +1,979 @@
+//! Scenario tests for the CONNECTION rules of PROTOCOL.md section 5: the
+//! handshake, leader hints (`L`, `M`), the `E` reasons, framing errors and
+//! over-long lines, backing off, where the next connection goes, the
+//! transport ending, and the answer grace of a sent release.
+//!
+//! Every test drives one client core with bytes and times and asserts both
+//! the outcomes and the exact bytes the client sent. Closed reasons are
+//! checked through their `Display` strings, as CLI.md lists them.
+
+mod support;
+
+use std::time::Duration;
+
+use support::*;
+use ticketing::client::{Action, BackoffCause, Config, ConnId, Event, OpId, Outcome, TransportEnd};
+use ticketing::{Endpoint, Time};
+
+// ----- helpers ------------------------------------------------------------
+
+/// `(addr, reason)` of every `Closed` event, the reason as its `Display`.
+fn closed(events: &[Event]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Closed { addr, reason } => Some((addr.to_string(), reason.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn outcomes(events: &[Event]) -> Vec<(OpId, Outcome)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Outcome { op, outcome } => Some((*op, outcome.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+fn backoffs(events: &[Event]) -> Vec<(BackoffCause, Time)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Backoff { cause, until } => Some((*cause, *until)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The one backoff among `events`, with its cause.
+fn the_backoff(events: &[Event], cause: BackoffCause) -> Time {
+    match backoffs(events).as_slice() {
+        [(c, until)] if *c == cause => *until,
+        other => panic!("expected one {cause:?} backoff, got {other:?} in {events:?}"),
+    }
+}
+
+/// Addresses of `LeaderHint` and `HintIgnored` events.
+fn hints(events: &[Event]) -> (Vec<String>, Vec<String>) {
+    let mut taken = Vec::new();
+    let mut ignored = Vec::new();
+    for e in events {
+        match e {
+            Event::LeaderHint { addr } => taken.push(addr.to_string()),
+            Event::HintIgnored { addr } => ignored.push(addr.to_string()),
+            _ => {}
+        }
+    }
+    (taken, ignored)
+}
+
+/// The `Connect` actions from `actions[from..]`.
+fn connects(h: &Harness, from: usize) -> Vec<(ConnId, Endpoint)> {
+    h.actions[from..]
+        .iter()
+        .filter_map(|a| match a {
+            Action::Connect { conn, addr } => Some((*conn, addr.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The connections closed by `Close` actions from `actions[from..]`.
+fn close_actions(h: &Harness, from: usize) -> Vec<ConnId> {
+    h.actions[from..]
+        .iter()
+        .filter_map(|a| match a {
+            Action::Close { conn } => Some(*conn),
+            _ => None,
+        })
+        .collect()
+}
+
+fn one_closed(addr: &str, reason: &str) -> Vec<(String, String)> {
+    vec![(addr.to_string(), reason.to_string())]
+}
+
+/// `Indeterminate` as PROTOCOL.md defines its bound: the moment the client
+/// gave up, plus `wait_ms`, plus `lease_ms`, plus the settle margin (1 s by
+/// default).
+fn indeterminate(gave_up: Time, wait_ms: u64, lease_ms: u64) -> Outcome {
+    Outcome::Indeterminate {
+        settles_by: gave_up.saturating_add(ms(wait_ms + lease_ms + 1_000)),
+    }
+}
+
+/// The step `d` of the `n`-th delay in a row: `min(cap, base * 2^n)`.
+fn step(base_ms: u64, cap_ms: u64, n: u32) -> Duration {
+    ms(base_ms.saturating_mul(1u64 << n.min(40)).min(cap_ms))
+}
+
+/// Asserts that a delay from `from` to `until` lies in `[d/2, d]`.
+fn assert_jittered(from: Time, until: Time, d: Duration, what: &str) {
+    let delay = until.saturating_duration_since(from);
+    assert!(
+        delay >= d / 2 && delay <= d,
+        "{what}: delay {delay:?} outside [{:?}, {d:?}]",
+        d / 2
+    );
+}
+
+/// Waits out a backoff ending at `until`: nothing happens just before it,
+/// and at `until` a `Connect` to `addr` is handed out. Returns its id.
+fn reconnect_at(h: &mut Harness, until: Time, addr: &str) -> ConnId {
+    let mark = h.actions.len();
+    h.at(Time::from_nanos(until.as_nanos() - 1));
+    assert!(
+        connects(h, mark).is_empty(),
+        "connected before the backoff ended"
+    );
+    h.at(until);
+    match connects(h, mark).as_slice() {
+        [(conn, to)] => {
+            assert_eq!(to, &ep(addr));
+            *conn
+        }
+        other => panic!("expected one connect to {addr}, got {other:?}"),
+    }
+}
+
+/// The connection attempt in progress fails.
+fn fail_connect(h: &mut Harness) {
+    let (conn, _) = h.last_connect().expect("a connect");
+    h.client.handle_connect_failed(h.now, conn);
+    h.pump();
+}
+
+/// The transport of the current connection ends.
+fn transport_ends(h: &mut Harness, end: TransportEnd) {
+    let conn = h.client.connection().expect("a connection");
+    h.client.handle_transport_closed(h.now, conn, end);
+    h.pump();
+}
+
+/// Endpoints `a:1`, `b:2`, `c:3`; otherwise as [`config`].
+fn config3() -> Config {
+    let mut c = config();
+    c.endpoints.push(ep("c:3"));
+    c
+}
+
+/// A harness whose first connection (to `a:1`) is ready with `window`, at
+/// t=0, with its start-up events dropped.
+fn ready_with(c: Config, window: u64) -> (Harness, ConnId) {
+    let mut h = Harness::new(c);
+    let conn = h.ready(window);
+    h.take_events();
+    (h, conn)
+}
+
+// ----- the handshake ------------------------------------------------------
+
+#[test]
+fn nothing_is_sent_before_w_and_h_is_the_only_frame() {
+    let mut h = Harness::new(config());
+    let first = connects(&h, 0);
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].1, ep("a:1"));
+    // Submitted before any connection.
+    let acquire = h.acquire("k", 1_000, 5_000);
+    let release = h.client.release_token(h.now, key("k"), 5).unwrap();
+    h.pump();
+    assert_eq!(h.take_sent(), "");
+
+    h.at_ms(10);
+    h.connect();
+    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    // A hint before W is allowed; it sends nothing either.
+    h.at_ms(20);
+    h.feed("L b:2\n");
+    assert_eq!(h.take_sent(), "");
+    h.at_ms(29);
+    assert_eq!(h.take_sent(), "");
+    assert_eq!(h.client.in_flight(), (0, 0));
+
+    h.at_ms(30);
+    h.feed("W node-1 4\n");
+    // Releases first, then the acquire with what is left of its budget.
+    assert_eq!(h.take_sent(), "R 1 k 5\nA 2 k o 970 5000\n");
+    let events = h.take_events();
+    assert!(events.contains(&Event::Connected {
+        addr: ep("a:1"),
+        node: name("node-1"),
+        window: 4,
+    }));
+    assert_eq!(h.client.window(), Some(4));
+    assert_eq!(h.client.node(), Some(&name("node-1")));
+    h.feed("D 1 R k\nT 2 A k\n");
+    assert_eq!(
+        h.take_outcomes(),
+        vec![
+            (release, Outcome::Released),
+            (acquire, Outcome::TimedOut { sent: true })
+        ]
+    );
+}
+
+#[test]
+fn the_handshake_is_h_1_client_id_and_credential_or_a_dash() {
+    let mut c = config();
+    c.client_id = name("svc-7");
+    let mut h = Harness::new(c.clone());
+    h.connect();
+    assert_eq!(h.take_sent(), "H 1 svc-7 -\n");
+
+    c.credential = Some(name("s3cret"));
+    let mut h = Harness::new(c);
+    h.connect();
+    assert_eq!(h.take_sent(), "H 1 svc-7 s3cret\n");
+    // H goes out once per connection, never again.
+    h.feed("L a:1\n");
+    h.at_ms(100);
+    assert_eq!(h.take_sent(), "");
+}
+
+// ----- L and M: leader hints ---------------------------------------------
+
+#[test]
+fn l_allowlisted_becomes_the_hint_and_keeps_the_connection() {
+    let (mut h, conn) = ready_with(config3(), 4);
+    let mark = h.actions.len();
+    h.at_ms(10);
+    h.feed("L c:3\n");
+    let events = h.take_events();
+    assert_eq!(hints(&events), (vec!["c:3".to_string()], vec![]));
+    assert!(closed(&events).is_empty());
+    assert_eq!(close_actions(&h, mark), vec![]);
+    assert_eq!(h.client.connection(), Some(conn));
+    assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
+    // The connection still carries requests.
+    let op = h.acquire("k", 0, 5_000);
+    assert_eq!(h.take_sent(), "A 1 k o 0 5000\n");
+    h.feed("T 1 A k\n");
+    assert_eq!(
+        h.take_outcomes(),
+        vec![(op, Outcome::TimedOut { sent: true })]
+    );
+
+    // The next connection goes to the hint, not to b:2 (next in turn).
+    transport_ends(&mut h, TransportEnd::Eof);
+    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+    reconnect_at(&mut h, until, "c:3");
+}
+
+#[test]
+fn l_not_allowlisted_is_ignored_and_changes_nothing() {
+    let (mut h, conn) = ready_with(config3(), 4);
+    h.feed("L evil:666\n");
+    let events = h.take_events();
+    assert_eq!(hints(&events), (vec![], vec!["evil:666".to_string()]));
+    assert!(closed(&events).is_empty());
+    assert_eq!(h.client.leader_hint(), None);
+    assert_eq!(h.client.connection(), Some(conn));
+
+    // An existing hint survives an ignored one.
+    h.feed("L c:3\nL evil:666\n");
+    let events = h.take_events();
+    assert_eq!(
+        hints(&events),
+        (vec!["c:3".to_string()], vec!["evil:666".to_string()])
+    );
+    assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
+    assert_eq!(h.client.connection(), Some(conn));
+    assert_eq!(h.take_sent(), "");
+}
+
+#[test]
+fn m_allowlisted_closes_as_moved_and_reconnects_at_once_to_the_hint() {
+    let (mut h, conn) = ready_with(config3(), 4);
+    let op = h.acquire("k", 1_000, 5_000);
+    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+    let mark = h.actions.len();
+
+    h.at_ms(40);
+    h.feed("M c:3\n");
+    let events = h.take_events();
+    assert_eq!(hints(&events), (vec!["c:3".to_string()], vec![]));
+    assert_eq!(closed(&events), one_closed("a:1", "moved"));
+    assert_eq!(close_actions(&h, mark), vec![conn]);
+    // As for any close: the sent acquire is Indeterminate.
+    assert_eq!(
+        outcomes(&events),
+        vec![(op, indeterminate(t(40), 1_000, 5_000))]
+    );
+    // At once: no backoff, a connect to the hint at the same time.
+    assert!(backoffs(&events).is_empty());
+    let new = connects(&h, mark);
+    assert_eq!(new.len(), 1);
+    assert_eq!(new[0].1, ep("c:3"));
+    assert_eq!(h.client.connection(), Some(new[0].0));
+    h.ready(4);
+    assert_eq!(h.take_sent(), "", "a sent acquire is never resent");
+}
+
+#[test]
+fn m_not_allowlisted_closes_and_goes_to_the_next_endpoint() {
+    let (mut h, conn) = ready_with(config3(), 4);
+    let mark = h.actions.len();
+    h.at_ms(40);
+    h.feed("M evil:666\n");
+    let events = h.take_events();
+    assert_eq!(hints(&events), (vec![], vec!["evil:666".to_string()]));
+    assert_eq!(closed(&events), one_closed("a:1", "moved"));
+    assert_eq!(close_actions(&h, mark), vec![conn]);
+    assert_eq!(h.client.leader_hint(), None);
+    let new = connects(&h, mark);
+    assert_eq!(new.len(), 1);
+    assert_eq!(new[0].1, ep("b:2"));
+}
+
+#[test]
+fn m_not_allowlisted_from_the_hinted_node_forgets_that_hint() {
+    // The hinted node says it does not lead, and names an address the
+    // client may not go to. Going back to the hint would ask the same node
+    // again; a demanding user expects the client to move on to the next
+    // endpoint, as it does when the hint refuses with `E not_active`.
+    let (mut h, _) = ready_with(config3(), 4);
+    h.feed("L c:3\n");
+    transport_ends(&mut h, TransportEnd::Eof);
+    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+    reconnect_at(&mut h, until, "c:3");
+    h.connect();
+    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    let mark = h.actions.len();
+    h.feed("M evil:666\n");
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed("c:3", "moved"));
+    assert_eq!(h.client.leader_hint(), None);
+    let new = connects(&h, mark);
+    assert_eq!(new.len(), 1);
+    assert_eq!(new[0].1, ep("b:2"));
+}
+
+#[test]
+fn config_allow_extends_the_allowlist() {
+    let mut c = config();
+    c.allow = vec![ep("x:9")];
+    let (mut h, conn) = ready_with(c, 4);
+    h.feed("L x:9\n");
+    assert_eq!(hints(&h.take_events()), (vec!["x:9".to_string()], vec![]));
+    assert_eq!(h.client.leader_hint(), Some(&ep("x:9")));
+    assert_eq!(h.client.connection(), Some(conn));
+
+    let mark = h.actions.len();
+    h.feed("M x:9\n");
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed("a:1", "moved"));
+    let new = connects(&h, mark);
+    assert_eq!(new.len(), 1);
+    assert_eq!(new[0].1, ep("x:9"));
+
+    // Without the extra entry the same address is refused.
+    let (mut h, _) = ready_with(config(), 4);
+    h.feed("L x:9\n");
+    assert_eq!(hints(&h.take_events()), (vec![], vec!["x:9".to_string()]));
+}
+
+// ----- E -----------------------------------------------------------------
+
+#[test]
+fn e_no_leader_forgets_the_hint_and_backs_off_short() {
+    let (mut h, conn) = ready_with(config3(), 4);
+    h.feed("L c:3\n");
+    let op = h.acquire("k", 1_000, 5_000);
+    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+    h.take_events();
+    let mark = h.actions.len();
+
+    h.at_ms(100);
+    h.feed("E no_leader\n");
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed("a:1", "no_leader"));
+    assert_eq!(close_actions(&h, mark), vec![conn]);
+    assert_eq!(
+        outcomes(&events),
+        vec![(op, indeterminate(t(100), 1_000, 5_000))]
+    );
+    assert_eq!(h.client.leader_hint(), None);
+    let until = the_backoff(&events, BackoffCause::NoLeader);
+    assert_jittered(h.now, until, step(50, 2_000, 0), "no_leader n=0");
+    // The hint is gone: the next endpoint in turn.
+    reconnect_at(&mut h, until, "b:2");
+
+    // Refused again and again: 50 ms doubling up to 2 s.
+    let turn = ["b:2", "c:3", "a:1"];
+    for n in 1..=7u32 {
+        h.connect();
+        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        h.feed("E no_leader\n");
+        let events = h.take_events();
+        assert_eq!(
+            closed(&events),
+            one_closed(turn[(n as usize - 1) % 3], "no_leader")
+        );
+        let until = the_backoff(&events, BackoffCause::NoLeader);
+        assert_jittered(h.now, until, step(50, 2_000, n), "no_leader");
+        reconnect_at(&mut h, until, turn[n as usize % 3]);
+    }
+}
+
+#[test]
+fn e_not_active_moves_to_the_next_endpoint_with_its_backoff() {
+    let mut h = Harness::new(config3());
+    let turn = ["a:1", "b:2", "c:3"];
+    for n in 0..=6u32 {
+        h.connect();
+        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        h.feed("E not_active\n");
+        let events = h.take_events();
+        assert_eq!(
+            closed(&events),
+            one_closed(turn[n as usize % 3], "not_active")
+        );
+        let until = the_backoff(&events, BackoffCause::NotActive);
+        // 200 ms doubling up to 5 s (reached at n=5).
+        assert_jittered(h.now, until, step(200, 5_000, n), "not_active");
+        reconnect_at(&mut h, until, turn[(n as usize + 1) % 3]);
+    }
+}
+
+#[test]
+fn e_auth_failed_tells_the_embedder_and_backs_off_long() {
+    let mut c = config();
+    c.credential = Some(name("wrong"));
+    let mut h = Harness::new(c);
+    let turn = ["a:1", "b:2"];
+    for n in 0..=7u32 {
+        let conn = h.connect();
+        assert_eq!(h.take_sent(), "H 1 c1 wrong\n");
+        let mark = h.actions.len();
+        h.feed("E auth_failed\n");
+        let events = h.take_events();
+        let addr = turn[n as usize % 2];
+        assert_eq!(closed(&events), one_closed(addr, "auth_failed"));
+        assert_eq!(close_actions(&h, mark), vec![conn]);
+        assert!(events.contains(&Event::AuthFailed { addr: ep(addr) }));
+        let until = the_backoff(&events, BackoffCause::AuthFailed);
+        // 1 s doubling up to 60 s (reached at n=6).
+        assert_jittered(h.now, until, step(1_000, 60_000, n), "auth_failed");
+        reconnect_at(&mut h, until, turn[(n as usize + 1) % 2]);
+    }
+}
+
+#[test]
+fn an_unknown_e_reason_closes_with_error_reason_and_the_transport_backoff() {
+    let (mut h, conn) = ready_with(config(), 4);
+    let op = h.acquire("k", 1_000, 5_000);
+    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+    let mark = h.actions.len();
+    h.at_ms(10);
+    h.feed("E window\n");
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed("a:1", "error:window"));
+    assert_eq!(close_actions(&h, mark), vec![conn]);
+    assert_eq!(
+        outcomes(&events),
+        vec![(op, indeterminate(t(10), 1_000, 5_000))]
+    );
+    let until = the_backoff(&events, BackoffCause::Transport);
+    assert_jittered(h.now, until, step(50, 5_000, 0), "transport");
+    reconnect_at(&mut h, until, "b:2");
+
+    // During the handshake too.
+    h.connect();
+    h.take_sent();
+    h.feed("E maintenance-window\n");
+    let events = h.take_events();
+    assert_eq!(
+        closed(&events),
+        one_closed("b:2", "error:maintenance-window")
+    );
+    let until = the_backoff(&events, BackoffCause::Transport);
+    assert_jittered(h.now, until, step(50, 5_000, 1), "transport");
+}
+
+// ----- framing errors --------------------------------------------------------
+
+/// One bad input per framing rule: `(code, bytes)`.
+fn framing_cases() -> Vec<(&'static str, Vec<u8>)> {
+    let case = |code, s: &str| (code, s.as_bytes().to_vec());
+    vec![
+        ("line_too_long", vec![b'x'; 1025]),
+        case("carriage_return", "T 1 A k\r\n"),
+        case("invalid_byte", "T 1 A k\x07\n"),
+        case("invalid_byte", "T 1 A k\tj\n"),
+        ("invalid_byte", b"T 1 A \xc3\xa9\n".to_vec()),
+        case("empty_line", "\n"),
+        case("empty_field", "T 1  A k\n"),
+        case("empty_field", " T 1 A k\n"),
+        case("empty_field", "T 1 A k \n"),
+        case("unknown_kind", "X 1 A k\n"),
+        case("unknown_kind", "TT 1 A k\n"),
+        case("unknown_kind", "H 1 c1 -\n"),
+        case("field_count", "T 1 A\n"),
+        case("field_count", "G 1 A k 9\n"),
+        case("field_count", "W node-1\n"),
+        case("field_count", "L a:1 b:2\n"),
+        (
+            "atom_too_long",
+            format!("T 1 A {}\n", "k".repeat(251)).into_bytes(),
+        ),
+        case("not_a_number", "T one A k\n"),
+        case("not_a_number", "T -1 A k\n"),
+        case("not_a_number", "G 1 A k 9 +5\n"),
+        case("leading_zero", "T 01 A k\n"),
+        case("leading_zero", "G 1 A k 09 5000\n"),
+        case("overflow", "T 18446744073709551616 A k\n"),
+        case("bad_op", "T 1 X k\n"),
+        case("bad_pairing", "G 1 R k 9 5000\n"),
+        case("bad_pairing", "D 1 A k\n"),
+        case("bad_pairing", "B 1 R k\n"),
+        case("zero_lease", "G 1 A k 9 0\n"),
+        case("window_too_small", "W node-1 1\n"),
+        case("bad_address", "L nocolon\n"),
+        case("bad_address", "M a:99999\n"),
+    ]
+}
+
+#[test]
+fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close() {
+    for (code, bad) in framing_cases() {
+        let want = format!("protocol:framing:{code}");
+        // On a ready connection with an acquire in flight. A valid answer
+        // behind the bad line must be ignored: the connection is done.
+        let (mut h, conn) = ready_with(config(), 4);
+        let op = h.acquire("k", 1_000, 5_000);
+        assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+        let mark = h.actions.len();
+        h.at_ms(20);
+        let mut input = bad.clone();
+        input.extend_from_slice(b"G 1 A k 9 5000\n");
+        h.feed_bytes(&input);
+        let events = h.take_events();
+        assert_eq!(closed(&events), one_closed("a:1", &want), "{want}");
+        assert_eq!(close_actions(&h, mark), vec![conn], "{want}");
+        assert_eq!(
+            outcomes(&events),
+            vec![(op, indeterminate(t(20), 1_000, 5_000))],
+            "{want}: the sent acquire is Indeterminate"
+        );
+        let until = the_backoff(&events, BackoffCause::Transport);
+        assert_jittered(h.now, until, step(50, 5_000, 0), &want);
+        reconnect_at(&mut h, until, "b:2");
+        h.ready(4);
+        assert_eq!(h.take_sent(), "", "{want}: never resent");
+
+        // During the handshake, with an acquire not yet sent: it stays
+        // queued for the next connection.
+        let mut h = Harness::new(config());
+        let op = h.acquire("k", 10_000, 5_000);
+        h.connect();
+        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        h.at_ms(20);
+        h.feed_bytes(&bad);
+        let events = h.take_events();
+        assert_eq!(closed(&events), one_closed("a:1", &want), "{want}");
+        assert!(outcomes(&events).is_empty(), "{want}: {events:?}");
+        let until = the_backoff(&events, BackoffCause::Transport);
+        reconnect_at(&mut h, until, "b:2");
+        let at = h.now;
+        h.ready(4);
+        let left = t(10_000).saturating_duration_since(at).as_millis();
+        assert_eq!(h.take_sent(), format!("A 1 k o {left} 5000\n"), "{want}");
+        h.feed("T 1 A k\n");
+        assert_eq!(
+            h.take_outcomes(),
+            vec![(op, Outcome::TimedOut { sent: true })]
+        );
+    }
+}
+
+#[test]
+fn an_over_long_line_closes_as_soon_as_byte_1025_arrives() {
+    let (mut h, conn) = ready_with(config(), 4);
+    let op = h.acquire("k", 1_000, 5_000);
+    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+    // 1024 bytes without a newline, in two chunks: not yet an error (a
+    // newline now would still make it 1025 bytes, but it has not come).
+    h.at_ms(5);
+    h.feed_bytes(&[b'x'; 1000]);
+    h.feed_bytes(&[b'x'; 24]);
+    assert!(h.take_events().is_empty());
+    assert_eq!(h.client.connection(), Some(conn));
+    // Byte 1025: closed at once, without waiting for a newline.
+    let mark = h.actions.len();
+    h.at_ms(6);
+    h.feed_bytes(b"x");
+    let events = h.take_events();
+    assert_eq!(
+        closed(&events),
+        one_closed("a:1", "protocol:framing:line_too_long")
+    );
+    assert_eq!(close_actions(&h, mark), vec![conn]);
+    assert_eq!(
+        outcomes(&events),
+        vec![(op, indeterminate(t(6), 1_000, 5_000))]
+    );
+
+    // A long line that ends in time is judged as a frame, not as too long.
+    let (mut h, _) = ready_with(config(), 4);
+    let mut line = format!("T 1 A {}", "k".repeat(1_000)).into_bytes();
+    line.push(b'\n');
+    assert!(line.len() <= 1024);
+    h.feed_bytes(&line);
+    assert_eq!(
+        closed(&h.take_events()),
+        one_closed("a:1", "protocol:framing:atom_too_long")
+    );
+}
+
+// ----- backing off and where to connect -----------------------------------
+
+/// Fails `count` connects in a row from a fresh client; returns each
+/// backoff's `(start, until)`.
+fn failing_connects(c: Config, count: u32) -> Vec<(Time, Time)> {
+    let mut h = Harness::new(c);
+    let turn = ["a:1", "b:2"];
+    let mut delays = Vec::new();
+    for n in 0..count {
+        let (_, addr) = h.last_connect().unwrap();
+        assert_eq!(addr, ep(turn[n as usize % 2]));
+        fail_connect(&mut h);
+        let events = h.take_events();
+        assert_eq!(
+            closed(&events),
+            one_closed(turn[n as usize % 2], "connect_failed")
+        );
+        let until = the_backoff(&events, BackoffCause::Transport);
+        delays.push((h.now, until));
+        reconnect_at(&mut h, until, turn[(n as usize + 1) % 2]);
+    }
+    delays
+}
+
+#[test]
+fn backoff_is_exponential_with_equal_jitter() {
+    let delays = failing_connects(config(), 10);
+    let mut strictly_inside = 0;
+    for (n, &(from, until)) in delays.iter().enumerate() {
+        // Transport: 50 ms doubling up to 5 s (reached at n=7).
+        let d = step(50, 5_000, n as u32);
+        assert_jittered(from, until, d, &format!("transport n={n}"));
+        let delay = until.saturating_duration_since(from);
+        if delay > d / 2 && delay < d {
+            strictly_inside += 1;
+        }
+    }
+    assert!(strictly_inside >= 5, "the jitter is random: {delays:?}");
+    // The jitter comes from the seed: the same seed, the same delays.
+    assert_eq!(failing_connects(config(), 10), delays);
+}
+
+#[test]
+fn redirects_reconnect_at_once_for_the_first_three_in_a_row_then_back_off() {
+    let mut h = Harness::new(config());
+    let mut to = "a:1";
+    for n in 0..3 {
+        h.connect();
+        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        let other = if to == "a:1" { "b:2" } else { "a:1" };
+        let mark = h.actions.len();
+        h.feed(&format!("M {other}\n"));
+        let events = h.take_events();
+        assert_eq!(closed(&events), one_closed(to, "moved"), "redirect {n}");
+        assert!(backoffs(&events).is_empty(), "redirect {n} is at once");
+        assert_eq!(connects(&h, mark)[0].1, ep(other));
+        to = other;
+    }
+    // The fourth and fifth in a row back off: 50 ms, then 100 ms.
+    for n in 0..2u32 {
+        h.connect();
+        h.take_sent();
+        let other = if to == "a:1" { "b:2" } else { "a:1" };
+        let mark = h.actions.len();
+        h.feed(&format!("M {other}\n"));
+        let events = h.take_events();
+        assert_eq!(closed(&events), one_closed(to, "moved"));
+        assert!(connects(&h, mark).is_empty());
+        let until = the_backoff(&events, BackoffCause::Redirect);
+        assert_jittered(h.now, until, step(50, 2_000, n), "redirect backoff");
+        reconnect_at(&mut h, until, other);
+        to = other;
+    }
+    // A W ends the run: the next redirect is at once again.
+    h.connect();
+    h.take_sent();
+    h.feed("W node-1 4\n");
+    let mark = h.actions.len();
+    h.feed("M a:1\n");
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed(to, "moved"));
+    assert!(backoffs(&events).is_empty());
+    assert_eq!(connects(&h, mark)[0].1, ep("a:1"));
+}
+
+#[test]
+fn a_w_resets_the_backoff() {
+    let mut h = Harness::new(config());
+    let turn = ["a:1", "b:2"];
+    // Three failures in a row: steps 50, 100, 200 ms.
+    for n in 0..3u32 {
+        fail_connect(&mut h);
+        let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+        assert_jittered(h.now, until, step(50, 5_000, n), "before W");
+        reconnect_at(&mut h, until, turn[(n as usize + 1) % 2]);
+    }
+    h.ready(4);
+    h.take_events();
+    // Without the reset this would be the fourth step, 400 ms.
+    transport_ends(&mut h, TransportEnd::Eof);
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed("b:2", "eof"));
+    let until = the_backoff(&events, BackoffCause::Transport);
+    assert_jittered(h.now, until, step(50, 5_000, 0), "after W");
+}
+
+#[test]
+fn a_connect_to_the_hint_that_fails_or_times_out_backs_off_and_forgets_the_hint() {
+    for failure in ["connect_failed", "connect_timeout", "handshake_timeout"] {
+        let (mut h, _) = ready_with(config3(), 4);
+        h.feed("L c:3\n");
+        transport_ends(&mut h, TransportEnd::Eof);
+        let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+        reconnect_at(&mut h, until, "c:3");
+        let (conn, _) = h.last_connect().unwrap();
+        let mark = h.actions.len();
+        match failure {
+            "connect_failed" => fail_connect(&mut h),
+            "connect_timeout" => {
+                h.at(h.now.saturating_add(ms(5_000)));
+            }
+            _ => {
+                h.connect();
+                assert_eq!(h.take_sent(), "H 1 c1 -\n");
+                h.at(h.now.saturating_add(ms(5_000)));
+            }
+        }
+        let events = h.take_events();
+        assert_eq!(closed(&events), one_closed("c:3", failure));
+        if failure != "connect_failed" {
+            assert_eq!(close_actions(&h, mark), vec![conn], "{failure}");
+        }
+        assert_eq!(h.client.leader_hint(), None, "{failure}");
+        // The second backoff in a row: no W since the first.
+        let until = the_backoff(&events, BackoffCause::Transport);
+        assert_jittered(h.now, until, step(50, 5_000, 1), failure);
+        // The next endpoint in turn (a:1 was used, then the hint).
+        reconnect_at(&mut h, until, "b:2");
+    }
+}
+
+#[test]
+fn a_connect_that_does_not_complete_in_time_is_given_up() {
+    let mut h = Harness::new(config());
+    let (conn, addr) = h.last_connect().unwrap();
+    assert_eq!(addr, ep("a:1"));
+    h.at_ms(4_999);
+    assert!(h.take_events().is_empty());
+    let mark = h.actions.len();
+    h.at_ms(5_000);
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed("a:1", "connect_timeout"));
+    assert_eq!(close_actions(&h, mark), vec![conn]);
+    let until = the_backoff(&events, BackoffCause::Transport);
+    assert_jittered(h.now, until, step(50, 5_000, 0), "connect timeout");
+    // A late report about the abandoned attempt is ignored.
+    h.client.handle_connected(h.now, conn);
+    h.pump();
+    assert_eq!(h.take_sent(), "");
+    assert!(h.take_events().is_empty());
+    reconnect_at(&mut h, until, "b:2");
+}
+
+#[test]
+fn a_handshake_without_an_answer_in_time_is_given_up() {
+    let mut h = Harness::new(config());
+    let op = h.acquire("k", 20_000, 5_000);
+    h.at_ms(100);
+    let conn = h.connect();
+    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    h.at_ms(5_099);
+    assert!(h.take_events().is_empty());
+    let mark = h.actions.len();
+    h.at_ms(5_100);
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed("a:1", "handshake_timeout"));
+    assert_eq!(close_actions(&h, mark), vec![conn]);
+    // Nothing was sent before W, so nothing is in doubt.
+    assert!(outcomes(&events).is_empty());
+    let until = the_backoff(&events, BackoffCause::Transport);
+    assert_jittered(h.now, until, step(50, 5_000, 0), "handshake timeout");
+    reconnect_at(&mut h, until, "b:2");
+    let at = h.now;
+    h.ready(4);
+    let left = t(20_000).saturating_duration_since(at).as_millis();
+    assert_eq!(h.take_sent(), format!("A 1 k o {left} 5000\n"));
+    h.feed("T 1 A k\n");
+    assert_eq!(
+        h.take_outcomes(),
+        vec![(op, Outcome::TimedOut { sent: true })]
+    );
+}
+
+#[test]
+fn the_next_connection_goes_to_the_hint_if_any_else_the_next_endpoint_in_turn() {
+    let mut h = Harness::new(config3());
+    for addr in ["a:1", "b:2", "c:3", "a:1"] {
+        assert_eq!(h.last_connect().unwrap().1, ep(addr));
+        h.ready(4);
+        h.take_events();
+        transport_ends(&mut h, TransportEnd::Eof);
+        assert_eq!(closed(&h.take_events()), one_closed(addr, "eof"));
+        h.next_deadline();
+    }
+    // Now at b:2, which names c:3 the leader.
+    assert_eq!(h.last_connect().unwrap().1, ep("b:2"));
+    h.ready(4);
+    h.feed("L c:3\n");
+    h.take_events();
+    let mut at = "b:2";
+    for _ in 0..3 {
+        // An eof is no failure of the hint: it is kept.
+        transport_ends(&mut h, TransportEnd::Eof);
+        assert_eq!(closed(&h.take_events()), one_closed(at, "eof"));
+        assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
+        h.next_deadline();
+        assert_eq!(h.last_connect().unwrap().1, ep("c:3"));
+        h.ready(4);
+        let events = h.take_events();
+        assert_eq!(closed(&events), vec![]);
+        assert!(events.contains(&Event::Connected {
+            addr: ep("c:3"),
+            node: name("node-1"),
+            window: 4
+        }));
+        at = "c:3";
+    }
+}
+
+#[test]
+fn a_partial_line_does_not_carry_over_to_the_next_connection() {
+    let (mut h, _) = ready_with(config(), 4);
+    h.feed("T 1 A");
+    transport_ends(&mut h, TransportEnd::Eof);
+    assert_eq!(closed(&h.take_events()), one_closed("a:1", "eof"));
+    h.next_deadline();
+    h.connect();
+    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    // Glued to the old fragment this would be "T 1 AW node-1 4".
+    h.feed("W node-1 4\n");
+    let events = h.take_events();
+    assert_eq!(closed(&events), vec![]);
+    assert_eq!(h.client.window(), Some(4));
+}
+
+#[test]
+fn inputs_about_a_closed_connection_are_ignored() {
+    let (mut h, old) = ready_with(config(), 4);
+    let op = h.acquire("k", 1_000, 5_000);
+    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+    h.feed("M b:2\n");
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed("a:1", "moved"));
+    assert_eq!(
+        outcomes(&events),
+        vec![(op, indeterminate(t(0), 1_000, 5_000))]
+    );
+    let new = h.connect();
+    assert_ne!(new, old);
+    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    // The old connection's late answer, end and failure change nothing.
+    h.client.handle_bytes(h.now, old, b"G 1 A k 9 5000\n");
+    h.client
+        .handle_transport_closed(h.now, old, TransportEnd::Error);
+    h.client.handle_connect_failed(h.now, old);
+    h.pump();
+    assert_eq!(h.take_events(), vec![]);
+    assert_eq!(h.client.connection(), Some(new));
+    h.feed("W node-1 4\n");
+    assert_eq!(closed(&h.take_events()), vec![]);
+    assert_eq!(h.take_sent(), "");
+}
+
+// ----- the transport ending, and the answer grace ------------------------
+
+#[test]
+fn the_transport_ending_closes_and_applies_any_close() {
+    for (end, reason) in [(TransportEnd::Eof, "eof"), (TransportEnd::Error, "io")] {
+        let (mut h, conn) = ready_with(config(), 2);
+        let release = h.client.release_token(h.now, key("k"), 5).unwrap();
+        let sent = h.acquire("k1", 1_000, 5_000);
+        let queued = h.acquire("k2", 1_000, 5_000);
+        // Window 2: the release and one acquire; the other waits.
+        assert_eq!(h.take_sent(), "R 1 k 5\nA 2 k1 o 1000 5000\n");
+        let mark = h.actions.len();
+        h.at_ms(50);
+        transport_ends(&mut h, end);
+        let events = h.take_events();
+        assert_eq!(closed(&events), one_closed("a:1", reason));
+        assert_eq!(close_actions(&h, mark), vec![conn]);
+        // Sent acquire: Indeterminate. Release and unsent acquire: kept.
+        assert_eq!(
+            outcomes(&events),
+            vec![(sent, indeterminate(t(50), 1_000, 5_000))]
+        );
+        let until = the_backoff(&events, BackoffCause::Transport);
+        assert_jittered(h.now, until, step(50, 5_000, 0), reason);
+        reconnect_at(&mut h, until, "b:2");
+        let at = h.now;
+        h.ready(2);
+        let left = t(1_000).saturating_duration_since(at).as_millis();
+        assert_eq!(
+            h.take_sent(),
+            format!("R 3 k 5\nA 4 k2 o {left} 5000\n"),
+            "{reason}"
+        );
+        h.feed("D 3 R k\nT 4 A k2\n");
+        assert_eq!(
+            h.take_outcomes(),
+            vec![
+                (release, Outcome::Released),
+                (queued, Outcome::TimedOut { sent: true })
+            ]
+        );
+    }
+
+    // A failure reported on an established connection is `io` as well.
+    let (mut h, conn) = ready_with(config(), 2);
+    h.client.handle_connect_failed(h.now, conn);
+    h.pump();
+    assert_eq!(closed(&h.take_events()), one_closed("a:1", "io"));
+}
+
+#[test]
+fn a_sent_release_without_an_answer_within_the_grace_closes_and_is_resent() {
+    let (mut h, conn) = ready_with(config(), 4);
+    h.at_ms(10);
+    let release = h.client.release_token(h.now, key("k"), 5).unwrap();
+    h.pump();
+    assert_eq!(h.take_sent(), "R 1 k 5\n");
+    // The answer grace is 5 s.
+    h.at_ms(5_009);
+    assert!(h.take_events().is_empty());
+    let mark = h.actions.len();
+    h.at_ms(5_010);
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed("a:1", "answer_timeout"));
+    assert_eq!(close_actions(&h, mark), vec![conn]);
+    assert!(outcomes(&events).is_empty(), "the release is not over");
+    let until = the_backoff(&events, BackoffCause::Transport);
+    assert_jittered(h.now, until, step(50, 5_000, 0), "answer timeout");
+    reconnect_at(&mut h, until, "b:2");
+    h.ready(4);
+    // Back in the lane, sent again with a new id.
+    assert_eq!(h.take_sent(), "R 2 k 5\n");
+    h.feed("D 2 R k\n");
+    assert_eq!(h.take_outcomes(), vec![(release, Outcome::Released)]);
+}
