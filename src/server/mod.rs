@@ -1,1 +1,733 @@
-//! The reference server core (being written).
+//! The reference server core: PROTOCOL.md section 4, sans-IO.
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | [`Server`]: connections, the handshake, the window, roles, the driver contract |
+//! | `table.rs` | [`LockTable`]: grants, FIFO wait queues, leases, wait deadlines, tokens (rules 2 to 5) |
+//! | `config.rs` | [`Config`] and [`Role`] |
+//! | `action.rs` | [`Action`] and [`ConnId`] |
+//!
+//! Where each rule of section 4 lives:
+//!
+//! 1. one answer per request: [`LockTable`] answers every acquire it queued
+//!    exactly once (grant or `T`) unless its connection closes;
+//!    [`Server`] answers everything else at once;
+//! 2. acquire: `LockTable::acquire`;
+//! 3. leases and expiry: `LockTable::advance`;
+//! 4. release: `LockTable::release`;
+//! 5. closed connections: `LockTable::drop_conn`, called by every close;
+//! 6. the window: `Server::on_request`;
+//! 7. roles: `Server::on_hello`, [`Server::set_role`],
+//!    [`Server::announce_leader`];
+//! 8. credentials: `Server::on_hello`.
+
+mod action;
+mod config;
+mod table;
+
+use core::mem;
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::BytesMut;
+
+pub use action::{Action, ConnId};
+pub use config::{Config, ConfigError, Role};
+pub use table::{Holder, LockTable};
+
+use self::table::{Acquired, Limits, Reply};
+use crate::names::{Endpoint, Name};
+use crate::time::Time;
+use crate::wire::{
+    Answer, AnswerKind, Atom, ClientFrame, LineReader, ServerFrame, Window, VERSION,
+};
+
+/// Why the server ends a connection, sent as `E <reason>` (or `M <addr>`)
+/// before it closes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Farewell {
+    /// `M <leader>`.
+    Moved(Endpoint),
+    /// `E <reason>`.
+    Error(Reason),
+}
+
+/// The `E` reasons this server sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reason {
+    /// A framing error, an unknown kind, or wrong fields.
+    BadFrame,
+    /// A request before `H`.
+    HelloRequired,
+    /// A second `H`.
+    DuplicateHello,
+    /// `H` with a version other than 1.
+    UnsupportedVersion,
+    /// More than `window` requests unanswered (rule 6).
+    Window,
+    /// The credential was refused (rule 8).
+    AuthFailed,
+    /// No leader is known (rule 7).
+    NoLeader,
+    /// Starting up or draining (rule 7).
+    NotActive,
+}
+
+impl Reason {
+    #[cfg(test)]
+    const ALL: [Reason; 8] = [
+        Reason::BadFrame,
+        Reason::HelloRequired,
+        Reason::DuplicateHello,
+        Reason::UnsupportedVersion,
+        Reason::Window,
+        Reason::AuthFailed,
+        Reason::NoLeader,
+        Reason::NotActive,
+    ];
+
+    fn as_str(self) -> &'static str {
+        match self {
+            Reason::BadFrame => "bad_frame",
+            Reason::HelloRequired => "hello_required",
+            Reason::DuplicateHello => "duplicate_hello",
+            Reason::UnsupportedVersion => "unsupported_version",
+            Reason::Window => "window",
+            Reason::AuthFailed => "auth_failed",
+            Reason::NoLeader => "no_leader",
+            Reason::NotActive => "not_active",
+        }
+    }
+}
+
+/// Where a connection is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting for `H`.
+    Hello,
+    /// `W` was sent; requests are served.
+    Ready {
+        /// Requests received and not answered yet.
+        unanswered: u64,
+    },
+}
+
+struct Conn {
+    reader: LineReader,
+    phase: Phase,
+}
+
+/// Bytes waiting to be handed out for one connection.
+#[derive(Default)]
+struct Outgoing {
+    buf: BytesMut,
+    /// A `Flush` for this connection is in the queue.
+    queued: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Pending {
+    Flush(ConnId),
+    Close(ConnId),
+}
+
+/// The Ticketing reference server: a deterministic state machine for many
+/// connections, with no I/O, no clock and no threads. It does exactly what
+/// PROTOCOL.md section 4 says.
+///
+/// # The driver contract
+///
+/// * **Inputs** report what happened, each with the current time:
+///   [`handle_accept`](Server::handle_accept) (a connection was accepted; it
+///   returns the id to quote for it), [`handle_bytes`](Server::handle_bytes)
+///   (bytes arrived, in any chunking),
+///   [`handle_closed`](Server::handle_closed) (the transport ended) and
+///   [`handle_timeout`](Server::handle_timeout). Inputs about a connection
+///   the server has closed, or never had, are ignored.
+/// * **Commands** change the node: [`set_role`](Server::set_role),
+///   [`announce_leader`](Server::announce_leader), and moving the lock
+///   table: [`take_lock_table`](Server::take_lock_table),
+///   [`install_lock_table`](Server::install_lock_table).
+/// * **Outputs** are drained after any input or command:
+///   1. [`poll_action`](Server::poll_action) until `None`: send bytes, close
+///      connections, in the order given (a connection's `Send`s come before
+///      its `Close`). Answers for one connection are batched into one `Send`.
+///   2. [`poll_timeout`](Server::poll_timeout): when to call
+///      [`handle_timeout`](Server::handle_timeout) if nothing else happens
+///      first (the next lease expiry or wait deadline). It returns the time
+///      of the latest input while actions are still queued, so a driver
+///      that only watches it cannot stall.
+///
+/// Time must not go backwards (an earlier time is taken as the latest one
+/// seen). Every input and command first fires the timers that are due at its
+/// time, each at its own time and in order, so a late driver sees the same
+/// answers as a punctual one, only later. The same calls at the same times
+/// give the same actions, byte for byte.
+///
+/// Bad input from a client never panics and only ever ends that client's
+/// connection; the server never buffers more than 1024 bytes of an
+/// unfinished line per connection.
+///
+/// # Example: a run loop
+///
+/// ```
+/// use ticketing::server::{Action, Config, Server};
+/// use ticketing::{Name, Time};
+///
+/// let mut now = Time::ZERO;
+/// let mut server = Server::new(Config::new(Name::new("node-1")?), now)?;
+///
+/// // Two clients connect: the first takes the lock, the second waits 5 s.
+/// let a = server.handle_accept(now);
+/// let b = server.handle_accept(now);
+/// server.handle_bytes(now, a, b"H 1 alice -\nA 1 printer alice 0 1000\n");
+/// server.handle_bytes(now, b, b"H 1 bob -\nA 9 printer bob 5000 1000\n");
+///
+/// let mut wire: Vec<(u64, String)> = Vec::new(); // what was written, per connection
+/// let mut drain = |server: &mut Server| {
+///     while let Some(action) = server.poll_action() {
+///         match action {
+///             Action::Send { conn, data } => {
+///                 wire.push((conn.get(), String::from_utf8(data.to_vec()).unwrap()))
+///             }
+///             Action::Close { .. } => { /* close the socket */ }
+///             _ => {}
+///         }
+///     }
+/// };
+/// drain(&mut server);
+/// // Nothing to read: sleep until the next deadline (alice's lease ends at 1 s).
+/// while let Some(deadline) = server.poll_timeout() {
+///     if server.holder("printer").is_some_and(|h| h.token == 2) {
+///         break;
+///     }
+///     now = now.max(deadline);
+///     server.handle_timeout(now);
+///     drain(&mut server);
+/// }
+/// assert_eq!(now, Time::from_millis(1000));
+/// assert_eq!(
+///     wire,
+///     [
+///         (a.get(), "W node-1 64\nG 1 A printer 1 1000\n".to_string()),
+///         (b.get(), "W node-1 64\n".to_string()),
+///         (b.get(), "G 9 A printer 2 1000\n".to_string()),
+///     ]
+/// );
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct Server {
+    config: Config,
+    role: Role,
+    hint: Option<Endpoint>,
+    now: Time,
+    table: LockTable,
+    conns: BTreeMap<ConnId, Conn>,
+    next_conn: u64,
+    outbox: BTreeMap<ConnId, Outgoing>,
+    pending: VecDeque<Pending>,
+    replies: Vec<Reply>,
+}
+
+impl Server {
+    /// Makes a server with an empty lock table, in the role and with the
+    /// leader hint of `config`.
+    pub fn new(config: Config, now: Time) -> Result<Server, ConfigError> {
+        config.validate()?;
+        Ok(Server {
+            role: config.role.clone(),
+            hint: config.leader_hint.clone(),
+            config,
+            now,
+            table: LockTable::new(),
+            conns: BTreeMap::new(),
+            next_conn: 1,
+            outbox: BTreeMap::new(),
+            pending: VecDeque::new(),
+            replies: Vec::new(),
+        })
+    }
+
+    // ----- inputs ---------------------------------------------------------
+
+    /// A connection was accepted. Quote the returned id in every input about
+    /// it. The server says nothing until the client's `H`.
+    pub fn handle_accept(&mut self, now: Time) -> ConnId {
+        self.advance(now);
+        let conn = ConnId(self.next_conn);
+        self.next_conn += 1;
+        self.conns.insert(
+            conn,
+            Conn {
+                reader: LineReader::new(),
+                phase: Phase::Hello,
+            },
+        );
+        conn
+    }
+
+    /// Bytes arrived on `conn`, in any chunking. Every whole frame in them is
+    /// handled in order, until one ends the connection; the rest is then
+    /// ignored. An unfinished line is kept for the next bytes (at most 1024
+    /// bytes of it: byte 1025 without a `\n` is a framing error).
+    pub fn handle_bytes(&mut self, now: Time, conn: ConnId, data: &[u8]) {
+        self.advance(now);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        let mut reader = mem::take(&mut c.reader);
+        let mut input = data;
+        while let Some(line) = reader.next_line(&mut input) {
+            let verdict = match line {
+                Err(_) => Err(Farewell::Error(Reason::BadFrame)),
+                Ok(line) => match ClientFrame::parse(line) {
+                    Err(_) => Err(Farewell::Error(Reason::BadFrame)),
+                    Ok(frame) => self.on_frame(conn, frame),
+                },
+            };
+            if let Err(farewell) = verdict {
+                self.close(conn, Some(farewell));
+                break;
+            }
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.reader = reader;
+        }
+    }
+
+    /// The transport of `conn` ended. Its waiting acquires are dropped
+    /// without answers; its grants stay until released by exact token or
+    /// their leases run out (rule 5). Nothing more is sent to it.
+    pub fn handle_closed(&mut self, now: Time, conn: ConnId) {
+        self.advance(now);
+        if self.conns.remove(&conn).is_some() {
+            self.table.drop_conn(conn);
+            self.outbox.remove(&conn);
+        }
+    }
+
+    /// Time passed: fires every lease expiry and wait deadline due at or
+    /// before `now`. Calling it early, or more often than needed, is
+    /// harmless.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.advance(now);
+    }
+
+    // ----- commands -------------------------------------------------------
+
+    /// Changes the node's role. A leader that stops leading sends every
+    /// connection `M <leader>` (new role [`Role::Follower`]), `E no_leader`
+    /// or `E not_active`, and closes them all; their waiting acquires are
+    /// dropped, the grants stay in the table (rule 7). Handshakes that
+    /// arrive later are answered by the new role.
+    pub fn set_role(&mut self, now: Time, role: Role) {
+        self.advance(now);
+        let was_leader = self.role.is_leader();
+        self.role = role;
+        if was_leader {
+            if let Some(farewell) = self.refusal() {
+                let open: Vec<ConnId> = self.conns.keys().copied().collect();
+                for conn in open {
+                    self.close(conn, Some(farewell.clone()));
+                }
+            }
+        }
+    }
+
+    /// Sends `L <addr>` to every open connection, and from now on after
+    /// every `W` (it replaces the configured leader hint). Connections stay.
+    pub fn announce_leader(&mut self, now: Time, addr: Endpoint) {
+        self.advance(now);
+        let open: Vec<ConnId> = self.conns.keys().copied().collect();
+        for conn in open {
+            self.write(
+                conn,
+                &ServerFrame::Leader {
+                    addr: addr.to_wire(),
+                },
+            );
+        }
+        self.hint = Some(addr);
+    }
+
+    /// Takes the lock table out of this server, to install it into another
+    /// with [`install_lock_table`](Server::install_lock_table): the grants
+    /// and the token counter go with it.
+    ///
+    /// Waiting acquires cannot go along (they belong to this server's
+    /// connections): every connection with one is sent `E not_active` and
+    /// closed first. A leader hands its table over after stepping down
+    /// ([`set_role`](Server::set_role)), when no connection is left, so this
+    /// only matters to a caller that does otherwise. This server keeps an
+    /// empty table whose tokens go on after the taken one's.
+    pub fn take_lock_table(&mut self, now: Time) -> LockTable {
+        self.advance(now);
+        self.close_waiting_connections();
+        let next = self.table.successor();
+        mem::replace(&mut self.table, next)
+    }
+
+    /// Installs `table` as this server's lock table: its grants, their
+    /// leases and its token counter carry on here, as in a correctly
+    /// replicated service. Leases that ended before `now` end at once.
+    ///
+    /// Waiting acquires in `table` (a copy taken from a live server) are
+    /// dropped: they belong to another server's connections. Connections of
+    /// this server with acquires waiting in the table being replaced are
+    /// sent `E not_active` and closed. The token counter never goes back:
+    /// the next grant's token is greater than every token either table gave.
+    pub fn install_lock_table(&mut self, now: Time, mut table: LockTable) {
+        self.advance(now);
+        self.close_waiting_connections();
+        table.drop_all_waiters();
+        table.tokens_after(self.table.last_token());
+        self.table = table;
+        self.advance(now);
+    }
+
+    // ----- outputs --------------------------------------------------------
+
+    /// The next thing the driver must do: send bytes, or close a connection.
+    #[must_use]
+    pub fn poll_action(&mut self) -> Option<Action> {
+        while let Some(pending) = self.pending.pop_front() {
+            match pending {
+                Pending::Flush(conn) => {
+                    let Some(out) = self.outbox.get_mut(&conn) else {
+                        continue;
+                    };
+                    out.queued = false;
+                    if !out.buf.is_empty() {
+                        return Some(Action::Send {
+                            conn,
+                            data: out.buf.split().freeze(),
+                        });
+                    }
+                }
+                Pending::Close(conn) => {
+                    if let Some(out) = self.outbox.remove(&conn) {
+                        if !out.buf.is_empty() {
+                            // Unreachable by construction (a close always
+                            // queues its flush first); never lose bytes.
+                            self.pending.push_front(Pending::Close(conn));
+                            self.outbox.insert(conn, Outgoing::default());
+                            return Some(Action::Send {
+                                conn,
+                                data: out.buf.freeze(),
+                            });
+                        }
+                        return Some(Action::Close { conn });
+                    }
+                }
+            }
+        }
+        None
+    }
+
+    /// When the driver must call [`handle_timeout`](Server::handle_timeout)
+    /// at the latest: the next lease expiry or wait deadline, or the time of
+    /// the latest input while actions are queued. `None` when nothing is
+    /// due, ever, without new input.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Time> {
+        if !self.pending.is_empty() {
+            return Some(self.now);
+        }
+        self.table.next_deadline()
+    }
+
+    // ----- introspection --------------------------------------------------
+
+    /// The current grant of `key`, if it is held.
+    pub fn holder(&self, key: &str) -> Option<Holder> {
+        self.table.holder(key)
+    }
+
+    /// How many acquires wait in `key`'s queue (the holder not counted).
+    pub fn queue_len(&self, key: &str) -> usize {
+        self.table.queue_len(key)
+    }
+
+    /// The lock table, to look at (or to copy: it is `Clone`).
+    pub fn lock_table(&self) -> &LockTable {
+        &self.table
+    }
+
+    /// Whether `conn` is open (accepted, and neither closed by the server
+    /// nor reported closed).
+    pub fn is_open(&self, conn: ConnId) -> bool {
+        self.conns.contains_key(&conn)
+    }
+
+    /// How many connections are open.
+    pub fn connections(&self) -> usize {
+        self.conns.len()
+    }
+
+    /// Requests received on `conn` and not answered yet, once its handshake
+    /// was accepted.
+    pub fn unanswered(&self, conn: ConnId) -> Option<u64> {
+        match self.conns.get(&conn)?.phase {
+            Phase::Hello => None,
+            Phase::Ready { unanswered } => Some(unanswered),
+        }
+    }
+
+    /// The node's current role.
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    /// The leader hint sent after `W`, if any.
+    pub fn leader_hint(&self) -> Option<&Endpoint> {
+        self.hint.as_ref()
+    }
+
+    /// The configuration the server was made with.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The latest time the server has seen.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
+    // ----- internals ------------------------------------------------------
+
+    /// Fires the table's timers up to `now` and delivers their answers.
+    fn advance(&mut self, now: Time) {
+        self.now = self.now.max(now);
+        let mut replies = mem::take(&mut self.replies);
+        self.table.advance(self.now, &mut replies);
+        self.deliver(&mut replies);
+        self.replies = replies;
+    }
+
+    /// Sends the table's later answers to their connections.
+    fn deliver(&mut self, replies: &mut Vec<Reply>) {
+        for reply in replies.drain(..) {
+            self.answer(reply.conn, reply.id, reply.key.to_wire(), reply.kind);
+        }
+    }
+
+    /// Writes an answer, counting it against the connection's window.
+    fn answer(&mut self, conn: ConnId, id: u64, key: Atom<'_>, kind: AnswerKind) {
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if let Phase::Ready { unanswered } = &mut c.phase {
+            *unanswered = unanswered.saturating_sub(1);
+        }
+        self.write(conn, &ServerFrame::Answer(Answer { id, key, kind }));
+    }
+
+    fn on_frame(&mut self, conn: ConnId, frame: ClientFrame<'_>) -> Result<(), Farewell> {
+        let phase = self.conns.get(&conn).map(|c| c.phase);
+        match (phase, frame) {
+            (None, _) => Ok(()),
+            (
+                Some(Phase::Hello),
+                ClientFrame::Hello {
+                    version,
+                    credential,
+                    ..
+                },
+            ) => self.on_hello(conn, version, credential),
+            (Some(Phase::Hello), _) => Err(Farewell::Error(Reason::HelloRequired)),
+            (Some(Phase::Ready { .. }), ClientFrame::Hello { .. }) => {
+                Err(Farewell::Error(Reason::DuplicateHello))
+            }
+            (Some(Phase::Ready { unanswered }), request) => {
+                self.on_request(conn, unanswered, request)
+            }
+        }
+    }
+
+    /// The handshake: version, then credential (rule 8), then role (rule 7).
+    fn on_hello(
+        &mut self,
+        conn: ConnId,
+        version: u64,
+        credential: Atom<'_>,
+    ) -> Result<(), Farewell> {
+        if version != VERSION {
+            return Err(Farewell::Error(Reason::UnsupportedVersion));
+        }
+        if let Some(required) = &self.config.credential {
+            if !same_secret(required, credential) {
+                return Err(Farewell::Error(Reason::AuthFailed));
+            }
+        }
+        if let Some(refusal) = self.refusal() {
+            return Err(refusal);
+        }
+        let Some(window) = Window::new(self.config.window) else {
+            // Unreachable: the configuration was validated.
+            return Err(Farewell::Error(Reason::NotActive));
+        };
+        let node = self.config.node_id.clone();
+        self.write(
+            conn,
+            &ServerFrame::Welcome {
+                node: node.to_wire(),
+                window,
+            },
+        );
+        if let Some(hint) = self.hint.clone() {
+            self.write(
+                conn,
+                &ServerFrame::Leader {
+                    addr: hint.to_wire(),
+                },
+            );
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.phase = Phase::Ready { unanswered: 0 };
+        }
+        Ok(())
+    }
+
+    /// How a node that does not lead answers a handshake; `None` for a
+    /// leader.
+    fn refusal(&self) -> Option<Farewell> {
+        match &self.role {
+            Role::Leader => None,
+            Role::Follower { leader } => Some(Farewell::Moved(leader.clone())),
+            Role::NoLeader => Some(Farewell::Error(Reason::NoLeader)),
+            Role::NotActive => Some(Farewell::Error(Reason::NotActive)),
+        }
+    }
+
+    /// A request on an accepted connection: the window (rule 6), then the
+    /// lock table (rules 2 to 4).
+    fn on_request(
+        &mut self,
+        conn: ConnId,
+        unanswered: u64,
+        request: ClientFrame<'_>,
+    ) -> Result<(), Farewell> {
+        let unanswered = unanswered.saturating_add(1);
+        if unanswered > self.config.window {
+            return Err(Farewell::Error(Reason::Window));
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.phase = Phase::Ready { unanswered };
+        }
+        let limits = Limits {
+            queue_limit: self.config.queue_limit,
+            max_waiters: self.config.max_waiters,
+            max_lease_ms: self.config.max_lease_ms(),
+        };
+        match request {
+            ClientFrame::Acquire {
+                id,
+                key,
+                wait_ms,
+                lease_ms,
+                ..
+            } => {
+                let kind = match self
+                    .table
+                    .acquire(self.now, &limits, conn, id, key, wait_ms, lease_ms)
+                {
+                    Acquired::Granted { token, lease_ms } => {
+                        AnswerKind::Granted { token, lease_ms }
+                    }
+                    Acquired::TimedOut => AnswerKind::TimedOut,
+                    Acquired::Busy => AnswerKind::Busy,
+                    Acquired::Queued => return Ok(()),
+                };
+                self.answer(conn, id, key, kind);
+            }
+            ClientFrame::Release { id, key, token } => {
+                let mut replies = mem::take(&mut self.replies);
+                let released = self
+                    .table
+                    .release(self.now, key.as_str(), token, &mut replies);
+                let kind = if released {
+                    AnswerKind::Released
+                } else {
+                    AnswerKind::NotHeld
+                };
+                self.answer(conn, id, key, kind);
+                self.deliver(&mut replies);
+                self.replies = replies;
+            }
+            ClientFrame::Hello { .. } => return Err(Farewell::Error(Reason::DuplicateHello)),
+        }
+        Ok(())
+    }
+
+    /// Queues `frame` for `conn`.
+    fn write(&mut self, conn: ConnId, frame: &ServerFrame<'_>) {
+        let out = self.outbox.entry(conn).or_default();
+        frame.encode(&mut out.buf);
+        if !out.queued {
+            out.queued = true;
+            self.pending.push_back(Pending::Flush(conn));
+        }
+    }
+
+    /// Ends `conn`: says `farewell` if any, forgets the connection, drops its
+    /// waiting acquires (rule 5), and queues the close.
+    fn close(&mut self, conn: ConnId, farewell: Option<Farewell>) {
+        if !self.conns.contains_key(&conn) {
+            return;
+        }
+        match farewell {
+            Some(Farewell::Moved(leader)) => self.write(
+                conn,
+                &ServerFrame::Moved {
+                    addr: leader.to_wire(),
+                },
+            ),
+            Some(Farewell::Error(reason)) => {
+                let reason = Atom::new(reason.as_str()).expect("reasons are atoms");
+                self.write(conn, &ServerFrame::Error { reason });
+            }
+            None => {}
+        }
+        self.conns.remove(&conn);
+        self.table.drop_conn(conn);
+        self.outbox.entry(conn).or_default();
+        self.pending.push_back(Pending::Close(conn));
+    }
+
+    /// Closes, after `E not_active`, every connection with an acquire
+    /// waiting in the table.
+    fn close_waiting_connections(&mut self) {
+        let waiting: Vec<ConnId> = self
+            .conns
+            .keys()
+            .copied()
+            .filter(|&conn| self.table.has_waiters(conn))
+            .collect();
+        for conn in waiting {
+            self.close(conn, Some(Farewell::Error(Reason::NotActive)));
+        }
+    }
+}
+
+/// Compares a credential without stopping at the first difference.
+fn same_secret(required: &Name, offered: Atom<'_>) -> bool {
+    let (a, b) = (required.as_bytes(), offered.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+impl core::fmt::Debug for Server {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Server")
+            .field("node", &self.config.node_id)
+            .field("role", &self.role)
+            .field("now", &self.now)
+            .field("connections", &self.conns.len())
+            .field("table", &self.table)
+            .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests;

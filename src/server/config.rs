@@ -1,0 +1,148 @@
+//! The server's configuration and its role in the cluster.
+
+use core::time::Duration;
+
+use thiserror::Error;
+
+use crate::names::{Endpoint, Name};
+
+/// What this node is, as far as handshakes are concerned (PROTOCOL.md
+/// section 4, rule 7).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Role {
+    /// This node leads: it accepts handshakes with `W` and serves requests.
+    Leader,
+    /// Another node leads: a handshake is answered `M <leader>` and closed.
+    Follower {
+        /// The node that leads.
+        leader: Endpoint,
+    },
+    /// No node is known to lead: a handshake is answered `E no_leader` and
+    /// closed.
+    NoLeader,
+    /// This node is starting up or draining: a handshake is answered
+    /// `E not_active` and closed.
+    NotActive,
+}
+
+impl Role {
+    /// Whether this role accepts handshakes and serves requests.
+    pub fn is_leader(&self) -> bool {
+        matches!(self, Role::Leader)
+    }
+}
+
+/// Everything the server core is told when it is made. Build one with
+/// [`Config::new`] and change the fields you need; the fields match the
+/// options of `ticketing serve` (CLI.md).
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Config {
+    /// Sent in `W <node-id> <window>`.
+    pub node_id: Name,
+    /// How many requests a client may have unanswered on one connection
+    /// (sent in `W`; at least 2; default 64). One more is answered
+    /// `E window` and the connection is closed (rule 6).
+    pub window: u64,
+    /// Most acquires waiting in one key's queue (default 1024). The holder
+    /// is not counted. An acquire that would wait beyond it is answered `B`.
+    pub queue_limit: usize,
+    /// Most acquires waiting in all queues together (default 65 536). The
+    /// holders are not counted. An acquire that would wait beyond it is
+    /// answered `B`.
+    pub max_waiters: usize,
+    /// The longest lease granted (default 60 s, at least 1 ms): a grant's
+    /// lease is `min(lease_ms, max_lease)` in whole milliseconds (rule 3).
+    pub max_lease: Duration,
+    /// The credential clients must present in `H`. `None` (the default)
+    /// accepts any credential, `-` included. With `Some`, a different
+    /// credential, or `-`, is answered `E auth_failed` (rule 8).
+    pub credential: Option<Name>,
+    /// The role the node starts in (default [`Role::Leader`]); change it at
+    /// run time with [`Server::set_role`](super::Server::set_role).
+    pub role: Role,
+    /// Sent as `L <addr>` right after every `W` (default none). Replaced by
+    /// [`Server::announce_leader`](super::Server::announce_leader).
+    pub leader_hint: Option<Endpoint>,
+}
+
+impl Config {
+    /// A leader named `node_id` with the default limits.
+    pub fn new(node_id: Name) -> Config {
+        Config {
+            node_id,
+            window: 64,
+            queue_limit: 1024,
+            max_waiters: 65_536,
+            max_lease: Duration::from_secs(60),
+            credential: None,
+            role: Role::Leader,
+            leader_hint: None,
+        }
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        if self.window < 2 {
+            return Err(ConfigError::WindowTooSmall {
+                window: self.window,
+            });
+        }
+        if self.max_lease < Duration::from_millis(1) {
+            return Err(ConfigError::MaxLeaseTooShort);
+        }
+        if self.credential.as_ref().is_some_and(|c| c.as_str() == "-") {
+            return Err(ConfigError::DashCredential);
+        }
+        Ok(())
+    }
+
+    /// `max_lease` in whole milliseconds (at least 1 once validated).
+    pub(crate) fn max_lease_ms(&self) -> u64 {
+        crate::time::duration_millis(self.max_lease).max(1)
+    }
+}
+
+/// Why a [`Config`] was refused.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// `W` announces a window of at least 2.
+    #[error("window must be at least 2, got {window}")]
+    WindowTooSmall {
+        /// The window configured.
+        window: u64,
+    },
+    /// A lease is at least 1 ms, so the maximum must be too.
+    #[error("max_lease must be at least 1 ms")]
+    MaxLeaseTooShort,
+    /// `-` on the wire means "no credential": it cannot be the one required.
+    #[error("the credential cannot be \"-\" (it means no credential)")]
+    DashCredential,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config() -> Config {
+        Config::new(Name::new("n1").unwrap())
+    }
+
+    #[test]
+    fn validation_refuses_what_the_protocol_cannot_say() {
+        assert_eq!(config().validate(), Ok(()));
+        let mut c = config();
+        c.window = 1;
+        assert_eq!(c.validate(), Err(ConfigError::WindowTooSmall { window: 1 }));
+        let mut c = config();
+        c.max_lease = Duration::from_micros(999);
+        assert_eq!(c.validate(), Err(ConfigError::MaxLeaseTooShort));
+        let mut c = config();
+        c.credential = Some(Name::new("-").unwrap());
+        assert_eq!(c.validate(), Err(ConfigError::DashCredential));
+        let mut c = config();
+        c.max_lease = Duration::from_micros(2_500);
+        assert_eq!(c.max_lease_ms(), 2);
+    }
+}

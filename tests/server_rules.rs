@@ -1,0 +1,1007 @@
+//! Scenario tests of the reference server, one or more per rule of
+//! PROTOCOL.md section 4, plus the handshake, credentials, the window,
+//! malformed frames, leases, queues, tokens, roles and leader hints. Every
+//! test asserts the exact bytes the server sends.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use ticketing::server::{Action, Config, ConnId, Role, Server};
+use ticketing::{Endpoint, Name, Time};
+
+fn t(ms: u64) -> Time {
+    Time::from_millis(ms)
+}
+
+fn ep(s: &str) -> Endpoint {
+    Endpoint::new(s).unwrap()
+}
+
+/// Node `n1`, window 4, at most 2 waiters per key and 3 in all, leases of
+/// at most 1 s.
+fn config() -> Config {
+    let mut c = Config::new(Name::new("n1").unwrap());
+    c.window = 4;
+    c.queue_limit = 2;
+    c.max_waiters = 3;
+    c.max_lease = Duration::from_millis(1000);
+    c
+}
+
+/// One server and everything it said, per connection.
+struct Harness {
+    server: Server,
+    now: Time,
+    /// Bytes sent to each connection and not yet taken.
+    unread: BTreeMap<ConnId, String>,
+    /// Connections the server closed.
+    closed: BTreeSet<ConnId>,
+    clients: u64,
+}
+
+impl Harness {
+    fn new(config: Config) -> Harness {
+        Harness {
+            server: Server::new(config, Time::ZERO).unwrap(),
+            now: Time::ZERO,
+            unread: BTreeMap::new(),
+            closed: BTreeSet::new(),
+            clients: 0,
+        }
+    }
+
+    /// Drains the actions, checking that nothing is sent to a connection
+    /// after its close and that the next timeout lies in the future.
+    fn pump(&mut self) {
+        while let Some(action) = self.server.poll_action() {
+            match action {
+                Action::Send { conn, data } => {
+                    assert!(
+                        !self.closed.contains(&conn),
+                        "{conn} got bytes after its close"
+                    );
+                    assert!(!data.is_empty());
+                    let text = String::from_utf8(data.to_vec()).unwrap();
+                    assert!(text.ends_with('\n'), "whole frames only: {text:?}");
+                    self.unread.entry(conn).or_default().push_str(&text);
+                }
+                Action::Close { conn } => {
+                    assert!(self.closed.insert(conn), "{conn} closed twice");
+                    assert!(!self.server.is_open(conn));
+                }
+                other => panic!("unexpected action {other:?}"),
+            }
+        }
+        if let Some(at) = self.server.poll_timeout() {
+            assert!(
+                at > self.now,
+                "poll_timeout {at} is not after now {}",
+                self.now
+            );
+        }
+    }
+
+    fn accept(&mut self) -> ConnId {
+        let conn = self.server.handle_accept(self.now);
+        self.pump();
+        conn
+    }
+
+    /// Accepts a connection and does the handshake, expecting `W`.
+    fn connect(&mut self) -> ConnId {
+        let conn = self.accept();
+        self.clients += 1;
+        self.send(conn, &format!("H 1 c{} -\n", self.clients));
+        assert_eq!(self.take(conn), "W n1 4\n");
+        conn
+    }
+
+    fn send(&mut self, conn: ConnId, text: &str) {
+        self.server.handle_bytes(self.now, conn, text.as_bytes());
+        self.pump();
+    }
+
+    /// Moves the clock to `ms` and fires the timers.
+    fn at(&mut self, ms: u64) {
+        self.now = t(ms);
+        self.server.handle_timeout(self.now);
+        self.pump();
+    }
+
+    /// What the server sent `conn` since the last call.
+    fn take(&mut self, conn: ConnId) -> String {
+        self.unread.remove(&conn).unwrap_or_default()
+    }
+
+    fn closed(&self, conn: ConnId) -> bool {
+        self.closed.contains(&conn)
+    }
+
+    fn token(&self, key: &str) -> Option<u64> {
+        self.server.holder(key).map(|h| h.token)
+    }
+}
+
+fn leader() -> Harness {
+    Harness::new(config())
+}
+
+// ----- the handshake ------------------------------------------------------
+
+#[test]
+fn handshake_is_answered_w_with_node_and_window() {
+    let mut h = leader();
+    let a = h.accept();
+    assert_eq!(h.take(a), "", "the server speaks only after H");
+    h.send(a, "H 1 client-a -\n");
+    assert_eq!(h.take(a), "W n1 4\n");
+    assert_eq!(h.server.unanswered(a), Some(0));
+    h.send(a, "A 1 k o 0 10\n");
+    assert_eq!(h.take(a), "G 1 A k 1 10\n");
+    assert!(!h.closed(a));
+}
+
+#[test]
+fn handshake_sends_the_configured_leader_hint_after_w() {
+    let mut c = config();
+    c.leader_hint = Some(ep("n1.example:7878"));
+    let mut h = Harness::new(c);
+    let a = h.accept();
+    h.send(a, "H 1 c -\n");
+    assert_eq!(h.take(a), "W n1 4\nL n1.example:7878\n");
+}
+
+#[test]
+fn request_before_hello_closes_that_connection_only() {
+    let mut h = leader();
+    let b = h.connect();
+    h.send(b, "A 1 k o 0 10\n");
+    assert_eq!(h.take(b), "G 1 A k 1 10\n");
+    let a = h.accept();
+    h.send(a, "R 1 k 1\n");
+    assert_eq!(h.take(a), "E hello_required\n");
+    assert!(h.closed(a));
+    assert_eq!(h.token("k"), Some(1), "the release before H did nothing");
+    h.send(b, "R 2 k 1\n");
+    assert_eq!(h.take(b), "D 2 R k\n");
+    assert!(!h.closed(b));
+}
+
+#[test]
+fn second_hello_closes_the_connection() {
+    let mut h = leader();
+    let a = h.connect();
+    h.send(a, "H 1 again -\n");
+    assert_eq!(h.take(a), "E duplicate_hello\n");
+    assert!(h.closed(a));
+}
+
+#[test]
+fn wrong_version_closes_the_connection() {
+    let mut h = leader();
+    let a = h.accept();
+    h.send(a, "H 2 c -\nA 1 k o 0 10\n");
+    assert_eq!(h.take(a), "E unsupported_version\n");
+    assert!(h.closed(a));
+    assert_eq!(h.token("k"), None, "nothing after the refused H is read");
+}
+
+#[test]
+fn malformed_frames_close_only_that_connection() {
+    let bad = [
+        "A 01 k o 0 5",                   // leading zero
+        "A 1 k o 0 0",                    // zero lease
+        "A 1 k o 0",                      // too few fields
+        "A 1 k o 0 5 6",                  // too many fields
+        "A 1  k o 0 5",                   // empty field
+        "A 1 k o 0 5 ",                   // trailing space
+        "A 1 k o 0 5\r",                  // carriage return
+        "A 1 k o -1 5",                   // sign
+        "A 18446744073709551616 k o 0 5", // overflow
+        "R 1 k",                          // release without token
+        "X 1 k",                          // unknown kind
+        "G 1 A k 1 1",                    // a server's frame
+        "",                               // empty line
+        "A 1 k\u{1} o 0 5",               // control byte
+    ];
+    for line in bad {
+        let mut h = leader();
+        let other = h.connect();
+        h.send(other, "A 1 held o 0 500\n");
+        assert_eq!(h.take(other), "G 1 A held 1 500\n");
+        let a = h.connect();
+        h.send(a, "A 1 mine o 0 500\nA 2 held o 300 500\n");
+        assert_eq!(h.take(a), "G 1 A mine 2 500\n");
+        assert_eq!(h.server.queue_len("held"), 1);
+        h.send(a, &format!("{line}\nR 3 mine 2\n"));
+        assert_eq!(h.take(a), "E bad_frame\n", "line {line:?}");
+        assert!(h.closed(a), "line {line:?}");
+        // The frame after the bad one was not read; the waiter is gone, the
+        // grant stays; the other connection goes on.
+        assert_eq!(h.token("mine"), Some(2), "line {line:?}");
+        assert_eq!(h.server.queue_len("held"), 0, "line {line:?}");
+        assert!(!h.closed(other));
+        h.send(other, "R 2 held 1\n");
+        assert_eq!(h.take(other), "D 2 R held\n", "line {line:?}");
+    }
+}
+
+#[test]
+fn a_line_is_buffered_up_to_1024_bytes_and_byte_1025_closes() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, &"x".repeat(1000));
+    h.send(a, &"x".repeat(24));
+    assert_eq!(h.take(a), "");
+    assert!(!h.closed(a), "1024 bytes without a newline are still legal");
+    h.send(a, "\n");
+    assert_eq!(h.take(a), "E bad_frame\n");
+    assert!(h.closed(a));
+    // A frame may be cut anywhere.
+    h.send(b, "A 1 k");
+    h.send(b, " o 0 ");
+    assert_eq!(h.take(b), "");
+    h.send(b, "10\nA 2 j o 0 10\nR 3 k");
+    assert_eq!(h.take(b), "G 1 A k 1 10\nG 2 A j 2 10\n");
+    h.send(b, " 1\n");
+    assert_eq!(h.take(b), "D 3 R k\n");
+}
+
+#[test]
+fn the_same_conversation_in_single_bytes_gives_the_same_bytes() {
+    let script = [
+        "H 1 c -\nA 1 k o 0 100\nA 2 k o 50 100\nA 3 j o 0 20\n",
+        "R 4 k 1\nR 5 k 1\nA 6 k o 0 5\n",
+    ];
+    let run = |split: bool| {
+        let mut h = leader();
+        let a = h.accept();
+        for part in script {
+            if split {
+                for b in part.as_bytes() {
+                    h.server.handle_bytes(h.now, a, &[*b]);
+                }
+                h.pump();
+            } else {
+                h.send(a, part);
+            }
+        }
+        h.take(a)
+    };
+    let whole = run(false);
+    assert_eq!(
+        whole,
+        "W n1 4\nG 1 A k 1 100\nG 3 A j 2 20\nD 4 R k\nG 2 A k 3 100\nN 5 R k\nT 6 A k\n"
+    );
+    assert_eq!(run(true), whole);
+}
+
+// ----- rule 1: exactly one answer per request -------------------------------
+
+#[test]
+fn rule1_every_request_gets_exactly_one_answer_in_any_order() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 1000\n");
+    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    // b's first acquire waits; its later requests are answered first.
+    h.send(b, "A 10 k o 5000 100\nA 11 j o 0 100\nR 12 j 99\n");
+    assert_eq!(h.take(b), "G 11 A j 2 100\nN 12 R j\n");
+    assert_eq!(h.server.unanswered(b), Some(1));
+    h.at(10);
+    h.send(a, "R 2 k 1\n");
+    assert_eq!(h.take(a), "D 2 R k\n");
+    assert_eq!(h.take(b), "G 10 A k 3 100\n");
+    assert_eq!(h.server.unanswered(b), Some(0));
+    // Nothing else is ever said: not at the waits' or the leases' ends.
+    h.at(10_000);
+    assert_eq!(h.take(a), "");
+    assert_eq!(h.take(b), "");
+}
+
+#[test]
+fn rule1_a_waiting_acquire_gets_no_answer_once_its_connection_closed() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 100\n");
+    h.send(b, "A 1 k o 500 100\n");
+    h.server.handle_closed(h.now, b);
+    h.pump();
+    h.at(1000);
+    assert_eq!(h.take(b), "");
+    assert_eq!(
+        h.token("k"),
+        None,
+        "the lease ran out and nobody was granted"
+    );
+}
+
+// ----- rule 2: acquire ----------------------------------------------------
+
+#[test]
+fn rule2_a_free_key_is_granted_at_once() {
+    let mut h = leader();
+    let a = h.connect();
+    h.send(a, "A 7 printer me 5000 300\n");
+    assert_eq!(h.take(a), "G 7 A printer 1 300\n");
+    let holder = h.server.holder("printer").unwrap();
+    assert_eq!((holder.token, holder.conn), (1, a));
+    assert_eq!((holder.granted_at, holder.expires_at), (t(0), t(300)));
+}
+
+#[test]
+fn rule2_wait_zero_on_a_held_key_is_answered_t() {
+    let mut h = leader();
+    let a = h.connect();
+    h.send(a, "A 1 k o 0 100\nA 2 k o 0 100\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100\nT 2 A k\n");
+    assert_eq!(h.server.queue_len("k"), 0);
+}
+
+#[test]
+fn rule2_wait_zero_is_answered_t_before_b_even_when_queues_are_full() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 100\n");
+    h.send(b, "A 1 k o 50 100\nA 2 k o 50 100\nA 3 k o 0 100\n");
+    assert_eq!(h.take(b), "T 3 A k\n");
+}
+
+#[test]
+fn rule2_busy_at_the_per_key_limit_holder_not_counted() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 100\n");
+    // The holder plus two waiters: the queue (limit 2) is full only now.
+    h.send(b, "A 1 k o 50 100\nA 2 k o 50 100\n");
+    assert_eq!(h.take(b), "");
+    assert_eq!(h.server.queue_len("k"), 2);
+    h.send(b, "A 3 k o 50 100\n");
+    assert_eq!(h.take(b), "B 3 A k\n");
+    assert_eq!(h.server.queue_len("k"), 2, "a busy acquire is not queued");
+    // Another key still takes waiters.
+    h.send(a, "A 2 j o 0 100\n");
+    h.send(b, "A 4 j o 50 100\n");
+    assert_eq!(h.server.queue_len("j"), 1);
+    assert_eq!(h.take(b), "");
+}
+
+#[test]
+fn rule2_busy_at_the_total_limit_holders_not_counted() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    let c = h.connect();
+    h.send(a, "A 1 k o 0 100\nA 2 j o 0 100\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100\nG 2 A j 2 100\n");
+    // Two holders and three waiters: the server's limit (3) counts waiters.
+    h.send(b, "A 1 k o 50 100\nA 2 k o 50 100\n");
+    h.send(c, "A 1 j o 50 100\n");
+    assert_eq!(h.server.lock_table().waiters(), 3);
+    h.send(c, "A 2 j o 50 100\n");
+    assert_eq!(
+        h.take(c),
+        "B 2 A j\n",
+        "j's own queue has room, the server's has not"
+    );
+    // A free key is still granted: the limit is on waiting.
+    h.send(c, "A 3 free o 50 100\n");
+    assert_eq!(h.take(c), "G 3 A free 3 100\n");
+    // Once a waiter leaves, there is room again.
+    h.at(50);
+    assert_eq!(h.take(b), "T 1 A k\nT 2 A k\n");
+    assert_eq!(h.take(c), "T 1 A j\n");
+    h.send(c, "A 4 j o 50 100\n");
+    assert_eq!(h.take(c), "");
+    assert_eq!(h.server.queue_len("j"), 1);
+}
+
+#[test]
+fn rule2_waiters_are_granted_first_in_first_out() {
+    let mut c = config();
+    c.queue_limit = 10;
+    c.max_waiters = 10;
+    let mut h = Harness::new(c);
+    let a = h.connect();
+    let b = h.connect();
+    let x = h.connect();
+    h.send(a, "A 1 k o 0 1000\n");
+    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    h.send(b, "A 1 k o 5000 1000\n");
+    h.send(x, "A 1 k o 5000 1000\n");
+    h.send(b, "A 2 k o 5000 1000\n");
+    h.send(a, "R 2 k 1\n");
+    assert_eq!(h.take(a), "D 2 R k\n");
+    assert_eq!(h.take(b), "G 1 A k 2 1000\n");
+    assert_eq!(h.take(x), "");
+    h.send(a, "R 3 k 2\n");
+    assert_eq!(h.take(x), "G 1 A k 3 1000\n");
+    assert_eq!(h.take(b), "");
+    h.send(a, "R 4 k 3\n");
+    assert_eq!(h.take(b), "G 2 A k 4 1000\n");
+    assert_eq!(h.take(a), "D 3 R k\nD 4 R k\n");
+}
+
+#[test]
+fn rule2_a_wait_that_runs_out_is_answered_t_at_its_deadline() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 1000\n");
+    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    h.at(5);
+    h.send(b, "A 1 k o 100 50\nA 2 k o 200 50\n");
+    assert_eq!(h.server.poll_timeout(), Some(t(105)));
+    h.at(104);
+    assert_eq!(h.take(b), "");
+    h.at(105);
+    assert_eq!(h.take(b), "T 1 A k\n");
+    assert_eq!(h.server.queue_len("k"), 1);
+    // A late timer still answers, and only once.
+    h.at(900);
+    assert_eq!(h.take(b), "T 2 A k\n");
+    assert_eq!(h.take(a), "");
+    assert_eq!(h.token("k"), Some(1), "the holder is untouched");
+}
+
+#[test]
+fn rule2_a_wait_ending_exactly_when_the_key_frees_is_granted() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 100\n");
+    h.send(b, "A 1 k o 100 30\n");
+    h.at(100);
+    assert_eq!(h.take(b), "G 1 A k 2 30\n");
+}
+
+// ----- rule 3: leases -----------------------------------------------------
+
+#[test]
+fn rule3_leases_are_capped_at_the_server_maximum() {
+    let mut h = leader();
+    let a = h.connect();
+    h.send(a, "A 1 k o 0 5000\nA 2 j o 0 1000\nA 3 i o 0 999\n");
+    assert_eq!(h.take(a), "G 1 A k 1 1000\nG 2 A j 2 1000\nG 3 A i 3 999\n");
+    assert_eq!(h.server.holder("k").unwrap().expires_at, t(1000));
+    h.at(999);
+    assert_eq!(h.token("k"), Some(1));
+    assert_eq!(h.token("i"), None);
+    h.at(1000);
+    assert_eq!(h.token("k"), None);
+    // A waiter's lease is capped too.
+    let mut h = leader();
+    let a = h.connect();
+    h.send(a, "A 1 k o 0 10\nA 2 k o 100 18446744073709551615\n");
+    h.at(10);
+    assert_eq!(h.take(a), "G 1 A k 1 10\nG 2 A k 2 1000\n");
+}
+
+#[test]
+fn rule3_expiry_frees_the_key_and_grants_the_next_waiter() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 100\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100\n");
+    h.send(b, "A 1 k o 1000 50\n");
+    assert_eq!(h.server.poll_timeout(), Some(t(100)));
+    h.at(99);
+    assert_eq!(h.take(b), "");
+    h.at(100);
+    assert_eq!(h.take(b), "G 1 A k 2 50\n");
+    assert_eq!(h.take(a), "", "the expired holder is not told");
+    // The lease started at the grant.
+    let holder = h.server.holder("k").unwrap();
+    assert_eq!((holder.granted_at, holder.expires_at), (t(100), t(150)));
+    // The expired grant's token no longer releases anything.
+    h.send(a, "R 2 k 1\n");
+    assert_eq!(h.take(a), "N 2 R k\n");
+    h.at(150);
+    assert_eq!(h.token("k"), None);
+    h.send(a, "A 3 k o 0 10\n");
+    assert_eq!(h.take(a), "G 3 A k 3 10\n");
+}
+
+#[test]
+fn rule3_a_late_timer_fires_each_expiry_at_its_own_time() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    let c = h.connect();
+    h.send(a, "A 1 k o 0 100\n");
+    h.send(b, "A 1 k o 1000 100\n");
+    h.send(c, "A 1 k o 250 100\n");
+    // One late call: a's lease ends at 100 (b granted until 200), b's at
+    // 200 (c granted until 300, within its wait of 250).
+    h.at(260);
+    assert_eq!(h.take(b), "G 1 A k 2 100\n");
+    assert_eq!(h.take(c), "G 1 A k 3 100\n");
+    let holder = h.server.holder("k").unwrap();
+    assert_eq!((holder.granted_at, holder.expires_at), (t(200), t(300)));
+}
+
+// ----- rule 4: release ----------------------------------------------------
+
+#[test]
+fn rule4_release_by_exact_token_is_d_anything_else_n() {
+    let mut h = leader();
+    let a = h.connect();
+    h.send(a, "A 1 k o 0 100\nA 2 j o 0 100\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100\nG 2 A j 2 100\n");
+    h.send(a, "R 3 k 2\nR 4 nokey 1\nR 5 k 0\n");
+    assert_eq!(h.take(a), "N 3 R k\nN 4 R nokey\nN 5 R k\n");
+    assert_eq!(h.token("k"), Some(1));
+    h.send(a, "R 6 k 1\nR 7 k 1\n");
+    assert_eq!(h.take(a), "D 6 R k\nN 7 R k\n");
+    assert_eq!(h.token("k"), None);
+    assert_eq!(h.token("j"), Some(2));
+}
+
+#[test]
+fn rule4_a_release_is_never_answered_b() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    let c = h.connect();
+    h.send(a, "A 1 k o 0 100\n");
+    h.send(b, "A 1 k o 500 100\nA 2 k o 500 100\n");
+    h.send(c, "A 1 j o 0 100\nA 2 k o 500 100\n");
+    assert_eq!(h.take(c), "G 1 A j 2 100\nB 2 A k\n", "every queue is full");
+    h.send(c, "R 3 k 5\nR 4 j 2\nR 5 k 1\n");
+    assert_eq!(h.take(c), "N 3 R k\nD 4 R j\nD 5 R k\n");
+    assert_eq!(h.take(b), "G 1 A k 3 100\n");
+}
+
+#[test]
+fn rule4_a_grant_is_released_from_another_connection() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 100\nA 2 k o 500 100\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100\n");
+    h.send(b, "R 1 k 1\n");
+    assert_eq!(h.take(b), "D 1 R k\n");
+    assert_eq!(h.take(a), "G 2 A k 2 100\n");
+    assert_eq!(h.server.unanswered(a), Some(0));
+}
+
+// ----- rule 5: closed connections -----------------------------------------
+
+#[test]
+fn rule5_a_closed_connection_loses_its_waiters_but_not_its_grants() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(b, "A 1 j o 0 100\n");
+    assert_eq!(h.take(b), "G 1 A j 1 100\n");
+    h.send(a, "A 1 k o 0 500\nA 2 j o 400 100\n");
+    assert_eq!(h.take(a), "G 1 A k 2 500\n");
+    assert_eq!(h.server.queue_len("j"), 1);
+    h.server.handle_closed(h.now, a);
+    h.pump();
+    assert_eq!(h.server.queue_len("j"), 0, "the waiter was dropped");
+    assert_eq!(h.server.lock_table().waiters(), 0);
+    let holder = h.server.holder("k").unwrap();
+    assert_eq!((holder.token, holder.conn), (2, a), "the grant stays");
+    // j frees with nobody to grant; k is released by its token from b.
+    h.send(b, "R 2 j 1\nR 3 k 2\n");
+    assert_eq!(h.take(b), "D 2 R j\nD 3 R k\n");
+    assert_eq!(h.take(a), "");
+    assert_eq!((h.token("j"), h.token("k")), (None, None));
+}
+
+#[test]
+fn rule5_a_grant_of_a_closed_connection_lasts_until_its_lease_runs_out() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 300\n");
+    h.server.handle_closed(h.now, a);
+    h.pump();
+    h.send(b, "A 1 k o 0 100\nA 2 k o 1000 100\n");
+    assert_eq!(h.take(b), "T 1 A k\n");
+    h.at(299);
+    assert_eq!(h.take(b), "");
+    h.at(300);
+    assert_eq!(h.take(b), "G 2 A k 2 100\n");
+}
+
+// ----- rule 6: the window -------------------------------------------------
+
+#[test]
+fn rule6_more_than_window_unanswered_is_answered_e_window_and_closed() {
+    let mut c = config();
+    c.queue_limit = 10;
+    c.max_waiters = 10;
+    let mut h = Harness::new(c);
+    let a = h.connect();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 1000\n");
+    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    // Requests answered at once leave the window: many in a row are fine.
+    for id in 100..120 {
+        h.send(b, &format!("R {id} nokey 1\n"));
+        assert_eq!(h.take(b), format!("N {id} R nokey\n"));
+    }
+    // The window is 4: four waiting acquires fit.
+    h.send(
+        b,
+        "A 1 k o 5000 10\nA 2 k o 5000 10\nA 3 k o 5000 10\nA 4 k o 5000 10\n",
+    );
+    assert_eq!(h.take(b), "");
+    assert_eq!(h.server.unanswered(b), Some(4));
+    // An answer frees a slot.
+    h.send(a, "R 2 k 1\n");
+    assert_eq!(h.take(a), "D 2 R k\n");
+    assert_eq!(h.take(b), "G 1 A k 2 10\n");
+    assert_eq!(h.server.unanswered(b), Some(3));
+    h.send(b, "A 5 k o 5000 10\n");
+    assert_eq!(h.server.unanswered(b), Some(4));
+    // A fifth unanswered request is one too many, even one that would be
+    // answered at once: it is not served, and the connection closes.
+    h.send(b, "A 6 s o 0 10\nA 7 t o 0 10\n");
+    assert_eq!(h.take(b), "E window\n");
+    assert!(h.closed(b));
+    assert_eq!(
+        h.token("s"),
+        None,
+        "the request over the window was not served"
+    );
+    assert_eq!(h.token("t"), None);
+    assert_eq!(h.server.queue_len("k"), 0, "b's waiters were dropped");
+    assert_eq!(h.token("k"), Some(2), "b's grant stays");
+    assert!(!h.closed(a));
+    h.send(a, "R 3 k 2\n");
+    assert_eq!(h.take(a), "D 3 R k\n");
+}
+
+// ----- rule 7: roles ------------------------------------------------------
+
+fn in_role(role: Role) -> Harness {
+    let mut c = config();
+    c.role = role;
+    Harness::new(c)
+}
+
+#[test]
+fn rule7_a_follower_answers_hello_with_m_and_closes() {
+    let mut h = in_role(Role::Follower {
+        leader: ep("leader.example:7878"),
+    });
+    let a = h.accept();
+    h.send(a, "H 1 c -\nA 1 k o 0 10\n");
+    assert_eq!(h.take(a), "M leader.example:7878\n");
+    assert!(h.closed(a));
+    assert_eq!(h.token("k"), None);
+}
+
+#[test]
+fn rule7_a_node_without_leader_answers_e_no_leader() {
+    let mut h = in_role(Role::NoLeader);
+    let a = h.accept();
+    h.send(a, "H 1 c -\n");
+    assert_eq!(h.take(a), "E no_leader\n");
+    assert!(h.closed(a));
+}
+
+#[test]
+fn rule7_a_node_starting_or_draining_answers_e_not_active() {
+    let mut h = in_role(Role::NotActive);
+    let a = h.accept();
+    h.send(a, "H 1 c -\n");
+    assert_eq!(h.take(a), "E not_active\n");
+    assert!(h.closed(a));
+}
+
+#[test]
+fn rule7_a_leader_that_steps_down_sends_m_to_every_connection_and_closes() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    let fresh = h.accept();
+    h.send(a, "A 1 k o 0 1000\n");
+    h.send(b, "A 1 k o 5000 100\n");
+    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    h.server.set_role(
+        h.now,
+        Role::Follower {
+            leader: ep("n2:7878"),
+        },
+    );
+    h.pump();
+    for conn in [a, b, fresh] {
+        assert_eq!(h.take(conn), "M n2:7878\n");
+        assert!(h.closed(conn));
+    }
+    assert_eq!(h.server.connections(), 0);
+    assert_eq!(h.token("k"), Some(1), "grants stay");
+    assert_eq!(
+        h.server.queue_len("k"),
+        0,
+        "waiters of closed connections go"
+    );
+    // New handshakes are redirected.
+    let c = h.accept();
+    h.send(c, "H 1 c -\n");
+    assert_eq!(h.take(c), "M n2:7878\n");
+    // And leading again serves them.
+    h.server.set_role(h.now, Role::Leader);
+    h.pump();
+    let d = h.connect();
+    h.send(d, "R 1 k 1\n");
+    assert_eq!(h.take(d), "D 1 R k\n");
+}
+
+#[test]
+fn rule7_a_leader_that_steps_down_without_a_successor_sends_e_no_leader() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect();
+    h.server.set_role(h.now, Role::NoLeader);
+    h.pump();
+    for conn in [a, b] {
+        assert_eq!(h.take(conn), "E no_leader\n");
+        assert!(h.closed(conn));
+    }
+    let mut h = leader();
+    let a = h.connect();
+    h.server.set_role(h.now, Role::NotActive);
+    h.pump();
+    assert_eq!(h.take(a), "E not_active\n");
+    assert!(h.closed(a));
+}
+
+#[test]
+fn rule7_a_change_between_roles_that_do_not_lead_closes_nothing() {
+    let mut h = in_role(Role::NoLeader);
+    let a = h.accept();
+    h.server
+        .set_role(h.now, Role::Follower { leader: ep("n3:1") });
+    h.pump();
+    assert!(!h.closed(a));
+    assert_eq!(h.take(a), "");
+    h.send(a, "H 1 c -\n");
+    assert_eq!(h.take(a), "M n3:1\n");
+}
+
+#[test]
+fn rule7_l_is_sent_to_every_connection_at_any_time_and_they_stay() {
+    let mut h = leader();
+    let a = h.connect();
+    let fresh = h.accept();
+    h.send(a, "A 1 k o 5000 100\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100\n");
+    h.server.announce_leader(h.now, ep("n2:7878"));
+    h.pump();
+    assert_eq!(h.take(a), "L n2:7878\n");
+    assert_eq!(h.take(fresh), "L n2:7878\n");
+    assert!(!h.closed(a) && !h.closed(fresh));
+    // The connections go on, and later handshakes get the hint after W.
+    h.send(a, "R 2 k 1\n");
+    assert_eq!(h.take(a), "D 2 R k\n");
+    h.send(fresh, "H 1 c -\n");
+    assert_eq!(h.take(fresh), "W n1 4\nL n2:7878\n");
+    assert_eq!(h.server.leader_hint(), Some(&ep("n2:7878")));
+}
+
+// ----- rule 8: credentials ------------------------------------------------
+
+#[test]
+fn rule8_a_required_credential_refuses_wrong_ones_and_dash() {
+    let mut c = config();
+    c.credential = Some(Name::new("s3cret").unwrap());
+    let mut h = Harness::new(c);
+    for (hello, answer) in [
+        ("H 1 c wrong\n", "E auth_failed\n"),
+        ("H 1 c -\n", "E auth_failed\n"),
+        ("H 1 c s3cret!\n", "E auth_failed\n"),
+        ("H 1 c s3cre\n", "E auth_failed\n"),
+        ("H 1 c s3cret\n", "W n1 4\n"),
+    ] {
+        let a = h.accept();
+        h.send(a, hello);
+        assert_eq!(h.take(a), answer, "{hello:?}");
+        assert_eq!(h.closed(a), answer != "W n1 4\n");
+    }
+}
+
+#[test]
+fn rule8_a_server_without_credential_accepts_any() {
+    let mut h = leader();
+    for hello in ["H 1 c -\n", "H 1 c anything\n"] {
+        let a = h.accept();
+        h.send(a, hello);
+        assert_eq!(h.take(a), "W n1 4\n");
+    }
+}
+
+#[test]
+fn rule8_credentials_are_checked_before_the_role() {
+    let mut c = config();
+    c.credential = Some(Name::new("s3cret").unwrap());
+    c.role = Role::Follower { leader: ep("n2:1") };
+    let mut h = Harness::new(c);
+    let a = h.accept();
+    h.send(a, "H 1 c -\n");
+    assert_eq!(h.take(a), "E auth_failed\n");
+    let b = h.accept();
+    h.send(b, "H 1 c s3cret\n");
+    assert_eq!(h.take(b), "M n2:1\n");
+}
+
+// ----- tokens -------------------------------------------------------------
+
+#[test]
+fn tokens_strictly_increase_across_grants_keys_and_expiries() {
+    let mut c = config();
+    c.queue_limit = 10;
+    c.max_waiters = 10;
+    let mut h = Harness::new(c);
+    let a = h.connect();
+    let mut tokens = Vec::new();
+    let mut id = 0;
+    for round in 0..20u64 {
+        for key in ["k", "j"] {
+            id += 1;
+            h.send(a, &format!("A {id} {key} o 0 {}\n", 5 + round % 3));
+        }
+        h.at(h.now.as_millis() + 10);
+        for line in h.take(a).lines() {
+            let fields: Vec<&str> = line.split(' ').collect();
+            assert_eq!(fields[0], "G", "{line}");
+            tokens.push(fields[4].parse::<u64>().unwrap());
+        }
+    }
+    assert_eq!(tokens.len(), 40);
+    assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+// ----- the lock table moves between servers --------------------------------
+
+#[test]
+fn the_lock_table_moves_with_leadership_between_servers() {
+    let mut one = leader();
+    let mut c = config();
+    c.node_id = Name::new("n2").unwrap();
+    c.role = Role::Follower { leader: ep("n1:1") };
+    let mut two = Harness::new(c);
+
+    let a = one.connect();
+    let b = one.connect();
+    one.send(a, "A 1 k o 0 1000\nA 2 j o 0 400\n");
+    one.send(b, "A 1 k o 5000 100\n");
+    assert_eq!(one.take(a), "G 1 A k 1 1000\nG 2 A j 2 400\n");
+
+    one.at(100);
+    two.at(100);
+    one.server
+        .set_role(one.now, Role::Follower { leader: ep("n2:1") });
+    one.pump();
+    assert_eq!(one.take(a), "M n2:1\n");
+    assert_eq!(one.take(b), "M n2:1\n");
+    let table = one.server.take_lock_table(one.now);
+    assert_eq!((table.last_token(), table.waiters()), (2, 0));
+    assert_eq!(one.token("k"), None);
+    two.server.install_lock_table(two.now, table);
+    two.server.set_role(two.now, Role::Leader);
+    two.pump();
+
+    // The grants, with their leases, carry on at the new leader.
+    let x = two.accept();
+    two.send(x, "H 1 c -\n");
+    assert_eq!(two.take(x), "W n2 4\n");
+    assert_eq!(two.server.holder("k").unwrap().expires_at, t(1000));
+    two.send(x, "A 1 k o 0 10\nR 2 j 1\nR 3 k 1\nA 4 k o 0 10\n");
+    assert_eq!(two.take(x), "T 1 A k\nN 2 R j\nD 3 R k\nG 4 A k 3 10\n");
+    two.at(399);
+    assert_eq!(two.token("j"), Some(2));
+    two.at(400);
+    assert_eq!(
+        two.token("j"),
+        None,
+        "the lease ran out at its original time"
+    );
+    // The old leader, should it lead again without a table, goes on after
+    // the tokens it gave (1 and 2), never back.
+    one.server.set_role(one.now, Role::Leader);
+    let y = one.connect();
+    one.send(y, "A 1 z o 0 10\n");
+    assert_eq!(one.take(y), "G 1 A z 3 10\n");
+}
+
+#[test]
+fn installing_a_copy_of_a_live_table_drops_its_waiters_and_keeps_tokens_rising() {
+    let mut one = leader();
+    let a = one.connect();
+    one.send(a, "A 1 k o 0 1000\nA 2 k o 5000 10\n");
+    let copy = one.server.lock_table().clone();
+    assert_eq!(copy.waiters(), 1);
+
+    let mut two = leader();
+    let b = two.connect();
+    for id in 1..=4 {
+        two.send(b, &format!("A {id} x{id} o 0 1000\n"));
+    }
+    two.send(b, "A 5 x1 o 5000 10\n");
+    assert_eq!(
+        two.take(b),
+        "G 1 A x1 1 1000\nG 2 A x2 2 1000\nG 3 A x3 3 1000\nG 4 A x4 4 1000\n"
+    );
+    let c = two.connect();
+    two.server.install_lock_table(two.now, copy);
+    two.pump();
+    // b had a waiter in the replaced table: it cannot be answered any more.
+    assert_eq!(two.take(b), "E not_active\n");
+    assert!(two.closed(b));
+    assert!(!two.closed(c));
+    assert_eq!(two.server.lock_table().waiters(), 0);
+    assert_eq!(two.token("x1"), None);
+    assert_eq!(two.token("k"), Some(1));
+    two.send(c, "A 1 new o 0 10\n");
+    assert_eq!(
+        two.take(c),
+        "G 1 A new 5 10\n",
+        "above every token either table gave"
+    );
+}
+
+// ----- robustness ---------------------------------------------------------
+
+#[test]
+fn arbitrary_bytes_never_panic_and_end_only_their_connection() {
+    use ticketing::rng::Rng;
+    use ticketing::wire::ServerFrame;
+
+    let mut rng = Rng::new(2024);
+    let mut h = leader();
+    let steady = h.connect();
+    let alphabet = b"HARWGTBDNLME 0123456789k-o\n\r\x00\xff~";
+    for round in 0..500u64 {
+        let junk = h.accept();
+        if rng.chance(1, 2) {
+            h.send(junk, "H 1 junk -\n");
+        }
+        let len = rng.up_to(1500) as usize;
+        let bytes: Vec<u8> = (0..len)
+            .map(|_| {
+                if rng.chance(1, 3) {
+                    rng.next_u64() as u8
+                } else {
+                    alphabet[rng.up_to(alphabet.len() as u64 - 1) as usize]
+                }
+            })
+            .collect();
+        let mut rest = &bytes[..];
+        while !rest.is_empty() {
+            let n = (rng.up_to(64) as usize + 1).min(rest.len());
+            h.server.handle_bytes(h.now, junk, &rest[..n]);
+            rest = &rest[n..];
+        }
+        h.pump();
+        // Whatever it said was valid frames; a close came after an `E`.
+        let said = h.take(junk);
+        for line in said.lines() {
+            assert!(ServerFrame::parse(line.as_bytes()).is_ok(), "{line:?}");
+        }
+        if h.closed(junk) {
+            assert!(
+                said.lines().last().is_some_and(|l| l.starts_with("E ")),
+                "{said:?}"
+            );
+        }
+        h.server.handle_closed(h.now, junk);
+        h.pump();
+        // The steady connection is untouched and served.
+        assert!(!h.closed(steady));
+        h.send(steady, &format!("R {round} none 1\n"));
+        assert_eq!(h.take(steady), format!("N {round} R none\n"));
+    }
+    assert_eq!(h.server.connections(), 1);
+    assert_eq!(h.server.lock_table().waiters(), 0);
+}
