@@ -2,13 +2,25 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "blocking")]
+pub mod blocking;
 pub mod client;
+#[cfg(feature = "futures-io")]
+pub mod futures_io;
 pub mod names;
 pub mod rng;
+#[cfg(feature = "server")]
+pub mod serve;
 pub mod server;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+mod shell;
+#[cfg(any(feature = "tokio", feature = "futures-io"))]
+mod driver;
 #[cfg(feature = "fuzzing")]
 pub mod testkit;
 pub mod time;
+#[cfg(feature = "tokio")]
+pub mod tokio;
 pub mod wire;
 
 pub use names::{Endpoint, Key, Name};

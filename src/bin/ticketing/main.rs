@@ -1,0 +1,43 @@
+//! `ticketing`: the command line of the Ticketing lock service. A thin shell
+//! over the library; every rule lives there. The interface is CLI.md's.
+
+mod serve;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Ticketing: locks with fencing tokens.
+#[derive(Parser)]
+#[command(name = "ticketing", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the reference server until SIGINT or SIGTERM.
+    Serve(serve::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("ticketing: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = match cli.command {
+        Command::Serve(args) => runtime.block_on(serve::run(args)),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ticketing: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,92 @@
+//! `ticketing serve`: the reference server until SIGINT or SIGTERM.
+
+use std::error::Error;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, ValueEnum};
+use ticketing::server::{Config, Role, Server};
+use ticketing::{Endpoint, Name, Time};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum RoleArg {
+    Leader,
+    Follower,
+    NoLeader,
+    NotActive,
+}
+
+/// Options of `ticketing serve` (CLI.md).
+#[derive(ClapArgs)]
+pub struct Args {
+    /// Address to listen on; port 0 picks a free one (printed on stderr).
+    #[arg(long, default_value = "127.0.0.1:7878")]
+    listen: String,
+    /// Node id sent in W.
+    #[arg(long, default_value = "node-1")]
+    node_id: Name,
+    /// Credential clients must present (default: any).
+    #[arg(long)]
+    credential: Option<Name>,
+    /// Requests a client may have unanswered.
+    #[arg(long, default_value_t = 64)]
+    window: u64,
+    /// Most acquires waiting on one key.
+    #[arg(long, default_value_t = 1024)]
+    queue_limit: usize,
+    /// Most acquires waiting in all.
+    #[arg(long, default_value_t = 65_536)]
+    max_waiters: usize,
+    /// Longest lease granted, in milliseconds.
+    #[arg(long, default_value_t = 60_000)]
+    max_lease_ms: u64,
+    /// Send `L ADDR` after W.
+    #[arg(long, value_name = "ADDR")]
+    leader_hint: Option<Endpoint>,
+    /// The node's role.
+    #[arg(long, value_enum, default_value = "leader")]
+    role: RoleArg,
+    /// The leader a follower redirects to.
+    #[arg(long, value_name = "ADDR", required_if_eq("role", "follower"))]
+    leader: Option<Endpoint>,
+}
+
+pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
+    let mut config = Config::new(args.node_id);
+    config.window = args.window;
+    config.queue_limit = args.queue_limit;
+    config.max_waiters = args.max_waiters;
+    config.max_lease = Duration::from_millis(args.max_lease_ms);
+    config.credential = args.credential;
+    config.leader_hint = args.leader_hint;
+    config.role = match (args.role, args.leader) {
+        (RoleArg::Leader, _) => Role::Leader,
+        (RoleArg::Follower, Some(leader)) => Role::Follower { leader },
+        (RoleArg::Follower, None) => return Err("--role follower needs --leader ADDR".into()),
+        (RoleArg::NoLeader, _) => Role::NoLeader,
+        (RoleArg::NotActive, _) => Role::NotActive,
+    };
+    let core = Server::new(config, Time::ZERO)?;
+    let handle = ticketing::serve::bind(&args.listen, core).await?;
+    eprintln!("listening on {}", handle.local_addr());
+    stop_signal().await?;
+    handle.stop().await?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn stop_signal() -> std::io::Result<()> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        let mut term = signal(SignalKind::terminate())?;
+        tokio::select! {
+            r = tokio::signal::ctrl_c() => r,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c().await
+    }
+}

@@ -1,0 +1,460 @@
+//! The blocking adapter (feature `blocking`): the client core on a driver
+//! thread over `std::net`, for programs without an async runtime.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use ticketing::blocking::{connect, TcpConnector};
+//! use ticketing::client::{Config, Outcome};
+//! use ticketing::{Endpoint, Key, Name};
+//!
+//! let config = Config::new([Endpoint::new("127.0.0.1:7878")?], Name::new("cron-7")?);
+//! let client = connect(config, TcpConnector)?;
+//! let (key, me) = (Key::new("nightly-report")?, Name::new("cron-7")?);
+//! if let Outcome::Granted(grant) = client.acquire(key, me, Duration::from_secs(5), Duration::from_secs(60))? {
+//!     // ... the work, quoting grant.token() to storage ...
+//!     client.release(&grant)?;
+//! }
+//! client.shutdown(Duration::from_secs(5))?;
+//! # Ok(()) }
+//! ```
+//!
+//! A call blocks until the core gives its outcome, which the core bounds:
+//! an acquire ends within its wait budget (or the queue grace, if longer)
+//! plus the answer grace. Every rule is the core's; the adapter moves bytes
+//! between threads and sockets.
+
+use std::collections::HashMap;
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::client::{Client, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd};
+use crate::names::{Endpoint, Key, Name};
+use crate::shell::{Command, Io, OpResult, Reply, Shell};
+use crate::time::Time;
+
+pub use crate::shell::RequestError;
+
+/// A blocking byte stream the adapter can read on one thread while it
+/// writes on another.
+pub trait BlockingStream: Read + Write + Send + Sized + 'static {
+    /// Another handle on the same stream.
+    fn try_clone(&self) -> io::Result<Self>;
+    /// Ends both directions, waking a thread blocked reading it.
+    fn shutdown(&self) -> io::Result<()>;
+}
+
+impl BlockingStream for TcpStream {
+    fn try_clone(&self) -> io::Result<Self> {
+        TcpStream::try_clone(self)
+    }
+
+    fn shutdown(&self) -> io::Result<()> {
+        TcpStream::shutdown(self, std::net::Shutdown::Both)
+    }
+}
+
+#[cfg(unix)]
+impl BlockingStream for std::os::unix::net::UnixStream {
+    fn try_clone(&self) -> io::Result<Self> {
+        std::os::unix::net::UnixStream::try_clone(self)
+    }
+
+    fn shutdown(&self) -> io::Result<()> {
+        std::os::unix::net::UnixStream::shutdown(self, std::net::Shutdown::Both)
+    }
+}
+
+/// Opens connections for the client.
+pub trait Connector: Send + Sync + 'static {
+    /// The connected stream.
+    type Stream: BlockingStream;
+
+    /// Connects to `addr` within `timeout` (the core's connect timeout).
+    fn connect(&self, addr: &Endpoint, timeout: Duration) -> io::Result<Self::Stream>;
+}
+
+/// Connects over TCP, with `TCP_NODELAY` set.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpConnector;
+
+impl Connector for TcpConnector {
+    type Stream = TcpStream;
+
+    fn connect(&self, addr: &Endpoint, timeout: Duration) -> io::Result<TcpStream> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+        for socket in addr.as_str().to_socket_addrs()? {
+            match TcpStream::connect_timeout(&socket, timeout) {
+                Ok(stream) => {
+                    stream.set_nodelay(true)?;
+                    return Ok(stream);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+/// The sending side of a reply channel.
+struct ReplyTo<T>(mpsc::Sender<T>);
+
+impl<T: Send + 'static> Reply<T> for ReplyTo<T> {
+    fn send(self, value: T) -> Result<(), T> {
+        self.0.send(value).map_err(|e| e.0)
+    }
+}
+
+fn reply_channel<T>() -> (ReplyTo<T>, mpsc::Receiver<T>) {
+    let (tx, rx) = mpsc::channel();
+    (ReplyTo(tx), rx)
+}
+
+type Cmd = Command<ReplyTo<OpResult>, ReplyTo<Result<(), Error>>>;
+
+/// What reaches the driver thread.
+enum Msg<S> {
+    Command(Cmd),
+    /// The last [`Handle`] was dropped.
+    Orphaned,
+    Connected(ConnId, io::Result<S>),
+    Bytes(ConnId, Bytes),
+    Ended(ConnId, TransportEnd),
+}
+
+/// Budget of the shutdown that starts when every handle is dropped.
+const ORPHANED_SHUTDOWN: Duration = Duration::from_secs(5);
+
+/// Starts a client on a driver thread. It connects in the background; the
+/// thread ends once the client has shut down (after [`Handle::shutdown`],
+/// or when every handle is dropped).
+pub fn connect<C: Connector>(config: Config, connector: C) -> Result<Handle, ConfigError> {
+    start(config, connector, None)
+}
+
+/// As [`connect`], with every notice (the events that are not outcomes)
+/// passed to `notices` on the driver thread.
+pub fn connect_with_notices<C: Connector>(
+    config: Config,
+    connector: C,
+    notices: impl FnMut(Event) + Send + 'static,
+) -> Result<Handle, ConfigError> {
+    start(config, connector, Some(Box::new(notices)))
+}
+
+fn start<C: Connector>(
+    config: Config,
+    connector: C,
+    notices: Option<crate::shell::Notices>,
+) -> Result<Handle, ConfigError> {
+    let connect_timeout = config.connect_timeout;
+    let client = Client::new(config, Time::ZERO)?;
+    let (tx, rx) = mpsc::channel::<Msg<C::Stream>>();
+    let shell = Shell::new(client, Instant::now(), notices);
+    let io = ThreadIo {
+        connector: Arc::new(connector),
+        connect_timeout,
+        msgs: tx.clone(),
+        conns: HashMap::new(),
+    };
+    let commands: Box<dyn Fn(Cmd) -> bool + Send + Sync> = Box::new({
+        let tx = tx.clone();
+        move |cmd| tx.send(Msg::Command(cmd)).is_ok()
+    });
+    let orphaned: Box<dyn Fn() + Send + Sync> = Box::new(move || {
+        let _ = tx.send(Msg::Orphaned);
+    });
+    thread::Builder::new()
+        .name("ticketing-driver".into())
+        .spawn(move || drive(shell, io, rx))
+        .expect("spawn the driver thread");
+    Ok(Handle {
+        inner: Arc::new(Inner {
+            commands,
+            orphaned,
+            tickets: std::sync::atomic::AtomicU64::new(1),
+        }),
+    })
+}
+
+struct Inner {
+    commands: Box<dyn Fn(Cmd) -> bool + Send + Sync>,
+    orphaned: Box<dyn Fn() + Send + Sync>,
+    tickets: std::sync::atomic::AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        (self.orphaned)();
+    }
+}
+
+/// A cloneable handle on a client driven by its own thread. Every clone
+/// shares the one connection.
+#[derive(Clone)]
+pub struct Handle {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handle").finish_non_exhaustive()
+    }
+}
+
+impl Handle {
+    /// Acquires `key` for `lease`, waiting at most `wait` in total, and
+    /// blocks until the outcome.
+    pub fn acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Result<Outcome, RequestError> {
+        self.start_acquire(key, owner, wait, lease).wait()
+    }
+
+    /// Starts an acquire without blocking. Dropping the returned value
+    /// before [`PendingAcquire::wait`] returns cancels the acquire.
+    pub fn start_acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> PendingAcquire {
+        let ticket = self
+            .inner
+            .tickets
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let (reply, rx) = reply_channel();
+        let sent = (self.inner.commands)(Command::Acquire {
+            ticket,
+            key,
+            owner,
+            wait,
+            lease,
+            reply,
+        });
+        PendingAcquire {
+            rx,
+            ticket,
+            handle: self.clone(),
+            done: !sent,
+        }
+    }
+
+    /// Releases a grant by its exact token and blocks until the outcome
+    /// (`Released`, `NotHeld` or `Lapsed`).
+    pub fn release(&self, grant: &Grant) -> Result<Outcome, RequestError> {
+        let (reply, rx) = reply_channel();
+        self.call(
+            Command::Release {
+                grant: grant.clone(),
+                reply,
+            },
+            &rx,
+        )
+    }
+
+    /// Releases a raw `(key, token)` and blocks until the outcome.
+    pub fn release_token(&self, key: Key, token: u64) -> Result<Outcome, RequestError> {
+        let (reply, rx) = reply_channel();
+        self.call(Command::ReleaseToken { key, token, reply }, &rx)
+    }
+
+    /// Shuts down within `budget` and blocks until that is done.
+    pub fn shutdown(&self, budget: Duration) -> Result<(), RequestError> {
+        let (reply, rx) = reply_channel();
+        self.call(Command::Shutdown { budget, reply }, &rx)
+    }
+
+    fn call<T>(&self, command: Cmd, rx: &mpsc::Receiver<Result<T, Error>>) -> Result<T, RequestError> {
+        if !(self.inner.commands)(command) {
+            return Err(RequestError::Stopped);
+        }
+        rx.recv().map_err(|_| RequestError::Stopped)?.map_err(RequestError::from)
+    }
+}
+
+/// An acquire under way. Dropping it before [`wait`](PendingAcquire::wait)
+/// returns cancels the acquire through the core; a grant that arrives for
+/// it is then released by its exact token.
+#[must_use = "dropping a pending acquire cancels it"]
+pub struct PendingAcquire {
+    rx: mpsc::Receiver<OpResult>,
+    ticket: u64,
+    handle: Handle,
+    done: bool,
+}
+
+impl PendingAcquire {
+    /// Blocks until the acquire's outcome.
+    pub fn wait(mut self) -> Result<Outcome, RequestError> {
+        if self.done {
+            return Err(RequestError::Stopped);
+        }
+        let result = self.rx.recv();
+        self.done = true;
+        result.map_err(|_| RequestError::Stopped)?.map_err(RequestError::from)
+    }
+
+    /// The outcome, if it has come.
+    pub fn try_wait(&mut self) -> Option<Result<Outcome, RequestError>> {
+        if self.done {
+            return Some(Err(RequestError::Stopped));
+        }
+        let result = match self.rx.try_recv() {
+            Ok(outcome) => outcome.map_err(RequestError::from),
+            Err(mpsc::TryRecvError::Empty) => return None,
+            Err(mpsc::TryRecvError::Disconnected) => Err(RequestError::Stopped),
+        };
+        self.done = true;
+        Some(result)
+    }
+}
+
+impl Drop for PendingAcquire {
+    fn drop(&mut self) {
+        if !self.done {
+            (self.handle.inner.commands)(Command::Cancel {
+                ticket: self.ticket,
+            });
+        }
+    }
+}
+
+/// One connection's threads.
+struct Conn<S> {
+    /// Set once connected: the handle used to end the stream.
+    control: Option<S>,
+    writer: Option<mpsc::Sender<Bytes>>,
+}
+
+struct ThreadIo<C: Connector> {
+    connector: Arc<C>,
+    connect_timeout: Duration,
+    msgs: mpsc::Sender<Msg<C::Stream>>,
+    conns: HashMap<ConnId, Conn<C::Stream>>,
+}
+
+impl<C: Connector> Io for ThreadIo<C> {
+    fn connect(&mut self, conn: ConnId, addr: Endpoint) {
+        let (connector, msgs, timeout) = (Arc::clone(&self.connector), self.msgs.clone(), self.connect_timeout);
+        let spawned = thread::Builder::new()
+            .name("ticketing-connect".into())
+            .spawn(move || {
+                let result = connector.connect(&addr, timeout);
+                let _ = msgs.send(Msg::Connected(conn, result));
+            });
+        if let Err(e) = spawned {
+            let _ = self.msgs.send(Msg::Connected(conn, Err(e)));
+        }
+        self.conns.insert(
+            conn,
+            Conn {
+                control: None,
+                writer: None,
+            },
+        );
+    }
+
+    fn send(&mut self, conn: ConnId, data: Bytes) {
+        if let Some(writer) = self.conns.get(&conn).and_then(|c| c.writer.as_ref()) {
+            let _ = writer.send(data);
+        }
+    }
+
+    fn close(&mut self, conn: ConnId) {
+        if let Some(c) = self.conns.remove(&conn) {
+            // The writer thread writes what it has, then ends; shutting the
+            // stream down wakes the reader.
+            drop(c.writer);
+            if let Some(control) = c.control {
+                let _ = control.shutdown();
+            }
+        }
+    }
+}
+
+impl<C: Connector> ThreadIo<C> {
+    /// Starts the reader and writer threads of a connected stream.
+    fn attach(&mut self, conn: ConnId, stream: C::Stream) -> io::Result<()> {
+        let Some(entry) = self.conns.get_mut(&conn) else {
+            return Ok(());
+        };
+        let mut reader = stream.try_clone()?;
+        let mut writer = stream.try_clone()?;
+        let msgs = self.msgs.clone();
+        thread::Builder::new()
+            .name("ticketing-read".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; 16 * 1024];
+                let end = loop {
+                    match reader.read(&mut buf) {
+                        Ok(0) => break TransportEnd::Eof,
+                        Ok(n) => {
+                            if msgs.send(Msg::Bytes(conn, Bytes::copy_from_slice(&buf[..n]))).is_err() {
+                                return;
+                            }
+                        }
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => break TransportEnd::Error,
+                    }
+                };
+                let _ = msgs.send(Msg::Ended(conn, end));
+            })?;
+        let (tx, rx) = mpsc::channel::<Bytes>();
+        let msgs = self.msgs.clone();
+        thread::Builder::new()
+            .name("ticketing-write".into())
+            .spawn(move || {
+                for data in rx {
+                    if writer.write_all(&data).and_then(|()| writer.flush()).is_err() {
+                        let _ = msgs.send(Msg::Ended(conn, TransportEnd::Error));
+                        return;
+                    }
+                }
+            })?;
+        entry.control = Some(stream);
+        entry.writer = Some(tx);
+        Ok(())
+    }
+}
+
+type ThreadShell = Shell<ReplyTo<OpResult>, ReplyTo<Result<(), Error>>>;
+
+fn drive<C: Connector>(mut shell: ThreadShell, mut io: ThreadIo<C>, rx: mpsc::Receiver<Msg<C::Stream>>) {
+    loop {
+        shell.pump(&mut io);
+        if shell.is_done() {
+            break;
+        }
+        let msg = match shell.deadline() {
+            Some(at) => rx.recv_timeout(at.saturating_duration_since(Instant::now())),
+            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
+        };
+        let now = shell.now();
+        match msg {
+            Ok(Msg::Command(command)) => shell.command(command),
+            Ok(Msg::Orphaned) => {
+                let _ = shell.client().shutdown(now, ORPHANED_SHUTDOWN);
+            }
+            Ok(Msg::Connected(conn, Ok(stream))) => {
+                if shell.client().connection() == Some(conn) {
+                    match io.attach(conn, stream) {
+                        Ok(()) => shell.client().handle_connected(now, conn),
+                        Err(_) => shell.client().handle_connect_failed(now, conn),
+                    }
+                }
+            }
+            Ok(Msg::Connected(conn, Err(_))) => shell.client().handle_connect_failed(now, conn),
+            Ok(Msg::Bytes(conn, data)) => shell.client().handle_bytes(now, conn, &data),
+            Ok(Msg::Ended(conn, end)) => shell.client().handle_transport_closed(now, conn, end),
+            Err(RecvTimeoutError::Timeout) => {
+                let at = shell.deadline().map_or(now, |at| shell.time_of(at));
+                shell.client().handle_timeout(now.max(at));
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let open: Vec<ConnId> = io.conns.keys().copied().collect();
+    for conn in open {
+        io.close(conn);
+    }
+}

@@ -1,0 +1,348 @@
+//! The async driver shared by the tokio and futures-io adapters: one future
+//! that owns the client core and its connection, and the cloneable
+//! [`Handle`] that tasks use to reach it.
+//!
+//! The driver is written against two small traits, [`Transport`] (read and
+//! write bytes) and [`Clock`] (wake me at an instant), so that each runtime
+//! adapter is only the glue between those traits and its runtime.
+
+use std::collections::VecDeque;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures_channel::{mpsc, oneshot};
+use futures_core::Stream;
+
+use crate::client::{Client, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd};
+use crate::names::{Endpoint, Key, Name};
+use crate::shell::{Command, Io, Notices, OpResult, Reply, RequestError, Shell};
+use crate::time::Time;
+
+/// A connected byte stream, as the driver sees it.
+pub(crate) trait Transport: Send + Unpin + 'static {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>>;
+}
+
+/// A timer of the runtime.
+pub(crate) trait Clock: Send + Unpin + 'static {
+    fn new() -> Self;
+    /// Ready once `at` has passed.
+    fn poll_until(&mut self, cx: &mut Context<'_>, at: Instant) -> Poll<()>;
+}
+
+/// Opens transports.
+pub(crate) trait Dial: Send + Sync + Unpin + 'static {
+    type Transport: Transport;
+    fn dial(&self, addr: Endpoint) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>>;
+}
+
+impl<T: Send + 'static> Reply<T> for oneshot::Sender<T> {
+    fn send(self, value: T) -> Result<(), T> {
+        oneshot::Sender::send(self, value)
+    }
+}
+
+type Cmd = Command<oneshot::Sender<OpResult>, oneshot::Sender<Result<(), Error>>>;
+type AsyncShell = Shell<oneshot::Sender<OpResult>, oneshot::Sender<Result<(), Error>>>;
+
+/// Budget of the shutdown that starts when every handle is dropped.
+const ORPHANED_SHUTDOWN: Duration = Duration::from_secs(5);
+
+/// A cloneable handle on a client whose driver runs on an async runtime.
+/// Every clone shares the one connection.
+#[derive(Clone, Debug)]
+pub struct Handle {
+    commands: mpsc::UnboundedSender<Cmd>,
+    tickets: Arc<AtomicU64>,
+}
+
+impl Handle {
+    /// Acquires `key` for `lease`, waiting at most `wait` for its turn in
+    /// total. Resolves to the acquire's outcome. Dropping the future before
+    /// it resolves cancels the acquire through the core.
+    pub fn acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Acquire {
+        let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
+        let (reply, rx) = oneshot::channel();
+        let command = Command::Acquire {
+            ticket,
+            key,
+            owner,
+            wait,
+            lease,
+            reply,
+        };
+        let sent = self.commands.unbounded_send(command).is_ok();
+        Acquire {
+            rx,
+            ticket,
+            commands: self.commands.clone(),
+            done: !sent,
+        }
+    }
+
+    /// Releases a grant by its exact token. Resolves to `Released`,
+    /// `NotHeld` or `Lapsed`. Dropping the future does not stop the
+    /// release: a release is always settled.
+    pub async fn release(&self, grant: &Grant) -> Result<Outcome, RequestError> {
+        let (reply, rx) = oneshot::channel();
+        self.request(Command::Release {
+            grant: grant.clone(),
+            reply,
+        })?;
+        rx.await.map_err(|_| RequestError::Stopped)?.map_err(RequestError::from)
+    }
+
+    /// Releases a raw `(key, token)` whose lease this client never saw.
+    pub async fn release_token(&self, key: Key, token: u64) -> Result<Outcome, RequestError> {
+        let (reply, rx) = oneshot::channel();
+        self.request(Command::ReleaseToken { key, token, reply })?;
+        rx.await.map_err(|_| RequestError::Stopped)?.map_err(RequestError::from)
+    }
+
+    /// Shuts down: new acquires are refused, acquires in flight are
+    /// cancelled under the cancel policy, the release lane drains within
+    /// `budget`, then the connection closes. Resolves when that is done.
+    pub async fn shutdown(&self, budget: Duration) -> Result<(), RequestError> {
+        let (reply, rx) = oneshot::channel();
+        self.request(Command::Shutdown { budget, reply })?;
+        rx.await.map_err(|_| RequestError::Stopped)?.map_err(RequestError::from)
+    }
+
+    fn request(&self, command: Cmd) -> Result<(), RequestError> {
+        self.commands
+            .unbounded_send(command)
+            .map_err(|_| RequestError::Stopped)
+    }
+}
+
+/// The future of an acquire. Dropping it before it resolves cancels the
+/// acquire through the core; a grant that arrives for it is then released
+/// by its exact token.
+#[derive(Debug)]
+#[must_use = "an acquire only resolves when awaited; dropping it cancels it"]
+pub struct Acquire {
+    rx: oneshot::Receiver<OpResult>,
+    ticket: u64,
+    commands: mpsc::UnboundedSender<Cmd>,
+    done: bool,
+}
+
+impl Future for Acquire {
+    type Output = Result<Outcome, RequestError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if self.done {
+            return Poll::Ready(Err(RequestError::Stopped));
+        }
+        let result = std::task::ready!(Pin::new(&mut self.rx).poll(cx));
+        self.done = true;
+        Poll::Ready(match result {
+            Ok(outcome) => outcome.map_err(RequestError::from),
+            Err(_) => Err(RequestError::Stopped),
+        })
+    }
+}
+
+impl Drop for Acquire {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.commands.unbounded_send(Command::Cancel {
+                ticket: self.ticket,
+            });
+        }
+    }
+}
+
+/// Makes a client core and the future that drives it. Nothing happens
+/// until the future is polled (spawned on a runtime).
+pub(crate) fn new<D: Dial, K: Clock>(
+    config: Config,
+    dial: D,
+    notices: Option<Notices>,
+) -> Result<(Handle, Driver<D, K>), ConfigError> {
+    let start = Instant::now();
+    let client = Client::new(config, Time::ZERO)?;
+    let (commands, rx) = mpsc::unbounded();
+    let handle = Handle {
+        commands,
+        tickets: Arc::new(AtomicU64::new(1)),
+    };
+    let driver = Driver {
+        shell: Shell::new(client, start, notices),
+        commands: rx,
+        handles_alive: true,
+        io: DriverIo {
+            dial,
+            connecting: None,
+            stream: None,
+            writes: VecDeque::new(),
+            written: 0,
+        },
+        clock: K::new(),
+        buf: vec![0; 16 * 1024].into_boxed_slice(),
+    };
+    Ok((handle, driver))
+}
+
+/// The future that owns a client core and its connection. It resolves once
+/// the client has shut down: after [`Handle::shutdown`], or once every
+/// handle is dropped (a shutdown with a five-second budget).
+#[must_use = "the driver does nothing unless polled: spawn it"]
+pub struct Driver<D: Dial, K: Clock> {
+    shell: AsyncShell,
+    commands: mpsc::UnboundedReceiver<Cmd>,
+    handles_alive: bool,
+    io: DriverIo<D>,
+    clock: K,
+    buf: Box<[u8]>,
+}
+
+type Connecting<T> = Pin<Box<dyn Future<Output = io::Result<T>> + Send>>;
+
+struct DriverIo<D: Dial> {
+    dial: D,
+    connecting: Option<(ConnId, Connecting<D::Transport>)>,
+    stream: Option<(ConnId, D::Transport)>,
+    writes: VecDeque<Bytes>,
+    /// Bytes of the front write already written.
+    written: usize,
+}
+
+impl<D: Dial> Io for DriverIo<D> {
+    fn connect(&mut self, conn: ConnId, addr: Endpoint) {
+        self.connecting = Some((conn, self.dial.dial(addr)));
+    }
+
+    fn send(&mut self, conn: ConnId, data: Bytes) {
+        if matches!(&self.stream, Some((c, _)) if *c == conn) {
+            self.writes.push_back(data);
+        }
+    }
+
+    fn close(&mut self, conn: ConnId) {
+        if matches!(&self.connecting, Some((c, _)) if *c == conn) {
+            self.connecting = None;
+        }
+        if matches!(&self.stream, Some((c, _)) if *c == conn) {
+            self.stream = None;
+            self.writes.clear();
+            self.written = 0;
+        }
+    }
+}
+
+impl<D: Dial, K: Clock> Driver<D, K> {
+    /// One pass over every source of input; `true` if anything happened.
+    fn step(&mut self, cx: &mut Context<'_>) -> bool {
+        let mut progress = false;
+        while self.handles_alive {
+            match Pin::new(&mut self.commands).poll_next(cx) {
+                Poll::Ready(Some(command)) => self.shell.command(command),
+                Poll::Ready(None) => {
+                    self.handles_alive = false;
+                    let now = self.shell.now();
+                    let _ = self.shell.client().shutdown(now, ORPHANED_SHUTDOWN);
+                }
+                Poll::Pending => break,
+            }
+            progress = true;
+        }
+        if let Some((conn, connecting)) = &mut self.io.connecting {
+            if let Poll::Ready(result) = connecting.as_mut().poll(cx) {
+                let conn = *conn;
+                self.io.connecting = None;
+                let now = self.shell.now();
+                match result {
+                    Ok(stream) => {
+                        self.io.stream = Some((conn, stream));
+                        self.shell.client().handle_connected(now, conn);
+                    }
+                    Err(_) => self.shell.client().handle_connect_failed(now, conn),
+                }
+                progress = true;
+            }
+        }
+        if let Some((conn, stream)) = &mut self.io.stream {
+            let conn = *conn;
+            if let Poll::Ready(result) = stream.poll_read(cx, &mut self.buf) {
+                let now = self.shell.now();
+                let client = self.shell.client();
+                match result {
+                    Ok(0) => client.handle_transport_closed(now, conn, TransportEnd::Eof),
+                    Ok(n) => client.handle_bytes(now, conn, &self.buf[..n]),
+                    Err(_) => client.handle_transport_closed(now, conn, TransportEnd::Error),
+                }
+                progress = true;
+            }
+        }
+        self.shell.pump(&mut self.io);
+        progress |= self.write(cx);
+        if let Some(at) = self.shell.deadline() {
+            if self.clock.poll_until(cx, at).is_ready() {
+                // A timer may fire a hair before the clock reads `at`.
+                let now = self.shell.now().max(self.shell.time_of(at));
+                self.shell.client().handle_timeout(now);
+                progress = true;
+            }
+        }
+        progress
+    }
+
+    /// Writes what is queued, as far as the transport takes it.
+    fn write(&mut self, cx: &mut Context<'_>) -> bool {
+        let Some((conn, stream)) = &mut self.io.stream else {
+            return false;
+        };
+        let conn = *conn;
+        let mut progress = false;
+        while let Some(front) = self.io.writes.front() {
+            match stream.poll_write(cx, &front[self.io.written..]) {
+                Poll::Ready(Ok(n)) if n > 0 => {
+                    progress = true;
+                    self.io.written += n;
+                    if self.io.written == front.len() {
+                        self.io.writes.pop_front();
+                        self.io.written = 0;
+                    }
+                }
+                Poll::Ready(_) => {
+                    let now = self.shell.now();
+                    self.shell
+                        .client()
+                        .handle_transport_closed(now, conn, TransportEnd::Error);
+                    return true;
+                }
+                Poll::Pending => break,
+            }
+        }
+        progress
+    }
+}
+
+impl<D: Dial, K: Clock> Future for Driver<D, K> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let this = self.get_mut();
+        // Bounded, so that a flood of input cannot starve the runtime.
+        for _ in 0..64 {
+            let progress = this.step(cx);
+            this.shell.pump(&mut this.io);
+            if this.shell.is_done() {
+                return Poll::Ready(());
+            }
+            if !progress {
+                return Poll::Pending;
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+}

@@ -1,0 +1,155 @@
+//! The futures-io adapter (feature `futures-io`): the client core on any
+//! runtime whose streams implement the `futures-io` traits — smol, and
+//! async-std (deprecated upstream in favour of smol) alike.
+//!
+//! [`client`] returns a [`Handle`] and the [`Driver`] future; spawn the
+//! driver on your runtime. Timers come from `async-io`, the reactor both
+//! smol and async-std run on.
+//!
+//! ```no_run
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use ticketing::client::{Config, Outcome};
+//! use ticketing::futures_io::{client, TcpConnector};
+//! use ticketing::{Endpoint, Key, Name};
+//!
+//! let config = Config::new([Endpoint::new("127.0.0.1:7878")?], Name::new("worker-1")?);
+//! let (handle, driver) = client(config, TcpConnector)?;
+//! # let spawn = |_driver| ();
+//! spawn(driver); // smol::spawn(driver).detach(), async_std::task::spawn(driver), ...
+//! # let _ = async move {
+//! let (key, me) = (Key::new("invoices")?, Name::new("worker-1")?);
+//! if let Outcome::Granted(grant) = handle.acquire(key, me, Duration::from_secs(5), Duration::from_secs(30)).await? {
+//!     handle.release(&grant).await?;
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(()) };
+//! # Ok(()) }
+//! ```
+
+use std::future::Future;
+use std::io;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Instant;
+
+use async_io::{Async, Timer};
+use futures_io::{AsyncRead, AsyncWrite};
+
+use crate::client::{Config, ConfigError, Event};
+use crate::driver::{self, Clock, Dial, Transport};
+use crate::names::Endpoint;
+
+pub use crate::driver::{Acquire, Handle};
+pub use crate::shell::RequestError;
+
+/// Opens connections for the client: TCP, TLS, a Unix socket, anything
+/// that reads and writes bytes through the `futures-io` traits.
+pub trait Connector: Send + Sync + Unpin + 'static {
+    /// The connected stream.
+    type Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static;
+
+    /// Connects to `addr`. The core bounds how long it may take (its
+    /// connect timeout) and backs off after a failure.
+    fn connect(&self, addr: Endpoint) -> impl Future<Output = io::Result<Self::Stream>> + Send;
+}
+
+/// Connects over TCP through `async-io`, with `TCP_NODELAY` set. A host name
+/// is resolved with the system resolver, which may block; IP addresses
+/// never do.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpConnector;
+
+impl Connector for TcpConnector {
+    type Stream = Async<TcpStream>;
+
+    async fn connect(&self, addr: Endpoint) -> io::Result<Self::Stream> {
+        let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
+        for socket in addr.as_str().to_socket_addrs()? {
+            match Async::<TcpStream>::connect(socket).await {
+                Ok(stream) => {
+                    stream.get_ref().set_nodelay(true)?;
+                    return Ok(stream);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+/// The future that drives the client: spawn it on your runtime. It
+/// resolves once the client has shut down.
+#[must_use = "the driver does nothing unless polled: spawn it"]
+pub struct Driver<C: Connector>(driver::Driver<Dialer<C>, AsyncIoClock>);
+
+impl<C: Connector> Future for Driver<C> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        Pin::new(&mut self.0).poll(cx)
+    }
+}
+
+/// Makes a client: the handle tasks share, and the driver to spawn.
+pub fn client<C: Connector>(config: Config, connector: C) -> Result<(Handle, Driver<C>), ConfigError> {
+    let (handle, driver) = driver::new(config, Dialer(Arc::new(connector)), None)?;
+    Ok((handle, Driver(driver)))
+}
+
+/// As [`client`], with every notice (the events that are not outcomes)
+/// passed to `notices` as it happens.
+pub fn client_with_notices<C: Connector>(
+    config: Config,
+    connector: C,
+    notices: impl FnMut(Event) + Send + 'static,
+) -> Result<(Handle, Driver<C>), ConfigError> {
+    let (handle, driver) = driver::new(config, Dialer(Arc::new(connector)), Some(Box::new(notices)))?;
+    Ok((handle, Driver(driver)))
+}
+
+struct Dialer<C>(Arc<C>);
+
+impl<C: Connector> Dial for Dialer<C> {
+    type Transport = Stream<C::Stream>;
+
+    fn dial(&self, addr: Endpoint) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>> {
+        let connector = Arc::clone(&self.0);
+        Box::pin(async move { connector.connect(addr).await.map(Stream) })
+    }
+}
+
+struct Stream<S>(S);
+
+impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Transport for Stream<S> {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_read(cx, buf)
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+}
+
+struct AsyncIoClock {
+    timer: Timer,
+    at: Option<Instant>,
+}
+
+impl Clock for AsyncIoClock {
+    fn new() -> Self {
+        AsyncIoClock {
+            timer: Timer::never(),
+            at: None,
+        }
+    }
+
+    fn poll_until(&mut self, cx: &mut Context<'_>, at: Instant) -> Poll<()> {
+        if self.at != Some(at) {
+            self.timer.set_at(at);
+            self.at = Some(at);
+        }
+        Pin::new(&mut self.timer).poll(cx).map(|_| ())
+    }
+}

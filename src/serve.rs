@@ -1,0 +1,212 @@
+//! The reference server on tokio and TCP (feature `server`): the sans-IO
+//! [`Server`] core behind a listener. This is what `ticketing serve` runs.
+//!
+//! One task owns the core and its timers; each connection has a task that
+//! reads (with backpressure: it waits while the core is busy) and one that
+//! writes. Every rule is the core's.
+
+use std::collections::HashMap;
+use std::future::pending;
+use std::io;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use ::tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ::tokio::net::{TcpListener, TcpStream};
+use ::tokio::sync::mpsc;
+use ::tokio::task::JoinHandle;
+use bytes::{Bytes, BytesMut};
+
+use crate::names::Endpoint;
+use crate::server::{Action, ConnId, Role, Server};
+use crate::time::Time;
+
+/// A server running on a tokio task.
+#[derive(Debug)]
+pub struct ServerHandle {
+    control: mpsc::UnboundedSender<Control>,
+    addr: SocketAddr,
+    task: JoinHandle<Server>,
+}
+
+enum Control {
+    Role(Role),
+    Announce(Endpoint),
+    DropConnections,
+    Pause(bool),
+    Stop,
+}
+
+impl ServerHandle {
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Changes the node's role (a leader that stops leading tells every
+    /// connection and closes it).
+    pub fn set_role(&self, role: Role) {
+        let _ = self.control.send(Control::Role(role));
+    }
+
+    /// Sends `L addr` to every connection.
+    pub fn announce_leader(&self, addr: Endpoint) {
+        let _ = self.control.send(Control::Announce(addr));
+    }
+
+    /// Cuts every connection at once, as a network failure would; the
+    /// server keeps running and its lock table is untouched.
+    pub fn drop_connections(&self) {
+        let _ = self.control.send(Control::DropConnections);
+    }
+
+    /// Stops taking bytes from connections (they queue, then TCP pushes
+    /// back) until [`resume`](ServerHandle::resume): a server that hangs.
+    /// Timers still run.
+    pub fn pause(&self) {
+        let _ = self.control.send(Control::Pause(true));
+    }
+
+    /// Takes bytes from connections again.
+    pub fn resume(&self) {
+        let _ = self.control.send(Control::Pause(false));
+    }
+
+    /// Stops accepting, closes every connection, and returns the core (its
+    /// lock table can be carried into the next server).
+    pub async fn stop(self) -> io::Result<Server> {
+        let _ = self.control.send(Control::Stop);
+        self.task.await.map_err(io::Error::other)
+    }
+}
+
+/// Starts serving `server` on `listener`.
+pub fn spawn(listener: TcpListener, server: Server) -> io::Result<ServerHandle> {
+    let addr = listener.local_addr()?;
+    let (control, rx) = mpsc::unbounded_channel();
+    let task = ::tokio::spawn(run(listener, server, rx));
+    Ok(ServerHandle { control, addr, task })
+}
+
+/// Binds `addr` and serves `server` on it.
+pub async fn bind(addr: &str, server: Server) -> io::Result<ServerHandle> {
+    let listener = TcpListener::bind(addr).await?;
+    spawn(listener, server)
+}
+
+enum Report {
+    Bytes(ConnId, Bytes),
+    Closed(ConnId),
+}
+
+/// Reads queued for the core at most; a reader waits beyond that, so a
+/// client that sends faster than the core answers is slowed by TCP, not
+/// buffered here.
+const QUEUED_READS: usize = 1024;
+
+struct Conn {
+    reader: JoinHandle<()>,
+    writer: mpsc::UnboundedSender<Bytes>,
+}
+
+async fn run(listener: TcpListener, mut server: Server, mut control: mpsc::UnboundedReceiver<Control>) -> Server {
+    let start = Instant::now();
+    let now = move || Time::from_nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    let (reports, mut incoming) = mpsc::channel(QUEUED_READS);
+    let mut conns: HashMap<ConnId, Conn> = HashMap::new();
+    let mut paused = false;
+    loop {
+        while let Some(action) = server.poll_action() {
+            match action {
+                Action::Send { conn, data } => {
+                    if let Some(c) = conns.get(&conn) {
+                        let _ = c.writer.send(data);
+                    }
+                }
+                Action::Close { conn } => {
+                    if let Some(c) = conns.remove(&conn) {
+                        // The writer writes what it has, then shuts down.
+                        c.reader.abort();
+                    }
+                }
+            }
+        }
+        let deadline = server
+            .poll_timeout()
+            .and_then(|at| start.checked_add(Duration::from_nanos(at.as_nanos())));
+        let sleep = async {
+            match deadline {
+                Some(at) => ::tokio::time::sleep_until(at.into()).await,
+                None => pending().await,
+            }
+        };
+        ::tokio::select! {
+            accepted = listener.accept() => {
+                if let Ok((stream, _)) = accepted {
+                    let conn = server.handle_accept(now());
+                    conns.insert(conn, attach(conn, stream, reports.clone()));
+                }
+            }
+            Some(report) = incoming.recv(), if !paused => match report {
+                Report::Bytes(conn, data) => server.handle_bytes(now(), conn, &data),
+                Report::Closed(conn) => {
+                    conns.remove(&conn);
+                    server.handle_closed(now(), conn);
+                }
+            },
+            command = control.recv() => match command {
+                Some(Control::Role(role)) => server.set_role(now(), role),
+                Some(Control::Announce(addr)) => server.announce_leader(now(), addr),
+                Some(Control::DropConnections) => {
+                    for (conn, c) in conns.drain() {
+                        c.reader.abort();
+                        server.handle_closed(now(), conn);
+                    }
+                }
+                Some(Control::Pause(on)) => paused = on,
+                Some(Control::Stop) | None => break,
+            },
+            () = sleep => server.handle_timeout(now()),
+        }
+    }
+    for (conn, c) in conns.drain() {
+        c.reader.abort();
+        server.handle_closed(now(), conn);
+    }
+    while server.poll_action().is_some() {}
+    server
+}
+
+/// Starts the reader and writer tasks of an accepted connection.
+fn attach(conn: ConnId, stream: TcpStream, reports: mpsc::Sender<Report>) -> Conn {
+    let _ = stream.set_nodelay(true);
+    let (mut read, mut write) = stream.into_split();
+    let reader_reports = reports.clone();
+    let reader = ::tokio::spawn(async move {
+        let mut buf = BytesMut::with_capacity(16 * 1024);
+        loop {
+            buf.reserve(4096);
+            match read.read_buf(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let data = buf.split().freeze();
+                    if reader_reports.send(Report::Bytes(conn, data)).await.is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = reader_reports.send(Report::Closed(conn)).await;
+    });
+    let (writer, mut rx) = mpsc::unbounded_channel::<Bytes>();
+    ::tokio::spawn(async move {
+        while let Some(data) = rx.recv().await {
+            if write.write_all(&data).await.is_err() {
+                let _ = reports.send(Report::Closed(conn)).await;
+                return;
+            }
+        }
+        let _ = write.shutdown().await;
+    });
+    Conn { reader, writer }
+}

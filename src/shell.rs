@@ -1,0 +1,237 @@
+//! What every adapter does around the client core, whatever its runtime:
+//! turning the embedder's requests into commands, the core's outcomes into
+//! replies, and grants whose caller has gone into exact-token releases.
+//!
+//! No protocol rule lives here. The shell only keeps the bookkeeping an
+//! adapter needs (which reply belongs to which operation) and hands every
+//! decision to the core. Each adapter supplies its own reply channel type
+//! (a tokio oneshot, a futures oneshot, a std channel) and its own I/O.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::client::{Action, Client, ConnId, Error, Event, Grant, OpId, Outcome};
+use crate::names::{Endpoint, Key, Name};
+use crate::time::Time;
+
+/// A one-shot reply channel: `send` fails, giving the value back, when the
+/// receiving side is gone.
+pub(crate) trait Reply<T>: Send + 'static {
+    fn send(self, value: T) -> Result<(), T>;
+}
+
+/// An operation's result as the adapters hand it out.
+pub(crate) type OpResult = Result<Outcome, Error>;
+
+/// Why an adapter could not give an operation's outcome.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    /// The core refused the request at once (misuse, or its own capacity is
+    /// full: [`Error::Busy`]).
+    #[error(transparent)]
+    Refused(#[from] Error),
+    /// The driver has stopped (it shut down, or its runtime went away).
+    #[error("the client's driver has stopped")]
+    Stopped,
+}
+
+/// A request from the embedder to the driver.
+pub(crate) enum Command<A, S> {
+    Acquire {
+        ticket: u64,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        reply: A,
+    },
+    Release {
+        grant: Grant,
+        reply: A,
+    },
+    ReleaseToken {
+        key: Key,
+        token: u64,
+        reply: A,
+    },
+    /// The caller of the acquire with this ticket went away.
+    Cancel {
+        ticket: u64,
+    },
+    Shutdown {
+        budget: Duration,
+        reply: S,
+    },
+}
+
+/// The I/O an adapter performs for the core's actions.
+pub(crate) trait Io {
+    fn connect(&mut self, conn: ConnId, addr: Endpoint);
+    fn send(&mut self, conn: ConnId, data: Bytes);
+    fn close(&mut self, conn: ConnId);
+}
+
+/// Receives the notices (every event that is not an outcome).
+pub(crate) type Notices = Box<dyn FnMut(Event) + Send>;
+
+/// The core plus the adapter's bookkeeping.
+pub(crate) struct Shell<A, S> {
+    client: Client,
+    start: Instant,
+    waiters: HashMap<OpId, (Option<u64>, A)>,
+    tickets: HashMap<u64, OpId>,
+    shutdown_waiters: Vec<S>,
+    notices: Option<Notices>,
+}
+
+impl<A, S> Shell<A, S>
+where
+    A: Reply<OpResult>,
+    S: Reply<Result<(), Error>>,
+{
+    /// A shell around `client`, whose times count from `start`.
+    pub(crate) fn new(client: Client, start: Instant, notices: Option<Notices>) -> Self {
+        Shell {
+            client,
+            start,
+            waiters: HashMap::new(),
+            tickets: HashMap::new(),
+            shutdown_waiters: Vec::new(),
+            notices,
+        }
+    }
+
+    /// The core's time for the present instant.
+    pub(crate) fn now(&self) -> Time {
+        self.time_of(Instant::now())
+    }
+
+    /// The core's time for `instant`.
+    pub(crate) fn time_of(&self, instant: Instant) -> Time {
+        let since = instant.saturating_duration_since(self.start);
+        Time::from_nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The instant of the core's next deadline (`None`: none, or beyond
+    /// what `Instant` can represent).
+    pub(crate) fn deadline(&self) -> Option<Instant> {
+        let at = self.client.poll_timeout()?;
+        self.start.checked_add(Duration::from_nanos(at.as_nanos()))
+    }
+
+    /// Whether the core has shut down and has nothing left to hand out.
+    pub(crate) fn is_done(&self) -> bool {
+        self.client.is_finished() && self.client.poll_timeout().is_none()
+    }
+
+    pub(crate) fn client(&mut self) -> &mut Client {
+        &mut self.client
+    }
+
+    /// Carries out one command.
+    pub(crate) fn command(&mut self, command: Command<A, S>) {
+        let now = self.now();
+        match command {
+            Command::Acquire {
+                ticket,
+                key,
+                owner,
+                wait,
+                lease,
+                reply,
+            } => match self.client.acquire(now, key, owner, wait, lease) {
+                Ok(op) => {
+                    self.waiters.insert(op, (Some(ticket), reply));
+                    self.tickets.insert(ticket, op);
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+            Command::Release { grant, reply } => match self.client.release(now, &grant) {
+                Ok(op) => {
+                    self.waiters.insert(op, (None, reply));
+                }
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+            Command::ReleaseToken { key, token, reply } => {
+                match self.client.release_token(now, key, token) {
+                    Ok(op) => {
+                        self.waiters.insert(op, (None, reply));
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(e));
+                    }
+                }
+            }
+            Command::Cancel { ticket } => {
+                if let Some(op) = self.tickets.remove(&ticket) {
+                    // An operation that already ended is no error here: its
+                    // outcome finds no receiver, and a grant goes back.
+                    let _ = self.client.cancel(now, op);
+                }
+            }
+            Command::Shutdown { budget, reply } => match self.client.shutdown(now, budget) {
+                Ok(()) => self.shutdown_waiters.push(reply),
+                Err(e) => {
+                    let _ = reply.send(Err(e));
+                }
+            },
+        }
+    }
+
+    /// Drains the core: actions to `io`, outcomes to their callers, notices
+    /// to the notice sink. A grant whose caller is gone is handed back to
+    /// the core, which releases it by its exact token.
+    pub(crate) fn pump(&mut self, io: &mut impl Io) {
+        loop {
+            while let Some(action) = self.client.poll_action() {
+                match action {
+                    Action::Connect { conn, addr } => io.connect(conn, addr),
+                    Action::Send { conn, data } => io.send(conn, data),
+                    Action::Close { conn } => io.close(conn),
+                }
+            }
+            let Some(event) = self.client.poll_event() else {
+                break;
+            };
+            match event {
+                Event::Outcome { op, outcome } => self.deliver(op, outcome),
+                Event::ShutdownComplete => {
+                    for reply in self.shutdown_waiters.drain(..) {
+                        let _ = reply.send(Ok(()));
+                    }
+                    self.notify(Event::ShutdownComplete);
+                }
+                other => self.notify(other),
+            }
+        }
+    }
+
+    fn deliver(&mut self, op: OpId, outcome: Outcome) {
+        let undelivered = match self.waiters.remove(&op) {
+            Some((ticket, reply)) => {
+                if let Some(ticket) = ticket {
+                    self.tickets.remove(&ticket);
+                }
+                reply.send(Ok(outcome)).err().and_then(Result::ok)
+            }
+            None => Some(outcome),
+        };
+        if let Some(Outcome::Granted(grant)) = undelivered {
+            let now = self.now();
+            let _ = self.client.undeliverable(now, &grant);
+        }
+    }
+
+    fn notify(&mut self, event: Event) {
+        if let Some(notices) = &mut self.notices {
+            notices(event);
+        }
+    }
+}

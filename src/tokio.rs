@@ -1,0 +1,145 @@
+//! The tokio adapter (feature `tokio`): the client core driven by a tokio
+//! task, shared by any number of tasks through a cloneable [`Handle`].
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::time::Duration;
+//! use ticketing::client::{Config, Outcome};
+//! use ticketing::tokio::{spawn, TcpConnector};
+//! use ticketing::{Endpoint, Key, Name};
+//!
+//! let config = Config::new([Endpoint::new("127.0.0.1:7878")?], Name::new("worker-1")?);
+//! let handle = spawn(config, TcpConnector)?;
+//! let (key, me) = (Key::new("invoices")?, Name::new("worker-1")?);
+//! let outcome = handle.acquire(key, me, Duration::from_secs(5), Duration::from_secs(30)).await?;
+//! if let Outcome::Granted(grant) = outcome {
+//!     // ... write to storage, quoting grant.token() as the fencing token ...
+//!     handle.release(&grant).await?;
+//! }
+//! handle.shutdown(Duration::from_secs(5)).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! The adapter is glue: bytes between a tokio stream and the core, and the
+//! core's deadlines on tokio's timer. Every rule is the core's. Dropping an
+//! [`Acquire`] future before it resolves cancels the acquire through the
+//! core; a grant that arrives for a dropped future is released by its exact
+//! token.
+
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{ready, Context, Poll};
+use std::time::Instant;
+
+use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use ::tokio::sync::mpsc;
+use ::tokio::time::Sleep;
+
+use crate::client::{Config, ConfigError, Event};
+use crate::driver::{self, Clock, Dial, Transport};
+use crate::names::Endpoint;
+
+pub use crate::driver::{Acquire, Handle};
+pub use crate::shell::RequestError;
+
+/// Opens connections for the client: TCP, TLS, a Unix socket, anything
+/// that reads and writes bytes.
+pub trait Connector: Send + Sync + Unpin + 'static {
+    /// The connected stream.
+    type Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static;
+
+    /// Connects to `addr`. The core bounds how long it may take (its
+    /// connect timeout) and backs off after a failure.
+    fn connect(&self, addr: Endpoint) -> impl Future<Output = io::Result<Self::Stream>> + Send;
+}
+
+/// Connects over TCP, with `TCP_NODELAY` set.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TcpConnector;
+
+impl Connector for TcpConnector {
+    type Stream = ::tokio::net::TcpStream;
+
+    async fn connect(&self, addr: Endpoint) -> io::Result<Self::Stream> {
+        let stream = ::tokio::net::TcpStream::connect(addr.as_str()).await?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    }
+}
+
+/// The events that are not outcomes: connected, closed, hints, backoff,
+/// orphan releases, shutdown complete.
+pub type Notices = mpsc::UnboundedReceiver<Event>;
+
+/// Starts a client on the current tokio runtime (call it from within one).
+/// The driver task ends when the client has shut down: after
+/// [`Handle::shutdown`], or once every handle is dropped.
+pub fn spawn<C: Connector>(config: Config, connector: C) -> Result<Handle, ConfigError> {
+    let (handle, driver) = driver::new::<_, TokioClock>(config, Dialer(Arc::new(connector)), None)?;
+    ::tokio::spawn(driver);
+    Ok(handle)
+}
+
+/// As [`spawn`], also handing out the notices. Read them or drop the
+/// receiver: notices are kept until read.
+pub fn spawn_with_notices<C: Connector>(
+    config: Config,
+    connector: C,
+) -> Result<(Handle, Notices), ConfigError> {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let sink = Box::new(move |event| {
+        let _ = tx.send(event);
+    });
+    let (handle, driver) = driver::new::<_, TokioClock>(config, Dialer(Arc::new(connector)), Some(sink))?;
+    ::tokio::spawn(driver);
+    Ok((handle, rx))
+}
+
+struct Dialer<C>(Arc<C>);
+
+impl<C: Connector> Dial for Dialer<C> {
+    type Transport = Stream<C::Stream>;
+
+    fn dial(&self, addr: Endpoint) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>> {
+        let connector = Arc::clone(&self.0);
+        Box::pin(async move { connector.connect(addr).await.map(Stream) })
+    }
+}
+
+struct Stream<S>(S);
+
+impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Transport for Stream<S> {
+    fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>> {
+        let mut buf = ReadBuf::new(buf);
+        ready!(Pin::new(&mut self.0).poll_read(cx, &mut buf))?;
+        Poll::Ready(Ok(buf.filled().len()))
+    }
+
+    fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+}
+
+struct TokioClock {
+    sleep: Option<Pin<Box<Sleep>>>,
+    at: Option<Instant>,
+}
+
+impl Clock for TokioClock {
+    fn new() -> Self {
+        TokioClock { sleep: None, at: None }
+    }
+
+    fn poll_until(&mut self, cx: &mut Context<'_>, at: Instant) -> Poll<()> {
+        let sleep = self
+            .sleep
+            .get_or_insert_with(|| Box::pin(::tokio::time::sleep_until(at.into())));
+        if self.at != Some(at) {
+            sleep.as_mut().reset(at.into());
+            self.at = Some(at);
+        }
+        sleep.as_mut().poll(cx)
+    }
+}
