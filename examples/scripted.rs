@@ -208,6 +208,8 @@ impl Driver {
                     }
                     format!("{label}: {text}")
                 }
+                // The Connect action was printed already.
+                Event::Connecting { .. } => continue,
                 Event::Connected { addr, node, window } => {
                     format!("connected to {addr}, node {node}, window {window}")
                 }

@@ -34,7 +34,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::client::{Client, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd};
+use crate::client::{
+    Client, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
+};
 use crate::names::{Endpoint, Key, Name};
 use crate::shell::{Command, Io, OpResult, Reply, Shell};
 use crate::time::Time;
@@ -211,13 +213,25 @@ impl std::fmt::Debug for Handle {
 impl Handle {
     /// Acquires `key` for `lease`, waiting at most `wait` in total, and
     /// blocks until the outcome.
-    pub fn acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Result<Outcome, RequestError> {
+    pub fn acquire(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Outcome, RequestError> {
         self.start_acquire(key, owner, wait, lease).wait()
     }
 
     /// Starts an acquire without blocking. Dropping the returned value
     /// before [`PendingAcquire::wait`] returns cancels the acquire.
-    pub fn start_acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> PendingAcquire {
+    pub fn start_acquire(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    ) -> PendingAcquire {
         let ticket = self
             .inner
             .tickets
@@ -252,6 +266,16 @@ impl Handle {
         )
     }
 
+    /// Hands back a grant that can no longer be used: the client releases it
+    /// by its exact token.
+    pub fn undeliverable(&self, grant: Grant) -> Result<(), RequestError> {
+        if (self.inner.commands)(Command::Undeliverable { grant }) {
+            Ok(())
+        } else {
+            Err(RequestError::Stopped)
+        }
+    }
+
     /// Releases a raw `(key, token)` and blocks until the outcome.
     pub fn release_token(&self, key: Key, token: u64) -> Result<Outcome, RequestError> {
         let (reply, rx) = reply_channel();
@@ -264,11 +288,17 @@ impl Handle {
         self.call(Command::Shutdown { budget, reply }, &rx)
     }
 
-    fn call<T>(&self, command: Cmd, rx: &mpsc::Receiver<Result<T, Error>>) -> Result<T, RequestError> {
+    fn call<T>(
+        &self,
+        command: Cmd,
+        rx: &mpsc::Receiver<Result<T, Error>>,
+    ) -> Result<T, RequestError> {
         if !(self.inner.commands)(command) {
             return Err(RequestError::Stopped);
         }
-        rx.recv().map_err(|_| RequestError::Stopped)?.map_err(RequestError::from)
+        rx.recv()
+            .map_err(|_| RequestError::Stopped)?
+            .map_err(RequestError::from)
     }
 }
 
@@ -291,7 +321,19 @@ impl PendingAcquire {
         }
         let result = self.rx.recv();
         self.done = true;
-        result.map_err(|_| RequestError::Stopped)?.map_err(RequestError::from)
+        result
+            .map_err(|_| RequestError::Stopped)?
+            .map_err(RequestError::from)
+    }
+
+    /// Cancels the acquire without giving up its outcome: [`wait`] then
+    /// returns `Cancelled` (nothing was sent) or `Indeterminate`.
+    ///
+    /// [`wait`]: PendingAcquire::wait
+    pub fn cancel(&self) {
+        (self.handle.inner.commands)(Command::Cancel {
+            ticket: self.ticket,
+        });
     }
 
     /// The outcome, if it has come.
@@ -335,7 +377,11 @@ struct ThreadIo<C: Connector> {
 
 impl<C: Connector> Io for ThreadIo<C> {
     fn connect(&mut self, conn: ConnId, addr: Endpoint) {
-        let (connector, msgs, timeout) = (Arc::clone(&self.connector), self.msgs.clone(), self.connect_timeout);
+        let (connector, msgs, timeout) = (
+            Arc::clone(&self.connector),
+            self.msgs.clone(),
+            self.connect_timeout,
+        );
         let spawned = thread::Builder::new()
             .name("ticketing-connect".into())
             .spawn(move || {
@@ -389,7 +435,10 @@ impl<C: Connector> ThreadIo<C> {
                     match reader.read(&mut buf) {
                         Ok(0) => break TransportEnd::Eof,
                         Ok(n) => {
-                            if msgs.send(Msg::Bytes(conn, Bytes::copy_from_slice(&buf[..n]))).is_err() {
+                            if msgs
+                                .send(Msg::Bytes(conn, Bytes::copy_from_slice(&buf[..n])))
+                                .is_err()
+                            {
                                 return;
                             }
                         }
@@ -405,7 +454,11 @@ impl<C: Connector> ThreadIo<C> {
             .name("ticketing-write".into())
             .spawn(move || {
                 for data in rx {
-                    if writer.write_all(&data).and_then(|()| writer.flush()).is_err() {
+                    if writer
+                        .write_all(&data)
+                        .and_then(|()| writer.flush())
+                        .is_err()
+                    {
                         let _ = msgs.send(Msg::Ended(conn, TransportEnd::Error));
                         return;
                     }
@@ -419,7 +472,11 @@ impl<C: Connector> ThreadIo<C> {
 
 type ThreadShell = Shell<ReplyTo<OpResult>, ReplyTo<Result<(), Error>>>;
 
-fn drive<C: Connector>(mut shell: ThreadShell, mut io: ThreadIo<C>, rx: mpsc::Receiver<Msg<C::Stream>>) {
+fn drive<C: Connector>(
+    mut shell: ThreadShell,
+    mut io: ThreadIo<C>,
+    rx: mpsc::Receiver<Msg<C::Stream>>,
+) {
     loop {
         shell.pump(&mut io);
         if shell.is_done() {

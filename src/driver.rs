@@ -40,7 +40,10 @@ pub(crate) trait Clock: Send + Unpin + 'static {
 /// Opens transports.
 pub(crate) trait Dial: Send + Sync + Unpin + 'static {
     type Transport: Transport;
-    fn dial(&self, addr: Endpoint) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>>;
+    fn dial(
+        &self,
+        addr: Endpoint,
+    ) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>>;
 }
 
 impl<T: Send + 'static> Reply<T> for oneshot::Sender<T> {
@@ -61,9 +64,30 @@ const ORPHANED_SHUTDOWN: Duration = Duration::from_secs(5);
 pub struct Handle {
     commands: mpsc::UnboundedSender<Cmd>,
     tickets: Arc<AtomicU64>,
+    start: Instant,
 }
 
 impl Handle {
+    /// The client core's time now: the times in outcomes
+    /// ([`Grant::valid_until`], `Indeterminate::settles_by`) count from the
+    /// same origin.
+    pub fn now(&self) -> Time {
+        self.time_of(Instant::now())
+    }
+
+    /// The client core's time for `instant`.
+    pub fn time_of(&self, instant: Instant) -> Time {
+        let since = instant.saturating_duration_since(self.start);
+        Time::from_nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The instant of a client core's time (`None` beyond what `Instant`
+    /// can represent).
+    pub fn instant_of(&self, time: Time) -> Option<Instant> {
+        self.start
+            .checked_add(Duration::from_nanos(time.as_nanos()))
+    }
+
     /// Acquires `key` for `lease`, waiting at most `wait` for its turn in
     /// total. Resolves to the acquire's outcome. Dropping the future before
     /// it resolves cancels the acquire through the core.
@@ -88,31 +112,50 @@ impl Handle {
     }
 
     /// Releases a grant by its exact token. Resolves to `Released`,
-    /// `NotHeld` or `Lapsed`. Dropping the future does not stop the
-    /// release: a release is always settled.
-    pub async fn release(&self, grant: &Grant) -> Result<Outcome, RequestError> {
+    /// `NotHeld` or `Lapsed`. The release is queued when this is called,
+    /// not when the future is first polled, and dropping the future does
+    /// not stop it: a release is always settled.
+    pub fn release(
+        &self,
+        grant: &Grant,
+    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
         let (reply, rx) = oneshot::channel();
-        self.request(Command::Release {
+        let sent = self.request(Command::Release {
             grant: grant.clone(),
             reply,
-        })?;
-        rx.await.map_err(|_| RequestError::Stopped)?.map_err(RequestError::from)
+        });
+        answer(sent, rx)
+    }
+
+    /// Hands back a grant that can no longer be used (its receiver went
+    /// away): the client releases it by its exact token.
+    pub fn undeliverable(&self, grant: Grant) -> Result<(), RequestError> {
+        self.request(Command::Undeliverable { grant })
     }
 
     /// Releases a raw `(key, token)` whose lease this client never saw.
-    pub async fn release_token(&self, key: Key, token: u64) -> Result<Outcome, RequestError> {
+    /// Queued when this is called, like [`release`](Handle::release).
+    pub fn release_token(
+        &self,
+        key: Key,
+        token: u64,
+    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
         let (reply, rx) = oneshot::channel();
-        self.request(Command::ReleaseToken { key, token, reply })?;
-        rx.await.map_err(|_| RequestError::Stopped)?.map_err(RequestError::from)
+        let sent = self.request(Command::ReleaseToken { key, token, reply });
+        answer(sent, rx)
     }
 
     /// Shuts down: new acquires are refused, acquires in flight are
     /// cancelled under the cancel policy, the release lane drains within
-    /// `budget`, then the connection closes. Resolves when that is done.
-    pub async fn shutdown(&self, budget: Duration) -> Result<(), RequestError> {
+    /// `budget`, then the connection closes. Starts when this is called;
+    /// the future resolves when that is done.
+    pub fn shutdown(
+        &self,
+        budget: Duration,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
         let (reply, rx) = oneshot::channel();
-        self.request(Command::Shutdown { budget, reply })?;
-        rx.await.map_err(|_| RequestError::Stopped)?.map_err(RequestError::from)
+        let sent = self.request(Command::Shutdown { budget, reply });
+        answer(sent, rx)
     }
 
     fn request(&self, command: Cmd) -> Result<(), RequestError> {
@@ -120,6 +163,17 @@ impl Handle {
             .unbounded_send(command)
             .map_err(|_| RequestError::Stopped)
     }
+}
+
+/// The reply to a request that was (or could not be) sent.
+async fn answer<T>(
+    sent: Result<(), RequestError>,
+    rx: oneshot::Receiver<Result<T, Error>>,
+) -> Result<T, RequestError> {
+    sent?;
+    rx.await
+        .map_err(|_| RequestError::Stopped)?
+        .map_err(RequestError::from)
 }
 
 /// The future of an acquire. Dropping it before it resolves cancels the
@@ -132,6 +186,34 @@ pub struct Acquire {
     ticket: u64,
     commands: mpsc::UnboundedSender<Cmd>,
     done: bool,
+}
+
+impl Acquire {
+    /// A handle that cancels this acquire without dropping the future: the
+    /// future then resolves to the cancel's outcome (`Cancelled` if nothing
+    /// was sent yet, `Indeterminate` if it was).
+    pub fn canceller(&self) -> Canceller {
+        Canceller {
+            ticket: self.ticket,
+            commands: self.commands.clone(),
+        }
+    }
+}
+
+/// Cancels one acquire through the core; see [`Acquire::canceller`].
+#[derive(Debug, Clone)]
+pub struct Canceller {
+    ticket: u64,
+    commands: mpsc::UnboundedSender<Cmd>,
+}
+
+impl Canceller {
+    /// Cancels the acquire. Harmless if it already ended.
+    pub fn cancel(&self) {
+        let _ = self.commands.unbounded_send(Command::Cancel {
+            ticket: self.ticket,
+        });
+    }
 }
 
 impl Future for Acquire {
@@ -173,6 +255,7 @@ pub(crate) fn new<D: Dial, K: Clock>(
     let handle = Handle {
         commands,
         tickets: Arc::new(AtomicU64::new(1)),
+        start,
     };
     let driver = Driver {
         shell: Shell::new(client, start, notices),

@@ -41,7 +41,7 @@ use crate::client::{Config, ConfigError, Event};
 use crate::driver::{self, Clock, Dial, Transport};
 use crate::names::Endpoint;
 
-pub use crate::driver::{Acquire, Handle};
+pub use crate::driver::{Acquire, Canceller, Handle};
 pub use crate::shell::RequestError;
 
 /// Opens connections for the client: TCP, TLS, a Unix socket, anything
@@ -93,7 +93,10 @@ impl<C: Connector> Future for Driver<C> {
 }
 
 /// Makes a client: the handle tasks share, and the driver to spawn.
-pub fn client<C: Connector>(config: Config, connector: C) -> Result<(Handle, Driver<C>), ConfigError> {
+pub fn client<C: Connector>(
+    config: Config,
+    connector: C,
+) -> Result<(Handle, Driver<C>), ConfigError> {
     let (handle, driver) = driver::new(config, Dialer(Arc::new(connector)), None)?;
     Ok((handle, Driver(driver)))
 }
@@ -105,7 +108,8 @@ pub fn client_with_notices<C: Connector>(
     connector: C,
     notices: impl FnMut(Event) + Send + 'static,
 ) -> Result<(Handle, Driver<C>), ConfigError> {
-    let (handle, driver) = driver::new(config, Dialer(Arc::new(connector)), Some(Box::new(notices)))?;
+    let (handle, driver) =
+        driver::new(config, Dialer(Arc::new(connector)), Some(Box::new(notices)))?;
     Ok((handle, Driver(driver)))
 }
 
@@ -114,7 +118,10 @@ struct Dialer<C>(Arc<C>);
 impl<C: Connector> Dial for Dialer<C> {
     type Transport = Stream<C::Stream>;
 
-    fn dial(&self, addr: Endpoint) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>> {
+    fn dial(
+        &self,
+        addr: Endpoint,
+    ) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>> {
         let connector = Arc::clone(&self.0);
         Box::pin(async move { connector.connect(addr).await.map(Stream) })
     }

@@ -57,9 +57,13 @@ pub(crate) enum Command<A, S> {
         token: u64,
         reply: A,
     },
-    /// The caller of the acquire with this ticket went away.
+    /// Cancel the acquire with this ticket (its caller went away, or asked).
     Cancel {
         ticket: u64,
+    },
+    /// A grant its receiver could not take: release it by exact token.
+    Undeliverable {
+        grant: Grant,
     },
     Shutdown {
         budget: Duration,
@@ -175,6 +179,10 @@ where
                     // outcome finds no receiver, and a grant goes back.
                     let _ = self.client.cancel(now, op);
                 }
+            }
+            Command::Undeliverable { grant } => {
+                // A grant already released or expired needs nothing more.
+                let _ = self.client.undeliverable(now, &grant);
             }
             Command::Shutdown { budget, reply } => match self.client.shutdown(now, budget) {
                 Ok(()) => self.shutdown_waiters.push(reply),

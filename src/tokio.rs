@@ -41,7 +41,7 @@ use crate::client::{Config, ConfigError, Event};
 use crate::driver::{self, Clock, Dial, Transport};
 use crate::names::Endpoint;
 
-pub use crate::driver::{Acquire, Handle};
+pub use crate::driver::{Acquire, Canceller, Handle};
 pub use crate::shell::RequestError;
 
 /// Opens connections for the client: TCP, TLS, a Unix socket, anything
@@ -92,7 +92,8 @@ pub fn spawn_with_notices<C: Connector>(
     let sink = Box::new(move |event| {
         let _ = tx.send(event);
     });
-    let (handle, driver) = driver::new::<_, TokioClock>(config, Dialer(Arc::new(connector)), Some(sink))?;
+    let (handle, driver) =
+        driver::new::<_, TokioClock>(config, Dialer(Arc::new(connector)), Some(sink))?;
     ::tokio::spawn(driver);
     Ok((handle, rx))
 }
@@ -102,7 +103,10 @@ struct Dialer<C>(Arc<C>);
 impl<C: Connector> Dial for Dialer<C> {
     type Transport = Stream<C::Stream>;
 
-    fn dial(&self, addr: Endpoint) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>> {
+    fn dial(
+        &self,
+        addr: Endpoint,
+    ) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>> {
         let connector = Arc::clone(&self.0);
         Box::pin(async move { connector.connect(addr).await.map(Stream) })
     }
@@ -129,7 +133,10 @@ struct TokioClock {
 
 impl Clock for TokioClock {
     fn new() -> Self {
-        TokioClock { sleep: None, at: None }
+        TokioClock {
+            sleep: None,
+            at: None,
+        }
     }
 
     fn poll_until(&mut self, cx: &mut Context<'_>, at: Instant) -> Poll<()> {

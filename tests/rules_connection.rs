@@ -775,6 +775,7 @@ fn a_connect_that_does_not_complete_in_time_is_given_up() {
     let mut h = Harness::new(config());
     let (conn, addr) = h.last_connect().unwrap();
     assert_eq!(addr, ep("a:1"));
+    assert_eq!(h.take_events(), vec![Event::Connecting { addr: ep("a:1") }]);
     h.at_ms(4_999);
     assert!(h.take_events().is_empty());
     let mark = h.actions.len();
@@ -799,6 +800,7 @@ fn a_handshake_without_an_answer_in_time_is_given_up() {
     h.at_ms(100);
     let conn = h.connect();
     assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_events(), vec![Event::Connecting { addr: ep("a:1") }]);
     h.at_ms(5_099);
     assert!(h.take_events().is_empty());
     let mark = h.actions.len();

@@ -36,12 +36,13 @@ fn outcomes(events: &[Event]) -> Vec<(OpId, Outcome)> {
         .collect()
 }
 
-/// The events since the last call, without the `Connected` notices of
-/// handshakes (every test checks its handshakes through the bytes sent).
+/// The events since the last call, without the `Connecting` and `Connected`
+/// notices (every test checks its connections through the actions and the
+/// bytes sent).
 fn events_of(h: &mut Harness) -> Vec<Event> {
     h.take_events()
         .into_iter()
-        .filter(|e| !matches!(e, Event::Connected { .. }))
+        .filter(|e| !matches!(e, Event::Connecting { .. } | Event::Connected { .. }))
         .collect()
 }
 

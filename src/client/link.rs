@@ -103,6 +103,8 @@ impl Client {
             conn: id,
             addr: addr.clone(),
         });
+        self.events
+            .push_back(Event::Connecting { addr: addr.clone() });
         self.link.state = LinkState::Up {
             conn: Conn { id, addr, to_hint },
             phase: Phase::Connecting {

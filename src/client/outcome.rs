@@ -342,6 +342,12 @@ pub enum Event {
         /// How.
         outcome: Outcome,
     },
+    /// A connection is being opened (the [`Action::Connect`] of it was just
+    /// queued).
+    Connecting {
+        /// Where.
+        addr: Endpoint,
+    },
     /// A handshake was accepted.
     Connected {
         /// The server's address.

@@ -1,6 +1,8 @@
 //! `ticketing`: the command line of the Ticketing lock service. A thin shell
 //! over the library; every rule lives there. The interface is CLI.md's.
 
+mod client;
+mod common;
 mod serve;
 
 use std::process::ExitCode;
@@ -19,11 +21,16 @@ struct Cli {
 enum Command {
     /// Run the reference server until SIGINT or SIGTERM.
     Serve(serve::Args),
+    /// Drive a client with commands on stdin, JSON lines on stdout.
+    Client(client::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("ticketing: cannot start the runtime: {e}");
@@ -32,6 +39,7 @@ fn main() -> ExitCode {
     };
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve::run(args)),
+        Command::Client(args) => runtime.block_on(client::run(args)),
     };
     match result {
         Ok(code) => code,

@@ -1,0 +1,409 @@
+//! `ticketing client`: a line-oriented driver of the client core, like
+//! `redis-cli` for scripts. Commands on standard input, one JSON object a
+//! line on standard output (CLI.md).
+
+use std::collections::HashMap;
+use std::error::Error;
+use std::future::Future;
+use std::io::Write;
+use std::pin::Pin;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Args as ClapArgs;
+use serde_json::{json, Value};
+use ticketing::client::{self as core, Event, Grant, Outcome, ReleaseResult};
+use ticketing::tokio::{Canceller, Handle, RequestError};
+use ticketing::{Key, Name, Time};
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::mpsc;
+
+use crate::common::{client_config, ClientOptions};
+
+/// Options of `ticketing client` (CLI.md).
+#[derive(ClapArgs)]
+pub struct Args {
+    #[command(flatten)]
+    client: ClientOptions,
+}
+
+/// What the input asks for. One line, parsed.
+enum Line {
+    Acquire {
+        tag: String,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    },
+    Release {
+        tag: String,
+        key: Key,
+        token: u64,
+    },
+    ReleaseGrant {
+        tag: String,
+        acquire: String,
+    },
+    Cancel {
+        tag: String,
+    },
+    Abandon {
+        tag: String,
+    },
+    Shutdown {
+        budget: Duration,
+    },
+}
+
+/// Budget of the shutdown at end of input (CLI.md: "end of input means:
+/// shutdown 5000").
+const END_OF_INPUT_BUDGET: Duration = Duration::from_millis(5000);
+
+fn parse(line: &str) -> Result<Option<Line>, String> {
+    let line = line.trim();
+    if line.is_empty() || line.starts_with('#') {
+        return Ok(None);
+    }
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let want = |n: usize, usage: &str| {
+        if words.len() == n {
+            Ok(())
+        } else {
+            Err(format!("usage: {usage}"))
+        }
+    };
+    let tag = |i: usize| -> Result<String, String> {
+        Name::new(words[i]).map_err(|e| format!("bad tag {:?}: {e}", words[i]))?;
+        Ok(words[i].to_string())
+    };
+    let key = |i: usize| Key::new(words[i]).map_err(|e| format!("bad key {:?}: {e}", words[i]));
+    let number = |i: usize, what: &str| {
+        words[i]
+            .parse::<u64>()
+            .map_err(|_| format!("bad {what} {:?}: not a number", words[i]))
+    };
+    let parsed = match words[0] {
+        "acquire" => {
+            want(6, "acquire TAG KEY OWNER WAIT_MS LEASE_MS")?;
+            Line::Acquire {
+                tag: tag(1)?,
+                key: key(2)?,
+                owner: Name::new(words[3]).map_err(|e| format!("bad owner {:?}: {e}", words[3]))?,
+                wait: Duration::from_millis(number(4, "WAIT_MS")?),
+                lease: Duration::from_millis(number(5, "LEASE_MS")?),
+            }
+        }
+        "release" => {
+            want(4, "release TAG KEY TOKEN")?;
+            Line::Release {
+                tag: tag(1)?,
+                key: key(2)?,
+                token: number(3, "TOKEN")?,
+            }
+        }
+        "release-grant" => {
+            want(3, "release-grant TAG ACQUIRE_TAG")?;
+            Line::ReleaseGrant {
+                tag: tag(1)?,
+                acquire: words[2].to_string(),
+            }
+        }
+        "cancel" => {
+            want(2, "cancel TAG")?;
+            Line::Cancel {
+                tag: words[1].to_string(),
+            }
+        }
+        "abandon" => {
+            want(2, "abandon TAG")?;
+            Line::Abandon {
+                tag: words[1].to_string(),
+            }
+        }
+        "shutdown" => {
+            want(2, "shutdown BUDGET_MS")?;
+            Line::Shutdown {
+                budget: Duration::from_millis(number(1, "BUDGET_MS")?),
+            }
+        }
+        other => return Err(format!("unknown command {other:?}")),
+    };
+    Ok(Some(parsed))
+}
+
+/// What the session knows of a tag.
+enum Tagged {
+    /// An acquire under way.
+    Acquiring(Canceller),
+    /// An acquire that was granted; the grant, until released or abandoned.
+    Granted(Option<Grant>),
+    /// Anything else (a release, an acquire that ended otherwise).
+    Done,
+}
+
+/// An operation's end, reported back to the session.
+struct Done {
+    tag: String,
+    op: &'static str,
+    key: Key,
+    result: Result<Outcome, RequestError>,
+}
+
+pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
+    let config = client_config(&args.client)?;
+    let (handle, mut notices) =
+        ticketing::tokio::spawn_with_notices(config, ticketing::tokio::TcpConnector)?;
+    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
+    let mut tags: HashMap<String, Tagged> = HashMap::new();
+    let mut open = 0usize;
+    let mut input = BufReader::new(tokio::io::stdin()).lines();
+    let mut shutdown: Option<Duration> = None;
+
+    // The session: commands until a shutdown (or end of input), then the
+    // shutdown itself, with outcomes and notices printed as they come.
+    let mut shutting_down: Option<
+        Pin<Box<dyn Future<Output = Result<(), RequestError>> + Send + '_>>,
+    > = None;
+    loop {
+        tokio::select! {
+            // Notices first: the core emits a close before the outcomes it
+            // causes, and the output keeps that order.
+            biased;
+            Some(event) = notices.recv() => notice(&event),
+            line = input.next_line(), if shutdown.is_none() => match line {
+                Ok(Some(line)) => match parse(&line) {
+                    Ok(None) => {}
+                    Ok(Some(Line::Shutdown { budget })) => shutdown = Some(budget),
+                    Ok(Some(command)) => {
+                        if let Err(message) = start(command, &handle, &mut tags, &done_tx, &mut open) {
+                            emit(json!({"type": "error", "message": message}));
+                        }
+                    }
+                    Err(message) => emit(json!({"type": "error", "message": message})),
+                },
+                Ok(None) | Err(_) => shutdown = Some(END_OF_INPUT_BUDGET),
+            },
+            Some(done) = done_rx.recv() => {
+                open -= 1;
+                finish(done, &handle, &mut tags);
+            }
+            result = async { shutting_down.as_mut().expect("guarded").await }, if shutting_down.is_some() => {
+                if let Err(e) = result {
+                    emit(json!({"type": "error", "message": format!("shutdown: {e}")}));
+                }
+                break;
+            }
+        }
+        if let (Some(budget), None) = (shutdown, &shutting_down) {
+            shutting_down = Some(Box::pin(handle.shutdown(budget)));
+        }
+    }
+    // Every operation has its outcome once the shutdown is done.
+    while open > 0 {
+        let Some(done) = done_rx.recv().await else {
+            break;
+        };
+        open -= 1;
+        finish(done, &handle, &mut tags);
+    }
+    while let Ok(event) = notices.try_recv() {
+        notice(&event);
+    }
+    emit(json!({"type": "done"}));
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Starts the operation of one command line.
+fn start(
+    command: Line,
+    handle: &Handle,
+    tags: &mut HashMap<String, Tagged>,
+    done: &mpsc::UnboundedSender<Done>,
+    open: &mut usize,
+) -> Result<(), String> {
+    let fresh = |tags: &HashMap<String, Tagged>, tag: &str| {
+        if tags.contains_key(tag) {
+            Err(format!("tag {tag:?} is already used"))
+        } else {
+            Ok(())
+        }
+    };
+    match command {
+        Line::Acquire {
+            tag,
+            key,
+            owner,
+            wait,
+            lease,
+        } => {
+            fresh(tags, &tag)?;
+            let acquire = handle.acquire(key.clone(), owner, wait, lease);
+            tags.insert(tag.clone(), Tagged::Acquiring(acquire.canceller()));
+            spawn_op(done, open, tag, "acquire", key, acquire);
+        }
+        Line::Release { tag, key, token } => {
+            fresh(tags, &tag)?;
+            tags.insert(tag.clone(), Tagged::Done);
+            let handle = handle.clone();
+            let key_ = key.clone();
+            spawn_op(done, open, tag, "release", key, async move {
+                handle.release_token(key_, token).await
+            });
+        }
+        Line::ReleaseGrant { tag, acquire } => {
+            fresh(tags, &tag)?;
+            let grant = take_grant(tags, &acquire)?;
+            tags.insert(tag.clone(), Tagged::Done);
+            let handle = handle.clone();
+            let key = grant.key().clone();
+            spawn_op(done, open, tag, "release", key, async move {
+                handle.release(&grant).await
+            });
+        }
+        Line::Cancel { tag } => match tags.get(&tag) {
+            Some(Tagged::Acquiring(canceller)) => canceller.cancel(),
+            // A release ignores cancellation; an ended acquire has nothing
+            // left to cancel.
+            Some(_) => {}
+            None => return Err(format!("no operation tagged {tag:?}")),
+        },
+        Line::Abandon { tag } => {
+            let grant = take_grant(tags, &tag)?;
+            handle
+                .undeliverable(grant)
+                .map_err(|e| format!("abandon {tag}: {e}"))?;
+        }
+        Line::Shutdown { .. } => unreachable!("handled by the session"),
+    }
+    Ok(())
+}
+
+fn take_grant(tags: &mut HashMap<String, Tagged>, tag: &str) -> Result<Grant, String> {
+    match tags.get_mut(tag) {
+        Some(Tagged::Granted(grant)) => grant
+            .take()
+            .ok_or_else(|| format!("the grant of {tag:?} was already released or abandoned")),
+        Some(Tagged::Acquiring(_)) => Err(format!("acquire {tag:?} has no outcome yet")),
+        Some(Tagged::Done) => Err(format!("{tag:?} holds no grant")),
+        None => Err(format!("no operation tagged {tag:?}")),
+    }
+}
+
+fn spawn_op(
+    done: &mpsc::UnboundedSender<Done>,
+    open: &mut usize,
+    tag: String,
+    op: &'static str,
+    key: Key,
+    future: impl std::future::Future<Output = Result<Outcome, RequestError>> + Send + 'static,
+) {
+    *open += 1;
+    let done = done.clone();
+    tokio::spawn(async move {
+        let result = future.await;
+        let _ = done.send(Done {
+            tag,
+            op,
+            key,
+            result,
+        });
+    });
+}
+
+/// Prints an operation's outcome and remembers a grant.
+fn finish(done: Done, handle: &Handle, tags: &mut HashMap<String, Tagged>) {
+    let Done {
+        tag,
+        op,
+        key,
+        result,
+    } = done;
+    let mut line = json!({"type": "outcome", "tag": tag, "op": op, "key": key.as_str()});
+    let fields = match result {
+        Ok(Outcome::Granted(grant)) => {
+            let fields = json!({
+                "outcome": "granted",
+                "token": grant.token(),
+                "lease_ms": u64::try_from(grant.lease().as_millis()).unwrap_or(u64::MAX),
+            });
+            tags.insert(tag, Tagged::Granted(Some(grant)));
+            emit(merge(line, fields));
+            return;
+        }
+        Ok(Outcome::TimedOut { sent }) => json!({"outcome": "timed_out", "sent": sent}),
+        Ok(Outcome::Busy) | Err(RequestError::Refused(core::Error::Busy)) => {
+            json!({"outcome": "busy"})
+        }
+        Ok(Outcome::Cancelled) => json!({"outcome": "cancelled"}),
+        Ok(Outcome::Indeterminate { settles_by }) => json!({
+            "outcome": "indeterminate",
+            "settled_within_ms": millis_until(settles_by, handle.now()),
+        }),
+        Ok(Outcome::Released) => json!({"outcome": "released"}),
+        Ok(Outcome::NotHeld) => json!({"outcome": "not_held"}),
+        Ok(Outcome::Lapsed) => json!({"outcome": "lapsed"}),
+        Ok(other) => json!({"outcome": format!("{other:?}")}),
+        Err(e) => {
+            tags.insert(tag.clone(), Tagged::Done);
+            line = json!({"type": "error", "tag": tag, "message": e.to_string()});
+            emit(line);
+            return;
+        }
+    };
+    if matches!(tags.get(&tag), Some(Tagged::Acquiring(_))) {
+        tags.insert(tag, Tagged::Done);
+    }
+    emit(merge(line, fields));
+}
+
+fn millis_until(at: Time, now: Time) -> u64 {
+    u64::try_from(at.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// Prints a notice.
+fn notice(event: &Event) {
+    let line = match event {
+        Event::Connecting { addr } => json!({"event": "connecting", "addr": addr.as_str()}),
+        Event::Connected { addr, node, window } => {
+            json!({"event": "connected", "addr": addr.as_str(), "node": node.as_str(), "window": window})
+        }
+        Event::Closed { addr, reason } => {
+            json!({"event": "closed", "addr": addr.as_str(), "reason": reason.to_string()})
+        }
+        Event::LeaderHint { addr } => json!({"event": "leader_hint", "addr": addr.as_str()}),
+        Event::HintIgnored { addr } => json!({"event": "hint_ignored", "addr": addr.as_str()}),
+        Event::OrphanRelease { key, token } => {
+            json!({"event": "orphan_release", "key": key.as_str(), "token": token})
+        }
+        Event::OrphanSettled { key, token, result } => json!({
+            "event": "orphan_settled",
+            "key": key.as_str(),
+            "token": token,
+            "result": match result {
+                ReleaseResult::Released => "released",
+                ReleaseResult::NotHeld => "not_held",
+                _ => "lapsed",
+            },
+        }),
+        Event::AuthFailed { addr } => json!({"event": "auth_failed", "addr": addr.as_str()}),
+        // Backoff and the end of the shutdown are not part of the
+        // interface: the next `connecting`, and `done`, say as much.
+        _ => return,
+    };
+    emit(merge(json!({"type": "event"}), line));
+}
+
+fn merge(mut base: Value, extra: Value) -> Value {
+    if let (Value::Object(base), Value::Object(extra)) = (&mut base, extra) {
+        base.extend(extra);
+    }
+    base
+}
+
+/// Writes one line of output and flushes it.
+fn emit(line: Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
