@@ -5,6 +5,8 @@
 #[cfg(feature = "blocking")]
 pub mod blocking;
 pub mod client;
+#[cfg(any(feature = "tokio", feature = "futures-io"))]
+mod driver;
 #[cfg(feature = "futures-io")]
 pub mod futures_io;
 pub mod names;
@@ -14,8 +16,6 @@ pub mod serve;
 pub mod server;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 mod shell;
-#[cfg(any(feature = "tokio", feature = "futures-io"))]
-mod driver;
 #[cfg(feature = "fuzzing")]
 pub mod testkit;
 pub mod time;

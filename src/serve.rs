@@ -85,7 +85,11 @@ pub fn spawn(listener: TcpListener, server: Server) -> io::Result<ServerHandle> 
     let addr = listener.local_addr()?;
     let (control, rx) = mpsc::unbounded_channel();
     let task = ::tokio::spawn(run(listener, server, rx));
-    Ok(ServerHandle { control, addr, task })
+    Ok(ServerHandle {
+        control,
+        addr,
+        task,
+    })
 }
 
 /// Binds `addr` and serves `server` on it.
@@ -109,9 +113,14 @@ struct Conn {
     writer: mpsc::UnboundedSender<Bytes>,
 }
 
-async fn run(listener: TcpListener, mut server: Server, mut control: mpsc::UnboundedReceiver<Control>) -> Server {
+async fn run(
+    listener: TcpListener,
+    mut server: Server,
+    mut control: mpsc::UnboundedReceiver<Control>,
+) -> Server {
     let start = Instant::now();
-    let now = move || Time::from_nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
+    let now =
+        move || Time::from_nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
     let (reports, mut incoming) = mpsc::channel(QUEUED_READS);
     let mut conns: HashMap<ConnId, Conn> = HashMap::new();
     let mut paused = false;
@@ -190,7 +199,11 @@ fn attach(conn: ConnId, stream: TcpStream, reports: mpsc::Sender<Report>) -> Con
                 Ok(0) | Err(_) => break,
                 Ok(_) => {
                     let data = buf.split().freeze();
-                    if reader_reports.send(Report::Bytes(conn, data)).await.is_err() {
+                    if reader_reports
+                        .send(Report::Bytes(conn, data))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                 }
