@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 
 use ::tokio::io::{AsyncReadExt, AsyncWriteExt};
 use ::tokio::net::{TcpListener, TcpStream};
-use ::tokio::sync::mpsc;
+use ::tokio::sync::{mpsc, oneshot};
 use ::tokio::task::JoinHandle;
 use bytes::{Bytes, BytesMut};
 
 use crate::names::Endpoint;
-use crate::server::{Action, ConnId, Role, Server};
+use crate::server::{Action, ConnId, LockTable, Role, Server};
 use crate::time::Time;
 
 /// A server running on a tokio task.
@@ -26,10 +26,13 @@ use crate::time::Time;
 pub struct ServerHandle {
     control: mpsc::UnboundedSender<Control>,
     addr: SocketAddr,
+    origin: Instant,
     task: JoinHandle<Server>,
 }
 
 enum Control {
+    TakeTable(oneshot::Sender<LockTable>),
+    InstallTable(LockTable),
     Role(Role),
     Announce(Endpoint),
     DropConnections,
@@ -47,6 +50,27 @@ impl ServerHandle {
     /// connection and closes it).
     pub fn set_role(&self, role: Role) {
         let _ = self.control.send(Control::Role(role));
+    }
+
+    /// The instant the server core's time counts from.
+    pub fn origin(&self) -> Instant {
+        self.origin
+    }
+
+    /// Takes the lock table out of the server (see
+    /// [`Server::take_lock_table`]), e.g. to hand it to the next leader.
+    /// Its times count from [`origin`](ServerHandle::origin): give the next
+    /// server the same origin ([`spawn_with_origin`]).
+    pub async fn take_lock_table(&self) -> io::Result<LockTable> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.control.send(Control::TakeTable(tx));
+        rx.await
+            .map_err(|_| io::Error::other("the server has stopped"))
+    }
+
+    /// Installs a lock table (see [`Server::install_lock_table`]).
+    pub fn install_lock_table(&self, table: LockTable) {
+        let _ = self.control.send(Control::InstallTable(table));
     }
 
     /// Sends `L addr` to every connection.
@@ -80,14 +104,25 @@ impl ServerHandle {
     }
 }
 
-/// Starts serving `server` on `listener`.
+/// Starts serving `server` on `listener`; the core's time counts from now.
 pub fn spawn(listener: TcpListener, server: Server) -> io::Result<ServerHandle> {
+    spawn_with_origin(listener, server, Instant::now())
+}
+
+/// Starts serving `server` on `listener`, its time counting from `origin`.
+/// Servers that hand a lock table to each other must share an origin.
+pub fn spawn_with_origin(
+    listener: TcpListener,
+    server: Server,
+    origin: Instant,
+) -> io::Result<ServerHandle> {
     let addr = listener.local_addr()?;
     let (control, rx) = mpsc::unbounded_channel();
-    let task = ::tokio::spawn(run(listener, server, rx));
+    let task = ::tokio::spawn(run(listener, server, rx, origin));
     Ok(ServerHandle {
         control,
         addr,
+        origin,
         task,
     })
 }
@@ -117,8 +152,8 @@ async fn run(
     listener: TcpListener,
     mut server: Server,
     mut control: mpsc::UnboundedReceiver<Control>,
+    start: Instant,
 ) -> Server {
-    let start = Instant::now();
     let now =
         move || Time::from_nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
     let (reports, mut incoming) = mpsc::channel(QUEUED_READS);
@@ -164,6 +199,10 @@ async fn run(
                 }
             },
             command = control.recv() => match command {
+                Some(Control::TakeTable(reply)) => {
+                    let _ = reply.send(server.take_lock_table(now()));
+                }
+                Some(Control::InstallTable(table)) => server.install_lock_table(now(), table),
                 Some(Control::Role(role)) => server.set_role(now(), role),
                 Some(Control::Announce(addr)) => server.announce_leader(now(), addr),
                 Some(Control::DropConnections) => {

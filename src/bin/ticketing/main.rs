@@ -3,6 +3,8 @@
 
 mod client;
 mod common;
+mod demo;
+mod run;
 mod serve;
 
 use std::process::ExitCode;
@@ -23,6 +25,10 @@ enum Command {
     Serve(serve::Args),
     /// Drive a client with commands on stdin, JSON lines on stdout.
     Client(client::Args),
+    /// Hold a lock while a command runs.
+    Run(run::Args),
+    /// Servers and many clients for a few seconds, with faults; a report.
+    Demo(demo::Args),
 }
 
 fn main() -> ExitCode {
@@ -40,6 +46,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve::run(args)),
         Command::Client(args) => runtime.block_on(client::run(args)),
+        Command::Run(args) => runtime.block_on(run::run(args)),
+        Command::Demo(args) => runtime.block_on(demo::run(args)),
     };
     match result {
         Ok(code) => code,
