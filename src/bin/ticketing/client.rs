@@ -56,6 +56,9 @@ enum Line {
     },
 }
 
+/// The shutdown under way.
+type Shutdown = Pin<Box<dyn Future<Output = Result<(), RequestError>> + Send>>;
+
 /// Budget of the shutdown at end of input (CLI.md: "end of input means:
 /// shutdown 5000").
 const END_OF_INPUT_BUDGET: Duration = Duration::from_millis(5000);
@@ -162,9 +165,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
 
     // The session: commands until a shutdown (or end of input), then the
     // shutdown itself, with outcomes and notices printed as they come.
-    let mut shutting_down: Option<
-        Pin<Box<dyn Future<Output = Result<(), RequestError>> + Send + '_>>,
-    > = None;
+    let mut shutting_down: Option<Shutdown> = None;
     loop {
         tokio::select! {
             // Notices first: the core emits a close before the outcomes it
@@ -242,24 +243,23 @@ fn start(
             tags.insert(tag.clone(), Tagged::Acquiring(acquire.canceller()));
             spawn_op(done, open, tag, "acquire", key, acquire);
         }
+        // A release is queued by the call itself, here and now, so that it
+        // is in the client before a shutdown on a later line (or the end of
+        // input) is; queued from the spawned task, it could come after it
+        // and be refused.
         Line::Release { tag, key, token } => {
             fresh(tags, &tag)?;
             tags.insert(tag.clone(), Tagged::Done);
-            let handle = handle.clone();
-            let key_ = key.clone();
-            spawn_op(done, open, tag, "release", key, async move {
-                handle.release_token(key_, token).await
-            });
+            let release = handle.release_token(key.clone(), token);
+            spawn_op(done, open, tag, "release", key, release);
         }
         Line::ReleaseGrant { tag, acquire } => {
             fresh(tags, &tag)?;
             let grant = take_grant(tags, &acquire)?;
             tags.insert(tag.clone(), Tagged::Done);
-            let handle = handle.clone();
             let key = grant.key().clone();
-            spawn_op(done, open, tag, "release", key, async move {
-                handle.release(&grant).await
-            });
+            let release = handle.release(&grant);
+            spawn_op(done, open, tag, "release", key, release);
         }
         Line::Cancel { tag } => match tags.get(&tag) {
             Some(Tagged::Acquiring(canceller)) => canceller.cancel(),

@@ -66,27 +66,36 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         (RoleArg::NoLeader, _) => Role::NoLeader,
         (RoleArg::NotActive, _) => Role::NotActive,
     };
+    // The handlers are in place before `listening on` is printed: a signal
+    // sent as soon as that line is seen must stop the server cleanly.
+    let stop = stop_signal()?;
     let core = Server::new(config, Time::ZERO)?;
     let handle = ticketing::serve::bind(&args.listen, core).await?;
     eprintln!("listening on {}", handle.local_addr());
-    stop_signal().await?;
+    stop.await;
     handle.stop().await?;
     Ok(ExitCode::SUCCESS)
 }
 
-/// Resolves on SIGINT or SIGTERM.
-async fn stop_signal() -> std::io::Result<()> {
+/// Installs the SIGINT and SIGTERM handlers now; the future resolves on
+/// either signal.
+fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{signal, SignalKind};
+        let mut int = signal(SignalKind::interrupt())?;
         let mut term = signal(SignalKind::terminate())?;
-        tokio::select! {
-            r = tokio::signal::ctrl_c() => r,
-            _ = term.recv() => Ok(()),
-        }
+        Ok(async move {
+            tokio::select! {
+                _ = int.recv() => {}
+                _ = term.recv() => {}
+            }
+        })
     }
     #[cfg(not(unix))]
     {
-        tokio::signal::ctrl_c().await
+        Ok(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
     }
 }

@@ -1,0 +1,276 @@
+//! `ticketing serve` (CLI.md), run as a process and spoken to over raw TCP.
+
+mod cli;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use cli::{Raw, Serve, WAIT};
+use nix::sys::signal::Signal;
+
+fn stops_with_status_0_on(sig: Signal) {
+    let mut serve = Serve::start(&[]);
+    let addr: SocketAddr = serve
+        .addr
+        .parse()
+        .unwrap_or_else(|e| panic!("`listening on {}`: not an address: {e}", serve.addr));
+    assert!(addr.ip().is_loopback(), "{addr}");
+    assert_ne!(addr.port(), 0, "the chosen port is shown, not 0");
+
+    // It accepts connections at the printed address.
+    let mut raw = Raw::connect(&serve.addr);
+    assert_eq!(raw.hello(), ("node-1".to_string(), 64));
+    raw.grant(1, "k", 0, 1000);
+
+    serve.signal(sig);
+    let status = serve.wait_exit(WAIT);
+    assert_eq!(status.code(), Some(0), "serve after {sig}: {status}");
+    // Stopping closed the connection.
+    raw.expect_closed("the connection of a stopped server");
+}
+
+#[test]
+fn prints_listening_on_and_sigterm_stops_it_with_status_0() {
+    stops_with_status_0_on(Signal::SIGTERM);
+}
+
+#[test]
+fn sigint_stops_it_with_status_0() {
+    stops_with_status_0_on(Signal::SIGINT);
+}
+
+/// One connection breaks the protocol with `bad` (after its handshake,
+/// while it has an acquire waiting); it alone is closed with `E <reason>`.
+/// Another connection, older, keeps its grant and its session; a newer one
+/// is served too.
+fn closes_that_connection_only(bad: &[u8], reason: &str) {
+    let serve = Serve::start(&[]);
+    let mut good = Raw::connect(&serve.addr);
+    good.hello();
+    let (token, _) = good.grant(1, "k", 0, 30_000);
+
+    let mut offender = Raw::connect(&serve.addr);
+    offender.hello();
+    // Waits behind `good`'s grant.
+    offender.send("A 1 k other 30000 1000\n");
+    offender.send_bytes(bad);
+    offender.expect(&format!("E {reason}"));
+    offender.expect_closed("the offending connection");
+
+    // The old connection is untouched: it releases its grant by token...
+    good.send(&format!("R 2 k {token}\n"));
+    good.expect("D 2 R k");
+    // ... and the offender's waiting acquire went with its connection, so
+    // the key is free again.
+    let (next, _) = good.grant(3, "k", 0, 1000);
+    assert!(next > token, "tokens grow: {next} after {token}");
+
+    let mut fresh = Raw::connect(&serve.addr);
+    fresh.hello();
+    fresh.grant(1, "other-key", 0, 1000);
+}
+
+#[test]
+fn a_malformed_frame_closes_that_connection_only() {
+    // A leading zero is a framing error.
+    closes_that_connection_only(b"A 2 j o 01 1000\n", "bad_frame");
+}
+
+#[test]
+fn a_frame_with_a_missing_field_closes_that_connection_only() {
+    closes_that_connection_only(b"R 2 k\n", "bad_frame");
+}
+
+#[test]
+fn an_unknown_kind_closes_that_connection_only() {
+    closes_that_connection_only(b"Z 2 k\n", "bad_frame");
+}
+
+#[test]
+fn a_window_overrun_closes_that_connection_only() {
+    let serve = Serve::start(&["--window", "2"]);
+    let mut good = Raw::connect(&serve.addr);
+    assert_eq!(good.hello().1, 2, "--window 2 is announced in W");
+
+    let mut offender = Raw::connect(&serve.addr);
+    offender.hello();
+    let (token, _) = offender.grant(1, "k", 0, 30_000);
+    // Answered requests do not count; waiting ones do.
+    offender.send("A 2 k o 30000 1000\n");
+    offender.send("A 3 k o 30000 1000\n");
+    offender.send("A 4 k o 30000 1000\n");
+    offender.expect("E window");
+    offender.expect_closed("the connection past its window");
+
+    // The offender's grant outlives its connection (rule 5): another
+    // connection releases it by exact token; its waiters are gone, so the
+    // key is then free at once.
+    good.send(&format!("R 1 k {token}\n"));
+    good.expect("D 1 R k");
+    good.grant(2, "k", 0, 1000);
+    // The good connection may use its own window in full.
+    good.send("A 3 k o 30000 1000\n");
+    good.send("R 4 k 999999\n");
+    good.expect("N 4 R k");
+}
+
+/// A small deterministic generator for garbage.
+fn garbage(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+#[test]
+fn garbage_does_not_kill_the_server() {
+    let mut serve = Serve::start(&[]);
+    let mut holder = Raw::connect(&serve.addr);
+    holder.hello();
+    let (token, _) = holder.grant(1, "k", 0, 30_000);
+
+    // Random bytes, before and after a handshake.
+    for seed in 1..=8u64 {
+        let mut raw = Raw::connect(&serve.addr);
+        if seed % 2 == 0 {
+            raw.hello();
+        }
+        raw.send_lossy(&garbage(seed, 4096));
+        // The server says why (or nothing, if the bytes broke the line
+        // first) and closes; it must not keep the connection.
+        loop {
+            match raw.next("the server's answer to garbage") {
+                cli::End::Closed => break,
+                cli::End::Line(line) => assert!(
+                    line.starts_with("E ") || line.starts_with("G ") || line.starts_with("T "),
+                    "unexpected answer to garbage: {line:?}"
+                ),
+            }
+        }
+    }
+
+    // A line that grows past 1024 bytes: closed as soon as byte 1025
+    // arrives, without waiting for a newline.
+    let mut long = Raw::connect(&serve.addr);
+    long.hello();
+    long.send(&"A".repeat(1025));
+    long.expect("E bad_frame");
+    long.expect_closed("the connection with an over-long line");
+
+    // The same before the handshake, and much longer.
+    let mut longer = Raw::connect(&serve.addr);
+    longer.send_lossy(&[b'x'; 64 * 1024]);
+    longer.expect("E bad_frame");
+    longer.expect_closed("the connection with a 64 KiB line");
+
+    // Connections that end abruptly, mid-line or right away.
+    for text in ["", "H 1 te", "H 1 test -\nA 9 k o 30000 1000"] {
+        let mut raw = Raw::connect(&serve.addr);
+        raw.send(text);
+        raw.shutdown_write();
+        drop(raw);
+    }
+
+    // A request before the handshake.
+    let mut early = Raw::connect(&serve.addr);
+    early.send("A 1 k o 0 1000\n");
+    early.expect("E hello_required");
+    early.expect_closed("a request before H");
+
+    assert!(serve.is_running(), "the server died of garbage");
+    // The old session still works, and new ones do.
+    holder.send(&format!("R 2 k {token}\n"));
+    holder.expect("D 2 R k");
+    let mut fresh = Raw::connect(&serve.addr);
+    fresh.hello();
+    fresh.grant(1, "k", 0, 1000);
+}
+
+#[test]
+fn a_follower_answers_moved() {
+    let serve = Serve::start(&["--role", "follower", "--leader", "127.0.0.1:7001"]);
+    let mut raw = Raw::connect(&serve.addr);
+    raw.send("H 1 test -\n");
+    raw.expect("M 127.0.0.1:7001");
+    raw.expect_closed("a follower's connection after M");
+}
+
+#[test]
+fn no_leader_answers_e_no_leader() {
+    let serve = Serve::start(&["--role", "no-leader"]);
+    let mut raw = Raw::connect(&serve.addr);
+    raw.send("H 1 test -\n");
+    raw.expect("E no_leader");
+    raw.expect_closed("after E no_leader");
+}
+
+#[test]
+fn not_active_answers_e_not_active() {
+    let serve = Serve::start(&["--role", "not-active"]);
+    let mut raw = Raw::connect(&serve.addr);
+    raw.send("H 1 test -\n");
+    raw.expect("E not_active");
+    raw.expect_closed("after E not_active");
+}
+
+#[test]
+fn a_wrong_credential_gets_e_auth_failed() {
+    let serve = Serve::start(&["--credential", "sesame"]);
+    for hello in ["H 1 test -\n", "H 1 test sesamo\n", "H 1 test sesame2\n"] {
+        let mut raw = Raw::connect(&serve.addr);
+        raw.send(hello);
+        raw.expect("E auth_failed");
+        raw.expect_closed("after E auth_failed");
+    }
+    let mut raw = Raw::connect(&serve.addr);
+    raw.send("H 1 test sesame\n");
+    raw.expect("W node-1 64");
+    raw.grant(1, "k", 0, 1000);
+}
+
+#[test]
+fn window_and_node_id_are_announced_in_w() {
+    let serve = Serve::start(&["--window", "7", "--node-id", "alpha"]);
+    let mut raw = Raw::connect(&serve.addr);
+    assert_eq!(raw.hello(), ("alpha".to_string(), 7));
+}
+
+#[test]
+fn the_leader_hint_is_sent_after_w() {
+    let serve = Serve::start(&["--leader-hint", "127.0.0.1:7002"]);
+    let mut raw = Raw::connect(&serve.addr);
+    raw.send("H 1 test -\n");
+    raw.expect("W node-1 64");
+    raw.expect("L 127.0.0.1:7002");
+    // The connection stays and is served.
+    raw.grant(1, "k", 0, 1000);
+}
+
+#[test]
+fn max_lease_ms_caps_the_lease_in_g() {
+    let serve = Serve::start(&["--max-lease-ms", "300"]);
+    let mut raw = Raw::connect(&serve.addr);
+    raw.hello();
+    let (_, lease) = raw.grant(1, "k", 0, 60_000);
+    assert_eq!(lease, 300, "the lease is capped");
+    let (_, lease) = raw.grant(2, "j", 0, 100);
+    assert_eq!(lease, 100, "a shorter lease is granted as asked");
+
+    // The capped lease really ends: a waiter gets `k` once it runs out,
+    // long before the 60 s asked for.
+    let started = Instant::now();
+    let mut waiter = Raw::connect(&serve.addr);
+    waiter.hello();
+    let (token, _) = waiter.grant(1, "k", 20_000, 1000);
+    assert!(token > 1, "a new grant, token {token}");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "granted after {:?}",
+        started.elapsed()
+    );
+}

@@ -1,0 +1,1259 @@
+//! The real-TCP adapter scenarios (issue 3), written once for every adapter.
+//!
+//! Each `tests/tcp_<adapter>.rs` implements [`Adapter`] (the adapter's
+//! operations, plus its runtime's `block_on`, `spawn` and `sleep`) and
+//! expands [`adapter_tests!`], which makes one `#[test]` per scenario.
+//!
+//! The server is the sans-IO server core behind `ticketing::serve`, on a real
+//! loopback socket, on a tokio runtime of its own (the [`Lab`]) whatever the
+//! adapter's runtime. Where a scenario must know what went on the wire, the
+//! client talks to the server through a [`Tap`]: a TCP relay that records
+//! every frame the client sent, per connection.
+//!
+//! Every wait is bounded by [`within`], which fails the test naming what it
+//! was waiting for. Sleeps only stand for work inside a critical section;
+//! every other wait is for an event: a notice, an outcome, or bytes seen on
+//! the wire.
+
+use std::collections::HashMap;
+use std::future::{poll_fn, Future};
+use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use ticketing::client::{
+    BackoffCause, CancelPolicy, CloseReason, Config, Event, Grant, Outcome, ReleaseResult,
+};
+use ticketing::serve::ServerHandle;
+use ticketing::server::{self, Role, Server};
+use ticketing::{Endpoint, Key, Name, Time};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc::UnboundedReceiver;
+use tokio::sync::watch;
+
+/// The notices of one client, as every adapter hands them to the tests.
+pub type NoticeRx = UnboundedReceiver<Event>;
+
+/// One adapter on one runtime, as the scenarios drive it.
+pub trait Adapter: 'static {
+    /// Shown in failure messages.
+    const NAME: &'static str;
+    /// A handle on a running client.
+    type Client: Clone + Send + Sync + 'static;
+    /// An acquire under way; dropping it cancels the acquire.
+    type Pending: Send + 'static;
+    /// The adapter's request error.
+    type Error: std::fmt::Debug + Send + 'static;
+
+    /// Runs a scenario to completion on the adapter's runtime.
+    fn block_on<T>(fut: impl Future<Output = T>) -> T;
+    /// Starts a task; the returned future is its result.
+    fn spawn<T: Send + 'static>(
+        fut: impl Future<Output = T> + Send + 'static,
+    ) -> impl Future<Output = T> + Send + 'static;
+    /// The runtime's timer.
+    fn sleep(d: Duration) -> impl Future<Output = ()> + Send + 'static;
+    /// Starts a client that connects in the background, with its notices.
+    fn connect(config: Config) -> (Self::Client, NoticeRx);
+    /// The adapter's own acquire call.
+    fn acquire(
+        client: &Self::Client,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send + 'static;
+    /// Submits an acquire now and hands back something to wait on or drop.
+    fn start_acquire(
+        client: &Self::Client,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    ) -> Self::Pending;
+    /// The outcome of a started acquire.
+    fn finish(
+        pending: Self::Pending,
+    ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send + 'static;
+    /// Releases a grant by its exact token.
+    fn release(
+        client: &Self::Client,
+        grant: Grant,
+    ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send + 'static;
+    /// Shuts the client down within `budget`.
+    fn shutdown(
+        client: &Self::Client,
+        budget: Duration,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static;
+}
+
+/// Makes one `#[test]` per scenario for an [`Adapter`].
+macro_rules! adapter_tests {
+    ($adapter:ty) => {
+        #[test]
+        fn contention_keeps_fencing_tokens_increasing() {
+            $crate::tcp::contention::<$adapter>();
+        }
+
+        #[test]
+        fn server_restart_ends_acquires_indeterminate_and_resends_releases() {
+            $crate::tcp::server_restart::<$adapter>();
+        }
+
+        #[test]
+        fn follower_redirects_to_the_leader() {
+            $crate::tcp::follower_redirects::<$adapter>();
+        }
+
+        #[test]
+        fn leader_hint_moves_the_next_connection() {
+            $crate::tcp::leader_hint_moves::<$adapter>();
+        }
+
+        #[test]
+        fn wrong_credential_is_reported_and_backs_off() {
+            $crate::tcp::wrong_credential::<$adapter>();
+        }
+
+        #[test]
+        fn dropping_a_waiting_acquire_closes_under_close_policy() {
+            $crate::tcp::drop_waiting_close::<$adapter>();
+        }
+
+        #[test]
+        fn dropping_a_waiting_acquire_keeps_the_connection_under_keep_waiter() {
+            $crate::tcp::drop_waiting_keep::<$adapter>();
+        }
+
+        #[test]
+        fn window_of_two_lets_the_release_pass_a_waiting_acquire() {
+            $crate::tcp::window_of_two::<$adapter>();
+        }
+    };
+}
+pub(crate) use adapter_tests;
+
+// ----- waiting, bounded -----------------------------------------------------
+
+/// How long any one wait may take before the test fails. Far above what a
+/// healthy run needs: it only turns a hang into a clear failure.
+pub const PATIENCE: Duration = Duration::from_secs(10);
+
+/// `fut`'s output, or `None` if `limit` passes first.
+pub async fn within_opt<A: Adapter, T>(limit: Duration, fut: impl Future<Output = T>) -> Option<T> {
+    let mut fut = pin!(fut);
+    let mut timer = pin!(A::sleep(limit));
+    poll_fn(|cx| {
+        if let Poll::Ready(value) = fut.as_mut().poll(cx) {
+            return Poll::Ready(Some(value));
+        }
+        if timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// `fut`'s output; fails the test if it takes longer than `limit`.
+pub async fn within_for<A: Adapter, T>(
+    limit: Duration,
+    what: &str,
+    fut: impl Future<Output = T>,
+) -> T {
+    match within_opt::<A, T>(limit, fut).await {
+        Some(value) => value,
+        None => panic!("[{}] timed out after {limit:?} waiting for {what}", A::NAME),
+    }
+}
+
+/// `fut`'s output; fails the test if it takes longer than [`PATIENCE`].
+pub async fn within<A: Adapter, T>(what: &str, fut: impl Future<Output = T>) -> T {
+    within_for::<A, T>(PATIENCE, what, fut).await
+}
+
+/// A client's notices, read in order.
+pub struct Notices {
+    rx: NoticeRx,
+}
+
+impl Notices {
+    pub fn new(rx: NoticeRx) -> Notices {
+        Notices { rx }
+    }
+
+    /// Skips notices until one matches `pred`; returns it and the ones
+    /// skipped, in order.
+    pub async fn until<A: Adapter>(
+        &mut self,
+        what: &str,
+        mut pred: impl FnMut(&Event) -> bool,
+    ) -> (Event, Vec<Event>) {
+        let mut skipped = Vec::new();
+        let rx = &mut self.rx;
+        let found = within_opt::<A, _>(PATIENCE, async {
+            while let Some(event) = rx.recv().await {
+                if pred(&event) {
+                    return Some(event);
+                }
+                skipped.push(event);
+            }
+            None
+        })
+        .await;
+        match found {
+            Some(Some(event)) => (event, skipped),
+            Some(None) => panic!(
+                "[{}] the notices ended before {what}; seen: {skipped:?}",
+                A::NAME
+            ),
+            None => panic!(
+                "[{}] timed out after {PATIENCE:?} waiting for {what}; seen: {skipped:?}",
+                A::NAME
+            ),
+        }
+    }
+
+    /// The next notice.
+    pub async fn next<A: Adapter>(&mut self, what: &str) -> Event {
+        self.until::<A>(what, |_| true).await.0
+    }
+
+    /// The notices already delivered, without waiting.
+    pub fn drain(&mut self) -> Vec<Event> {
+        let mut events = Vec::new();
+        while let Ok(event) = self.rx.try_recv() {
+            events.push(event);
+        }
+        events
+    }
+}
+
+// ----- the server side ------------------------------------------------------
+
+/// A tokio runtime of its own for the servers and taps.
+pub struct Lab {
+    rt: tokio::runtime::Runtime,
+}
+
+impl Lab {
+    pub fn start() -> Lab {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("tcp-lab")
+            .enable_all()
+            .build()
+            .expect("a tokio runtime for the servers");
+        Lab { rt }
+    }
+
+    /// Serves `core` on a fresh loopback port.
+    pub async fn serve(&self, core: Server) -> ServerHandle {
+        self.serve_at(core, "127.0.0.1:0".parse().expect("an address"))
+            .await
+    }
+
+    /// Serves `core` on `addr` (a port a stopped server used, say).
+    pub async fn serve_at(&self, core: Server, addr: SocketAddr) -> ServerHandle {
+        self.rt
+            .spawn(async move { ticketing::serve::bind(&addr.to_string(), core).await })
+            .await
+            .expect("the lab runtime runs")
+            .unwrap_or_else(|e| panic!("cannot serve on {addr}: {e}"))
+    }
+
+    /// Stops a server and hands back its core.
+    pub async fn stop(&self, server: ServerHandle) -> Server {
+        self.rt
+            .spawn(async move { tokio::time::timeout(PATIENCE, server.stop()).await })
+            .await
+            .expect("the lab runtime runs")
+            .expect("the server stops in time")
+            .expect("the server task ends cleanly")
+    }
+
+    /// A relay to `upstream` that records what clients send.
+    pub async fn tap(&self, upstream: SocketAddr) -> Tap {
+        let (seen, _) = watch::channel(0u64);
+        let log = Arc::new(TapLog {
+            conns: Mutex::new(Vec::new()),
+            seen,
+        });
+        let listener = self
+            .rt
+            .spawn(TcpListener::bind("127.0.0.1:0"))
+            .await
+            .expect("the lab runtime runs")
+            .expect("bind the tap");
+        let addr = listener.local_addr().expect("the tap's address");
+        self.rt.spawn(relay(listener, upstream, Arc::clone(&log)));
+        Tap { addr, log }
+    }
+}
+
+/// A server configuration named `node`, changed by `tweak`.
+pub fn server_config(node: &str, tweak: impl FnOnce(&mut server::Config)) -> server::Config {
+    let mut config = server::Config::new(name(node));
+    tweak(&mut config);
+    config
+}
+
+/// A fresh server core.
+pub fn server_core(config: server::Config) -> Server {
+    Server::new(config, Time::ZERO).expect("a valid server configuration")
+}
+
+/// One frame, split into its fields.
+pub type Frame = Vec<String>;
+
+struct TapLog {
+    /// Bytes from the client, per accepted connection, in accept order.
+    conns: Mutex<Vec<Vec<u8>>>,
+    /// Bumped whenever bytes are recorded.
+    seen: watch::Sender<u64>,
+}
+
+impl TapLog {
+    fn conns(&self) -> MutexGuard<'_, Vec<Vec<u8>>> {
+        self.conns.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A TCP relay in front of a server that records every frame the client
+/// sends, per connection. It is a pure relay: each client connection gets
+/// its own connection to the server, and an end on either side is passed on.
+pub struct Tap {
+    addr: SocketAddr,
+    log: Arc<TapLog>,
+}
+
+impl Tap {
+    pub fn endpoint(&self) -> Endpoint {
+        endpoint(self.addr)
+    }
+
+    /// The whole frames each connection carried from the client, in order.
+    pub fn frames(&self) -> Vec<Vec<Frame>> {
+        self.log
+            .conns()
+            .iter()
+            .map(|bytes| frames_of(bytes))
+            .collect()
+    }
+
+    /// Waits until what the clients sent satisfies `pred`.
+    pub async fn wait_for<A: Adapter>(&self, what: &str, pred: impl Fn(&[Vec<Frame>]) -> bool) {
+        let mut changes = self.log.seen.subscribe();
+        let done = within_opt::<A, _>(PATIENCE, async {
+            loop {
+                if pred(&self.frames()) {
+                    return;
+                }
+                changes
+                    .changed()
+                    .await
+                    .expect("the tap lives as long as the test");
+            }
+        })
+        .await;
+        if done.is_none() {
+            panic!(
+                "[{}] timed out after {PATIENCE:?} waiting for {what} on the wire; sent so far: {:?}",
+                A::NAME,
+                self.frames()
+            );
+        }
+    }
+}
+
+fn frames_of(bytes: &[u8]) -> Vec<Frame> {
+    let text = String::from_utf8_lossy(bytes);
+    let mut lines: Vec<&str> = text.split('\n').collect();
+    // The unfinished tail (empty when the bytes end with a whole frame).
+    lines.pop();
+    lines
+        .into_iter()
+        .map(|line| line.split(' ').map(str::to_owned).collect())
+        .collect()
+}
+
+async fn relay(listener: TcpListener, upstream: SocketAddr, log: Arc<TapLog>) {
+    loop {
+        let Ok((client, _)) = listener.accept().await else {
+            continue;
+        };
+        let conn = {
+            let mut conns = log.conns();
+            conns.push(Vec::new());
+            conns.len() - 1
+        };
+        let log = Arc::clone(&log);
+        tokio::spawn(async move {
+            // No server there: the client sees its connection end.
+            let Ok(server) = TcpStream::connect(upstream).await else {
+                return;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            let (mut client_read, mut client_write) = client.into_split();
+            let (mut server_read, mut server_write) = server.into_split();
+            let up = async {
+                let mut buf = vec![0u8; 4096];
+                loop {
+                    match client_read.read(&mut buf).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => {
+                            log.conns()[conn].extend_from_slice(&buf[..n]);
+                            log.seen.send_modify(|n| *n += 1);
+                            if server_write.write_all(&buf[..n]).await.is_err() {
+                                break;
+                            }
+                        }
+                    }
+                }
+                let _ = server_write.shutdown().await;
+            };
+            let down = async {
+                let _ = tokio::io::copy(&mut server_read, &mut client_write).await;
+                let _ = client_write.shutdown().await;
+            };
+            tokio::join!(up, down);
+        });
+    }
+}
+
+fn is_acquire(frame: &Frame, key: &str) -> bool {
+    frame.first().map(String::as_str) == Some("A") && frame.get(2).map(String::as_str) == Some(key)
+}
+
+fn is_release(frame: &Frame, key: &str, token: u64) -> bool {
+    frame.first().map(String::as_str) == Some("R")
+        && frame.get(2).map(String::as_str) == Some(key)
+        && frame.get(3) == Some(&token.to_string())
+}
+
+// ----- small helpers ---------------------------------------------------------
+
+pub fn key(s: &str) -> Key {
+    Key::new(s).expect("a valid key")
+}
+
+pub fn name(s: &str) -> Name {
+    Name::new(s).expect("a valid name")
+}
+
+pub fn endpoint(addr: SocketAddr) -> Endpoint {
+    Endpoint::new(addr.to_string()).expect("a valid endpoint")
+}
+
+pub fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// A client of the endpoint, with the defaults of PROTOCOL.md.
+pub fn client_config(endpoint: &Endpoint, id: &str) -> Config {
+    Config::new([endpoint.clone()], name(id))
+}
+
+/// A lease no scenario outlives: what ends a grant is a release.
+const LONG_LEASE: Duration = Duration::from_secs(30);
+/// A wait no scenario outlives: what ends a waiting acquire is an event.
+const LONG_WAIT: Duration = Duration::from_secs(20);
+
+fn granted<E: std::fmt::Debug>(what: &str, outcome: Result<Outcome, E>) -> Grant {
+    match outcome {
+        Ok(Outcome::Granted(grant)) => grant,
+        other => panic!("{what}: expected a grant, got {other:?}"),
+    }
+}
+
+fn is_connected(event: &Event) -> bool {
+    matches!(event, Event::Connected { .. })
+}
+
+fn is_closed(event: &Event) -> bool {
+    matches!(event, Event::Closed { .. })
+}
+
+async fn acquire_now<A: Adapter>(client: &A::Client, k: &str) -> Grant {
+    let what = format!("the grant of {k}");
+    let outcome = within::<A, _>(
+        &what,
+        A::acquire(client, key(k), name("me"), Duration::ZERO, LONG_LEASE),
+    )
+    .await;
+    granted(&what, outcome)
+}
+
+async fn release<A: Adapter>(client: &A::Client, grant: &Grant) {
+    let what = format!(
+        "the release of {} (token {})",
+        grant.key().as_str(),
+        grant.token()
+    );
+    let outcome = within::<A, _>(&what, A::release(client, grant.clone())).await;
+    assert!(
+        matches!(outcome, Ok(Outcome::Released)),
+        "{what}: {outcome:?}"
+    );
+}
+
+async fn shutdown<A: Adapter>(client: &A::Client) {
+    let result = within::<A, _>("the shutdown", A::shutdown(client, Duration::from_secs(2))).await;
+    assert!(result.is_ok(), "shutdown: {result:?}");
+}
+
+// ----- 1. contention ----------------------------------------------------------
+
+const CLIENTS: usize = 4;
+const WORKERS: usize = 32;
+const KEYS: [&str; 4] = ["k0", "k1", "k2", "k3"];
+const CONTENTION_RUN: Duration = Duration::from_millis(2500);
+const CONTENTION_WAIT: Duration = Duration::from_secs(2);
+const CONTENTION_LEASE: Duration = Duration::from_secs(2);
+const CRITICAL_SECTION: Duration = Duration::from_millis(1);
+
+/// Storage guarded by fencing tokens: it takes a write for a key only with
+/// a token at least the last one it took for that key.
+#[derive(Default)]
+struct Fenced {
+    state: Mutex<FencedState>,
+}
+
+#[derive(Default)]
+struct FencedState {
+    last: HashMap<&'static str, u64>,
+    /// Per key, every token that wrote, in the order it first wrote.
+    history: HashMap<&'static str, Vec<u64>>,
+    refused: Vec<String>,
+}
+
+impl Fenced {
+    fn write(&self, key: &'static str, token: u64) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let last = state.last.get(key).copied().unwrap_or(0);
+        if token < last {
+            state
+                .refused
+                .push(format!("{key}: token {token} after {last}"));
+        } else if token > last {
+            state.last.insert(key, token);
+            state.history.entry(key).or_default().push(token);
+        }
+    }
+}
+
+/// What the workers saw.
+#[derive(Default)]
+struct Tally {
+    acquires: usize,
+    /// Per key, the tokens granted.
+    granted: HashMap<&'static str, Vec<u64>>,
+    not_granted: usize,
+    releases: usize,
+    released: usize,
+    unexpected: Vec<String>,
+}
+
+impl Tally {
+    fn merge(&mut self, other: Tally) {
+        self.acquires += other.acquires;
+        for (k, tokens) in other.granted {
+            self.granted.entry(k).or_default().extend(tokens);
+        }
+        self.not_granted += other.not_granted;
+        self.releases += other.releases;
+        self.released += other.released;
+        self.unexpected.extend(other.unexpected);
+    }
+
+    fn grants(&self) -> usize {
+        self.granted.values().map(Vec::len).sum()
+    }
+}
+
+async fn contend<A: Adapter>(
+    client: A::Client,
+    worker: usize,
+    end: Instant,
+    fenced: Arc<Fenced>,
+) -> Tally {
+    let owner = name(&format!("w{worker}"));
+    let mut tally = Tally::default();
+    let mut round = 0;
+    while Instant::now() < end {
+        let k = KEYS[(worker + round) % KEYS.len()];
+        round += 1;
+        tally.acquires += 1;
+        match A::acquire(
+            &client,
+            key(k),
+            owner.clone(),
+            CONTENTION_WAIT,
+            CONTENTION_LEASE,
+        )
+        .await
+        {
+            Ok(Outcome::Granted(grant)) => {
+                tally.granted.entry(k).or_default().push(grant.token());
+                fenced.write(k, grant.token());
+                A::sleep(CRITICAL_SECTION).await;
+                fenced.write(k, grant.token());
+                tally.releases += 1;
+                match A::release(&client, grant).await {
+                    Ok(Outcome::Released) => tally.released += 1,
+                    other => tally.unexpected.push(format!("release of {k}: {other:?}")),
+                }
+            }
+            Ok(Outcome::TimedOut { .. } | Outcome::Busy) => tally.not_granted += 1,
+            other => tally.unexpected.push(format!("acquire of {k}: {other:?}")),
+        }
+    }
+    tally
+}
+
+/// 32 tasks on 4 clients contend for 4 keys, writing to fenced storage in a
+/// short critical section between acquire and release.
+pub fn contention<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
+        let ep = endpoint(server.local_addr());
+        let mut clients = Vec::new();
+        for c in 0..CLIENTS {
+            let (client, notices) = A::connect(client_config(&ep, &format!("c{c}")));
+            let mut notices = Notices::new(notices);
+            notices
+                .until::<A>("a contender's Connected", is_connected)
+                .await;
+            clients.push((client, notices));
+        }
+        let fenced = Arc::new(Fenced::default());
+        let end = Instant::now() + CONTENTION_RUN;
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let client = clients[w % CLIENTS].0.clone();
+                A::spawn(contend::<A>(client, w, end, Arc::clone(&fenced)))
+            })
+            .collect();
+        let mut tally = Tally::default();
+        for (w, worker) in workers.into_iter().enumerate() {
+            tally.merge(within::<A, _>(&format!("contention worker {w} to finish"), worker).await);
+        }
+
+        assert!(
+            tally.unexpected.is_empty(),
+            "unexpected results: {:?}",
+            tally.unexpected
+        );
+        assert_eq!(
+            tally.acquires,
+            tally.grants() + tally.not_granted,
+            "every acquire ends in exactly one outcome"
+        );
+        assert_eq!(
+            tally.releases, tally.released,
+            "every release ends Released"
+        );
+        {
+            let state = fenced.state.lock().unwrap_or_else(|e| e.into_inner());
+            assert!(
+                state.refused.is_empty(),
+                "the fenced storage refused writes: {:?}",
+                state.refused
+            );
+            for k in KEYS {
+                let mut tokens = tally.granted.get(k).cloned().unwrap_or_default();
+                assert!(!tokens.is_empty(), "nobody ever held {k}");
+                tokens.sort_unstable();
+                // The storage saw each grant's token once, in increasing order:
+                // every grant had its own token, greater than every earlier one.
+                assert_eq!(
+                    state.history.get(k),
+                    Some(&tokens),
+                    "the grants of {k} in the order they held it"
+                );
+            }
+        }
+
+        for (client, _) in &clients {
+            shutdown::<A>(client).await;
+        }
+        let core = lab.stop(server).await;
+        assert_eq!(
+            core.lock_table().last_token(),
+            u64::try_from(tally.grants()).unwrap(),
+            "the server made exactly the grants the clients were told of"
+        );
+        assert_eq!(
+            core.lock_table().holders().count(),
+            0,
+            "every grant was released"
+        );
+        assert_eq!(core.lock_table().waiters(), 0, "nothing waits");
+        eprintln!(
+            "[{}] contention: {} acquires, {} grants, {} not granted",
+            A::NAME,
+            tally.acquires,
+            tally.grants(),
+            tally.not_granted
+        );
+    });
+}
+
+// ----- 2. the server stops mid-flight and starts again -----------------------
+
+/// A release and an acquire are in flight when the server stops; a new
+/// server with the old lock table starts on the same port.
+pub fn server_restart<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let first = lab.serve(server_core(server_config("n1", |_| {}))).await;
+        let port = first.local_addr();
+        let tap = lab.tap(port).await;
+        let (client, notices) = A::connect(client_config(&tap.endpoint(), "c"));
+        let mut notices = Notices::new(notices);
+        notices
+            .until::<A>(
+                "Connected to n1",
+                |e| matches!(e, Event::Connected { node, .. } if node.as_str() == "n1"),
+            )
+            .await;
+        let held = acquire_now::<A>(&client, "r").await;
+
+        // Hang n1: its core takes no more bytes. An L announced after the
+        // pause, on the same control queue, shows when the pause holds.
+        first.pause();
+        let nowhere = Endpoint::new("127.0.0.1:9").expect("an endpoint");
+        first.announce_leader(nowhere.clone());
+        notices
+            .until::<A>(
+                "the L sent after the pause",
+                |e| matches!(e, Event::HintIgnored { addr } if *addr == nowhere),
+            )
+            .await;
+
+        let release_done = A::spawn(A::release(&client, held.clone()));
+        let acquire_done = A::spawn(A::acquire(
+            &client,
+            key("x"),
+            name("me"),
+            ms(5000),
+            LONG_LEASE,
+        ));
+        // The connection that carried the acquire of r is the one in use.
+        let in_use = tap
+            .frames()
+            .iter()
+            .position(|frames| frames.iter().any(|f| is_acquire(f, "r")))
+            .expect("the acquire of r went through the tap");
+        tap.wait_for::<A>("the R of r and the A of x", |conns| {
+            let frames = &conns[in_use];
+            frames.iter().any(|f| is_release(f, "r", held.token()))
+                && frames.iter().any(|f| is_acquire(f, "x"))
+        })
+        .await;
+
+        let mut old = lab.stop(first).await;
+        assert_eq!(
+            old.holder("r").map(|h| h.token),
+            Some(held.token()),
+            "the hung server never took the release"
+        );
+        assert!(
+            old.holder("x").is_none() && old.queue_len("x") == 0,
+            "the hung server never took the acquire"
+        );
+        let now = old.now();
+        let table = old.take_lock_table(now);
+        let mut core =
+            Server::new(server_config("n2", |_| {}), now).expect("a valid server configuration");
+        core.install_lock_table(now, table);
+        let second = lab.serve_at(core, port).await;
+
+        let released = within::<A, _>("the release in flight", release_done).await;
+        assert!(
+            matches!(released, Ok(Outcome::Released)),
+            "the release is sent again and settles: {released:?}"
+        );
+        let acquired = within::<A, _>("the acquire in flight", acquire_done).await;
+        assert!(
+            matches!(acquired, Ok(Outcome::Indeterminate { .. })),
+            "an acquire in flight when the connection closes ends Indeterminate: {acquired:?}"
+        );
+        let (_, before) = notices
+            .until::<A>(
+                "Connected to n2",
+                |e| matches!(e, Event::Connected { node, .. } if node.as_str() == "n2"),
+            )
+            .await;
+        assert!(
+            before.iter().any(is_closed),
+            "the connection to n1 closed: {before:?}"
+        );
+
+        let conns = tap.frames();
+        let later: Vec<&Frame> = conns[in_use + 1..].iter().flatten().collect();
+        assert!(
+            later.iter().any(|f| is_release(f, "r", held.token())),
+            "the release went out again on a later connection: {conns:?}"
+        );
+        assert_eq!(
+            conns
+                .iter()
+                .flatten()
+                .filter(|f| is_acquire(f, "x"))
+                .count(),
+            1,
+            "the acquire went out once and was never sent again: {conns:?}"
+        );
+
+        shutdown::<A>(&client).await;
+        let new = lab.stop(second).await;
+        assert!(
+            new.holder("r").is_none(),
+            "the resent release freed r on the new server"
+        );
+        assert!(
+            new.holder("x").is_none() && new.queue_len("x") == 0,
+            "the new server never saw the acquire of x"
+        );
+        assert_eq!(
+            new.lock_table().last_token(),
+            held.token(),
+            "the new server granted nothing"
+        );
+    });
+}
+
+// ----- 3. redirects, hints, credentials --------------------------------------
+
+/// A follower answers `M leader`; the client follows it to the leader.
+pub fn follower_redirects<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let leader = lab
+            .serve(server_core(server_config("leader", |_| {})))
+            .await;
+        let leader_ep = endpoint(leader.local_addr());
+        let follower = lab
+            .serve(server_core(server_config("follower", |c| {
+                c.role = Role::Follower {
+                    leader: leader_ep.clone(),
+                }
+            })))
+            .await;
+        let follower_ep = endpoint(follower.local_addr());
+        let mut config = client_config(&follower_ep, "c");
+        config.allow = vec![leader_ep.clone()];
+        let (client, notices) = A::connect(config);
+        let mut notices = Notices::new(notices);
+
+        let (connected, before) = notices.until::<A>("Connected", is_connected).await;
+        assert!(
+            matches!(&connected, Event::Connected { addr, node, .. } if *addr == leader_ep && node.as_str() == "leader"),
+            "the Connected notice names the leader {leader_ep:?}: {connected:?}"
+        );
+        assert!(
+            before.contains(&Event::LeaderHint {
+                addr: leader_ep.clone()
+            }),
+            "the M was taken as a hint: {before:?}"
+        );
+        assert!(
+            before.contains(&Event::Closed {
+                addr: follower_ep.clone(),
+                reason: CloseReason::Moved
+            }),
+            "the follower's connection closed as moved: {before:?}"
+        );
+
+        let grant = acquire_now::<A>(&client, "k").await;
+        release::<A>(&client, &grant).await;
+        shutdown::<A>(&client).await;
+        let leader = lab.stop(leader).await;
+        let follower = lab.stop(follower).await;
+        assert_eq!(
+            leader.lock_table().last_token(),
+            1,
+            "the leader served the acquire"
+        );
+        assert_eq!(
+            follower.lock_table().last_token(),
+            0,
+            "the follower served nothing"
+        );
+    });
+}
+
+/// An `L` hint (configured, then announced) moves the next connection.
+pub fn leader_hint_moves<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let b = lab.serve(server_core(server_config("b", |_| {}))).await;
+        let b_ep = endpoint(b.local_addr());
+        let a = lab
+            .serve(server_core(server_config("a", |c| {
+                c.leader_hint = Some(b_ep.clone())
+            })))
+            .await;
+        let a_ep = endpoint(a.local_addr());
+        let mut config = client_config(&a_ep, "c");
+        config.allow = vec![b_ep.clone()];
+        let (client, notices) = A::connect(config);
+        let mut notices = Notices::new(notices);
+        let connected_to = |ep: &Endpoint, node: &str, event: &Event| matches!(event, Event::Connected { addr, node: n, .. } if addr == ep && n.as_str() == node);
+
+        let (first, _) = notices.until::<A>("Connected to a", is_connected).await;
+        assert!(
+            connected_to(&a_ep, "a", &first),
+            "first connection to a: {first:?}"
+        );
+        let (hint, skipped) = notices
+            .until::<A>("the L after W", |e| matches!(e, Event::LeaderHint { .. }))
+            .await;
+        assert_eq!(hint, Event::LeaderHint { addr: b_ep.clone() });
+        assert!(
+            !skipped.iter().any(is_closed),
+            "an L keeps the connection: {skipped:?}"
+        );
+
+        a.drop_connections();
+        let (second, before) = notices.until::<A>("the next Connected", is_connected).await;
+        assert!(
+            connected_to(&b_ep, "b", &second),
+            "the next connection goes to the hint b: {second:?}"
+        );
+        assert!(
+            before
+                .iter()
+                .any(|e| matches!(e, Event::Closed { addr, .. } if *addr == a_ep)),
+            "the connection to a closed: {before:?}"
+        );
+
+        b.announce_leader(a_ep.clone());
+        let (hint, _) = notices
+            .until::<A>("the announced L", |e| matches!(e, Event::LeaderHint { .. }))
+            .await;
+        assert_eq!(hint, Event::LeaderHint { addr: a_ep.clone() });
+        b.drop_connections();
+        let (third, _) = notices.until::<A>("the next Connected", is_connected).await;
+        assert!(
+            connected_to(&a_ep, "a", &third),
+            "the next connection goes to the hint a: {third:?}"
+        );
+
+        let grant = acquire_now::<A>(&client, "k").await;
+        release::<A>(&client, &grant).await;
+        shutdown::<A>(&client).await;
+        let a = lab.stop(a).await;
+        lab.stop(b).await;
+        assert_eq!(a.lock_table().last_token(), 1, "a served the acquire");
+    });
+}
+
+/// A wrong credential: `E auth_failed`, the AuthFailed notice, a long
+/// backoff, and nothing asked meanwhile. The right one is welcome.
+pub fn wrong_credential<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let server = lab
+            .serve(server_core(server_config("n1", |c| {
+                c.credential = Some(name("s3cret"))
+            })))
+            .await;
+        let ep = endpoint(server.local_addr());
+        let mut config = client_config(&ep, "c");
+        config.credential = Some(name("wrong"));
+        config.queue_grace = ms(300);
+        let (client, notices) = A::connect(config);
+        let mut notices = Notices::new(notices);
+
+        let (closed, before) = notices.until::<A>("the refusal", is_closed).await;
+        assert_eq!(
+            closed,
+            Event::Closed {
+                addr: ep.clone(),
+                reason: CloseReason::AuthFailed
+            }
+        );
+        assert!(
+            !before.iter().any(is_connected),
+            "no handshake was accepted: {before:?}"
+        );
+        assert_eq!(
+            notices.next::<A>("the AuthFailed notice").await,
+            Event::AuthFailed { addr: ep.clone() }
+        );
+        let backoff = notices.next::<A>("the backoff").await;
+        assert!(
+            matches!(
+                backoff,
+                Event::Backoff {
+                    cause: BackoffCause::AuthFailed,
+                    ..
+                }
+            ),
+            "an auth_failed backoff: {backoff:?}"
+        );
+        // Every handshake is refused, so a try-lock waits for a connection
+        // for its queue grace and ends without being sent.
+        let outcome = within::<A, _>(
+            "a try-lock while refused",
+            A::acquire(&client, key("k"), name("me"), Duration::ZERO, LONG_LEASE),
+        )
+        .await;
+        assert!(
+            matches!(outcome, Ok(Outcome::TimedOut { sent: false })),
+            "nothing is asked without a welcome: {outcome:?}"
+        );
+        shutdown::<A>(&client).await;
+
+        let mut config = client_config(&ep, "c2");
+        config.credential = Some(name("s3cret"));
+        let (client, notices) = A::connect(config);
+        let mut notices = Notices::new(notices);
+        let (connected, before) = notices
+            .until::<A>("Connected with the right credential", is_connected)
+            .await;
+        assert!(
+            matches!(&connected, Event::Connected { addr, .. } if *addr == ep),
+            "{connected:?}"
+        );
+        assert!(!before.iter().any(is_closed), "{before:?}");
+        shutdown::<A>(&client).await;
+        lab.stop(server).await;
+    });
+}
+
+// ----- 4. dropping a waiting acquire -------------------------------------------
+
+/// The client holds `k`, an acquire of `k` waits in the server's queue, and
+/// a grant of `p` made after it proves that the server has queued it.
+/// Returns the grants of `k` and `p` and the waiting acquire.
+async fn hold_with_waiter<A: Adapter>(client: &A::Client) -> (Grant, Grant, A::Pending) {
+    let held = acquire_now::<A>(client, "k").await;
+    let waiting = A::start_acquire(client, key("k"), name("waiter"), LONG_WAIT, LONG_LEASE);
+    // Requests of one connection are handled in order: once p is granted,
+    // the acquire of k sent before it waits in k's queue.
+    let probe = acquire_now::<A>(client, "p").await;
+    (held, probe, waiting)
+}
+
+/// Under `CancelPolicy::Close`, dropping a waiting acquire closes the
+/// connection (reason `cancel`); the client works on afterwards.
+pub fn drop_waiting_close<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
+        let ep = endpoint(server.local_addr());
+        let mut config = client_config(&ep, "c");
+        config.cancel = CancelPolicy::Close;
+        let (client, notices) = A::connect(config);
+        let mut notices = Notices::new(notices);
+        notices.until::<A>("Connected", is_connected).await;
+        let (held, probe, waiting) = hold_with_waiter::<A>(&client).await;
+
+        drop(waiting);
+        let (closed, _) = notices.until::<A>("the close", is_closed).await;
+        assert_eq!(
+            closed,
+            Event::Closed {
+                addr: ep.clone(),
+                reason: CloseReason::Cancel
+            }
+        );
+        notices.until::<A>("the reconnection", is_connected).await;
+
+        // Grants outlive the connection; the dropped waiter does not: the
+        // next waiter of k is granted as soon as k is released.
+        let next = A::start_acquire(&client, key("k"), name("next"), LONG_WAIT, LONG_LEASE);
+        release::<A>(&client, &held).await;
+        let what = "the acquire of k after the drop";
+        let after = granted(what, within::<A, _>(what, A::finish(next)).await);
+        assert!(after.token() > probe.token(), "a fresh grant: {after:?}");
+        release::<A>(&client, &after).await;
+        release::<A>(&client, &probe).await;
+
+        let seen = notices.drain();
+        assert!(
+            !seen
+                .iter()
+                .any(|e| matches!(e, Event::OrphanRelease { .. })),
+            "no answer ever came for the dropped acquire: {seen:?}"
+        );
+        shutdown::<A>(&client).await;
+        let core = lab.stop(server).await;
+        assert!(
+            core.holder("k").is_none() && core.queue_len("k") == 0,
+            "k is free"
+        );
+        assert_eq!(
+            core.lock_table().last_token(),
+            after.token(),
+            "the server never granted the dropped acquire"
+        );
+    });
+}
+
+/// Under `CancelPolicy::KeepWaiter`, dropping a waiting acquire keeps the
+/// connection; its grant, when it comes, is released by exact token.
+pub fn drop_waiting_keep<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
+        let ep = endpoint(server.local_addr());
+        let mut config = client_config(&ep, "c");
+        config.cancel = CancelPolicy::KeepWaiter;
+        let (client, notices) = A::connect(config);
+        let mut notices = Notices::new(notices);
+        notices.until::<A>("Connected", is_connected).await;
+        let (held, probe, waiting) = hold_with_waiter::<A>(&client).await;
+
+        drop(waiting);
+        // The cancel reaches the core before the release: the waiter is
+        // abandoned when k is released, and its grant comes back.
+        release::<A>(&client, &held).await;
+        let (orphan, before) = notices
+            .until::<A>("the orphan release", |e| {
+                matches!(e, Event::OrphanRelease { .. })
+            })
+            .await;
+        let Event::OrphanRelease { key: k, token } = orphan else {
+            unreachable!()
+        };
+        assert_eq!(k.as_str(), "k");
+        assert!(
+            token > probe.token(),
+            "the waiter's grant came after the probe's: {token}"
+        );
+        let (settled, between) = notices
+            .until::<A>("the orphan settled", |e| {
+                matches!(e, Event::OrphanSettled { .. })
+            })
+            .await;
+        assert_eq!(
+            settled,
+            Event::OrphanSettled {
+                key: key("k"),
+                token,
+                result: ReleaseResult::Released
+            }
+        );
+        assert!(
+            !before.iter().chain(&between).any(is_closed),
+            "the connection stayed: {before:?} {between:?}"
+        );
+
+        // k is free on the server: a try-lock gets it at once.
+        let again = acquire_now::<A>(&client, "k").await;
+        assert!(again.token() > token);
+        release::<A>(&client, &again).await;
+        release::<A>(&client, &probe).await;
+        let seen = notices.drain();
+        assert!(
+            !seen.iter().any(is_closed),
+            "the connection stayed: {seen:?}"
+        );
+
+        shutdown::<A>(&client).await;
+        let core = lab.stop(server).await;
+        assert!(
+            core.holder("k").is_none() && core.queue_len("k") == 0,
+            "k is free"
+        );
+        assert!(core.holder("p").is_none(), "p is free");
+    });
+}
+
+// ----- 5. a window of two ------------------------------------------------------
+
+/// Server window 2, reserved 1: the only acquire slot holds an acquire of
+/// `k` waiting behind the client's own grant of `k`, and the release of that
+/// grant still goes out, through the reserved slot.
+pub fn window_of_two<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let server = lab
+            .serve(server_core(server_config("n1", |c| c.window = 2)))
+            .await;
+        let tap = lab.tap(server.local_addr()).await;
+        let mut config = client_config(&tap.endpoint(), "c");
+        config.reserved = 1;
+        let (client, notices) = A::connect(config);
+        let mut notices = Notices::new(notices);
+        let (connected, _) = notices.until::<A>("Connected", is_connected).await;
+        assert!(
+            matches!(connected, Event::Connected { window: 2, .. }),
+            "{connected:?}"
+        );
+
+        let held = acquire_now::<A>(&client, "k").await;
+        let first = A::start_acquire(&client, key("k"), name("first"), LONG_WAIT, LONG_LEASE);
+        tap.wait_for::<A>("the waiting acquire of k", |conns| {
+            conns
+                .iter()
+                .flatten()
+                .filter(|f| is_acquire(f, "k"))
+                .count()
+                == 2
+        })
+        .await;
+        // The only acquire slot is taken: this one waits in the client.
+        let second = A::start_acquire(&client, key("k"), name("second"), LONG_WAIT, LONG_LEASE);
+
+        // Well before the waiting acquire's budget runs out.
+        let released = within_for::<A, _>(
+            ms(5000),
+            "the release of k",
+            A::release(&client, held.clone()),
+        )
+        .await;
+        assert!(matches!(released, Ok(Outcome::Released)), "{released:?}");
+        let what = "the first waiting acquire";
+        let first = granted(what, within::<A, _>(what, A::finish(first)).await);
+        assert!(first.token() > held.token());
+
+        tap.wait_for::<A>("the second acquire of k", |conns| {
+            conns
+                .iter()
+                .flatten()
+                .filter(|f| is_acquire(f, "k"))
+                .count()
+                == 3
+        })
+        .await;
+        let conns = tap.frames();
+        assert_eq!(conns.len(), 1, "one connection throughout: {conns:?}");
+        let order: Vec<usize> = conns[0]
+            .iter()
+            .enumerate()
+            .filter(|(_, f)| is_acquire(f, "k") || is_release(f, "k", held.token()))
+            .map(|(i, _)| i)
+            .collect();
+        let release_at = conns[0]
+            .iter()
+            .position(|f| is_release(f, "k", held.token()))
+            .expect("the release is on the wire");
+        assert_eq!(
+            order.iter().position(|&i| i == release_at),
+            Some(2),
+            "the release went out after the waiting acquire and before the second one: {conns:?}"
+        );
+
+        release::<A>(&client, &first).await;
+        let what = "the second waiting acquire";
+        let second = granted(what, within::<A, _>(what, A::finish(second)).await);
+        assert!(second.token() > first.token());
+        release::<A>(&client, &second).await;
+        shutdown::<A>(&client).await;
+        let core = lab.stop(server).await;
+        assert!(
+            core.holder("k").is_none() && core.queue_len("k") == 0,
+            "k is free"
+        );
+    });
+}

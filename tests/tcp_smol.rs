@@ -1,0 +1,92 @@
+//! The real-TCP scenarios of `tests/tcp/mod.rs` on the futures-io adapter,
+//! driven by smol.
+
+mod tcp;
+
+use std::future::Future;
+use std::time::Duration;
+
+use ticketing::client::{Config, Grant, Outcome};
+use ticketing::futures_io::{Acquire, Handle, RequestError, TcpConnector};
+use ticketing::{Key, Name};
+
+struct Smol;
+
+impl tcp::Adapter for Smol {
+    const NAME: &'static str = "futures-io on smol";
+    type Client = Handle;
+    type Pending = Acquire;
+    type Error = RequestError;
+
+    fn block_on<T>(fut: impl Future<Output = T>) -> T {
+        smol::block_on(fut)
+    }
+
+    fn spawn<T: Send + 'static>(
+        fut: impl Future<Output = T> + Send + 'static,
+    ) -> impl Future<Output = T> + Send + 'static {
+        smol::spawn(fut)
+    }
+
+    fn sleep(d: Duration) -> impl Future<Output = ()> + Send + 'static {
+        let timer = smol::Timer::after(d);
+        async move {
+            timer.await;
+        }
+    }
+
+    fn connect(config: Config) -> (Handle, tcp::NoticeRx) {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let (handle, driver) =
+            ticketing::futures_io::client_with_notices(config, TcpConnector, move |event| {
+                let _ = tx.send(event);
+            })
+            .expect("a valid client configuration");
+        smol::spawn(driver).detach();
+        (handle, rx)
+    }
+
+    fn acquire(
+        client: &Handle,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+        client.acquire(key, owner, wait, lease)
+    }
+
+    fn start_acquire(
+        client: &Handle,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    ) -> Acquire {
+        client.acquire(key, owner, wait, lease)
+    }
+
+    fn finish(
+        pending: Acquire,
+    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+        pending
+    }
+
+    fn release(
+        client: &Handle,
+        grant: Grant,
+    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+        let client = client.clone();
+        async move { client.release(&grant).await }
+    }
+
+    fn shutdown(
+        client: &Handle,
+        budget: Duration,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let client = client.clone();
+        async move { client.shutdown(budget).await }
+    }
+}
+
+tcp::adapter_tests!(Smol);
