@@ -1,1 +1,1137 @@
-//! Placeholder: being written.
+//! Property tests: the codec, and the client core against the model server
+//! with the invariant checker after every step.
+//!
+//! # Seeds
+//!
+//! Every property draws its cases from a `quickcheck::Gen` built with
+//! `Gen::from_size_and_seed`, so a run is reproducible. The base seed is
+//! [`DEFAULT_SEED`] unless the environment variable `TICKETING_QC_SEED`
+//! gives another (decimal, or hex with `0x`); each property mixes its own
+//! name into it. Every property prints the base seed it used (shown by
+//! `cargo test -- --nocapture`, and in the output of a failing test), so
+//!
+//! ```text
+//! TICKETING_QC_SEED=12345 cargo test --all-features --test properties
+//! ```
+//!
+//! replays exactly the cases of a run that printed `TICKETING_QC_SEED=12345`.
+//! A failing case is shrunk by quickcheck and printed with the broken
+//! invariant.
+//!
+//! # Case counts
+//!
+//! Fixed per property (the `CASES_*` constants), chosen so that the whole
+//! file runs in well under a minute in a debug build on two cores.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
+use ticketing::client::{Action, Client, Config, Event, Outcome};
+use ticketing::testkit::fuzz;
+use ticketing::testkit::{Checker, Invariant, Runner, Setup, Stats, Step};
+use ticketing::wire::{Addr, Answer, AnswerKind, Atom, ClientFrame, ServerFrame, Window, MAX_ATOM};
+use ticketing::{Endpoint, Key, Name, Time};
+
+/// The base seed when `TICKETING_QC_SEED` is not set.
+const DEFAULT_SEED: u64 = 0x7469_636b_6574_0001;
+
+const CASES_FRAMES: u64 = 10_000;
+const CASES_LINES: u64 = 10_000;
+const CASES_STEP_ENCODING: u64 = 1_000;
+const CASES_RUNS: u64 = 10_000;
+const CASES_DETERMINISM: u64 = 1_000;
+const CASES_FUZZ_BYTES: u64 = 1_000;
+const CASES_SERVER: u64 = 5_000;
+
+fn base_seed() -> u64 {
+    match std::env::var("TICKETING_QC_SEED") {
+        Ok(text) => {
+            let text = text.trim();
+            let parsed = match text.strip_prefix("0x") {
+                Some(hex) => u64::from_str_radix(hex, 16),
+                None => text.parse(),
+            };
+            parsed.unwrap_or_else(|e| panic!("TICKETING_QC_SEED={text:?} is not a u64: {e}"))
+        }
+        Err(_) => DEFAULT_SEED,
+    }
+}
+
+/// A quickcheck runner for `property`, seeded from the base seed and the
+/// property's name, running `cases` cases.
+fn qc(property: &str, cases: u64) -> QuickCheck {
+    let base = base_seed();
+    let mut seed = base;
+    for b in property.bytes() {
+        seed = (seed ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    println!("{property}: TICKETING_QC_SEED={base} (generator seed {seed:#x}), {cases} cases");
+    QuickCheck::new()
+        .rng(Gen::from_size_and_seed(64, seed))
+        .tests(cases)
+        .max_tests(cases * 4)
+}
+
+fn below(g: &mut Gen, n: usize) -> usize {
+    usize::arbitrary(g) % n
+}
+
+fn pick<T: Copy>(g: &mut Gen, items: &[T]) -> T {
+    *g.choose(items).expect("non-empty")
+}
+
+// ----- codec ----------------------------------------------------------------
+
+fn atom_text(g: &mut Gen, max: usize) -> String {
+    let len = if bool::arbitrary(g) {
+        1 + below(g, 8.min(max))
+    } else {
+        1 + below(g, max)
+    };
+    (0..len)
+        .map(|_| char::from(0x21 + (u8::arbitrary(g) % 94)))
+        .collect()
+}
+
+fn number(g: &mut Gen) -> u64 {
+    match below(g, 4) {
+        0 => pick(g, &[0, 1, 9, 10, 99, 100, u64::MAX, u64::MAX - 1]),
+        1 => u64::from(u16::arbitrary(g)),
+        _ => u64::arbitrary(g),
+    }
+}
+
+fn addr_text(g: &mut Gen) -> String {
+    let port = u16::arbitrary(g);
+    let host = atom_text(g, MAX_ATOM - 6);
+    format!("{host}:{port}")
+}
+
+/// A frame with owned fields, built into a wire frame in the property.
+#[derive(Debug, Clone)]
+enum FrameCase {
+    Welcome(String, u64),
+    Moved(String),
+    Error(String),
+    Leader(String),
+    Answer(u64, String, u8, u64, u64),
+    Hello(u64, String, String),
+    Acquire(u64, String, String, u64, u64),
+    Release(u64, String, u64),
+}
+
+impl Arbitrary for FrameCase {
+    fn arbitrary(g: &mut Gen) -> FrameCase {
+        match below(g, 8) {
+            0 => FrameCase::Welcome(atom_text(g, MAX_ATOM), number(g).max(2)),
+            1 => FrameCase::Moved(addr_text(g)),
+            2 => FrameCase::Error(atom_text(g, MAX_ATOM)),
+            3 => FrameCase::Leader(addr_text(g)),
+            4 => FrameCase::Answer(
+                number(g),
+                atom_text(g, MAX_ATOM),
+                u8::arbitrary(g) % 5,
+                number(g),
+                number(g).max(1),
+            ),
+            5 => FrameCase::Hello(number(g), atom_text(g, MAX_ATOM), atom_text(g, MAX_ATOM)),
+            6 => FrameCase::Acquire(
+                number(g),
+                atom_text(g, MAX_ATOM),
+                atom_text(g, MAX_ATOM),
+                number(g),
+                number(g).max(1),
+            ),
+            _ => FrameCase::Release(number(g), atom_text(g, MAX_ATOM), number(g)),
+        }
+    }
+}
+
+fn answer_kind(kind: u8, token: u64, lease: u64) -> AnswerKind {
+    match kind {
+        0 => AnswerKind::Granted {
+            token,
+            lease_ms: std::num::NonZeroU64::new(lease).unwrap(),
+        },
+        1 => AnswerKind::TimedOut,
+        2 => AnswerKind::Busy,
+        3 => AnswerKind::Released,
+        _ => AnswerKind::NotHeld,
+    }
+}
+
+/// Encodes the frame, checks the line's shape, and parses it back.
+fn frame_round_trip(case: &FrameCase) -> Result<(), String> {
+    let mut out = Vec::new();
+    let server = match case {
+        FrameCase::Welcome(node, window) => Some(ServerFrame::Welcome {
+            node: Atom::new(node).unwrap(),
+            window: Window::new(*window).unwrap(),
+        }),
+        FrameCase::Moved(addr) => Some(ServerFrame::Moved {
+            addr: Addr::new(addr).unwrap(),
+        }),
+        FrameCase::Error(reason) => Some(ServerFrame::Error {
+            reason: Atom::new(reason).unwrap(),
+        }),
+        FrameCase::Leader(addr) => Some(ServerFrame::Leader {
+            addr: Addr::new(addr).unwrap(),
+        }),
+        FrameCase::Answer(id, key, kind, token, lease) => Some(ServerFrame::Answer(Answer {
+            id: *id,
+            key: Atom::new(key).unwrap(),
+            kind: answer_kind(*kind, *token, *lease),
+        })),
+        _ => None,
+    };
+    if let Some(frame) = server {
+        frame.encode(&mut out);
+        let line = out.strip_suffix(b"\n").ok_or("no LF at the end")?;
+        if out.len() > 1024 || line.contains(&b'\n') {
+            return Err(format!("bad line {:?}", String::from_utf8_lossy(&out)));
+        }
+        let back = ServerFrame::parse(line).map_err(|e| format!("{e} for {frame:?}"))?;
+        if back != frame {
+            return Err(format!("{frame:?} came back as {back:?}"));
+        }
+        return Ok(());
+    }
+    let client = match case {
+        FrameCase::Hello(version, id, cred) => ClientFrame::Hello {
+            version: *version,
+            client_id: Atom::new(id).unwrap(),
+            credential: Atom::new(cred).unwrap(),
+        },
+        FrameCase::Acquire(id, key, owner, wait, lease) => ClientFrame::Acquire {
+            id: *id,
+            key: Atom::new(key).unwrap(),
+            owner: Atom::new(owner).unwrap(),
+            wait_ms: *wait,
+            lease_ms: std::num::NonZeroU64::new(*lease).unwrap(),
+        },
+        FrameCase::Release(id, key, token) => ClientFrame::Release {
+            id: *id,
+            key: Atom::new(key).unwrap(),
+            token: *token,
+        },
+        _ => unreachable!("server frames handled above"),
+    };
+    client.encode(&mut out);
+    let line = out.strip_suffix(b"\n").ok_or("no LF at the end")?;
+    if out.len() > 1024 || line.contains(&b'\n') {
+        return Err(format!("bad line {:?}", String::from_utf8_lossy(&out)));
+    }
+    let back = ClientFrame::parse(line).map_err(|e| format!("{e} for {client:?}"))?;
+    if back != client {
+        return Err(format!("{client:?} came back as {back:?}"));
+    }
+    Ok(())
+}
+
+#[test]
+fn every_constructible_frame_encodes_to_a_line_that_parses_back_to_it() {
+    fn prop(case: FrameCase) -> TestResult {
+        match frame_round_trip(&case) {
+            Ok(()) => TestResult::passed(),
+            Err(e) => TestResult::error(e),
+        }
+    }
+    qc("frames_round_trip", CASES_FRAMES).quickcheck(prop as fn(FrameCase) -> TestResult);
+}
+
+/// A line: a valid frame mutated a little, or tokens from a vocabulary.
+#[derive(Debug, Clone)]
+struct LineCase(Vec<u8>);
+
+const VOCABULARY: &[&str] = &[
+    "G",
+    "T",
+    "B",
+    "D",
+    "N",
+    "W",
+    "M",
+    "E",
+    "L",
+    "H",
+    "A",
+    "R",
+    "X",
+    "GG",
+    "0",
+    "1",
+    "00",
+    "01",
+    "7",
+    "42",
+    "18446744073709551615",
+    "18446744073709551616",
+    "-1",
+    "+1",
+    "k",
+    "printer",
+    "-",
+    "a:1",
+    "host:65535",
+    "host:65536",
+    "host:01",
+    ":1",
+    "no_leader",
+    "\r",
+    "\t",
+    "\u{7f}",
+    "é",
+];
+
+impl Arbitrary for LineCase {
+    fn arbitrary(g: &mut Gen) -> LineCase {
+        let mut line = if bool::arbitrary(g) {
+            let mut out = Vec::new();
+            let case = FrameCase::arbitrary(g);
+            // Only the encoding matters here; the round trip is another property.
+            let _ = frame_round_trip(&case);
+            encode_case(&case, &mut out);
+            out.pop();
+            out
+        } else {
+            let n = 1 + below(g, 7);
+            let words: Vec<&str> = (0..n).map(|_| pick(g, VOCABULARY)).collect();
+            words.join(" ").into_bytes()
+        };
+        for _ in 0..below(g, 3) {
+            if line.is_empty() {
+                break;
+            }
+            let at = below(g, line.len());
+            match below(g, 5) {
+                0 => line[at] = pick(g, &[b' ', b'0', b'A', b'\r', 0, 0x7f, b':']),
+                1 => line.insert(at, pick(g, b" 09")),
+                2 => {
+                    line.remove(at);
+                }
+                3 => line.truncate(at),
+                _ => line.extend_from_slice(b" 1"),
+            }
+        }
+        LineCase(line)
+    }
+}
+
+fn encode_case(case: &FrameCase, out: &mut Vec<u8>) {
+    let lease = |l: u64| std::num::NonZeroU64::new(l).unwrap();
+    match case {
+        FrameCase::Welcome(node, window) => ServerFrame::Welcome {
+            node: Atom::new(node).unwrap(),
+            window: Window::new(*window).unwrap(),
+        }
+        .encode(out),
+        FrameCase::Moved(addr) => ServerFrame::Moved {
+            addr: Addr::new(addr).unwrap(),
+        }
+        .encode(out),
+        FrameCase::Error(reason) => ServerFrame::Error {
+            reason: Atom::new(reason).unwrap(),
+        }
+        .encode(out),
+        FrameCase::Leader(addr) => ServerFrame::Leader {
+            addr: Addr::new(addr).unwrap(),
+        }
+        .encode(out),
+        FrameCase::Answer(id, key, kind, token, l) => ServerFrame::Answer(Answer {
+            id: *id,
+            key: Atom::new(key).unwrap(),
+            kind: answer_kind(*kind, *token, *l),
+        })
+        .encode(out),
+        FrameCase::Hello(version, id, cred) => ClientFrame::Hello {
+            version: *version,
+            client_id: Atom::new(id).unwrap(),
+            credential: Atom::new(cred).unwrap(),
+        }
+        .encode(out),
+        FrameCase::Acquire(id, key, owner, wait, l) => ClientFrame::Acquire {
+            id: *id,
+            key: Atom::new(key).unwrap(),
+            owner: Atom::new(owner).unwrap(),
+            wait_ms: *wait,
+            lease_ms: lease(*l),
+        }
+        .encode(out),
+        FrameCase::Release(id, key, token) => ClientFrame::Release {
+            id: *id,
+            key: Atom::new(key).unwrap(),
+            token: *token,
+        }
+        .encode(out),
+    }
+}
+
+static LINES_PARSED: AtomicU64 = AtomicU64::new(0);
+static LINES_REFUSED: AtomicU64 = AtomicU64::new(0);
+
+#[test]
+fn every_line_that_parses_re_encodes_to_the_same_bytes() {
+    fn prop(case: LineCase, seed: u16) -> TestResult {
+        let line = &case.0;
+        let server = ServerFrame::parse(line);
+        let client = ClientFrame::parse(line);
+        if server.is_ok() || client.is_ok() {
+            LINES_PARSED.fetch_add(1, Ordering::Relaxed);
+        } else {
+            LINES_REFUSED.fetch_add(1, Ordering::Relaxed);
+        }
+        let mut expected = line.clone();
+        expected.push(b'\n');
+        if let Ok(frame) = server {
+            let mut out = Vec::new();
+            frame.encode(&mut out);
+            if out != expected {
+                return TestResult::error(format!("{frame:?} re-encodes as {out:?}"));
+            }
+        }
+        if let Ok(frame) = client {
+            let mut out = Vec::new();
+            frame.encode(&mut out);
+            if out != expected {
+                return TestResult::error(format!("{frame:?} re-encodes as {out:?}"));
+            }
+        }
+        // And the same line, twice, through the line reader in random chunks.
+        let mut data = seed.to_le_bytes().to_vec();
+        data.extend_from_slice(&expected);
+        data.extend_from_slice(&expected);
+        match fuzz::decode(&data) {
+            Ok(()) => TestResult::passed(),
+            Err(e) => TestResult::error(e.to_string()),
+        }
+    }
+    qc("lines_re_encode", CASES_LINES).quickcheck(prop as fn(LineCase, u16) -> TestResult);
+    let (parsed, refused) = (
+        LINES_PARSED.load(Ordering::Relaxed),
+        LINES_REFUSED.load(Ordering::Relaxed),
+    );
+    println!("lines parsed: {parsed}, refused: {refused}");
+    assert!(
+        parsed >= CASES_LINES / 10 && refused >= CASES_LINES / 10,
+        "the generator should give both valid and invalid lines: {parsed} parsed, {refused} refused"
+    );
+}
+
+#[test]
+fn over_long_lines_fail_at_byte_1025_in_any_chunking() {
+    // 1023 bytes and a LF is the longest frame; 1024 and a LF is too long.
+    for (len, ok) in [(1023usize, true), (1024, false), (5000, false)] {
+        for seed in 0u16..50 {
+            let mut data = seed.to_le_bytes().to_vec();
+            data.extend_from_slice(b"W n 2\n");
+            data.extend_from_slice(&vec![b'x'; len]);
+            data.extend_from_slice(b"\nW n 3\n");
+            fuzz::decode(&data).unwrap_or_else(|e| panic!("len {len}, seed {seed}: {e}"));
+        }
+        // Unfinished, the line may be buffered up to 1024 bytes, not one more.
+        let mut reader = ticketing::wire::LineReader::new();
+        let line = vec![b'x'; len];
+        let mut input = &line[..];
+        let first = reader.next_line(&mut input);
+        if len <= 1024 {
+            assert!(first.is_none());
+            assert_eq!(reader.buffered(), len);
+            let mut lf: &[u8] = b"\n";
+            let line = reader.next_line(&mut lf).unwrap();
+            assert_eq!(line.is_ok(), ok, "len {len}");
+        } else {
+            assert!(matches!(first, Some(Err(_))), "len {len}: {first:?}");
+        }
+    }
+}
+
+// ----- runs against the model server ------------------------------------------
+
+/// A run: settings and steps.
+#[derive(Debug, Clone)]
+struct Scenario {
+    setup: Setup,
+    steps: Vec<Step>,
+}
+
+const ADVANCES: &[u16] = &[
+    0, 1, 2, 4, 10, 20, 50, 100, 300, 1_000, 2_500, 6_000, 30_000,
+];
+
+fn raw_bytes(g: &mut Gen) -> Vec<u8> {
+    let pieces: &[&[u8]] = &[
+        b"G 1 A k0 1 5\n",
+        b"G 2 A k1 9 100\n",
+        b"D 1 R k0\n",
+        b"T 3 A k2\n",
+        b"W x 4\n",
+        b"L a:1\n",
+        b"M b:2\n",
+        b"E no_leader\n",
+        b"E why\n",
+        b"G 01 A k0 1 5\n",
+        b"\r\n",
+        b"\n",
+        b"G 1 A k0",
+        b" 7 50\n",
+        b"Z\n",
+    ];
+    if below(g, 6) == 0 {
+        return vec![b'x'; 255];
+    }
+    let mut out = Vec::new();
+    for _ in 0..1 + below(g, 3) {
+        out.extend_from_slice(pick(g, pieces));
+    }
+    out.truncate(255);
+    out
+}
+
+fn step(g: &mut Gen, faulty: bool, shuts_down: bool) -> Step {
+    let u = |g: &mut Gen| u8::arbitrary(g);
+    loop {
+        let roll = below(g, 100);
+        let step = match roll {
+            0..=13 => Step::Acquire {
+                key: u(g),
+                wait: u(g),
+                lease: u(g),
+            },
+            14..=18 => Step::Release {
+                // Now and then a grant already given back.
+                pick: if below(g, 10) == 0 {
+                    128 | u(g)
+                } else {
+                    u(g) % 128
+                },
+            },
+            19..=20 => Step::ReleaseToken {
+                key: u(g),
+                token: u(g) % 8,
+            },
+            21..=24 => Step::Cancel { pick: u(g) },
+            25..=26 => Step::Undeliverable { pick: u(g) },
+            27 if shuts_down && below(g, 3) == 0 => Step::Shutdown { budget: u(g) },
+            28..=33 => Step::Connected,
+            34 => Step::ConnectFailed,
+            35..=44 => Step::ServerReads {
+                bytes: if bool::arbitrary(g) { 0 } else { u(g) % 40 },
+            },
+            45..=54 => Step::ServerEmits { frames: u(g) % 4 },
+            55..=66 => Step::Deliver {
+                bytes: if bool::arbitrary(g) { 0 } else { 1 + u(g) % 30 },
+            },
+            67..=71 if faulty => Step::Fault { kind: u(g) },
+            72..=76 if faulty => Step::Forge {
+                kind: u(g),
+                id: u(g),
+                key: u(g),
+                token: u(g) % 16,
+                lease: u(g),
+            },
+            77 if faulty => Step::Raw { data: raw_bytes(g) },
+            78 => Step::TransportClosed {
+                error: bool::arbitrary(g),
+            },
+            79..=94 => Step::Advance {
+                ms: pick(g, ADVANCES),
+            },
+            95..=98 => Step::NextDeadline,
+            _ => continue,
+        };
+        return step;
+    }
+}
+
+impl Arbitrary for Scenario {
+    fn arbitrary(g: &mut Gen) -> Scenario {
+        let setup = Setup {
+            seed: u64::arbitrary(g),
+            window: u8::arbitrary(g),
+            reserved: u8::arbitrary(g),
+            keep_waiter: bool::arbitrary(g),
+            fail_fast: below(g, 4) == 0,
+            release_attempts: u8::arbitrary(g),
+            queue_limit: u8::arbitrary(g),
+            // Mostly leases long enough to matter.
+            max_lease: if below(g, 4) == 0 {
+                u8::arbitrary(g)
+            } else {
+                3
+            },
+            max_acquires: u8::arbitrary(g),
+            answer_grace: u8::arbitrary(g),
+        };
+        let faulty = bool::arbitrary(g);
+        // A quarter of the runs may shut down before the end.
+        let shuts_down = below(g, 4) == 0;
+        let len = 10 + below(g, 190);
+        let steps = (0..len).map(|_| step(g, faulty, shuts_down)).collect();
+        Scenario { setup, steps }
+    }
+
+    fn shrink(&self) -> Box<dyn Iterator<Item = Scenario>> {
+        let setup = self.setup;
+        let steps = self.steps.clone();
+        let n = steps.len();
+        let mut candidates = Vec::new();
+        // Halves, quarters, then single steps (the last 40 only, to stay quick).
+        let mut chunk = n / 2;
+        while chunk >= 1 {
+            let mut start = 0;
+            while start < n {
+                let mut fewer = steps.clone();
+                fewer.drain(start..(start + chunk).min(n));
+                candidates.push(Scenario {
+                    setup,
+                    steps: fewer,
+                });
+                start += chunk;
+            }
+            if chunk == 1 || candidates.len() > 200 {
+                break;
+            }
+            chunk /= 2;
+        }
+        Box::new(candidates.into_iter())
+    }
+}
+
+static RUN_STATS: Mutex<Option<(Stats, u64, u64)>> = Mutex::new(None);
+
+#[test]
+fn random_runs_keep_every_invariant() {
+    fn prop(s: Scenario) -> TestResult {
+        match Runner::run(&s.setup, &s.steps) {
+            Ok(report) => {
+                let mut tally = RUN_STATS.lock().unwrap();
+                let (stats, keep, close) = tally.get_or_insert((Stats::default(), 0, 0));
+                stats.add(&report.stats);
+                if report.stats.cancelled + report.stats.indeterminate > 0 {
+                    if s.setup.keep_waiter {
+                        *keep += 1;
+                    } else {
+                        *close += 1;
+                    }
+                }
+                TestResult::passed()
+            }
+            Err(v) => TestResult::error(format!("{v}")),
+        }
+    }
+    qc("random_runs", CASES_RUNS).quickcheck(prop as fn(Scenario) -> TestResult);
+    let (stats, keep, close) = RUN_STATS.lock().unwrap().expect("cases ran");
+    println!("totals: {stats:?}; runs with cancels under KeepWaiter: {keep}, under Close: {close}");
+    // The generator must reach what the properties claim to cover.
+    let covered = [
+        ("granted", stats.granted),
+        ("timed out", stats.timed_out),
+        ("busy", stats.busy),
+        ("cancelled", stats.cancelled),
+        ("indeterminate", stats.indeterminate),
+        ("released", stats.released),
+        ("not held", stats.not_held),
+        ("lapsed", stats.lapsed),
+        ("orphan releases", stats.orphan_releases),
+        ("retries after B", stats.retries),
+        ("stray answers", stats.strays),
+        ("closes", stats.closes),
+        ("cancels under KeepWaiter", keep),
+        ("cancels under Close", close),
+    ];
+    for (what, count) in covered {
+        assert!(count > 0, "no run had any {what}: {stats:?}");
+    }
+}
+
+#[test]
+fn the_same_seed_gives_the_same_trace() {
+    fn prop(s: Scenario) -> TestResult {
+        let first = match Runner::run_twice(&s.setup, &s.steps) {
+            Ok(report) => report,
+            Err(v) => return TestResult::error(format!("{v}")),
+        };
+        // The same run read back from its fuzz encoding gives the same trace.
+        let bytes = fuzz::encode_scenario(&s.setup, &s.steps);
+        let (setup, steps) = fuzz::scenario(&bytes);
+        if setup != s.setup || steps != s.steps {
+            return TestResult::error("the fuzz encoding does not read back");
+        }
+        match Runner::run(&setup, &steps) {
+            Ok(again) if again.trace_hash == first.trace_hash => TestResult::passed(),
+            Ok(again) => TestResult::error(format!(
+                "traces differ: {:#x} and {:#x}",
+                first.trace_hash, again.trace_hash
+            )),
+            Err(v) => TestResult::error(format!("{v}")),
+        }
+    }
+    qc("determinism", CASES_DETERMINISM).quickcheck(prop as fn(Scenario) -> TestResult);
+}
+
+#[test]
+fn traces_tell_different_runs_apart() {
+    // The trace hash is a real witness: changing one input changes it.
+    let setup = Setup {
+        seed: 3,
+        max_lease: 3,
+        ..Setup::default()
+    };
+    let mut steps = vec![
+        Step::Acquire {
+            key: 0,
+            wait: 3,
+            lease: 5,
+        },
+        Step::Connected,
+        Step::ServerReads { bytes: 0 },
+        Step::ServerEmits { frames: 0 },
+        Step::Deliver { bytes: 0 },
+        Step::ServerReads { bytes: 0 },
+        Step::ServerEmits { frames: 0 },
+        Step::Deliver { bytes: 0 },
+    ];
+    let a = Runner::run_twice(&setup, &steps).unwrap();
+    steps.insert(0, Step::Advance { ms: 2 });
+    let b = Runner::run_twice(&setup, &steps).unwrap();
+    assert_ne!(a.trace_hash, b.trace_hash);
+    assert_eq!(a.stats.granted, 1);
+    let other_seed = Setup { seed: 4, ..setup };
+    let c = Runner::run(&other_seed, &steps).unwrap();
+    let d = Runner::run(&other_seed, &steps).unwrap();
+    assert_eq!(c.trace_hash, d.trace_hash);
+}
+
+#[test]
+fn step_encoding_reads_back() {
+    fn prop(s: Scenario) -> bool {
+        let bytes = fuzz::encode_scenario(&s.setup, &s.steps);
+        let (setup, steps) = fuzz::scenario(&bytes);
+        setup == s.setup && steps == s.steps
+    }
+    qc("step_encoding", CASES_STEP_ENCODING).quickcheck(prop as fn(Scenario) -> bool);
+}
+
+#[test]
+fn arbitrary_bytes_never_break_the_fuzz_entry_points() {
+    fn prop(data: Vec<u8>) -> TestResult {
+        if let Err(e) = fuzz::decode(&data) {
+            return TestResult::error(e.to_string());
+        }
+        match fuzz::client(&data) {
+            Ok(()) => TestResult::passed(),
+            Err(v) => TestResult::error(v.to_string()),
+        }
+    }
+    qc("fuzz_bytes", CASES_FUZZ_BYTES).quickcheck(prop as fn(Vec<u8>) -> TestResult);
+}
+
+// ----- the model server is legal --------------------------------------------------
+
+/// What a model-server run does: (kind, conn, key, number) tuples.
+#[derive(Debug, Clone)]
+struct ServerScript {
+    seed: u64,
+    window: u64,
+    queue_limit: usize,
+    max_lease_ms: u64,
+    moves: Vec<(u8, u8, u8, u16)>,
+}
+
+impl Arbitrary for ServerScript {
+    fn arbitrary(g: &mut Gen) -> ServerScript {
+        let len = below(g, 200);
+        ServerScript {
+            seed: u64::arbitrary(g),
+            window: 2 + below(g, 6) as u64,
+            queue_limit: below(g, 4),
+            max_lease_ms: pick(g, &[1, 50, 1_000, 60_000]),
+            moves: (0..len)
+                .map(|_| {
+                    (
+                        u8::arbitrary(g) % 6,
+                        u8::arbitrary(g) % 3,
+                        u8::arbitrary(g) % 3,
+                        u16::arbitrary(g),
+                    )
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Drives the model server directly from three connections and checks
+/// section 4: one answer per request, with its id, op and key; a lease never
+/// longer than asked nor than the maximum; `B` only with a full queue and
+/// `T` at once only for a zero wait; tokens strictly increasing per key.
+fn model_server_is_legal(script: &ServerScript) -> Result<(), String> {
+    use std::collections::BTreeMap;
+    use ticketing::testkit::{ModelServer, ServerConfig};
+    let mut server = ModelServer::new(ServerConfig {
+        window: script.window,
+        queue_limit: script.queue_limit,
+        max_lease_ms: script.max_lease_ms,
+        seed: script.seed,
+        ..ServerConfig::default()
+    });
+    let keys = ["a", "b", "c"];
+    let mut now = Time::ZERO;
+    // Per connection: open, welcomed, next id, unanswered requests.
+    let mut open = [false; 3];
+    let mut welcomed = [false; 3];
+    let mut next_id = [1u64; 3];
+    // id -> (op letter, key, lease asked, wait)
+    type Unanswered<'k> = BTreeMap<u64, (u8, &'k str, u64, u64)>;
+    let mut unanswered: [Unanswered; 3] = Default::default();
+    let mut last_token: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut last_holder: BTreeMap<&str, u64> = BTreeMap::new();
+    let mut tokens_seen: Vec<(&str, u64)> = Vec::new();
+    for &(kind, conn, key, n) in &script.moves {
+        let c = usize::from(conn);
+        let id_conn = u64::from(conn);
+        let key = keys[usize::from(key)];
+        match kind {
+            0 if !open[c] => {
+                server.open(now, id_conn);
+                server.receive(now, id_conn, b"H 1 x -\n");
+                open[c] = true;
+                welcomed[c] = false;
+                unanswered[c].clear();
+            }
+            0 | 1 if open[c] && welcomed[c] && (unanswered[c].len() as u64) < script.window => {
+                let id = next_id[c];
+                next_id[c] += 1;
+                let line = if kind == 0 {
+                    let wait = [0u64, 5, 50, 500][usize::from(n % 4)];
+                    let lease = [1u64, 20, 300, 100_000][usize::from(n / 4 % 4)];
+                    unanswered[c].insert(id, (b'A', key, lease, wait));
+                    format!("A {id} {key} o {wait} {lease}\n")
+                } else {
+                    let token = match tokens_seen.iter().rev().find(|(k, _)| *k == key) {
+                        Some(&(_, t)) if n % 2 == 0 => t,
+                        _ => u64::from(n % 5),
+                    };
+                    unanswered[c].insert(id, (b'R', key, 0, 0));
+                    format!("R {id} {key} {token}\n")
+                };
+                server.receive(now, id_conn, line.as_bytes());
+            }
+            2 => now = now.saturating_add(Duration::from_millis(u64::from(n % 700))),
+            3 | 4 if open[c] => {
+                server.advance(now);
+                while let Some(frame) = server.emit(id_conn) {
+                    let line = &frame[..frame.len() - 1];
+                    match ServerFrame::parse(line).map_err(|e| e.to_string())? {
+                        ServerFrame::Welcome { window, .. } => {
+                            if welcomed[c] || window.get() != script.window {
+                                return Err(format!("bad W on {c}: {frame:?}"));
+                            }
+                            welcomed[c] = true;
+                        }
+                        ServerFrame::Answer(a) => {
+                            let Some((op, k, asked, wait)) = unanswered[c].remove(&a.id) else {
+                                return Err(format!(
+                                    "answer to no request: {:?}",
+                                    String::from_utf8_lossy(&frame)
+                                ));
+                            };
+                            if a.op().letter() != op || a.key.as_str() != k {
+                                return Err(format!("answer names another op or key: {a:?}"));
+                            }
+                            match a.kind {
+                                AnswerKind::Granted { token, lease_ms } => {
+                                    if lease_ms.get() > asked.min(script.max_lease_ms) {
+                                        return Err(format!("lease {lease_ms} above {asked}"));
+                                    }
+                                    tokens_seen.push((k, token));
+                                    SERVER_GRANTS.fetch_add(1, Ordering::Relaxed);
+                                }
+                                AnswerKind::Busy if wait == 0 => {
+                                    return Err("B for a try-lock".into());
+                                }
+                                _ => {}
+                            }
+                        }
+                        other => return Err(format!("unexpected {other:?}")),
+                    }
+                    if kind == 3 {
+                        break;
+                    }
+                }
+            }
+            5 if open[c] => {
+                server.close(now, id_conn);
+                open[c] = false;
+            }
+            _ => {}
+        }
+        server.advance(now);
+        for k in keys {
+            if let Some(t) = server.holder(k) {
+                let last = last_token.entry(k).or_insert(0);
+                if last_holder.get(k) != Some(&t) {
+                    if t <= *last {
+                        return Err(format!("token {t} of {k} not above {last}"));
+                    }
+                    *last = t;
+                    last_holder.insert(k, t);
+                }
+            } else {
+                last_holder.remove(k);
+            }
+        }
+    }
+    if !server.complaints().is_empty() {
+        return Err(format!("complaints: {:?}", server.complaints()));
+    }
+    Ok(())
+}
+
+static SERVER_GRANTS: AtomicU64 = AtomicU64::new(0);
+
+#[test]
+fn the_model_server_answers_legally() {
+    fn prop(script: ServerScript) -> TestResult {
+        match model_server_is_legal(&script) {
+            Ok(()) => TestResult::passed(),
+            Err(e) => TestResult::error(e),
+        }
+    }
+    qc("model_server", CASES_SERVER).quickcheck(prop as fn(ServerScript) -> TestResult);
+    let grants = SERVER_GRANTS.load(Ordering::Relaxed);
+    println!("model server grants checked: {grants}");
+    assert!(
+        grants >= CASES_SERVER,
+        "too few grants to mean anything: {grants}"
+    );
+}
+
+// ----- the checker itself catches violations ------------------------------------
+
+/// A client at t=0 with its first Connect handed to a checker.
+fn watched() -> (Client, Checker) {
+    let config = Config::new([Endpoint::new("a:1").unwrap()], Name::new("tk").unwrap());
+    let mut checker = Checker::new(&config, Time::ZERO);
+    let mut client = Client::new(config, Time::ZERO).unwrap();
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+    }
+    (client, checker)
+}
+
+fn conn_of(client: &Client) -> ticketing::client::ConnId {
+    client.connection().unwrap()
+}
+
+/// Drives `client` through the handshake (window 4), feeding the checker.
+fn handshake(client: &mut Client, checker: &mut Checker) {
+    let conn = conn_of(client);
+    client.handle_connected(Time::ZERO, conn);
+    checker.connected(Time::ZERO, conn);
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+    }
+    client.handle_bytes(Time::ZERO, conn, b"W n 4\n");
+    checker.bytes(Time::ZERO, conn, b"W n 4\n").unwrap();
+    while let Some(event) = client.poll_event() {
+        checker.event(&event).unwrap();
+    }
+    checker.end_step(client).unwrap();
+}
+
+fn send(client: &Client, text: &str) -> Action {
+    Action::Send {
+        conn: conn_of(client),
+        data: bytes::Bytes::copy_from_slice(text.as_bytes()),
+    }
+}
+
+#[test]
+fn the_checker_catches_a_request_before_w() {
+    let (mut client, mut checker) = watched();
+    let conn = conn_of(&client);
+    client.handle_connected(Time::ZERO, conn);
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+    }
+    let key = Key::new("k").unwrap();
+    let owner = Name::new("o1").unwrap();
+    let r = client.acquire(
+        Time::ZERO,
+        key.clone(),
+        owner.clone(),
+        Duration::ZERO,
+        Duration::from_secs(1),
+    );
+    checker
+        .acquire(
+            Time::ZERO,
+            &key,
+            &owner,
+            Duration::ZERO,
+            Duration::from_secs(1),
+            &r,
+        )
+        .unwrap();
+    let err = checker
+        .action(&send(&client, "A 1 k o1 0 1000\n"))
+        .unwrap_err();
+    assert_eq!(err.invariant, Invariant::Window, "{err}");
+}
+
+#[test]
+fn the_checker_catches_a_resent_acquire_and_a_full_window() {
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    let key = Key::new("k").unwrap();
+    let owner = Name::new("o1").unwrap();
+    let lease = Duration::from_secs(1);
+    let r = client.acquire(
+        Time::ZERO,
+        key.clone(),
+        owner.clone(),
+        Duration::ZERO,
+        lease,
+    );
+    checker
+        .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
+        .unwrap();
+    checker.action(&send(&client, "A 1 k o1 0 1000\n")).unwrap();
+    let err = checker
+        .action(&send(&client, "A 2 k o1 0 1000\n"))
+        .unwrap_err();
+    assert_eq!(err.invariant, Invariant::NoResend, "{err}");
+
+    // Window 4, 1 reserved: a fourth acquire in flight is one too many.
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    for i in 1..=4 {
+        let owner = Name::new(format!("o{i}")).unwrap();
+        let r = client.acquire(
+            Time::ZERO,
+            key.clone(),
+            owner.clone(),
+            Duration::ZERO,
+            lease,
+        );
+        checker
+            .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
+            .unwrap();
+        let sent = checker.action(&send(&client, &format!("A {i} k o{i} 0 1000\n")));
+        if i < 4 {
+            sent.unwrap();
+        } else {
+            assert_eq!(sent.unwrap_err().invariant, Invariant::Window);
+        }
+    }
+}
+
+#[test]
+fn the_checker_catches_misattributed_and_double_outcomes() {
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    let key = Key::new("k").unwrap();
+    let lease = Duration::from_secs(1);
+    let mut ops = Vec::new();
+    for i in 1..=2 {
+        let owner = Name::new(format!("o{i}")).unwrap();
+        let r = client.acquire(
+            Time::ZERO,
+            key.clone(),
+            owner.clone(),
+            Duration::ZERO,
+            lease,
+        );
+        checker
+            .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
+            .unwrap();
+        ops.push(r.unwrap());
+    }
+    let conn = conn_of(&client);
+    // The real client sends both and gets G for the second only.
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+    }
+    client.handle_bytes(Time::ZERO, conn, b"G 2 A k 5 1000\n");
+    checker
+        .bytes(Time::ZERO, conn, b"G 2 A k 5 1000\n")
+        .unwrap();
+    let granted = std::iter::from_fn(|| client.poll_event())
+        .find_map(|e| match e {
+            Event::Outcome {
+                outcome: Outcome::Granted(g),
+                ..
+            } => Some(g),
+            _ => None,
+        })
+        .unwrap();
+    // Claiming that grant for the first operation is a misattribution.
+    let wrong = Event::Outcome {
+        op: ops[0],
+        outcome: Outcome::Granted(granted.clone()),
+    };
+    assert_eq!(
+        checker.event(&wrong).unwrap_err().invariant,
+        Invariant::Attribution
+    );
+    let right = Event::Outcome {
+        op: ops[1],
+        outcome: Outcome::Granted(granted),
+    };
+    checker.event(&right).unwrap();
+    let twice = Event::Outcome {
+        op: ops[1],
+        outcome: Outcome::Cancelled,
+    };
+    assert_eq!(
+        checker.event(&twice).unwrap_err().invariant,
+        Invariant::OneOutcome
+    );
+}
+
+#[test]
+fn the_checker_catches_a_release_behind_the_embedders_back_and_a_lost_orphan() {
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    let key = Key::new("k").unwrap();
+    let owner = Name::new("o1").unwrap();
+    let lease = Duration::from_secs(10);
+    let r = client.acquire(
+        Time::ZERO,
+        key.clone(),
+        owner.clone(),
+        Duration::ZERO,
+        lease,
+    );
+    checker
+        .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
+        .unwrap();
+    let conn = conn_of(&client);
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+    }
+    client.handle_bytes(Time::ZERO, conn, b"G 1 A k 5 10000\n");
+    checker
+        .bytes(Time::ZERO, conn, b"G 1 A k 5 10000\n")
+        .unwrap();
+    while let Some(event) = client.poll_event() {
+        checker.event(&event).unwrap();
+    }
+    checker.end_step(&client).unwrap();
+    // The embedder holds (k, 5): an R for it that nobody asked for.
+    let err = checker.action(&send(&client, "R 2 k 5\n")).unwrap_err();
+    assert_eq!(err.invariant, Invariant::OrphanRelease, "{err}");
+
+    // A G to an unknown id that the client neither closes on nor releases.
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    let conn = conn_of(&client);
+    checker
+        .bytes(Time::ZERO, conn, b"G 77 A k 9 10000\n")
+        .unwrap();
+    // (the client is not given the bytes: it does nothing)
+    let err = checker.end_step(&client).unwrap_err();
+    assert_eq!(err.invariant, Invariant::OrphanRelease, "{err}");
+}

@@ -1,0 +1,751 @@
+//! A model server: answers legally, in a random order drawn from a seed,
+//! and injects faults on request.
+//!
+//! It keeps a lock table the way PROTOCOL.md section 4 says a server must:
+//! tokens strictly increase per key, acquires that must wait queue first in
+//! first out with their wait deadline, grants carry a lease of
+//! `min(asked, maximum)` and end when it runs out, a release frees a grant
+//! only by its exact token, a full queue answers `B`, and the handshake is
+//! answered with `W`. It is sans-IO like the client: the driver hands it
+//! bytes per connection ([`ModelServer::receive`]) and the time
+//! ([`ModelServer::advance`]), and takes its frames one at a time with
+//! [`ModelServer::emit`], which picks at random among every frame that is
+//! ready on that connection. That is the freedom the protocol gives a
+//! server: answers to different requests come in any order.
+//!
+//! [`ModelServer::inject`] adds a [`Fault`]: legal ones (`L`, `M`, `E`),
+//! and illegal ones on purpose (a second answer to one id, an answer to an
+//! id never sent, an answer naming another key, a lease longer than asked),
+//! after which the client must close and the invariants must still hold.
+//!
+//! If the client breaks the protocol (a request before `W`, more requests
+//! than the window, an unparsable frame), the server answers `E` and closes,
+//! and records a complaint ([`ModelServer::complaints`]).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use crate::rng::Rng;
+use crate::time::{millis, Time};
+use crate::wire::{Answer, AnswerKind, Atom, ClientFrame, LineReader, ServerFrame};
+
+/// How the model server behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// The node id sent in `W`.
+    pub node: String,
+    /// The window sent in `W` (at least 2).
+    pub window: u64,
+    /// The longest lease granted, in milliseconds.
+    pub max_lease_ms: u64,
+    /// The most waiters one key's queue holds; one more is answered `B`.
+    pub queue_limit: usize,
+    /// The most waiters over all keys.
+    pub total_waiters: usize,
+    /// The seed of every random choice.
+    pub seed: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> ServerConfig {
+        ServerConfig {
+            node: "model-1".to_owned(),
+            window: 4,
+            max_lease_ms: 60_000,
+            queue_limit: 4,
+            total_waiters: 64,
+            seed: 0,
+        }
+    }
+}
+
+/// A fault to inject on a connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// `L <addr>`: a leader hint (legal).
+    Leader {
+        /// The address named.
+        addr: String,
+    },
+    /// `M <addr>`, then the server closes; answers not yet sent are lost
+    /// (legal).
+    Moved {
+        /// The address named.
+        addr: String,
+    },
+    /// `E <reason>`, then the server closes; answers not yet sent are lost
+    /// (legal).
+    Error {
+        /// The reason.
+        reason: String,
+    },
+    /// A second copy of an answer already sent (illegal).
+    Duplicate,
+    /// An answer to an id the client never sent (illegal). With `grant`, a
+    /// `G` that really holds the key if it is free (a grant nobody asked
+    /// for), else a `T`.
+    UnknownId {
+        /// The key named.
+        key: String,
+        /// Whether it is a `G`.
+        grant: bool,
+    },
+    /// A ready answer is sent naming `key` instead of its own (illegal).
+    WrongKey {
+        /// The key named instead.
+        key: String,
+    },
+    /// A ready `G` is sent with a longer lease than asked (illegal).
+    LongerLease,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReplyKind {
+    Granted { token: u64, lease_ms: u64 },
+    TimedOut,
+    Busy,
+    Released,
+    NotHeld,
+}
+
+#[derive(Debug, Clone)]
+struct Reply {
+    id: u64,
+    key: String,
+    kind: ReplyKind,
+    asked_lease: u64,
+}
+
+impl Reply {
+    fn encode(&self, out: &mut Vec<u8>) {
+        let Ok(key) = Atom::new(&self.key) else {
+            return;
+        };
+        let kind = match self.kind {
+            ReplyKind::Granted { token, lease_ms } => AnswerKind::Granted {
+                token,
+                lease_ms: core::num::NonZeroU64::new(lease_ms.max(1)).expect("non-zero"),
+            },
+            ReplyKind::TimedOut => AnswerKind::TimedOut,
+            ReplyKind::Busy => AnswerKind::Busy,
+            ReplyKind::Released => AnswerKind::Released,
+            ReplyKind::NotHeld => AnswerKind::NotHeld,
+        };
+        ServerFrame::Answer(Answer {
+            id: self.id,
+            key,
+            kind,
+        })
+        .encode(out);
+    }
+}
+
+enum Out {
+    Notice(Vec<u8>),
+    Answer {
+        reply: Reply,
+        /// An answer to a request the client made (not a fabricated one).
+        real: bool,
+    },
+}
+
+struct ServerConn {
+    reader: LineReader,
+    hello: bool,
+    welcomed: bool,
+    /// `M` or `E` is queued (and is the only frame left): the server closes
+    /// once it is sent.
+    closing: bool,
+    unanswered: u64,
+    /// Someone else may have answered on this connection (forged frames):
+    /// the window and handshake checks no longer apply.
+    forgiven: bool,
+    ready: Vec<Out>,
+    history: VecDeque<Reply>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum TimerRef {
+    Lease { key: String, token: u64 },
+    Wait { key: String, conn: u64, id: u64 },
+}
+
+struct Waiter {
+    conn: u64,
+    id: u64,
+    lease_ms: u64,
+    timer: u64,
+}
+
+#[derive(Default)]
+struct Lock {
+    /// The token of the current grant and its lease timer.
+    holder: Option<(u64, u64)>,
+    queue: VecDeque<Waiter>,
+    last_token: u64,
+}
+
+/// A legal Ticketing server with a random answer order and optional
+/// faults; see the module documentation.
+pub struct ModelServer {
+    config: ServerConfig,
+    rng: Rng,
+    now: Time,
+    locks: BTreeMap<String, Lock>,
+    conns: BTreeMap<u64, ServerConn>,
+    timers: BTreeSet<(Time, u64)>,
+    timer_refs: BTreeMap<u64, (Time, TimerRef)>,
+    next_timer: u64,
+    waiters: usize,
+    next_phantom: u64,
+    complaints: Vec<String>,
+    grants: u64,
+}
+
+impl ModelServer {
+    /// A server with no connection and every key free.
+    pub fn new(config: ServerConfig) -> ModelServer {
+        ModelServer {
+            rng: Rng::new(config.seed),
+            config,
+            now: Time::ZERO,
+            locks: BTreeMap::new(),
+            conns: BTreeMap::new(),
+            timers: BTreeSet::new(),
+            timer_refs: BTreeMap::new(),
+            next_timer: 0,
+            waiters: 0,
+            next_phantom: 0,
+            complaints: Vec::new(),
+            grants: 0,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &ServerConfig {
+        &self.config
+    }
+
+    /// What the client did wrong, as the server saw it.
+    pub fn complaints(&self) -> &[String] {
+        &self.complaints
+    }
+
+    /// How many grants were made so far.
+    pub fn grants(&self) -> u64 {
+        self.grants
+    }
+
+    /// The token of `key`'s current grant, if it is held.
+    pub fn holder(&self, key: &str) -> Option<u64> {
+        self.locks.get(key).and_then(|l| l.holder.map(|(t, _)| t))
+    }
+
+    /// A connection `conn` (any number the driver picks) is accepted.
+    pub fn open(&mut self, now: Time, conn: u64) {
+        self.advance(now);
+        self.conns.insert(
+            conn,
+            ServerConn {
+                reader: LineReader::new(),
+                hello: false,
+                welcomed: false,
+                closing: false,
+                unanswered: 0,
+                forgiven: false,
+                ready: Vec::new(),
+                history: VecDeque::new(),
+            },
+        );
+    }
+
+    /// Whether `conn` is open on the server's side.
+    pub fn is_open(&self, conn: u64) -> bool {
+        self.conns.contains_key(&conn)
+    }
+
+    /// Whether the server has sent `M` or `E` on `conn` and has nothing
+    /// more to send: the driver should end the transport (end of stream).
+    pub fn wants_close(&self, conn: u64) -> bool {
+        self.conns
+            .get(&conn)
+            .is_some_and(|c| c.closing && c.ready.is_empty())
+    }
+
+    /// Frames that the server did not send were given to the client on
+    /// `conn`: answers may have reached it that the server knows nothing
+    /// of, so the server stops checking the window and the handshake there.
+    pub fn forgive(&mut self, conn: u64) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.forgiven = true;
+        }
+    }
+
+    /// Frames ready to be sent on `conn`.
+    pub fn ready(&self, conn: u64) -> usize {
+        self.conns.get(&conn).map_or(0, |c| c.ready.len())
+    }
+
+    /// The connection ended: its waiters leave their queues (grants stay),
+    /// and answers not yet sent are lost.
+    pub fn close(&mut self, now: Time, conn: u64) {
+        self.advance(now);
+        if self.conns.remove(&conn).is_none() {
+            return;
+        }
+        let mut dropped = Vec::new();
+        for lock in self.locks.values_mut() {
+            lock.queue.retain(|w| {
+                if w.conn == conn {
+                    dropped.push(w.timer);
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        self.waiters -= dropped.len();
+        for timer in dropped {
+            self.cancel_timer(timer);
+        }
+    }
+
+    /// When the next lease runs out or the next waiter's time is up.
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.timers.first().map(|&(t, _)| t)
+    }
+
+    /// Moves the server's clock to `now`: leases run out and waiters time
+    /// out in deadline order, and the next waiters are granted.
+    pub fn advance(&mut self, now: Time) {
+        while let Some(&(at, seq)) = self.timers.first() {
+            if at > now {
+                break;
+            }
+            self.now = self.now.max(at);
+            self.timers.remove(&(at, seq));
+            let Some((_, timer)) = self.timer_refs.remove(&seq) else {
+                continue;
+            };
+            match timer {
+                TimerRef::Lease { key, token } => {
+                    let lock = self.locks.get_mut(&key).expect("timers name known keys");
+                    if lock.holder.map(|(t, _)| t) == Some(token) {
+                        lock.holder = None;
+                        self.grant_next(&key);
+                    }
+                }
+                TimerRef::Wait { key, conn, id } => {
+                    let lock = self.locks.get_mut(&key).expect("timers name known keys");
+                    if let Some(at) = lock.queue.iter().position(|w| w.conn == conn && w.id == id) {
+                        let w = lock.queue.remove(at).expect("found");
+                        self.waiters -= 1;
+                        self.reply(
+                            conn,
+                            Reply {
+                                id,
+                                key,
+                                kind: ReplyKind::TimedOut,
+                                asked_lease: w.lease_ms,
+                            },
+                        );
+                    }
+                }
+            }
+        }
+        self.now = self.now.max(now);
+    }
+
+    fn add_timer(&mut self, at: Time, timer: TimerRef) -> u64 {
+        let seq = self.next_timer;
+        self.next_timer += 1;
+        self.timers.insert((at, seq));
+        self.timer_refs.insert(seq, (at, timer));
+        seq
+    }
+
+    fn cancel_timer(&mut self, seq: u64) {
+        if let Some((at, _)) = self.timer_refs.remove(&seq) {
+            self.timers.remove(&(at, seq));
+        }
+    }
+
+    /// Bytes from the client on `conn`, in any chunking.
+    pub fn receive(&mut self, now: Time, conn: u64, data: &[u8]) {
+        self.advance(now);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return;
+        };
+        if c.closing {
+            return;
+        }
+        let mut reader = core::mem::take(&mut c.reader);
+        let mut input = data;
+        while let Some(line) = reader.next_line(&mut input) {
+            let verdict = match line {
+                Err(e) => Err(format!("framing: {e}")),
+                Ok(line) => match ClientFrame::parse(line) {
+                    Err(e) => Err(format!(
+                        "framing: {e} in {:?}",
+                        String::from_utf8_lossy(line)
+                    )),
+                    Ok(frame) => self.request(conn, frame),
+                },
+            };
+            if let Err(complaint) = verdict {
+                self.complaints.push(format!("conn {conn}: {complaint}"));
+                let reason = if complaint.starts_with("window") {
+                    "window"
+                } else {
+                    "protocol"
+                };
+                self.shut(conn, format!("E {reason}\n").into_bytes());
+                break;
+            }
+        }
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.reader = reader;
+        }
+    }
+
+    fn request(&mut self, conn: u64, frame: ClientFrame<'_>) -> Result<(), String> {
+        let window = self.config.window.max(2);
+        let c = self.conns.get_mut(&conn).expect("open");
+        if c.closing {
+            return Ok(());
+        }
+        if let ClientFrame::Hello { .. } = frame {
+            if c.hello {
+                return Err("a second H".into());
+            }
+            c.hello = true;
+            let mut w = Vec::new();
+            ServerFrame::Welcome {
+                node: Atom::new(&self.config.node).unwrap_or(Atom::new("model").expect("atom")),
+                window: crate::wire::Window::new(window).expect("at least 2"),
+            }
+            .encode(&mut w);
+            c.ready.push(Out::Notice(w));
+            return Ok(());
+        }
+        if !c.welcomed && !c.forgiven {
+            return Err(format!("{frame} before W was sent"));
+        }
+        c.unanswered += 1;
+        if c.unanswered > window && !c.forgiven {
+            return Err(format!(
+                "window: {frame} makes {} unanswered, window {window}",
+                c.unanswered
+            ));
+        }
+        match frame {
+            ClientFrame::Acquire {
+                id,
+                key,
+                wait_ms,
+                lease_ms,
+                ..
+            } => self.acquire(conn, id, key.as_str(), wait_ms, lease_ms.get()),
+            ClientFrame::Release { id, key, token } => self.release(conn, id, key.as_str(), token),
+            ClientFrame::Hello { .. } => unreachable!("handled above"),
+        }
+        Ok(())
+    }
+
+    fn acquire(&mut self, conn: u64, id: u64, key: &str, wait_ms: u64, lease_ms: u64) {
+        let lock = self.locks.entry(key.to_owned()).or_default();
+        if lock.holder.is_none() && lock.queue.is_empty() {
+            self.grant(conn, id, key, lease_ms);
+            return;
+        }
+        let kind = if wait_ms == 0 {
+            Some(ReplyKind::TimedOut)
+        } else if lock.queue.len() >= self.config.queue_limit
+            || self.waiters >= self.config.total_waiters
+        {
+            Some(ReplyKind::Busy)
+        } else {
+            None
+        };
+        if let Some(kind) = kind {
+            self.reply(
+                conn,
+                Reply {
+                    id,
+                    key: key.to_owned(),
+                    kind,
+                    asked_lease: lease_ms,
+                },
+            );
+            return;
+        }
+        let deadline = self.now.saturating_add(millis(wait_ms));
+        let timer = self.add_timer(
+            deadline,
+            TimerRef::Wait {
+                key: key.to_owned(),
+                conn,
+                id,
+            },
+        );
+        self.waiters += 1;
+        self.locks
+            .get_mut(key)
+            .expect("entered above")
+            .queue
+            .push_back(Waiter {
+                conn,
+                id,
+                lease_ms,
+                timer,
+            });
+    }
+
+    /// Grants the free `key` to request `id` on `conn` (the connection may
+    /// have closed: the grant stands, its answer is lost).
+    fn grant(&mut self, conn: u64, id: u64, key: &str, lease_ms: u64) {
+        let lease = lease_ms.min(self.config.max_lease_ms).max(1);
+        let until = self.now.saturating_add(millis(lease));
+        let lock = self.locks.get_mut(key).expect("known key");
+        lock.last_token += 1;
+        let token = lock.last_token;
+        let timer = self.add_timer(
+            until,
+            TimerRef::Lease {
+                key: key.to_owned(),
+                token,
+            },
+        );
+        self.locks.get_mut(key).expect("known key").holder = Some((token, timer));
+        self.grants += 1;
+        self.reply(
+            conn,
+            Reply {
+                id,
+                key: key.to_owned(),
+                kind: ReplyKind::Granted {
+                    token,
+                    lease_ms: lease,
+                },
+                asked_lease: lease_ms,
+            },
+        );
+    }
+
+    fn grant_next(&mut self, key: &str) {
+        loop {
+            let lock = self.locks.get_mut(key).expect("known key");
+            if lock.holder.is_some() {
+                return;
+            }
+            let Some(w) = lock.queue.pop_front() else {
+                return;
+            };
+            self.waiters -= 1;
+            self.cancel_timer(w.timer);
+            self.grant(w.conn, w.id, key, w.lease_ms);
+        }
+    }
+
+    fn release(&mut self, conn: u64, id: u64, key: &str, token: u64) {
+        let lock = self.locks.entry(key.to_owned()).or_default();
+        let kind = match lock.holder {
+            Some((t, timer)) if t == token => {
+                lock.holder = None;
+                self.cancel_timer(timer);
+                self.grant_next(key);
+                ReplyKind::Released
+            }
+            _ => ReplyKind::NotHeld,
+        };
+        self.reply(
+            conn,
+            Reply {
+                id,
+                key: key.to_owned(),
+                kind,
+                asked_lease: 0,
+            },
+        );
+    }
+
+    fn reply(&mut self, conn: u64, reply: Reply) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            if !c.closing {
+                c.ready.push(Out::Answer { reply, real: true });
+            }
+        }
+    }
+
+    /// Queues a closing frame: every other frame not yet sent is lost.
+    fn shut(&mut self, conn: u64, frame: Vec<u8>) {
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.ready.clear();
+            c.ready.push(Out::Notice(frame));
+            c.closing = true;
+        }
+    }
+
+    /// Takes one frame ready on `conn`, picked at random among all of them.
+    pub fn emit(&mut self, conn: u64) -> Option<Vec<u8>> {
+        let c = self.conns.get_mut(&conn)?;
+        if c.ready.is_empty() {
+            return None;
+        }
+        let at = self.rng.up_to(c.ready.len() as u64 - 1) as usize;
+        let out = c.ready.swap_remove(at);
+        let mut bytes = Vec::new();
+        match out {
+            Out::Notice(frame) => {
+                if frame.first() == Some(&b'W') {
+                    c.welcomed = true;
+                }
+                bytes = frame;
+            }
+            Out::Answer { reply, real } => {
+                if real {
+                    c.unanswered = c.unanswered.saturating_sub(1);
+                }
+                reply.encode(&mut bytes);
+                c.history.push_back(reply);
+                if c.history.len() > 16 {
+                    c.history.pop_front();
+                }
+            }
+        }
+        Some(bytes)
+    }
+
+    /// Injects `fault` on `conn`. Returns whether it could be (a duplicate
+    /// needs an answer sent before, a wrong key or a longer lease a ready
+    /// answer, and nothing is injected once the server is closing).
+    pub fn inject(&mut self, now: Time, conn: u64, fault: Fault) -> bool {
+        self.advance(now);
+        let Some(c) = self.conns.get_mut(&conn) else {
+            return false;
+        };
+        if c.closing {
+            return false;
+        }
+        match fault {
+            Fault::Leader { addr } => {
+                c.ready
+                    .push(Out::Notice(format!("L {addr}\n").into_bytes()));
+                true
+            }
+            Fault::Moved { addr } => {
+                self.shut(conn, format!("M {addr}\n").into_bytes());
+                true
+            }
+            Fault::Error { reason } => {
+                self.shut(conn, format!("E {reason}\n").into_bytes());
+                true
+            }
+            Fault::Duplicate => {
+                if c.history.is_empty() {
+                    return false;
+                }
+                let at = self.rng.up_to(c.history.len() as u64 - 1) as usize;
+                let reply = c.history[at].clone();
+                c.ready.push(Out::Answer { reply, real: false });
+                true
+            }
+            Fault::UnknownId { key, grant } => {
+                if Atom::new(&key).is_err() {
+                    return false;
+                }
+                self.next_phantom += 1;
+                let id = 1_000_000_000 + self.next_phantom;
+                let lease = 1 + self.rng.up_to(self.config.max_lease_ms.clamp(1, 5_000) - 1);
+                let kind = if grant {
+                    let lock = self.locks.entry(key.clone()).or_default();
+                    if lock.holder.is_none() && lock.queue.is_empty() {
+                        // A grant nobody asked for: it really holds the key.
+                        lock.last_token += 1;
+                        let token = lock.last_token;
+                        let until = self.now.saturating_add(millis(lease));
+                        let timer = self.add_timer(
+                            until,
+                            TimerRef::Lease {
+                                key: key.clone(),
+                                token,
+                            },
+                        );
+                        self.locks.get_mut(&key).expect("entered").holder = Some((token, timer));
+                        self.grants += 1;
+                        ReplyKind::Granted {
+                            token,
+                            lease_ms: lease,
+                        }
+                    } else {
+                        ReplyKind::TimedOut
+                    }
+                } else {
+                    ReplyKind::TimedOut
+                };
+                let c = self.conns.get_mut(&conn).expect("open");
+                c.ready.push(Out::Answer {
+                    reply: Reply {
+                        id,
+                        key,
+                        kind,
+                        asked_lease: lease,
+                    },
+                    real: false,
+                });
+                true
+            }
+            Fault::WrongKey { key } => {
+                if Atom::new(&key).is_err() {
+                    return false;
+                }
+                let answers: Vec<usize> = (0..c.ready.len())
+                    .filter(
+                        |&i| matches!(&c.ready[i], Out::Answer { reply, .. } if reply.key != key),
+                    )
+                    .collect();
+                if answers.is_empty() {
+                    return false;
+                }
+                let at = answers[self.rng.up_to(answers.len() as u64 - 1) as usize];
+                if let Out::Answer { reply, .. } = &mut c.ready[at] {
+                    reply.key = key;
+                }
+                true
+            }
+            Fault::LongerLease => {
+                let grants: Vec<usize> = (0..c.ready.len())
+                    .filter(|&i| {
+                        matches!(&c.ready[i], Out::Answer { reply, .. }
+                            if matches!(reply.kind, ReplyKind::Granted { .. }) && reply.asked_lease < u64::MAX)
+                    })
+                    .collect();
+                if grants.is_empty() {
+                    return false;
+                }
+                let at = grants[self.rng.up_to(grants.len() as u64 - 1) as usize];
+                let extra = 1 + self.rng.up_to(999);
+                if let Out::Answer { reply, .. } = &mut c.ready[at] {
+                    if let ReplyKind::Granted { token, .. } = reply.kind {
+                        reply.kind = ReplyKind::Granted {
+                            token,
+                            lease_ms: reply.asked_lease.saturating_add(extra),
+                        };
+                    }
+                }
+                true
+            }
+        }
+    }
+}
+
+impl core::fmt::Debug for ModelServer {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("ModelServer")
+            .field("now", &self.now)
+            .field("conns", &self.conns.len())
+            .field("keys", &self.locks.len())
+            .field("waiters", &self.waiters)
+            .field("grants", &self.grants)
+            .finish_non_exhaustive()
+    }
+}
