@@ -491,6 +491,10 @@ impl Client {
     /// one past its [`Grant::expires_by`] needs nothing and is accepted.
     pub fn undeliverable(&mut self, now: Time, grant: &Grant) -> Result<(), Error> {
         self.advance(now);
+        if self.is_finished() {
+            // The connection is gone for good: lease expiry frees the grant.
+            return Err(Error::Finished);
+        }
         let (idx, gen) = (grant.handle.slot(), grant.handle.gen());
         let held = matches!(self.table.get_checked(idx, gen), Some(Entry::Held(h)) if h.token == grant.token);
         let result = if held {
@@ -665,8 +669,10 @@ impl Client {
 
     /// When the driver must call [`handle_timeout`](Client::handle_timeout)
     /// at the latest: the earliest deadline, or the time of the latest input
-    /// while outputs are queued. `None` when the client has shut down and
-    /// everything is drained.
+    /// while outputs are queued. `None` when no deadline is pending: the
+    /// client is idle on a ready connection (it waits for input), or it has
+    /// shut down ([`is_finished`](Client::is_finished)) and everything is
+    /// drained. `None` is not a reason to stop driving an unfinished client.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Time> {
         if !self.actions.is_empty() || !self.events.is_empty() || self.can_send() {

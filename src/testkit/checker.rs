@@ -677,6 +677,9 @@ impl Checker {
                 format!("undeliverable ({key}, {token}) accepted though it is not held"),
             ),
             (Err(ClientError::GrantNotHeld { .. }), None) => Ok(()),
+            // Shut down for good: no connection is left to release on, and
+            // lease expiry frees the grant.
+            (Err(ClientError::Finished), _) if self.shutdown.is_some() => Ok(()),
             (Err(e), _) => self.fail(
                 Invariant::OrphanRelease,
                 format!("undeliverable ({key}, {token}) refused ({e}): the grant would never be released"),
