@@ -35,6 +35,11 @@ pub(crate) trait Clock: Send + Unpin + 'static {
     fn new() -> Self;
     /// Ready once `at` has passed.
     fn poll_until(&mut self, cx: &mut Context<'_>, at: Instant) -> Poll<()>;
+    /// Has the task polled again once the other tasks that are ready have
+    /// had their turn (at the latest).
+    fn defer(&mut self, cx: &mut Context<'_>) {
+        cx.waker().wake_by_ref();
+    }
 }
 
 /// Opens transports.
@@ -54,6 +59,10 @@ impl<T: Send + 'static> Reply<T> for oneshot::Sender<T> {
 
 type Cmd = Command<oneshot::Sender<OpResult>, oneshot::Sender<Result<(), Error>>>;
 type AsyncShell = Shell<oneshot::Sender<OpResult>, oneshot::Sender<Result<(), Error>>>;
+
+/// How long after handing out outcomes the driver holds back requests, one
+/// runtime turn at a time, for the callers it woke to send theirs too.
+const BATCH_WAIT: Duration = Duration::from_millis(1);
 
 /// Budget of the shutdown that starts when every handle is dropped.
 const ORPHANED_SHUTDOWN: Duration = Duration::from_secs(5);
@@ -270,6 +279,9 @@ pub(crate) fn new<D: Dial, K: Clock>(
         },
         clock: K::new(),
         buf: vec![0; 16 * 1024].into_boxed_slice(),
+        expected: 0,
+        delivered_at: start,
+        deferred: false,
     };
     Ok((handle, driver))
 }
@@ -285,6 +297,13 @@ pub struct Driver<D: Dial, K: Clock> {
     io: DriverIo<D>,
     clock: K,
     buf: Box<[u8]>,
+    /// Outcomes handed to callers, less the commands received since: how
+    /// many woken callers may still be about to send a request.
+    expected: usize,
+    /// When outcomes were last handed to callers.
+    delivered_at: Instant,
+    /// `step` deferred to the runtime: return `Pending` at once.
+    deferred: bool,
 }
 
 type Connecting<T> = Pin<Box<dyn Future<Output = io::Result<T>> + Send>>;
@@ -325,18 +344,62 @@ impl<D: Dial, K: Clock> Driver<D, K> {
     /// One pass over every source of input; `true` if anything happened.
     fn step(&mut self, cx: &mut Context<'_>) -> bool {
         let mut progress = false;
+        let mut commands = 0;
+        let mut now = None;
+        // What is queued, without asking to be woken: while the driver
+        // holds requests back (below), more of them need not wake it.
         while self.handles_alive {
-            match Pin::new(&mut self.commands).poll_next(cx) {
-                Poll::Ready(Some(command)) => self.shell.command(command),
-                Poll::Ready(None) => {
-                    self.handles_alive = false;
-                    let now = self.shell.now();
-                    let _ = self.shell.client().shutdown(now, ORPHANED_SHUTDOWN);
-                }
-                Poll::Pending => break,
-            }
+            let command = match self.commands.try_recv() {
+                Ok(command) => Some(command),
+                Err(e) if e.is_closed() => None,
+                Err(_) => break,
+            };
+            commands += self.take(command, &mut now);
             progress = true;
         }
+        // Requests came in while callers just woken by outcomes have not
+        // all sent theirs yet: let those run first, so that one write
+        // carries all their requests. The core has not handed out these
+        // requests yet (that is the pump's doing), and the next poll does,
+        // whatever else comes in. Callers that send nothing soon (they
+        // hold their grant for a while, or are gone) stop counting.
+        self.expected = self.expected.saturating_sub(commands);
+        if commands > 0 && self.expected > 0 {
+            if self.delivered_at.elapsed() < BATCH_WAIT {
+                self.deferred = true;
+                self.clock.defer(cx);
+                return true;
+            }
+            self.expected = 0;
+        }
+        // Asks to be woken by the next request (taking any that slipped in).
+        let mut late = 0;
+        while self.handles_alive {
+            let Poll::Ready(command) = Pin::new(&mut self.commands).poll_next(cx) else {
+                break;
+            };
+            late += self.take(command, &mut now);
+            progress = true;
+        }
+        self.expected = self.expected.saturating_sub(late);
+        if let Some((conn, stream)) = &mut self.io.stream {
+            let conn = *conn;
+            if let Poll::Ready(result) = stream.poll_read(cx, &mut self.buf) {
+                let now = self.shell.now();
+                let client = self.shell.client();
+                match result {
+                    Ok(0) => client.handle_transport_closed(now, conn, TransportEnd::Eof),
+                    Ok(n) => client.handle_bytes(now, conn, &self.buf[..n]),
+                    Err(_) => client.handle_transport_closed(now, conn, TransportEnd::Error),
+                }
+                progress = true;
+            }
+        }
+        let delivered = self.shell.pump(&mut self.io);
+        self.delivered(delivered);
+        // After the pump: a connect it just started (the first one comes
+        // from `Client::new`, with no input to count as progress) must be
+        // polled now, or nothing wakes the driver until the connect timeout.
         if let Some((conn, connecting)) = &mut self.io.connecting {
             if let Poll::Ready(result) = connecting.as_mut().poll(cx) {
                 let conn = *conn;
@@ -352,20 +415,6 @@ impl<D: Dial, K: Clock> Driver<D, K> {
                 progress = true;
             }
         }
-        if let Some((conn, stream)) = &mut self.io.stream {
-            let conn = *conn;
-            if let Poll::Ready(result) = stream.poll_read(cx, &mut self.buf) {
-                let now = self.shell.now();
-                let client = self.shell.client();
-                match result {
-                    Ok(0) => client.handle_transport_closed(now, conn, TransportEnd::Eof),
-                    Ok(n) => client.handle_bytes(now, conn, &self.buf[..n]),
-                    Err(_) => client.handle_transport_closed(now, conn, TransportEnd::Error),
-                }
-                progress = true;
-            }
-        }
-        self.shell.pump(&mut self.io);
         progress |= self.write(cx);
         if let Some(at) = self.shell.deadline() {
             if self.clock.poll_until(cx, at).is_ready() {
@@ -376,6 +425,27 @@ impl<D: Dial, K: Clock> Driver<D, K> {
             }
         }
         progress
+    }
+
+    /// Hands a request to the shell (`None`: every handle is gone); 1 for
+    /// a request. `now`: the time read for this pass, if read yet.
+    fn take(&mut self, command: Option<Cmd>, now: &mut Option<Time>) -> usize {
+        let now = *now.get_or_insert_with(|| self.shell.now());
+        if let Some(command) = command {
+            self.shell.command_at(now, command);
+            return 1;
+        }
+        self.handles_alive = false;
+        let _ = self.shell.client().shutdown(now, ORPHANED_SHUTDOWN);
+        0
+    }
+
+    /// Counts `n` outcomes just handed to callers.
+    fn delivered(&mut self, n: usize) {
+        if n > 0 {
+            self.expected += n;
+            self.delivered_at = Instant::now();
+        }
     }
 
     /// Writes what is queued, as far as the transport takes it.
@@ -417,7 +487,11 @@ impl<D: Dial, K: Clock> Future for Driver<D, K> {
         // Bounded, so that a flood of input cannot starve the runtime.
         for _ in 0..64 {
             let progress = this.step(cx);
-            this.shell.pump(&mut this.io);
+            if std::mem::take(&mut this.deferred) {
+                return Poll::Pending;
+            }
+            let delivered = this.shell.pump(&mut this.io);
+            this.delivered(delivered);
             if this.shell.is_done() {
                 return Poll::Ready(());
             }

@@ -8,6 +8,7 @@
 //! (a tokio oneshot, a futures oneshot, a std channel) and its own I/O.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -81,12 +82,36 @@ pub(crate) trait Io {
 /// Receives the notices (every event that is not an outcome).
 pub(crate) type Notices = Box<dyn FnMut(Event) + Send>;
 
+/// Hashes the shell's keys, operation ids and tickets: numbers from
+/// counters, which one multiplication spreads well. No key comes from the
+/// network, so SipHash's defence against chosen keys buys nothing here.
+#[derive(Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
 /// The core plus the adapter's bookkeeping.
 pub(crate) struct Shell<A, S> {
     client: Client,
     start: Instant,
-    waiters: HashMap<OpId, (Option<u64>, A)>,
-    tickets: HashMap<u64, OpId>,
+    waiters: IdMap<OpId, (Option<u64>, A)>,
+    tickets: IdMap<u64, OpId>,
     shutdown_waiters: Vec<S>,
     notices: Option<Notices>,
 }
@@ -101,8 +126,8 @@ where
         Shell {
             client,
             start,
-            waiters: HashMap::new(),
-            tickets: HashMap::new(),
+            waiters: IdMap::default(),
+            tickets: IdMap::default(),
             shutdown_waiters: Vec::new(),
             notices,
         }
@@ -136,8 +161,14 @@ where
     }
 
     /// Carries out one command.
+    #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
     pub(crate) fn command(&mut self, command: Command<A, S>) {
-        let now = self.now();
+        self.command_at(self.now(), command);
+    }
+
+    /// Carries out one command at `now` (the core's time, from
+    /// [`now`](Shell::now): one reading may serve several commands).
+    pub(crate) fn command_at(&mut self, now: Time, command: Command<A, S>) {
         match command {
             Command::Acquire {
                 ticket,
@@ -195,8 +226,10 @@ where
 
     /// Drains the core: actions to `io`, outcomes to their callers, notices
     /// to the notice sink. A grant whose caller is gone is handed back to
-    /// the core, which releases it by its exact token.
-    pub(crate) fn pump(&mut self, io: &mut impl Io) {
+    /// the core, which releases it by its exact token. Returns how many
+    /// outcomes went to callers (each may wake a task).
+    pub(crate) fn pump(&mut self, io: &mut impl Io) -> usize {
+        let mut delivered = 0;
         loop {
             while let Some(action) = self.client.poll_action() {
                 match action {
@@ -206,10 +239,13 @@ where
                 }
             }
             let Some(event) = self.client.poll_event() else {
-                break;
+                break delivered;
             };
             match event {
-                Event::Outcome { op, outcome } => self.deliver(op, outcome),
+                Event::Outcome { op, outcome } => {
+                    delivered += 1;
+                    self.deliver(op, outcome);
+                }
                 Event::ShutdownComplete => {
                     for reply in self.shutdown_waiters.drain(..) {
                         let _ = reply.send(Ok(()));

@@ -149,4 +149,11 @@ impl Clock for TokioClock {
         }
         sleep.as_mut().poll(cx)
     }
+
+    fn defer(&mut self, cx: &mut Context<'_>) {
+        // tokio wakes a yielded task once its worker has run out of other
+        // ready tasks (or at once, outside a runtime).
+        let mut yielded = std::pin::pin!(::tokio::task::yield_now());
+        let _ = yielded.as_mut().poll(cx);
+    }
 }
