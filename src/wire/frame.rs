@@ -177,19 +177,137 @@ pub enum ServerFrame<'a> {
     Answer(Answer<'a>),
 }
 
-/// Writes `n` in canonical decimal.
-pub(crate) fn put_u64(out: &mut impl BufMut, mut n: u64) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
+/// `10^i`, for `i` in `0..20`.
+const POWERS_OF_TEN: [u64; 20] = {
+    let mut powers = [1u64; 20];
+    let mut i = 1;
+    while i < 20 {
+        powers[i] = powers[i - 1] * 10;
+        i += 1;
     }
-    out.put_slice(&digits[at..]);
+    powers
+};
+
+/// How many decimal digits `n` has (1 for 0): the bit length gives
+/// `floor(log10)` or one less, and one comparison settles which.
+#[inline(always)]
+fn decimal_len(n: u64) -> usize {
+    // `n | 1` has as many digits as `n` (no power of ten is odd but 1).
+    let n = n | 1;
+    let bits = 64 - n.leading_zeros() as usize;
+    let guess = (bits * 1233) >> 12;
+    guess + usize::from(n >= POWERS_OF_TEN[guess])
+}
+
+/// The eight decimal digits of `n < 10^8`, zero-padded, as ASCII bytes in
+/// memory order (little-endian), computed in one register: the number is
+/// split into halves of four digits, then pairs, then digits, each split
+/// done in every lane at once.
+#[inline(always)]
+fn eight_digits(n: u64) -> u64 {
+    debug_assert!(n < 100_000_000);
+    // Lanes of 32 bits: the high four digits first in memory.
+    let x = (n / 10_000) | ((n % 10_000) << 32);
+    // Lanes of 16 bits: `v / 100` is `v * 10486 >> 20` for `v < 10^4`.
+    let hundreds = ((x * 10_486) >> 20) & 0x0000_007F_0000_007F;
+    let x = hundreds | ((x - 100 * hundreds) << 16);
+    // Lanes of 8 bits: `v / 10` is `v * 103 >> 10` for `v < 100`.
+    let tens = ((x * 103) >> 10) & 0x000F_000F_000F_000F;
+    let x = tens | ((x - 10 * tens) << 8);
+    x | 0x3030_3030_3030_3030
+}
+
+/// Writes the digits of `n < 10^8`, without leading zeros, into `buf` from
+/// `at`, returning where they end. Writes eight bytes whatever the length.
+#[inline(always)]
+fn write_small(buf: &mut [u8], at: usize, n: u64) -> usize {
+    let len = decimal_len(n);
+    let word = eight_digits(n) >> (8 * (8 - len));
+    buf[at..at + 8].copy_from_slice(&word.to_le_bytes());
+    at + len
+}
+
+/// Writes the eight digits of `n < 10^8`, zero-padded, into `buf` from `at`.
+#[inline(always)]
+fn write_eight(buf: &mut [u8], at: usize, n: u64) -> usize {
+    buf[at..at + 8].copy_from_slice(&eight_digits(n).to_le_bytes());
+    at + 8
+}
+
+/// Writes `n` in canonical decimal into `buf` from `at`, returning where it
+/// ends. May write past the end of the digits: `buf` must have 20 bytes
+/// of room from `at`.
+#[inline(always)]
+fn write_u64(buf: &mut [u8], at: usize, n: u64) -> usize {
+    const E8: u64 = 100_000_000;
+    if n < E8 {
+        write_small(buf, at, n)
+    } else if n < E8 * E8 {
+        let at = write_small(buf, at, n / E8);
+        write_eight(buf, at, n % E8)
+    } else {
+        let at = write_small(buf, at, n / (E8 * E8));
+        let at = write_eight(buf, at, n / E8 % E8);
+        write_eight(buf, at, n % E8)
+    }
+}
+
+/// Writes `n` in canonical decimal.
+pub(crate) fn put_u64(out: &mut impl BufMut, n: u64) {
+    let mut digits = [0u8; 24];
+    let len = write_u64(&mut digits, 0, n);
+    out.put_slice(&digits[..len]);
+}
+
+/// The space and the digits of a `u64` field, at most.
+const NUMBER_FIELD: usize = 1 + 20;
+/// Room for a frame assembled on the stack. A client frame whose atoms are
+/// short (the usual case) fits and is put out in one piece; a longer one is
+/// written field by field.
+const SHORT_LINE: usize = 128;
+
+/// A frame assembled on the stack.
+struct Line {
+    bytes: [u8; SHORT_LINE],
+    len: usize,
+}
+
+impl Line {
+    /// Whether a frame of `numbers` number fields and atoms of `atoms`
+    /// bytes in `atom_fields` fields surely fits.
+    #[inline(always)]
+    fn fits(numbers: usize, atom_fields: usize, atoms: usize) -> bool {
+        // The kind letter, the fields, the newline.
+        let longest = 1 + numbers * NUMBER_FIELD + atom_fields + atoms + 1;
+        longest <= SHORT_LINE
+    }
+
+    #[inline(always)]
+    fn new(kind: u8) -> Line {
+        let mut bytes = [0; SHORT_LINE];
+        bytes[0] = kind;
+        Line { bytes, len: 1 }
+    }
+
+    #[inline(always)]
+    fn field(&mut self, field: &[u8]) {
+        let at = self.len;
+        self.bytes[at] = b' ';
+        self.bytes[at + 1..at + 1 + field.len()].copy_from_slice(field);
+        self.len = at + 1 + field.len();
+    }
+
+    #[inline(always)]
+    fn number(&mut self, n: u64) {
+        self.bytes[self.len] = b' ';
+        self.len = write_u64(&mut self.bytes, self.len + 1, n);
+    }
+
+    #[inline(always)]
+    fn finish(mut self, out: &mut impl BufMut) {
+        self.bytes[self.len] = b'\n';
+        out.put_slice(&self.bytes[..=self.len]);
+    }
 }
 
 fn put_field(out: &mut impl BufMut, field: &[u8]) {
@@ -215,6 +333,7 @@ impl ClientFrame<'_> {
                 put_number(out, version);
                 put_field(out, client_id.as_bytes());
                 put_field(out, credential.as_bytes());
+                out.put_u8(b'\n');
             }
             ClientFrame::Acquire {
                 id,
@@ -222,22 +341,60 @@ impl ClientFrame<'_> {
                 owner,
                 wait_ms,
                 lease_ms,
-            } => {
-                out.put_u8(b'A');
-                put_number(out, id);
-                put_field(out, key.as_bytes());
-                put_field(out, owner.as_bytes());
-                put_number(out, wait_ms);
-                put_number(out, lease_ms.get());
-            }
+            } => Self::encode_acquire(out, id, key.as_bytes(), owner.as_bytes(), wait_ms, lease_ms),
             ClientFrame::Release { id, key, token } => {
-                out.put_u8(b'R');
-                put_number(out, id);
-                put_field(out, key.as_bytes());
-                put_number(out, token);
+                Self::encode_release(out, id, key.as_bytes(), token)
             }
         }
-        out.put_u8(b'\n');
+    }
+
+    /// Appends `A <id> <key> <owner> <wait_ms> <lease_ms>\n`. `key` and
+    /// `owner` must be atoms: the client passes its [`Key`](crate::Key) and
+    /// [`Name`](crate::Name), checked when they were made, without checking
+    /// them again for every request.
+    pub(crate) fn encode_acquire(
+        out: &mut impl BufMut,
+        id: u64,
+        key: &[u8],
+        owner: &[u8],
+        wait_ms: u64,
+        lease_ms: NonZeroU64,
+    ) {
+        if Line::fits(3, 2, key.len() + owner.len()) {
+            let mut line = Line::new(b'A');
+            line.number(id);
+            line.field(key);
+            line.field(owner);
+            line.number(wait_ms);
+            line.number(lease_ms.get());
+            line.finish(out);
+        } else {
+            out.put_u8(b'A');
+            put_number(out, id);
+            put_field(out, key);
+            put_field(out, owner);
+            put_number(out, wait_ms);
+            put_number(out, lease_ms.get());
+            out.put_u8(b'\n');
+        }
+    }
+
+    /// Appends `R <id> <key> <token>\n`. `key` must be an atom, as for
+    /// [`encode_acquire`](ClientFrame::encode_acquire).
+    pub(crate) fn encode_release(out: &mut impl BufMut, id: u64, key: &[u8], token: u64) {
+        if Line::fits(2, 1, key.len()) {
+            let mut line = Line::new(b'R');
+            line.number(id);
+            line.field(key);
+            line.number(token);
+            line.finish(out);
+        } else {
+            out.put_u8(b'R');
+            put_number(out, id);
+            put_field(out, key);
+            put_number(out, token);
+            out.put_u8(b'\n');
+        }
     }
 }
 
@@ -299,5 +456,66 @@ impl fmt::Display for ClientFrame<'_> {
 impl fmt::Display for ServerFrame<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         display_encoded(f, |out| self.encode(out))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    #[test]
+    fn numbers_are_written_like_display() {
+        let mut rng = Rng::new(5);
+        let mut samples: Vec<u64> = (0..20).map(|i| POWERS_OF_TEN[i]).collect();
+        samples.extend((0..20).map(|i| POWERS_OF_TEN[i] - 1));
+        samples.extend([u64::MAX, u64::MAX - 1, 0, 1, 9, 10, 99, 100, 101]);
+        samples.extend((0..10_000).map(|_| rng.up_to(u64::MAX) >> rng.up_to(63)));
+        samples.extend(0..300_000);
+        samples.extend((1..20).flat_map(|i| {
+            let p = POWERS_OF_TEN[i];
+            [p - 2, p + 1, p.saturating_mul(3) - 1, p / 2]
+        }));
+        for n in samples {
+            let mut out = Vec::new();
+            put_u64(&mut out, n);
+            assert_eq!(out, n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn short_and_long_frames_encode_alike() {
+        let mut rng = Rng::new(6);
+        for _ in 0..2_000 {
+            let atom = |rng: &mut Rng| {
+                let longest = if rng.chance(1, 2) { 40 } else { 249 };
+                "k".repeat(1 + rng.up_to(longest) as usize)
+            };
+            let (key, owner) = (atom(&mut rng), atom(&mut rng));
+            let id = rng.up_to(u64::MAX) >> rng.up_to(63);
+            let wait = rng.up_to(u64::MAX) >> rng.up_to(63);
+            let lease = (rng.up_to(u64::MAX) >> rng.up_to(63)).max(1);
+            let mut out = Vec::new();
+            ClientFrame::Acquire {
+                id,
+                key: Atom::new(&key).unwrap(),
+                owner: Atom::new(&owner).unwrap(),
+                wait_ms: wait,
+                lease_ms: NonZeroU64::new(lease).unwrap(),
+            }
+            .encode(&mut out);
+            assert_eq!(
+                out,
+                format!("A {id} {key} {owner} {wait} {lease}\n").as_bytes()
+            );
+            out.clear();
+            ClientFrame::Release {
+                id,
+                key: Atom::new(&key).unwrap(),
+                token: wait,
+            }
+            .encode(&mut out);
+            assert_eq!(out, format!("R {id} {key} {wait}\n").as_bytes());
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! Cutting a byte stream that arrives in arbitrary chunks into lines.
 
 use super::error::FrameError;
+use super::parse::zero_bytes;
 
 /// The longest frame, in bytes, `\n` included.
 pub const MAX_FRAME: usize = 1024;
@@ -62,7 +63,7 @@ impl LineReader {
             return None;
         }
         let chunk: &'i [u8] = input;
-        match chunk.iter().position(|&b| b == b'\n') {
+        match find_newline(chunk) {
             Some(newline) => {
                 if self.partial.len() + newline + 1 > MAX_FRAME {
                     return Some(Err(self.fail()));
@@ -108,9 +109,59 @@ impl LineReader {
         self.failed = false;
     }
 
+    #[cold]
     fn fail(&mut self) -> FrameError {
         self.failed = true;
         self.partial = Vec::new();
         FrameError::LineTooLong
+    }
+}
+
+/// The offset of the first `\n` in `bytes`, eight bytes at a time.
+fn find_newline(bytes: &[u8]) -> Option<usize> {
+    const NEWLINES: u64 = 0x0a0a_0a0a_0a0a_0a0a;
+    let word_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
+    let mut at = 0;
+    while at + 8 <= bytes.len() {
+        let hits = zero_bytes(word_at(at) ^ NEWLINES);
+        if hits != 0 {
+            return Some(at + (hits.trailing_zeros() / 8) as usize);
+        }
+        at += 8;
+    }
+    if at == bytes.len() {
+        None
+    } else if bytes.len() >= 8 {
+        // The last eight bytes: those seen already hold no `\n`.
+        let base = bytes.len() - 8;
+        let hits = zero_bytes(word_at(base) ^ NEWLINES);
+        (hits != 0).then(|| base + (hits.trailing_zeros() / 8) as usize)
+    } else {
+        bytes.iter().position(|&b| b == b'\n')
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::find_newline;
+
+    #[test]
+    fn find_newline_agrees_with_a_byte_scan() {
+        for len in 0..40 {
+            for first in 0..=len {
+                let mut bytes = vec![b'a'; len];
+                for at in (first..len).step_by(3) {
+                    bytes[at] = b'\n';
+                }
+                if first < len {
+                    bytes[len - 1] ^= 0x80;
+                }
+                assert_eq!(
+                    find_newline(&bytes),
+                    bytes.iter().position(|&b| b == b'\n'),
+                    "{bytes:?}"
+                );
+            }
+        }
     }
 }

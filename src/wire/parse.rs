@@ -10,6 +10,32 @@ use super::frame::{Answer, AnswerKind, ClientFrame, Op, ServerFrame, Window};
 /// The most fields any frame has, plus one to tell "too many" apart.
 const MAX_FIELDS: usize = 7;
 
+/// `0x01` in every byte of a word.
+const ONES: u64 = 0x0101_0101_0101_0101;
+/// `0x80` in every byte of a word.
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+/// `0x7f` in every byte of a word.
+const LOWS: u64 = !HIGHS;
+
+/// Bit 7 of each byte set where that byte of `word` is zero (exact: no
+/// carry crosses bytes).
+#[inline(always)]
+pub(super) fn zero_bytes(word: u64) -> u64 {
+    !((word & LOWS).wrapping_add(LOWS) | word) & HIGHS
+}
+
+/// Bit 7 of each byte set where that byte of `word` is not printable ASCII
+/// (`0x20..=0x7e`).
+#[inline(always)]
+fn unprintable(word: u64) -> u64 {
+    let low = word & LOWS;
+    // Below 0x20: adding 0x60 leaves bit 7 clear.
+    let control = !low.wrapping_add(0x60 * ONES);
+    // 0x7f: adding 1 sets bit 7.
+    let del = low.wrapping_add(ONES);
+    (word | control | del) & HIGHS
+}
+
 /// A line split into fields, every byte checked.
 struct Fields<'a> {
     fields: [&'a [u8]; MAX_FIELDS],
@@ -27,7 +53,34 @@ impl<'a> Fields<'a> {
         let mut fields: [&[u8]; MAX_FIELDS] = [&[]; MAX_FIELDS];
         let mut count = 0;
         let mut start = 0;
-        for (at, &byte) in line.iter().enumerate() {
+        // Eight bytes at a time while they are all printable: only their
+        // spaces need a look. The last word overlaps the one before it, its
+        // bytes already seen masked off. A word with an unprintable byte
+        // stops this, and the byte loop below reports the first fault.
+        let mut done = 0;
+        while done < line.len() && line.len() >= 8 {
+            let base = done.min(line.len() - 8);
+            let word = u64::from_le_bytes(line[base..base + 8].try_into().expect("8 bytes"));
+            let fresh = !0u64 << (8 * (done - base));
+            if unprintable(word) & fresh != 0 {
+                break;
+            }
+            let mut spaces = zero_bytes(word ^ (0x20 * ONES)) & fresh;
+            while spaces != 0 {
+                let at = base + (spaces.trailing_zeros() / 8) as usize;
+                spaces &= spaces - 1;
+                if at == start {
+                    return Err(FrameError::EmptyField { index: count });
+                }
+                if count < MAX_FIELDS {
+                    fields[count] = &line[start..at];
+                }
+                count += 1;
+                start = at + 1;
+            }
+            done = base + 8;
+        }
+        for (at, &byte) in line.iter().enumerate().skip(done) {
             if byte == b' ' {
                 if at == start {
                     return Err(FrameError::EmptyField { index: count });
@@ -121,6 +174,21 @@ impl<'a> Fields<'a> {
 /// Parses a canonical decimal `u64`: `0` or `[1-9][0-9]*`, no sign, no
 /// overflow.
 pub(crate) fn parse_number(bytes: &[u8], field: &'static str) -> Result<u64, FrameError> {
+    if !bytes.is_empty() && bytes.len() <= 19 {
+        // Nineteen digits cannot overflow a u64: no checks per digit.
+        let mut value: u64 = 0;
+        for &byte in bytes {
+            let digit = byte.wrapping_sub(b'0');
+            if digit > 9 {
+                return Err(FrameError::NotANumber { field });
+            }
+            value = value * 10 + u64::from(digit);
+        }
+        if bytes.len() > 1 && bytes[0] == b'0' {
+            return Err(FrameError::LeadingZero { field });
+        }
+        return Ok(value);
+    }
     if bytes.is_empty() || !bytes.iter().all(u8::is_ascii_digit) {
         return Err(FrameError::NotANumber { field });
     }
@@ -174,9 +242,129 @@ impl<'a> ClientFrame<'a> {
     }
 }
 
+/// A canonical number of at most 19 digits (so no overflow is possible)
+/// at the start of `bytes`: its value and length. `None` for anything else,
+/// which the general parser then judges.
+#[inline(always)]
+fn leading_number(bytes: &[u8]) -> Option<(u64, usize)> {
+    if let Some(word) = bytes.get(..8) {
+        let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+        // A byte is a digit when its high nibble is 3, and still is after
+        // adding 6. (A carry out of a byte only disturbs later bytes, past a
+        // byte that is no digit already.)
+        let high = 0xF0F0_F0F0_F0F0_F0F0;
+        let faults = ((word & high) ^ (0x30 * ONES))
+            | ((word.wrapping_add(0x06 * ONES) & high) ^ (0x30 * ONES));
+        let len = (!zero_bytes(faults) & HIGHS).trailing_zeros() as usize / 8;
+        if len < 8 {
+            if len == 0 || (len > 1 && bytes[0] == b'0') {
+                return None;
+            }
+            // The digits, first one most significant, moved to the top of
+            // the word behind zeros, then combined two, four and eight
+            // digits at a time.
+            let digits = (word << (8 * (8 - len))) & (0x0F * ONES);
+            let pairs = (digits.wrapping_mul(10 * 256 + 1) >> 8) & 0x00FF_00FF_00FF_00FF;
+            let quads = (pairs.wrapping_mul(100 * 65_536 + 1) >> 16) & 0x0000_FFFF_0000_FFFF;
+            let value = quads.wrapping_mul(10_000 * (1 << 32) + 1) >> 32;
+            return Some((value, len));
+        }
+    }
+    let mut value: u64 = 0;
+    let mut len = 0;
+    while let Some(&byte) = bytes.get(len) {
+        let digit = byte.wrapping_sub(b'0');
+        if digit > 9 {
+            break;
+        }
+        value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
+        len += 1;
+    }
+    let canonical = len == 1 || (len > 1 && len <= 19 && bytes[0] != b'0');
+    canonical.then_some((value, len))
+}
+
+/// The length of the atom at the start of `bytes`, which must end at a
+/// space or at the end of `bytes`: `None` for an empty or over-long atom,
+/// or a byte outside `0x21..=0x7e`, which the general parser then judges.
+#[inline(always)]
+fn leading_atom(bytes: &[u8]) -> Option<usize> {
+    let mut done = 0;
+    // Eight bytes at a time, the last word overlapping the one before it.
+    while done < bytes.len() && bytes.len() >= 8 {
+        let base = done.min(bytes.len() - 8);
+        let word = u64::from_le_bytes(bytes[base..base + 8].try_into().expect("8 bytes"));
+        let fresh = !0u64 << (8 * (done - base));
+        let stops = (unprintable(word) | zero_bytes(word ^ (0x20 * ONES))) & fresh;
+        if stops != 0 {
+            done = base + (stops.trailing_zeros() / 8) as usize;
+            break;
+        }
+        done = base + 8;
+    }
+    if bytes.len() < 8 {
+        done = bytes
+            .iter()
+            .position(|&b| !(0x21..=0x7e).contains(&b))
+            .unwrap_or(bytes.len());
+    }
+    let ends_well = done == bytes.len() || bytes[done] == b' ';
+    (ends_well && done > 0 && done <= MAX_ATOM).then_some(done)
+}
+
+/// The common case of [`ServerFrame::parse`]: a valid answer, parsed in one
+/// pass without splitting the line first. `None` for anything else (other
+/// frames, and every fault), which the general parser then handles, so
+/// results and errors are the general parser's in every case.
+#[inline]
+fn parse_answer(line: &[u8]) -> Option<Answer<'_>> {
+    let (&kind, rest) = line.split_first()?;
+    let op = match kind {
+        b'G' | b'T' | b'B' => b'A',
+        b'D' | b'N' => b'R',
+        _ => return None,
+    };
+    let rest = rest.strip_prefix(b" ")?;
+    let (id, len) = leading_number(rest)?;
+    let rest = rest[len..].strip_prefix(b" ")?;
+    let rest = rest.strip_prefix(&[op])?.strip_prefix(b" ")?;
+    let key_len = leading_atom(rest)?;
+    let key = Atom::from_checked(&rest[..key_len])?;
+    let rest = &rest[key_len..];
+    let kind = match kind {
+        b'G' => {
+            let rest = rest.strip_prefix(b" ")?;
+            let (token, len) = leading_number(rest)?;
+            let rest = rest[len..].strip_prefix(b" ")?;
+            let (lease_ms, len) = leading_number(rest)?;
+            if len != rest.len() {
+                return None;
+            }
+            AnswerKind::Granted {
+                token,
+                lease_ms: NonZeroU64::new(lease_ms)?,
+            }
+        }
+        _ if !rest.is_empty() => return None,
+        b'T' => AnswerKind::TimedOut,
+        b'B' => AnswerKind::Busy,
+        b'D' => AnswerKind::Released,
+        _ => AnswerKind::NotHeld,
+    };
+    Some(Answer { id, key, kind })
+}
+
 impl<'a> ServerFrame<'a> {
     /// Parses one line, without its `\n`, as a frame a client receives.
     pub fn parse(line: &'a [u8]) -> Result<ServerFrame<'a>, FrameError> {
+        if let Some(answer) = parse_answer(line) {
+            return Ok(ServerFrame::Answer(answer));
+        }
+        Self::parse_fields(line)
+    }
+
+    /// The general parser: splits the line, then checks each field.
+    fn parse_fields(line: &'a [u8]) -> Result<ServerFrame<'a>, FrameError> {
         let f = Fields::split(line)?;
         let kind = f.kind().ok_or_else(|| f.unknown_kind())?;
         let answer_kind = match kind {
@@ -239,5 +427,123 @@ impl<'a> ServerFrame<'a> {
             key,
             kind: kind_value,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::Rng;
+
+    /// A random answer line, valid or nearly so.
+    fn answer_line(rng: &mut Rng) -> Vec<u8> {
+        let kind = b"GTBDNWLEX"[rng.up_to(8) as usize];
+        let op = if rng.chance(1, 10) {
+            b"AR-"[rng.up_to(2) as usize]
+        } else if b"GTB".contains(&kind) {
+            b'A'
+        } else {
+            b'R'
+        };
+        let number = |rng: &mut Rng| -> String {
+            match rng.up_to(9) {
+                0 => "0".into(),
+                1 => format!("0{}", rng.up_to(99)),
+                2 => u64::MAX.to_string(),
+                3 => "18446744073709551616".into(),
+                4 => "9999999999999999999".into(),
+                5 => "10000000000000000000".into(),
+                _ => (rng.up_to(u64::MAX) >> rng.up_to(63)).to_string(),
+            }
+        };
+        let key = "k".repeat(if rng.chance(1, 10) {
+            240 + rng.up_to(20) as usize
+        } else {
+            1 + rng.up_to(30) as usize
+        });
+        let mut line = format!("{} {} {} {}", kind as char, number(rng), op as char, key);
+        if kind == b'G' || rng.chance(1, 10) {
+            line = format!("{line} {} {}", number(rng), number(rng));
+        }
+        line.into_bytes()
+    }
+
+    /// `leading_number` one byte at a time.
+    fn leading_number_slowly(bytes: &[u8]) -> Option<(u64, usize)> {
+        let len = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+        let canonical = len == 1 || (len > 1 && len <= 19 && bytes[0] != b'0');
+        let value = bytes[..len].iter().fold(0u64, |n, &d| {
+            n.wrapping_mul(10).wrapping_add(u64::from(d - b'0'))
+        });
+        canonical.then_some((value, len))
+    }
+
+    #[test]
+    fn leading_numbers_are_read_eight_bytes_at_a_time_exactly() {
+        let mut rng = Rng::new(4);
+        let tails: [&[u8]; 6] = [b"", b" ", b" A key 1 2", b"/", b":\xff", b"\x00 0"];
+        for n in (0..100_000u64).chain((0..100_000).map(|_| rng.up_to(u64::MAX) >> rng.up_to(63))) {
+            for tail in tails {
+                for zeros in 0..2 {
+                    let mut bytes = vec![b'0'; zeros];
+                    bytes.extend_from_slice(n.to_string().as_bytes());
+                    bytes.extend_from_slice(tail);
+                    assert_eq!(
+                        leading_number(&bytes),
+                        leading_number_slowly(&bytes),
+                        "{bytes:?}"
+                    );
+                }
+            }
+        }
+        for _ in 0..200_000 {
+            let bytes: Vec<u8> = (0..rng.up_to(12))
+                .map(|_| b"0123456789 /:\xffA"[rng.up_to(14) as usize])
+                .collect();
+            assert_eq!(
+                leading_number(&bytes),
+                leading_number_slowly(&bytes),
+                "{bytes:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_answer_fast_path_agrees_with_the_general_parser() {
+        let mut rng = Rng::new(3);
+        let alphabet: &[u8] = b" 0123456789GTBDNAR-k\r\x7f\x80\x1f\n";
+        for _ in 0..300_000 {
+            let mut line = answer_line(&mut rng);
+            for _ in 0..rng.up_to(3) {
+                if line.is_empty() {
+                    break;
+                }
+                let at = rng.up_to(line.len() as u64 - 1) as usize;
+                let byte = alphabet[rng.up_to(alphabet.len() as u64 - 1) as usize];
+                match rng.up_to(2) {
+                    0 => line[at] = byte,
+                    1 => line.insert(at, byte),
+                    _ => {
+                        line.remove(at);
+                    }
+                }
+            }
+            assert_eq!(
+                ServerFrame::parse(&line),
+                ServerFrame::parse_fields(&line),
+                "{:?}",
+                String::from_utf8_lossy(&line)
+            );
+        }
+        // The fast path does take the usual answers.
+        for line in [
+            &b"G 12 A key 3 500"[..],
+            b"T 1 A k",
+            b"B 7 A k",
+            b"D 9 R k",
+            b"N 0 R k",
+        ] {
+            assert!(parse_answer(line).is_some());
+        }
     }
 }
