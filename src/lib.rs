@@ -16,6 +16,8 @@ pub mod serve;
 pub mod server;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 mod shell;
+#[cfg(feature = "sim")]
+pub mod sim;
 #[cfg(feature = "fuzzing")]
 pub mod testkit;
 pub mod time;

@@ -140,6 +140,40 @@ pub struct Config {
     pub max_releases: usize,
     /// Seed of the generator behind every random choice (backoff jitter).
     pub seed: u64,
+    /// Breaks one rule on purpose, so that the simulator can show that its
+    /// checks catch it. Exists only with the `sim` feature; never set it
+    /// outside a test of the checks.
+    #[cfg(feature = "sim")]
+    #[doc(hidden)]
+    pub sabotage: Sabotage,
+}
+
+/// One rule of PROTOCOL.md section 5 broken on purpose (feature `sim`, for
+/// showing that the simulator's checks catch it). Each is a minimal,
+/// commented conditional in `src/client/`; [`Sabotage::None`] changes
+/// nothing.
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Sabotage {
+    /// Every rule kept.
+    #[default]
+    None,
+    /// Match an answer to the oldest pending request of the same op and key
+    /// (arrival order) instead of by its id (`pending.rs`, `on_answer`).
+    MatchByArrival,
+    /// On a close, put sent acquires back in the queue to be sent again
+    /// instead of ending them Indeterminate (`link.rs`,
+    /// `settle_pending_on_close`).
+    ResendAfterClose,
+    /// Let acquires use the reserved slots too (`lane.rs`, `acquire_limit`).
+    UseReservedSlot,
+    /// Drop the exact-token release of an orphaned grant instead of queueing
+    /// it (`pending.rs`, `queue_orphan_release`).
+    DropOrphanRelease,
+    /// Take leader hints (`L`, `M`) from any address, allowlisted or not
+    /// (`config.rs`, `allows`).
+    AnyHint,
 }
 
 impl Config {
@@ -164,6 +198,8 @@ impl Config {
             max_acquires: 65_536,
             max_releases: 65_536,
             seed: 0,
+            #[cfg(feature = "sim")]
+            sabotage: Sabotage::None,
         }
     }
 
@@ -195,6 +231,11 @@ impl Config {
 
     /// Whether a leader hint may name `addr`.
     pub(crate) fn allows(&self, addr: crate::wire::Addr<'_>) -> bool {
+        // SABOTAGE (feature `sim` only): take a hint from any address.
+        #[cfg(feature = "sim")]
+        if self.sabotage == Sabotage::AnyHint {
+            return true;
+        }
         self.endpoints.iter().chain(&self.allow).any(|e| e.is(addr))
     }
 }

@@ -71,6 +71,12 @@ impl Client {
     /// How many acquires may be in flight with this window: all but the
     /// reserved slots, keeping at least one for acquires.
     pub(crate) fn acquire_limit(&self, window: u64) -> u64 {
+        // SABOTAGE (feature `sim` only): acquires may fill the reserved
+        // slots too.
+        #[cfg(feature = "sim")]
+        if self.config.sabotage == super::Sabotage::UseReservedSlot {
+            return window;
+        }
         let reserved = u64::from(self.config.reserved).min(window.saturating_sub(1));
         window - reserved
     }
@@ -105,12 +111,8 @@ impl Client {
             release.phase = ReleasePhase::Sent;
             release.sent_at = now;
             release.attempts += 1;
-            ClientFrame::Release {
-                id,
-                key: release.key.to_wire(),
-                token: release.token,
-            }
-            .encode(&mut self.out);
+            // The key is an atom, checked when it was made.
+            ClientFrame::encode_release(&mut self.out, id, release.key.as_bytes(), release.token);
             let deadline = now.saturating_add(self.config.answer_grace);
             self.table.set_timer(idx, Some(deadline));
         }
@@ -131,14 +133,15 @@ impl Client {
             acquire.sent_at = now;
             acquire.attempts += 1;
             let wait_ms = acquire.wire_wait_ms();
-            ClientFrame::Acquire {
+            // The key and owner are atoms, checked when they were made.
+            ClientFrame::encode_acquire(
+                &mut self.out,
                 id,
-                key: acquire.key.to_wire(),
-                owner: acquire.owner.to_wire(),
+                acquire.key.as_bytes(),
+                acquire.owner.as_bytes(),
                 wait_ms,
-                lease_ms: acquire.lease_ms,
-            }
-            .encode(&mut self.out);
+                acquire.lease_ms,
+            );
             let deadline = now
                 .saturating_add(millis(wait_ms))
                 .saturating_add(self.config.answer_grace);

@@ -324,6 +324,22 @@ impl Client {
         let mut releases = Vec::new();
         for &(_, idx) in &sent {
             match self.table.get(idx) {
+                // SABOTAGE (feature `sim` only): a sent acquire goes back to
+                // the queue, to be sent again on the next connection,
+                // instead of ending Indeterminate.
+                #[cfg(feature = "sim")]
+                Some(Entry::Acquire(acquire))
+                    if acquire.phase == AcquirePhase::Sent
+                        && self.config.sabotage == super::Sabotage::ResendAfterClose =>
+                {
+                    let until = acquire.budget_end.max(self.now);
+                    if let Some(Entry::Acquire(a)) = self.table.get_mut(idx) {
+                        a.phase = AcquirePhase::Queued;
+                    }
+                    let gen = self.table.gen(idx).expect("occupied");
+                    self.queue.push_back(idx, gen);
+                    self.table.set_timer(idx, Some(until));
+                }
                 Some(Entry::Acquire(acquire)) if acquire.phase == AcquirePhase::Sent => {
                     let settles_by = self
                         .now

@@ -21,6 +21,9 @@ use std::collections::VecDeque;
 
 use bytes::BytesMut;
 
+#[cfg(feature = "sim")]
+#[doc(hidden)]
+pub use config::Sabotage;
 pub use config::{Backoff, Backoffs, BusyPolicy, CancelPolicy, Config, ConfigError};
 pub use outcome::{
     Action, BackoffCause, CloseReason, ConnId, Error, Event, Grant, OpId, Outcome, ReleaseResult,
@@ -678,14 +681,10 @@ impl Client {
         if !self.actions.is_empty() || !self.events.is_empty() || self.can_send() {
             return Some(self.now);
         }
-        [
-            self.table.next_deadline(),
-            self.link.deadline(),
+        earliest(
+            earliest(self.table.next_deadline(), self.link.deadline()),
             self.shutdown_deadline(),
-        ]
-        .into_iter()
-        .flatten()
-        .min()
+        )
     }
 
     fn can_send(&self) -> bool {
@@ -783,7 +782,7 @@ impl Client {
             let entry = self.table.next_deadline();
             let link = self.link.deadline();
             let shutdown = self.shutdown_deadline();
-            let Some(next) = [entry, link, shutdown].into_iter().flatten().min() else {
+            let Some(next) = earliest(earliest(entry, link), shutdown) else {
                 break;
             };
             if next > target {
@@ -949,5 +948,14 @@ impl core::fmt::Debug for Client {
             .field("open", &self.open_operations())
             .field("queued", &(self.queue.live(), self.lane.live()))
             .finish_non_exhaustive()
+    }
+}
+
+/// The earlier of two optional deadlines.
+fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, None) => a,
+        (None, b) => b,
     }
 }

@@ -7,9 +7,7 @@
 //! server, and the connection is closed; a `G` that nobody claims is
 //! released by its exact token unless the embedder holds it.
 
-use core::hash::{BuildHasherDefault, Hasher};
 use core::num::NonZeroU64;
-use std::collections::HashMap;
 
 use super::outcome::{
     BackoffCause, CloseReason, Event, Grant, OpId, Outcome, ReleaseResult, Violation,
@@ -19,27 +17,187 @@ use crate::names::Key;
 use crate::time::{millis, Time};
 use crate::wire::{Answer, AnswerKind, Atom, Op};
 
-/// Request id to slot. Ids are the client's own sequence numbers, so a
-/// multiplicative hash spreads them well and costs one instruction.
-pub(crate) type PendingTable = HashMap<u64, u32, BuildHasherDefault<IdHasher>>;
-
-/// A hasher for `u64` request ids (Fibonacci hashing).
+/// Request id to slot: an open-addressing table with linear probing,
+/// specialised for the client's own request ids.
+///
+/// The home bucket of an id is the top bits of the id times 2^64 / φ
+/// (Fibonacci hashing): consecutive ids land far apart and evenly spread,
+/// so runs stay short even though the ids in flight are mostly a dense
+/// range (with their low bits as the home, such a range would fill one long
+/// run that every removal would have to walk). A bucket is 12 bytes, the id
+/// and its slot side by side, so a probe reads one cache line; id `0` marks
+/// an empty bucket (the one id `0` there could ever be, after 2^64
+/// requests, is kept aside). Removal shifts the rest of its run back
+/// instead of leaving tombstones, so nothing degrades and nothing allocates
+/// once the table has grown to its working size.
 #[derive(Default)]
-pub(crate) struct IdHasher(u64);
+pub(crate) struct PendingTable {
+    buckets: Vec<Bucket>,
+    len: usize,
+    /// The slot of request id `0`, if pending.
+    zero: Option<u32>,
+}
 
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
+#[derive(Clone, Copy)]
+#[repr(C, packed(4))]
+struct Bucket {
+    id: u64,
+    slot: u32,
+}
+
+const EMPTY: Bucket = Bucket { id: 0, slot: 0 };
+
+impl PendingTable {
+    /// How many requests are pending.
+    pub(crate) fn len(&self) -> usize {
+        self.len
     }
 
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The home bucket of `id` among `buckets` (a power of two, at least 2).
+    #[inline(always)]
+    fn home(id: u64, buckets: usize) -> usize {
+        (id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - buckets.trailing_zeros())) as usize
+    }
+
+    /// The bucket holding `id`, if any (`id != 0`).
+    #[inline]
+    fn find(&self, id: u64) -> Option<usize> {
+        if self.buckets.is_empty() {
+            return None;
+        }
+        let mask = self.buckets.len() - 1;
+        let mut at = Self::home(id, self.buckets.len());
+        loop {
+            let found = self.buckets[at].id;
+            if found == id {
+                return Some(at);
+            }
+            if found == 0 {
+                return None;
+            }
+            at = (at + 1) & mask;
         }
     }
 
-    fn write_u64(&mut self, id: u64) {
-        self.0 = id.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    /// The slot of the pending request `id`.
+    #[inline]
+    pub(crate) fn get(&self, id: &u64) -> Option<&u32> {
+        if *id == 0 {
+            return self.zero.as_ref();
+        }
+        self.find(*id).map(|at| &self.buckets[at].slot)
+    }
+
+    /// Registers `id` for `slot`, returning the slot it had, if any.
+    #[inline]
+    pub(crate) fn insert(&mut self, id: u64, slot: u32) -> Option<u32> {
+        if id == 0 {
+            let old = self.zero.replace(slot);
+            if old.is_none() {
+                self.len += 1;
+            }
+            return old;
+        }
+        // At most three quarters full, so that runs stay short.
+        if 4 * (self.len + 1) > 3 * self.buckets.len() {
+            self.grow();
+        }
+        let mask = self.buckets.len() - 1;
+        let mut at = Self::home(id, self.buckets.len());
+        loop {
+            let bucket = &mut self.buckets[at];
+            let found = bucket.id;
+            if found == 0 {
+                *bucket = Bucket { id, slot };
+                self.len += 1;
+                return None;
+            }
+            if found == id {
+                return Some(core::mem::replace(&mut bucket.slot, slot));
+            }
+            at = (at + 1) & mask;
+        }
+    }
+
+    /// Forgets `id`, returning its slot.
+    #[inline]
+    pub(crate) fn remove(&mut self, id: &u64) -> Option<u32> {
+        if *id == 0 {
+            let old = self.zero.take();
+            if old.is_some() {
+                self.len -= 1;
+            }
+            return old;
+        }
+        let mut hole = self.find(*id)?;
+        let slot = self.buckets[hole].slot;
+        self.len -= 1;
+        // Shift back every later id of the run that may sit in the hole:
+        // one whose home is not cyclically within (hole, at].
+        let mask = self.buckets.len() - 1;
+        let mut at = (hole + 1) & mask;
+        loop {
+            let next = self.buckets[at];
+            if next.id == 0 {
+                break;
+            }
+            let home = Self::home(next.id, self.buckets.len());
+            if (at.wrapping_sub(home) & mask) >= (at.wrapping_sub(hole) & mask) {
+                self.buckets[hole] = next;
+                hole = at;
+            }
+            at = (at + 1) & mask;
+        }
+        self.buckets[hole] = EMPTY;
+        Some(slot)
+    }
+
+    /// Every pending request, in no particular order (feature `sim` only,
+    /// for a sabotage switch).
+    #[cfg(feature = "sim")]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        let zero = self.zero.map(|slot| (0, slot));
+        zero.into_iter().chain(
+            self.buckets
+                .iter()
+                .filter(|bucket| bucket.id != 0)
+                .map(|bucket| (bucket.id, bucket.slot)),
+        )
+    }
+
+    /// Takes every pending request out, in no particular order.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.len = 0;
+        let zero = self.zero.take().map(|slot| (0, slot));
+        zero.into_iter()
+            .chain(
+                self.buckets
+                    .iter_mut()
+                    .filter(|bucket| bucket.id != 0)
+                    .map(|bucket| {
+                        let Bucket { id, slot } = core::mem::replace(bucket, EMPTY);
+                        (id, slot)
+                    }),
+            )
+    }
+
+    /// Doubles the buckets (16 at first) and puts every id back.
+    #[cold]
+    fn grow(&mut self) {
+        let count = (2 * self.buckets.len()).max(16);
+        let old = core::mem::replace(&mut self.buckets, vec![EMPTY; count]);
+        let mask = count - 1;
+        for bucket in old.into_iter().filter(|bucket| bucket.id != 0) {
+            let mut at = Self::home(bucket.id, count);
+            while self.buckets[at].id != 0 {
+                at = (at + 1) & mask;
+            }
+            self.buckets[at] = bucket;
+        }
     }
 }
 
@@ -48,6 +206,15 @@ impl Client {
     /// or advances the request's operation. `Err` closes the connection.
     pub(crate) fn on_answer(&mut self, answer: Answer<'_>) -> Result<(), CloseReason> {
         let id = answer.id;
+        // SABOTAGE (feature `sim` only): match by arrival order, taking the
+        // oldest pending request of the answer's op and key instead of the
+        // one its id names.
+        #[cfg(feature = "sim")]
+        let id = if self.config.sabotage == super::Sabotage::MatchByArrival {
+            self.oldest_pending(answer.op(), answer.key).unwrap_or(id)
+        } else {
+            id
+        };
         let Some(&idx) = self.pending.get(&id) else {
             // Never sent, or already answered: a second answer to one id.
             self.stray_answer(answer);
@@ -75,7 +242,9 @@ impl Client {
             }
         }
         self.pending.remove(&id);
-        self.table.set_timer(idx, None);
+        // The answer timer is not disarmed here: every path below re-arms
+        // it (a grant's lease, a `B` backoff) or frees the slot, which
+        // disarms it; re-arming in place costs one sift instead of two.
         match answer.kind {
             AnswerKind::Released => self.end_release(idx, ReleaseResult::Released),
             AnswerKind::NotHeld => self.end_release(idx, ReleaseResult::NotHeld),
@@ -175,6 +344,20 @@ impl Client {
         }
     }
 
+    /// The oldest pending request of `op` on `key` (for a sabotage switch).
+    #[cfg(feature = "sim")]
+    fn oldest_pending(&self, op: Op, key: Atom<'_>) -> Option<u64> {
+        self.pending
+            .iter()
+            .filter(|&(_, idx)| match self.table.get(idx) {
+                Some(Entry::Acquire(a)) => op == Op::Acquire && a.key.is(key.as_bytes()),
+                Some(Entry::Release(r)) => op == Op::Release && r.key.is(key.as_bytes()),
+                _ => false,
+            })
+            .map(|(id, _)| id)
+            .min()
+    }
+
     /// By when the server has certainly freed a grant of `lease_ms` that was
     /// answered now.
     pub(crate) fn expires_by(&self, lease_ms: NonZeroU64) -> Time {
@@ -209,6 +392,12 @@ impl Client {
 
     /// Puts an exact-token release of a grant nobody can take into the lane.
     pub(crate) fn queue_orphan_release(&mut self, key: Key, token: u64, until: Time) {
+        // SABOTAGE (feature `sim` only): drop the release of an orphaned
+        // grant instead of queueing it.
+        #[cfg(feature = "sim")]
+        if self.config.sabotage == super::Sabotage::DropOrphanRelease {
+            return;
+        }
         if self.now >= until {
             // The lease has run out: the server freed it already.
             return;
@@ -236,4 +425,66 @@ impl Client {
 /// the budget to wait with.
 fn fits_an_attempt(at: Time, budget_end: Time) -> bool {
     budget_end.saturating_duration_since(at) >= millis(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::PendingTable;
+    use crate::rng::Rng;
+
+    #[test]
+    fn the_pending_table_behaves_like_a_map() {
+        let mut rng = Rng::new(11);
+        let mut table = PendingTable::default();
+        let mut model: HashMap<u64, u32> = HashMap::new();
+        let mut pending: Vec<u64> = Vec::new();
+        let mut next = 1u64;
+        for step in 0..200_000u32 {
+            // Mostly new ids in sequence, some far apart (same home bucket),
+            // some id 0 or near u64::MAX, and removals of random ids.
+            let id = match rng.up_to(10) {
+                0..=3 => {
+                    next += 1;
+                    Some(next)
+                }
+                4 => Some(next + 1024 * rng.up_to(8)),
+                5 if rng.chance(1, 2) => Some(0),
+                5 => Some(u64::MAX - rng.up_to(3)),
+                _ => None,
+            };
+            if let Some(id) = id {
+                let old = model.insert(id, step);
+                if old.is_none() {
+                    pending.push(id);
+                }
+                assert_eq!(table.insert(id, step), old);
+            } else {
+                let id = if !pending.is_empty() && rng.chance(7, 8) {
+                    pending.swap_remove(rng.up_to(pending.len() as u64 - 1) as usize)
+                } else {
+                    next + rng.up_to(5000)
+                };
+                assert_eq!(table.get(&id), model.get(&id));
+                assert_eq!(table.remove(&id), model.remove(&id));
+                assert_eq!(table.get(&id), None);
+            }
+            assert_eq!(table.len(), model.len());
+            if step % 20_000 == 0 {
+                for (id, slot) in &model {
+                    assert_eq!(table.get(id), Some(slot));
+                }
+            }
+        }
+        let mut drained: Vec<(u64, u32)> = table.drain().collect();
+        let mut expected: Vec<(u64, u32)> = model.into_iter().collect();
+        drained.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(drained, expected);
+        assert!(table.is_empty());
+        assert_eq!(table.get(&1), None);
+        assert_eq!(table.insert(5, 1), None);
+        assert_eq!(table.get(&5), Some(&1));
+    }
 }

@@ -6,6 +6,7 @@ mod common;
 mod demo;
 mod run;
 mod serve;
+mod sim;
 
 use std::process::ExitCode;
 
@@ -29,6 +30,8 @@ enum Command {
     Run(run::Args),
     /// Servers and many clients for a few seconds, with faults; a report.
     Demo(demo::Args),
+    /// The deterministic simulator over many seeds; a report.
+    Sim(sim::Args),
 }
 
 fn main() -> ExitCode {
@@ -48,6 +51,7 @@ fn main() -> ExitCode {
         Command::Client(args) => runtime.block_on(client::run(args)),
         Command::Run(args) => runtime.block_on(run::run(args)),
         Command::Demo(args) => runtime.block_on(demo::run(args)),
+        Command::Sim(args) => runtime.block_on(sim::run(args)),
     };
     match result {
         Ok(code) => code,

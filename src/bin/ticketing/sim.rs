@@ -1,0 +1,117 @@
+//! `ticketing sim`: the deterministic simulator over many seeds, and its
+//! report (the library's `ticketing::sim`).
+//!
+//! Every seed is a whole run (client cores, a cluster of server cores, a
+//! simulated network with faults, checks after every step). The report
+//! gives seeds, events, operations by outcome, faults injected by kind,
+//! violations, the trace hash, and events per second (wall clock: the only
+//! clock read, here, outside the simulation). A violation prints its seed,
+//! what broke, and one command that replays it; the exit status is then 1.
+
+use std::error::Error;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::Args as ClapArgs;
+use ticketing::sim::{self, Sabotage, SimConfig};
+
+/// Options of `ticketing sim`.
+#[derive(ClapArgs)]
+pub struct Args {
+    /// How many seeds to run.
+    #[arg(long, default_value_t = 100)]
+    seeds: u64,
+    /// The first seed.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Print each run's readable log (meant for one seed).
+    #[arg(long)]
+    trace: bool,
+    /// Threads to run seeds on (default: the available parallelism). The
+    /// report, trace hash included, does not depend on it.
+    #[arg(long)]
+    jobs: Option<usize>,
+    /// Client cores per run.
+    #[arg(long, default_value_t = 4)]
+    clients: usize,
+    /// Server nodes per run.
+    #[arg(long, default_value_t = 3)]
+    nodes: usize,
+    /// Virtual milliseconds of workload with faults.
+    #[arg(long, default_value_t = 10_000)]
+    fault_ms: u64,
+    /// Virtual milliseconds of workload after faults stop.
+    #[arg(long, default_value_t = 15_000)]
+    calm_ms: u64,
+    /// Inject no faults.
+    #[arg(long)]
+    no_faults: bool,
+    /// Break one client rule on purpose, to see the checks catch it:
+    /// match-by-arrival, resend-after-close, use-reserved-slot,
+    /// drop-orphan-release, any-hint.
+    #[arg(long, value_parser = parse_sabotage)]
+    sabotage: Option<Sabotage>,
+    /// Break the cluster on purpose instead: a new leader starts with an
+    /// empty lock table, to see the global checks catch it.
+    #[arg(long, hide = true)]
+    forget_lock_table: bool,
+}
+
+fn parse_sabotage(name: &str) -> Result<Sabotage, String> {
+    sim::SABOTAGES
+        .into_iter()
+        .find(|&s| sim::sabotage_name(s) == Some(name))
+        .ok_or_else(|| {
+            let names: Vec<&str> = sim::SABOTAGES
+                .into_iter()
+                .filter_map(sim::sabotage_name)
+                .collect();
+            format!("unknown sabotage {name:?}; one of: {}", names.join(", "))
+        })
+}
+
+pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
+    let mut config = SimConfig::default();
+    config.clients = args.clients;
+    config.nodes = args.nodes.max(1);
+    config.fault_time = Duration::from_millis(args.fault_ms);
+    config.calm_time = Duration::from_millis(args.calm_ms);
+    config.faults = !args.no_faults;
+    config.trace = args.trace;
+    config.sabotage = args.sabotage.unwrap_or_default();
+    config.forget_lock_table = args.forget_lock_table;
+    let jobs = args
+        .jobs
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let started = Instant::now();
+    let report =
+        tokio::task::block_in_place(|| sim::run_seeds(args.seed, args.seeds, &config, jobs));
+    let wall = started.elapsed();
+    for line in &report.log {
+        println!("{line}");
+    }
+    println!(
+        "seeds {}..{} ({} clients, {} nodes{})",
+        args.seed,
+        args.seed.wrapping_add(args.seeds),
+        config.clients,
+        config.nodes,
+        config.cli_args()
+    );
+    println!("{report}");
+    let per_second = report.events as f64 / wall.as_secs_f64().max(1e-9);
+    println!(
+        "events per second: {per_second:.0} ({:.2} s wall, {jobs} thread{})",
+        wall.as_secs_f64(),
+        if jobs == 1 { "" } else { "s" }
+    );
+    if report.violations.is_empty() {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        for v in &report.violations {
+            eprintln!("VIOLATION {v}");
+        }
+        Ok(ExitCode::FAILURE)
+    }
+}

@@ -1,0 +1,638 @@
+//! The deterministic simulator (feature `sim`): many client cores and a
+//! cluster of server cores over a simulated network, driven by one virtual
+//! clock and one seeded generator, with faults, and checks after every
+//! step.
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | [`SimConfig`], [`run`], [`run_seeds`], the [`Report`] and its parts |
+//! | `world.rs` | the event loop: the clock, the schedule, stepping client cores under their [`Checker`](crate::testkit::Checker)s |
+//! | `net.rs` | connections: latency, answers split into chunks, resets, refusals, partitions |
+//! | `cluster.rs` | the server nodes: crashes and restarts, leadership moving with the lock table, hints, `not_active` windows, refused credentials |
+//! | `workload.rs` | what the embedders do: acquire, hold, write, release, cancel, abandon, shut down |
+//! | `check.rs` | the global checks and the ground truth they use |
+//!
+//! # One seeded run
+//!
+//! A run ([`run`]) draws everything from its seed with one
+//! [`Rng`](crate::rng::Rng): the cluster's settings (window, queue limits,
+//! longest lease, credential), each client's settings (endpoints and
+//! allowlist, reserved slots, cancel and busy policies, answer grace), the
+//! rate of every fault, the workload, every latency and every chunk
+//! boundary. Nothing reads a clock or draws entropy: the same seed gives the
+//! same run, byte for byte, and the same [`Report::trace_hash`].
+//!
+//! A run has three phases: for [`SimConfig::fault_time`] the workload runs
+//! and faults are injected; for [`SimConfig::calm_time`] the workload goes
+//! on with no new fault (the ones under way finish: nodes restart, windows
+//! close, partitions heal); then every client shuts down with a budget, and
+//! the run goes on until every client has finished and every lease has run
+//! out.
+//!
+//! # The faults
+//!
+//! Each with a rate drawn from the seed (see [`FaultKind`]): latency spikes;
+//! writes split into random chunks; connection resets; connect refusals;
+//! node crashes (loud, or silent: the node's connections go dead) and
+//! restarts; partitions between a client and one node or all of them
+//! (short ones delay the bytes, long ones cut the connections); leadership
+//! moving, the old leader sending `M <new>` or `E no_leader` or just
+//! vanishing, with the lock table and the token counter carried to the new
+//! leader as a correctly replicated service would; `L` hints, some naming
+//! an impostor outside every allowlist; windows of `E not_active`;
+//! credentials refused for a while; and `B` answers under tight queue
+//! limits.
+//!
+//! The network keeps the protocol's assumption about delay: a byte that is
+//! delivered at all arrives within 800 ms of being written (less than the
+//! clients' settle margin of 1 s); a partition longer than that cuts the
+//! connections instead.
+//!
+//! # The checks, after every step
+//!
+//! * the six invariants of PROTOCOL.md section 5, by one
+//!   [`Checker`](crate::testkit::Checker) per client core, fed exactly as
+//!   its documentation requires ([`Check::Invariant`]);
+//! * no two grants of one key are valid at the same moment, a grant being
+//!   valid from its delivery until the client's own conservative expiry
+//!   ([`Grant::valid_until`](crate::client::Grant::valid_until)) or until
+//!   the embedder releases or abandons it ([`Check::MutualExclusion`]);
+//! * each key guards a resource that accepts a write only with a token at
+//!   least the last one it accepted; a write under a valid grant must never
+//!   be refused ([`Check::Fencing`]);
+//! * every operation ends within its wait budget plus its lease plus a grace
+//!   (`queue_grace + answer_grace + settle_margin`), counted from its
+//!   submission, so also while faults go on ([`Check::Deadline`]), and a
+//!   shutdown completes within its budget;
+//! * every grant the clients lost track of is released by exact token or
+//!   expires, and none lingers: the grant of an acquire that ended
+//!   Indeterminate is gone by the `settles_by` it promised, and once the
+//!   cluster is healthy again, a grant whose release is under way is gone
+//!   within a bounded time unless that release lapsed
+//!   ([`Check::Lingering`]);
+//! * a client takes leader hints from, and connects to, only its endpoints
+//!   and allowlist ([`Check::Allowlist`]);
+//! * the run ends: every client finishes ([`Check::Stuck`]), and once every
+//!   lease has run out the cluster's lock table is empty
+//!   ([`Check::Lingering`]).
+//!
+//! A violation stops its seed's run; the [`Violation`] names the seed, the
+//! check, and [`Violation::replay`], one command that replays it.
+//! [`Report::checked`] counts what the global checks looked at, so a sweep
+//! can show that they had something to check.
+//!
+//! # Showing that the checks can fail
+//!
+//! With the `sim` feature the client's [`Config`](crate::client::Config)
+//! has a hidden `sabotage` field (set through the hidden
+//! `SimConfig::sabotage`), each value breaking one rule with a minimal
+//! conditional in `src/client/`: matching answers by arrival order,
+//! resending an acquire after a close, acquires in the reserved slot,
+//! dropping the orphan release, taking hints from any address.
+//! `tests/sim.rs` shows each one caught, and within how many seeds; a
+//! hidden `SimConfig::forget_lock_table` does the same for the global
+//! checks, with a cluster whose new leader starts with an empty table.
+//!
+//! ```
+//! use ticketing::sim::{self, SimConfig};
+//!
+//! let config = SimConfig::default();
+//! let report = sim::run(7, &config);
+//! assert!(report.violations.is_empty(), "{report}");
+//! assert!(report.events > 0);
+//! // The same seed gives the same trace.
+//! assert_eq!(sim::run(7, &config).trace_hash, report.trace_hash);
+//! ```
+
+mod check;
+mod cluster;
+mod net;
+mod workload;
+mod world;
+
+use core::fmt;
+use core::time::Duration;
+
+#[doc(hidden)]
+pub use crate::client::Sabotage;
+pub use crate::testkit::Invariant;
+use crate::testkit::TraceHash;
+use crate::time::Time;
+
+/// What to simulate. [`SimConfig::default`] is what `cargo test` and
+/// `ticketing sim` run; everything else about a run comes from its seed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SimConfig {
+    /// Client cores (default 4).
+    pub clients: usize,
+    /// Server nodes in the cluster (default 3).
+    pub nodes: usize,
+    /// How long the workload runs with faults (default 10 s of virtual
+    /// time).
+    pub fault_time: Duration,
+    /// How long the workload goes on after faults stop, before the clients
+    /// shut down (default 15 s).
+    pub calm_time: Duration,
+    /// Whether faults are injected at all (default `true`).
+    pub faults: bool,
+    /// Keep a readable log of the run in [`Report::log`] (default `false`).
+    pub trace: bool,
+    /// A rule the clients break on purpose (default none), to show that the
+    /// checks catch it.
+    #[doc(hidden)]
+    pub sabotage: Sabotage,
+    /// The cluster breaks its own promise on purpose: a new leader starts
+    /// with an empty lock table (the grants and the token counter are
+    /// lost), to show that the global checks catch it.
+    #[doc(hidden)]
+    pub forget_lock_table: bool,
+}
+
+impl Default for SimConfig {
+    fn default() -> SimConfig {
+        SimConfig {
+            clients: 4,
+            nodes: 3,
+            fault_time: Duration::from_secs(10),
+            calm_time: Duration::from_secs(15),
+            faults: true,
+            trace: false,
+            sabotage: Sabotage::None,
+            forget_lock_table: false,
+        }
+    }
+}
+
+impl SimConfig {
+    /// The options of `ticketing sim` that give this configuration (empty
+    /// for the default).
+    pub fn cli_args(&self) -> String {
+        let default = SimConfig::default();
+        let mut args = String::new();
+        if self.clients != default.clients {
+            args.push_str(&format!(" --clients {}", self.clients));
+        }
+        if self.nodes != default.nodes {
+            args.push_str(&format!(" --nodes {}", self.nodes));
+        }
+        if self.fault_time != default.fault_time {
+            args.push_str(&format!(" --fault-ms {}", self.fault_time.as_millis()));
+        }
+        if self.calm_time != default.calm_time {
+            args.push_str(&format!(" --calm-ms {}", self.calm_time.as_millis()));
+        }
+        if !self.faults {
+            args.push_str(" --no-faults");
+        }
+        if self.forget_lock_table {
+            args.push_str(" --forget-lock-table");
+        }
+        if let Some(name) = sabotage_name(self.sabotage) {
+            args.push_str(&format!(" --sabotage {name}"));
+        }
+        args
+    }
+}
+
+/// The name of a sabotage switch on the command line (`None` for
+/// [`Sabotage::None`]).
+#[doc(hidden)]
+pub fn sabotage_name(sabotage: Sabotage) -> Option<&'static str> {
+    match sabotage {
+        Sabotage::None => None,
+        Sabotage::MatchByArrival => Some("match-by-arrival"),
+        Sabotage::ResendAfterClose => Some("resend-after-close"),
+        Sabotage::UseReservedSlot => Some("use-reserved-slot"),
+        Sabotage::DropOrphanRelease => Some("drop-orphan-release"),
+        Sabotage::AnyHint => Some("any-hint"),
+    }
+}
+
+/// Every sabotage switch but [`Sabotage::None`], with its name.
+#[doc(hidden)]
+pub const SABOTAGES: [Sabotage; 5] = [
+    Sabotage::MatchByArrival,
+    Sabotage::ResendAfterClose,
+    Sabotage::UseReservedSlot,
+    Sabotage::DropOrphanRelease,
+    Sabotage::AnyHint,
+];
+
+/// Runs one seed and reports it. Its [`Report::trace_hash`] is the hash of
+/// the run's trace: every byte written on the simulated wire, every
+/// scheduled event (deliveries, timers, commands, faults) with its time,
+/// and every input, action and event of every client core (through each
+/// core's [`Checker`](crate::testkit::Checker) trace).
+pub fn run(seed: u64, config: &SimConfig) -> Report {
+    world::World::new(seed, config).run()
+}
+
+/// Runs `count` seeds from `first` on, on `jobs` threads (at least one),
+/// and adds up their reports in seed order. The trace hash of the sum is a
+/// hash of every seed with its own trace hash, so it does not depend on
+/// `jobs`.
+pub fn run_seeds(first: u64, count: u64, config: &SimConfig, jobs: usize) -> Report {
+    let jobs = jobs.clamp(1, count.max(1) as usize);
+    let reports: Vec<(u64, Report)> = if jobs == 1 {
+        (0..count)
+            .map(|i| {
+                let seed = first.wrapping_add(i);
+                (seed, run(seed, config))
+            })
+            .collect()
+    } else {
+        let next = std::sync::atomic::AtomicU64::new(0);
+        let mut all: Vec<(u64, Report)> = std::thread::scope(|scope| {
+            let workers: Vec<_> = (0..jobs)
+                .map(|_| {
+                    scope.spawn(|| {
+                        let mut mine = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            if i >= count {
+                                return mine;
+                            }
+                            let seed = first.wrapping_add(i);
+                            mine.push((i, run(seed, config)));
+                        }
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().expect("a simulation thread panicked"))
+                .collect()
+        });
+        all.sort_by_key(|(i, _)| *i);
+        all.into_iter()
+            .map(|(i, report)| (first.wrapping_add(i), report))
+            .collect()
+    };
+    let mut total = Report::default();
+    let mut trace = TraceHash::new();
+    for (seed, report) in reports {
+        trace.write_u64(seed);
+        trace.write_u64(report.trace_hash);
+        total.add(report);
+    }
+    total.trace_hash = trace.get();
+    total
+}
+
+/// Which check a [`Violation`] broke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Check {
+    /// One of the six invariants of PROTOCOL.md section 5 (or another rule
+    /// of the protocol), as a client's [`Checker`](crate::testkit::Checker)
+    /// saw it.
+    Invariant(Invariant),
+    /// Two grants of one key were valid at the same moment.
+    MutualExclusion,
+    /// A resource refused a write made under a valid grant.
+    Fencing,
+    /// An operation did not end within its wait budget plus its lease plus
+    /// the grace, or a shutdown overran its budget.
+    Deadline,
+    /// A grant the clients lost track of outlived what it was allowed to.
+    Lingering,
+    /// A client took a leader hint to, or connected to, an address outside
+    /// its endpoints and allowlist.
+    Allowlist,
+    /// The run did not end.
+    Stuck,
+}
+
+impl fmt::Display for Check {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Check::Invariant(invariant) => write!(f, "{invariant}"),
+            Check::MutualExclusion => f.write_str("mutual exclusion"),
+            Check::Fencing => f.write_str("fencing"),
+            Check::Deadline => f.write_str("operation deadline"),
+            Check::Lingering => f.write_str("lingering grant"),
+            Check::Allowlist => f.write_str("allowlist"),
+            Check::Stuck => f.write_str("run did not end"),
+        }
+    }
+}
+
+/// A broken check: which seed, when, which client, what happened, and how
+/// to replay it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// The seed of the run.
+    pub seed: u64,
+    /// The virtual time.
+    pub at: Time,
+    /// The check broken.
+    pub check: Check,
+    /// The client concerned, if one is.
+    pub client: Option<usize>,
+    /// What happened, readably.
+    pub detail: String,
+    /// One command that replays the run with its log.
+    pub replay: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "seed {} at {}: {}", self.seed, self.at, self.check)?;
+        if let Some(c) = self.client {
+            write!(f, " (client c{c})")?;
+        }
+        write!(f, ": {}\n  replay: {}", self.detail, self.replay)
+    }
+}
+
+/// A kind of fault, as counted in [`Faults`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum FaultKind {
+    /// A write delayed by a latency spike (100 to 800 ms).
+    Latency,
+    /// A write split into random chunks, each delivered on its own.
+    Split,
+    /// An established connection reset.
+    Reset,
+    /// A connect refused.
+    Refused,
+    /// A node crashed: its connections are reset, or go silent.
+    Crash,
+    /// A node restarted (empty, answering `not_active` for a while).
+    Restart,
+    /// A client cut off from one node or from all, for a while.
+    Partition,
+    /// The leader stepped down with `M <new leader>`.
+    Moved,
+    /// The leader stepped down with `E no_leader`.
+    NoLeader,
+    /// The leader vanished: its connections went silent.
+    Vanished,
+    /// The leader sent `L <addr>`, allowlisted or not.
+    Hint,
+    /// A node answered `E not_active` for a while.
+    NotActive,
+    /// A node refused the credential for a while.
+    AuthRefused,
+    /// A `B` answer, under tight queue limits.
+    Busy,
+}
+
+impl FaultKind {
+    /// Every kind, in the order reports list them.
+    pub const ALL: [FaultKind; 14] = [
+        FaultKind::Latency,
+        FaultKind::Split,
+        FaultKind::Reset,
+        FaultKind::Refused,
+        FaultKind::Crash,
+        FaultKind::Restart,
+        FaultKind::Partition,
+        FaultKind::Moved,
+        FaultKind::NoLeader,
+        FaultKind::Vanished,
+        FaultKind::Hint,
+        FaultKind::NotActive,
+        FaultKind::AuthRefused,
+        FaultKind::Busy,
+    ];
+
+    /// A short name, as reports print it.
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultKind::Latency => "latency",
+            FaultKind::Split => "split",
+            FaultKind::Reset => "reset",
+            FaultKind::Refused => "refused",
+            FaultKind::Crash => "crash",
+            FaultKind::Restart => "restart",
+            FaultKind::Partition => "partition",
+            FaultKind::Moved => "moved",
+            FaultKind::NoLeader => "no_leader",
+            FaultKind::Vanished => "vanished",
+            FaultKind::Hint => "hint",
+            FaultKind::NotActive => "not_active",
+            FaultKind::AuthRefused => "auth_refused",
+            FaultKind::Busy => "busy",
+        }
+    }
+
+    pub(crate) fn index(self) -> usize {
+        FaultKind::ALL
+            .iter()
+            .position(|&k| k == self)
+            .expect("listed")
+    }
+}
+
+/// How many faults of each kind were injected.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults([u64; 14]);
+
+impl Faults {
+    /// The count of `kind`.
+    pub fn get(&self, kind: FaultKind) -> u64 {
+        self.0[kind.index()]
+    }
+
+    /// All faults.
+    pub fn total(&self) -> u64 {
+        self.0.iter().sum()
+    }
+
+    pub(crate) fn bump(&mut self, kind: FaultKind) {
+        self.0[kind.index()] += 1;
+    }
+
+    fn add(&mut self, other: &Faults) {
+        for (a, b) in self.0.iter_mut().zip(other.0) {
+            *a += b;
+        }
+    }
+}
+
+/// Operations by outcome.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Operations {
+    /// Acquires granted.
+    pub granted: u64,
+    /// Acquires answered `T`.
+    pub timed_out: u64,
+    /// Acquires that could not be sent in time (`TimedOut { sent: false }`).
+    pub timed_out_unsent: u64,
+    /// Acquires that ended Busy.
+    pub busy: u64,
+    /// Acquires cancelled before they were sent.
+    pub cancelled: u64,
+    /// Acquires that ended Indeterminate.
+    pub indeterminate: u64,
+    /// Releases answered `D`.
+    pub released: u64,
+    /// Releases answered `N`.
+    pub not_held: u64,
+    /// Releases that lapsed.
+    pub lapsed: u64,
+    /// Acquires the client refused at once (its own capacity full).
+    pub refused: u64,
+    /// Releases the clients issued by themselves for orphaned grants.
+    pub orphan_releases: u64,
+}
+
+impl Operations {
+    /// Operations that ended (refused ones and orphan releases not
+    /// counted).
+    pub fn total(&self) -> u64 {
+        self.granted
+            + self.timed_out
+            + self.timed_out_unsent
+            + self.busy
+            + self.cancelled
+            + self.indeterminate
+            + self.released
+            + self.not_held
+            + self.lapsed
+    }
+
+    fn add(&mut self, o: &Operations) {
+        self.granted += o.granted;
+        self.timed_out += o.timed_out;
+        self.timed_out_unsent += o.timed_out_unsent;
+        self.busy += o.busy;
+        self.cancelled += o.cancelled;
+        self.indeterminate += o.indeterminate;
+        self.released += o.released;
+        self.not_held += o.not_held;
+        self.lapsed += o.lapsed;
+        self.refused += o.refused;
+        self.orphan_releases += o.orphan_releases;
+    }
+}
+
+/// Writes to the fenced resources.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Writes {
+    /// Writes under a valid grant (all accepted, or a violation).
+    pub valid: u64,
+    /// Late writes (after the grant's validity or release) that the
+    /// resource still accepted: no newer token had written.
+    pub stale_accepted: u64,
+    /// Late writes the resource refused: a newer token had written.
+    pub stale_refused: u64,
+}
+
+impl Writes {
+    fn add(&mut self, o: &Writes) {
+        self.valid += o.valid;
+        self.stale_accepted += o.stale_accepted;
+        self.stale_refused += o.stale_refused;
+    }
+}
+
+/// How much the global checks had to look at: evidence that they ran on
+/// something.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Checked {
+    /// Grants handed to embedders while still valid, each checked for
+    /// mutual exclusion.
+    pub holds: u64,
+    /// Grants of acquires that ended Indeterminate, each checked to be gone
+    /// by the promised `settles_by`.
+    pub settle_watches: u64,
+    /// Releases under way once the cluster was healthy, checked to have
+    /// freed their grant in time where lease expiry alone would not have.
+    pub release_watches: u64,
+}
+
+impl Checked {
+    fn add(&mut self, o: &Checked) {
+        self.holds += o.holds;
+        self.settle_watches += o.settle_watches;
+        self.release_watches += o.release_watches;
+    }
+}
+
+/// What one run, or many, did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Report {
+    /// Seeds run.
+    pub seeds: u64,
+    /// Events simulated: deliveries, timers, commands, faults.
+    pub events: u64,
+    /// Virtual time simulated, all seeds together.
+    pub virtual_time: Duration,
+    /// Operations by outcome.
+    pub operations: Operations,
+    /// Faults injected, by kind.
+    pub faults: Faults,
+    /// Writes to the fenced resources.
+    pub writes: Writes,
+    /// What the global checks looked at.
+    pub checked: Checked,
+    /// Violations found (at most one per seed: a violation ends its run).
+    pub violations: Vec<Violation>,
+    /// The trace hash: of one run (from [`run`]), or of every seed with its
+    /// own (from [`run_seeds`]).
+    pub trace_hash: u64,
+    /// The readable log of a run made with [`SimConfig::trace`].
+    pub log: Vec<String>,
+}
+
+impl Report {
+    /// Adds another report's counts, violations and log (not its trace
+    /// hash: [`run_seeds`] combines those).
+    pub fn add(&mut self, other: Report) {
+        self.seeds += other.seeds;
+        self.events += other.events;
+        self.virtual_time += other.virtual_time;
+        self.operations.add(&other.operations);
+        self.faults.add(&other.faults);
+        self.writes.add(&other.writes);
+        self.checked.add(&other.checked);
+        self.violations.extend(other.violations);
+        self.log.extend(other.log);
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let o = &self.operations;
+        writeln!(f, "seeds: {}", self.seeds)?;
+        writeln!(f, "events: {}", self.events)?;
+        writeln!(f, "virtual time: {:.1} s", self.virtual_time.as_secs_f64())?;
+        writeln!(f, "operations: {}", o.total())?;
+        writeln!(
+            f,
+            "  acquire: granted {}, timed_out {}, timed_out_unsent {}, busy {}, cancelled {}, indeterminate {}, refused_at_once {}",
+            o.granted, o.timed_out, o.timed_out_unsent, o.busy, o.cancelled, o.indeterminate, o.refused
+        )?;
+        writeln!(
+            f,
+            "  release: released {}, not_held {}, lapsed {}; orphan releases {}",
+            o.released, o.not_held, o.lapsed, o.orphan_releases
+        )?;
+        writeln!(
+            f,
+            "writes: {} under valid grants, {} late and accepted, {} late and refused",
+            self.writes.valid, self.writes.stale_accepted, self.writes.stale_refused
+        )?;
+        writeln!(
+            f,
+            "checked: {} valid grants for mutual exclusion, {} grants of Indeterminate acquires, {} releases that had to free a grant",
+            self.checked.holds, self.checked.settle_watches, self.checked.release_watches
+        )?;
+        writeln!(f, "faults injected: {}", self.faults.total())?;
+        let kinds: Vec<String> = FaultKind::ALL
+            .iter()
+            .map(|&k| format!("{} {}", k.name(), self.faults.get(k)))
+            .collect();
+        writeln!(f, "  {}", kinds.join(", "))?;
+        writeln!(f, "violations: {}", self.violations.len())?;
+        for v in &self.violations {
+            writeln!(f, "  {v}")?;
+        }
+        write!(f, "trace hash: {:#018x}", self.trace_hash)
+    }
+}

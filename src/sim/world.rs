@@ -1,0 +1,1227 @@
+//! The event loop: one virtual clock, one schedule, one generator.
+//!
+//! The loop takes the earliest of: a server core's timer, a client core's
+//! timer, a scheduled event (a delivery, a workload command, a fault). At
+//! equal times server timers come first, then client timers (in client
+//! order), then events (in the order they were scheduled), so the order is
+//! a function of the seed alone.
+//!
+//! Every call into a client core is one step of its
+//! [`Checker`](crate::testkit::Checker), fed as the checker's documentation
+//! requires: the call and its result, then every action and event drained
+//! from the core (until both are empty), then
+//! [`end_step`](crate::testkit::Checker::end_step). Before bytes are handed
+//! to a client, its due timers are fired first, in the same step. After
+//! every event the global checks run.
+
+use core::cmp::Ordering;
+use core::time::Duration;
+use std::collections::BinaryHeap;
+
+use bytes::Bytes;
+
+use super::check::{Failure, Ledger, OpInfo};
+use super::cluster::{Cluster, IMPOSTOR};
+use super::net::{LinkId, Net, Request, Target};
+use super::workload::{client_config, Params, Work};
+use super::{Check, FaultKind, Faults, Operations, Report, SimConfig, Violation};
+use crate::client::{
+    Action, Client, Config as ClientConfig, ConnId, Error as ClientError, Event, Grant, OpId,
+    Outcome, ReleaseResult, TransportEnd,
+};
+use crate::names::{Key, Name};
+use crate::rng::Rng;
+use crate::testkit::{Checker, InvariantViolation, TraceHash};
+use crate::time::Time;
+use crate::wire::{AnswerKind, ClientFrame, ServerFrame};
+
+/// What a step returns: a violation stops the run.
+pub(super) type Step = Result<(), Box<Violation>>;
+
+/// The most events one seed may take before it is declared stuck.
+const MAX_EVENTS: u64 = 20_000_000;
+/// How long after the clients' shutdowns the run may go on (every lease
+/// runs out within the cluster's longest lease, at most 60 s).
+const WIND_DOWN: Duration = Duration::from_secs(120);
+
+/// Something scheduled to happen.
+#[derive(Debug)]
+pub(super) enum Ev {
+    /// A connect reaches its target.
+    ConnectArrive { link: LinkId, gen: u32 },
+    /// The answer to a connect reaches the client.
+    ConnectReply { link: LinkId, gen: u32, ok: bool },
+    /// Bytes reach the server.
+    ToServer { link: LinkId, gen: u32, data: Bytes },
+    /// Bytes reach the client.
+    ToClient { link: LinkId, gen: u32, data: Bytes },
+    /// The client's close reaches the server, after its bytes.
+    FinToServer { link: LinkId, gen: u32 },
+    /// The server's close reaches the client, after its bytes.
+    FinToClient { link: LinkId, gen: u32 },
+    /// The server learns that the connection was reset.
+    ResetToServer { link: LinkId },
+    /// The client learns that the connection was reset.
+    ResetToClient { link: LinkId },
+    /// A client's next spontaneous command.
+    Work { client: usize },
+    /// A client decides what to do with a grant it holds.
+    Fate { client: usize, no: u64 },
+    /// A client writes to a key's resource with a grant it holds.
+    Write { client: usize, no: u64 },
+    /// A late write, with a grant given up or past its validity.
+    Zombie { client: usize, key: Key, token: u64 },
+    /// A client shuts down.
+    Shutdown { client: usize },
+    /// A fault of a scheduled kind is due.
+    Fault(FaultKind),
+    /// A crashed node restarts.
+    Restart { node: usize },
+    /// A node's `not_active` window ends.
+    Activate { node: usize, life: u64 },
+    /// A node's credential is fixed.
+    FixCredential { node: usize, life: u64 },
+    /// The cluster elects a leader, if it has none.
+    Elect,
+}
+
+struct Scheduled {
+    at: Time,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Scheduled) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Scheduled {}
+
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Scheduled) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scheduled {
+    /// Reversed: the heap's top is the earliest.
+    fn cmp(&self, other: &Scheduled) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+/// One client core, its checker, and its embedder's state.
+pub(super) struct Slot {
+    pub(super) client: Client,
+    pub(super) checker: Checker,
+    pub(super) config: ClientConfig,
+    pub(super) work: Work,
+    pub(super) shutdown_at: Option<Time>,
+    pub(super) finished: bool,
+    /// The core's `poll_timeout` after its latest step (it changes only
+    /// when the core is called).
+    pub(super) next_timeout: Option<Time>,
+    /// The deadline grace of an operation: `queue_grace + answer_grace +
+    /// settle_margin`.
+    pub(super) op_grace: Duration,
+    /// How long, once the cluster is healthy, a release under way may take.
+    pub(super) release_grace: Duration,
+}
+
+/// The whole simulated world of one seed.
+pub(super) struct World {
+    pub(super) config: SimConfig,
+    pub(super) seed: u64,
+    pub(super) rng: Rng,
+    pub(super) now: Time,
+    heap: BinaryHeap<Scheduled>,
+    seq: u64,
+    pub(super) clients: Vec<Slot>,
+    pub(super) cluster: Cluster,
+    pub(super) net: Net,
+    pub(super) ledger: Ledger,
+    pub(super) params: Params,
+    pub(super) ops: Operations,
+    pub(super) faults: Faults,
+    pub(super) trace: TraceHash,
+    pub(super) log: Option<Vec<String>>,
+    pub(super) faults_end: Time,
+    pub(super) work_end: Time,
+    pub(super) heal_at: Option<Time>,
+    events: u64,
+}
+
+impl World {
+    pub(super) fn new(seed: u64, config: &SimConfig) -> World {
+        let mut rng = Rng::new(seed);
+        let params = Params::draw(&mut rng, config);
+        let now = Time::ZERO;
+        let cluster = Cluster::new(&params, config.nodes.max(1), now);
+        let faults_end = if config.faults {
+            now.saturating_add(config.fault_time)
+        } else {
+            now
+        };
+        let work_end = now
+            .saturating_add(config.fault_time)
+            .saturating_add(config.calm_time);
+        let addrs: Vec<_> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+        let clients = (0..config.clients)
+            .map(|c| {
+                let client_config = client_config(c, &mut rng, &addrs, &params, config.sabotage);
+                let work = Work::draw(&mut rng);
+                let checker = Checker::new(&client_config, now);
+                let client = Client::new(client_config.clone(), now)
+                    .expect("the simulator's configs are valid");
+                let op_grace = client_config.queue_grace
+                    + client_config.answer_grace
+                    + client_config.settle_margin;
+                let b = &client_config.backoff;
+                let longest_backoff = [
+                    b.transport.cap,
+                    b.no_leader.cap,
+                    b.not_active.cap,
+                    b.auth_failed.cap,
+                    b.redirect.cap,
+                ]
+                .into_iter()
+                .max()
+                .unwrap_or_default();
+                let release_grace = 2
+                    * (client_config.connect_timeout
+                        + client_config.handshake_timeout
+                        + client_config.answer_grace)
+                    + longest_backoff
+                    + Duration::from_secs(2);
+                Slot {
+                    client,
+                    checker,
+                    config: client_config,
+                    work,
+                    shutdown_at: None,
+                    finished: false,
+                    next_timeout: None,
+                    op_grace,
+                    release_grace,
+                }
+            })
+            .collect();
+        let mut world = World {
+            config: config.clone(),
+            seed,
+            rng,
+            now,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            clients,
+            cluster,
+            net: Net::default(),
+            ledger: Ledger::default(),
+            params,
+            ops: Operations::default(),
+            faults: Faults::default(),
+            trace: TraceHash::new(),
+            log: config.trace.then(Vec::new),
+            faults_end,
+            work_end,
+            heal_at: None,
+            events: 0,
+        };
+        for c in 0..world.clients.len() {
+            let (lo, hi) = world.clients[c].work.interval_ms;
+            let first = world.rng.up_to(hi.max(lo));
+            world.schedule_in(Duration::from_millis(first), Ev::Work { client: c });
+            let stagger = world.rng.up_to(1_000);
+            let at = work_end.saturating_add(Duration::from_millis(stagger));
+            world.schedule(at, Ev::Shutdown { client: c });
+        }
+        if config.faults {
+            for (kind, mean) in world.params.fault_means.clone() {
+                if let Some(mean) = mean {
+                    let first = world.rng.up_to(2 * mean);
+                    world.schedule_in(Duration::from_millis(first), Ev::Fault(kind));
+                }
+            }
+        }
+        world
+    }
+
+    /// Runs the seed to its end and reports.
+    pub(super) fn run(mut self) -> Report {
+        let result = self.main();
+        let mut trace = self.trace;
+        for slot in &self.clients {
+            trace.write_u64(slot.checker.trace_hash());
+        }
+        Report {
+            seeds: 1,
+            events: self.events,
+            virtual_time: self.now.saturating_duration_since(Time::ZERO),
+            operations: self.ops,
+            faults: self.faults,
+            writes: self.ledger.writes,
+            checked: self.ledger.checked,
+            violations: result.err().map(|v| *v).into_iter().collect(),
+            trace_hash: trace.get(),
+            log: self.log.take().unwrap_or_default(),
+        }
+    }
+
+    fn main(&mut self) -> Step {
+        for c in 0..self.clients.len() {
+            self.end_client_step(c)?;
+        }
+        let hard_end = self
+            .work_end
+            .saturating_add(Duration::from_secs(1))
+            .saturating_add(WIND_DOWN);
+        loop {
+            let event = self.heap.peek().map(|s| s.at);
+            let server = self.cluster.next_timeout();
+            let client = self
+                .clients
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| !s.finished)
+                .filter_map(|(c, s)| s.next_timeout.map(|t| (t, c)))
+                .min();
+            let Some(next) = [event, server.map(|s| s.0), client.map(|c| c.0)]
+                .into_iter()
+                .flatten()
+                .min()
+            else {
+                break;
+            };
+            if next > hard_end || self.events >= MAX_EVENTS {
+                return Err(self.violation(
+                    Check::Stuck,
+                    None,
+                    format!(
+                        "still running at {next} after {} events (the clients shut down from {})",
+                        self.events, self.work_end
+                    ),
+                ));
+            }
+            self.now = self.now.max(next);
+            self.events += 1;
+            match (server, client) {
+                (Some((at, node)), _) if at == next => self.server_timeout(node),
+                (_, Some((at, c))) if at == next => self.client_timeout(c)?,
+                _ => {
+                    let scheduled = self.heap.pop().expect("the earliest is an event");
+                    self.handle(scheduled.ev)?;
+                }
+            }
+            self.after_event()?;
+        }
+        self.finish()
+    }
+
+    /// The checks once nothing is left to happen.
+    fn finish(&mut self) -> Step {
+        if let Some(c) = self.clients.iter().position(|s| !s.finished) {
+            return Err(self.violation(
+                Check::Stuck,
+                Some(c),
+                "the client never finished its shutdown".to_owned(),
+            ));
+        }
+        if let Some((key, holder)) = self.cluster.holder_left() {
+            return Err(self.violation(
+                Check::Lingering,
+                None,
+                format!(
+                    "({key}, {}) is still held at {} though its lease ended at {}",
+                    holder.token, self.now, holder.expires_at
+                ),
+            ));
+        }
+        // Every watch, whatever its time: the ground truth is complete.
+        if let Err((check, client, detail)) = self.ledger.check(Time::MAX) {
+            return Err(self.violation(check, client, detail));
+        }
+        Ok(())
+    }
+
+    /// Global checks, and noticing that the cluster is healthy again.
+    fn after_event(&mut self) -> Step {
+        if self.heal_at.is_none()
+            && self.now >= self.faults_end
+            && self.cluster.is_healthy()
+            && !self.net.any_partition(self.now)
+        {
+            self.heal_at = Some(self.now);
+            let graces: Vec<Duration> = self.clients.iter().map(|s| s.release_grace).collect();
+            self.ledger.healthy(self.now, |c| graces[c]);
+            self.note(|| "the cluster is healthy again".to_owned());
+        }
+        match self.ledger.check(self.now) {
+            Ok(()) => Ok(()),
+            Err((check, client, detail)) => Err(self.violation(check, client, detail)),
+        }
+    }
+
+    // ----- plumbing -------------------------------------------------------
+
+    pub(super) fn violation(
+        &self,
+        check: Check,
+        client: Option<usize>,
+        detail: String,
+    ) -> Box<Violation> {
+        Box::new(Violation {
+            seed: self.seed,
+            at: self.now,
+            check,
+            client,
+            detail,
+            replay: format!(
+                "ticketing sim --seed {} --seeds 1 --trace{}",
+                self.seed,
+                self.config.cli_args()
+            ),
+        })
+    }
+
+    fn checker_violation(&self, c: usize, v: InvariantViolation) -> Box<Violation> {
+        let detail = format!("at the checker's step {}: {}", v.step, v.detail);
+        self.violation(Check::Invariant(v.invariant), Some(c), detail)
+    }
+
+    pub(super) fn schedule(&mut self, at: Time, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Scheduled {
+            at: at.max(self.now),
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    pub(super) fn schedule_in(&mut self, after: Duration, ev: Ev) {
+        self.schedule(self.now.saturating_add(after), ev);
+    }
+
+    pub(super) fn note(&mut self, what: impl FnOnce() -> String) {
+        if let Some(log) = &mut self.log {
+            log.push(format!("{} {}", self.now, what()));
+        }
+    }
+
+    fn trace_tag(&mut self, tag: &[u8], a: u64) {
+        self.trace.write(tag);
+        self.trace.write_u64(self.now.as_nanos());
+        self.trace.write_u64(a);
+    }
+
+    pub(super) fn faults_on(&self) -> bool {
+        self.config.faults && self.now < self.faults_end
+    }
+
+    /// A uniform draw in `lo..=hi` milliseconds.
+    pub(super) fn millis_between(&mut self, lo: u64, hi: u64) -> Duration {
+        Duration::from_millis(lo + self.rng.up_to(hi.saturating_sub(lo)))
+    }
+
+    // ----- the network ----------------------------------------------------
+
+    /// One write's delay: the base latency, or a spike.
+    fn delay(&mut self) -> Duration {
+        let (lo, hi) = self.params.latency_us;
+        let mut us = lo + self.rng.up_to(hi - lo);
+        if self.faults_on() && self.rng.chance(self.params.spike_pm, 1000) {
+            us = 100_000 + self.rng.up_to(700_000);
+            self.faults.bump(FaultKind::Latency);
+        }
+        Duration::from_micros(us)
+    }
+
+    /// When a write on `link` made now arrives: after its delay, after a
+    /// short partition that covers it, and after the writes before it.
+    pub(super) fn arrival(&mut self, id: LinkId, to_server: bool) -> Time {
+        let delay = self.delay();
+        let now = self.now;
+        let mut at = now.saturating_add(delay);
+        let Some(link) = self.net.links.get(&id) else {
+            return at;
+        };
+        if let Some(until) = self.net.partition(link.client, link.target, now) {
+            at = at.max(until);
+        }
+        let link = self.net.links.get_mut(&id).expect("present");
+        let last = if to_server {
+            &mut link.last_to_server
+        } else {
+            &mut link.last_to_client
+        };
+        at = at.max(*last);
+        *last = at;
+        debug_assert!(at.saturating_duration_since(now) <= super::net::MAX_DELAY);
+        at
+    }
+
+    /// Schedules `data` on `link`, maybe split into chunks.
+    fn send_segments(&mut self, id: LinkId, to_server: bool, data: Bytes) {
+        self.trace.write(if to_server { b">" } else { b"<" });
+        self.trace.write_u64(id);
+        self.trace.write(&data);
+        let split =
+            data.len() > 1 && self.faults_on() && self.rng.chance(self.params.split_pm, 1000);
+        let mut pieces = Vec::new();
+        if split {
+            self.faults.bump(FaultKind::Split);
+            let cuts = 1 + self.rng.up_to(2) as usize;
+            let mut at: Vec<usize> = (0..cuts)
+                .map(|_| 1 + self.rng.up_to(data.len() as u64 - 2) as usize)
+                .collect();
+            at.sort_unstable();
+            at.dedup();
+            let mut from = 0;
+            for cut in at {
+                pieces.push(data.slice(from..cut));
+                from = cut;
+            }
+            pieces.push(data.slice(from..));
+        } else {
+            pieces.push(data);
+        }
+        for piece in pieces {
+            let at = self.arrival(id, to_server);
+            let gen = self.net.links[&id].gen;
+            let ev = if to_server {
+                Ev::ToServer {
+                    link: id,
+                    gen,
+                    data: piece,
+                }
+            } else {
+                Ev::ToClient {
+                    link: id,
+                    gen,
+                    data: piece,
+                }
+            };
+            self.schedule(at, ev);
+        }
+    }
+
+    pub(super) fn reap(&mut self, id: LinkId) {
+        self.net.reap(id, |t| match t {
+            Target::Node(n) => n,
+            _ => IMPOSTOR,
+        });
+    }
+
+    /// A client's action, carried out on the network.
+    fn route_client_action(&mut self, c: usize, action: Action) -> Step {
+        match action {
+            Action::Connect { conn, addr } => {
+                self.check_allowed(c, &addr, "connects to")?;
+                let target = self.cluster.target_of(&addr);
+                let id = self.net.open(c, conn, target);
+                self.trace_tag(b"connect", id);
+                if self.net.partition(c, target, self.now).is_none() {
+                    let at = self.arrival(id, true);
+                    self.schedule(at, Ev::ConnectArrive { link: id, gen: 0 });
+                }
+            }
+            Action::Send { conn, data } => {
+                let Some(id) = self.net.of_client(c, conn) else {
+                    return Ok(());
+                };
+                self.record_requests(c, id, &data);
+                let link = &self.net.links[&id];
+                if link.client_closed
+                    || link.server_closed
+                    || link.blackhole
+                    || link.sconn.is_none()
+                {
+                    return Ok(());
+                }
+                self.send_segments(id, true, data);
+            }
+            Action::Close { conn } => {
+                let Some(id) = self.net.of_client(c, conn) else {
+                    return Ok(());
+                };
+                let link = self.net.links.get_mut(&id).expect("indexed");
+                link.client_closed = true;
+                let fin = !link.server_closed && link.sconn.is_some() && !link.blackhole;
+                let gen = link.gen;
+                if fin {
+                    let at = self.arrival(id, true);
+                    self.schedule(at, Ev::FinToServer { link: id, gen });
+                }
+                self.reap(id);
+            }
+        }
+        Ok(())
+    }
+
+    /// Notes the requests a client writes, for the ground truth.
+    fn record_requests(&mut self, c: usize, id: LinkId, data: &[u8]) {
+        let mut found = Vec::new();
+        for line in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            match ClientFrame::parse(line) {
+                Ok(ClientFrame::Acquire { id: rid, owner, .. }) => {
+                    let op = self.ledger.op_of_owner(c, owner.as_str());
+                    found.push((rid, Request::Acquire { op }));
+                }
+                Ok(ClientFrame::Release {
+                    id: rid,
+                    key,
+                    token,
+                }) => {
+                    found.push((
+                        rid,
+                        Request::Release {
+                            key: Key::from(key),
+                            token,
+                        },
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if let Some(link) = self.net.links.get_mut(&id) {
+            link.requests.extend(found);
+        }
+    }
+
+    /// Drains a server core's actions onto the network.
+    pub(super) fn drain_server(&mut self, n: usize) {
+        loop {
+            let Some(server) = self.cluster.server_mut(n) else {
+                return;
+            };
+            let Some(action) = server.poll_action() else {
+                return;
+            };
+            let instance = self.cluster.instance(n);
+            match action {
+                crate::server::Action::Send { conn, data } => {
+                    let Some(id) = self.net.of_server(n, instance, conn) else {
+                        continue;
+                    };
+                    if n != IMPOSTOR {
+                        self.observe_answers(n, id, &data);
+                    }
+                    let link = &self.net.links[&id];
+                    if link.client_closed || link.blackhole {
+                        continue;
+                    }
+                    self.send_segments(id, false, data);
+                }
+                crate::server::Action::Close { conn } => {
+                    let Some(id) = self.net.of_server(n, instance, conn) else {
+                        continue;
+                    };
+                    let link = self.net.links.get_mut(&id).expect("indexed");
+                    link.server_closed = true;
+                    let fin = !link.client_closed && !link.blackhole;
+                    let gen = link.gen;
+                    if fin {
+                        let at = self.arrival(id, false);
+                        self.schedule(at, Ev::FinToClient { link: id, gen });
+                    }
+                    self.reap(id);
+                }
+            }
+        }
+    }
+
+    /// Reads what a cluster node answered, for the ground truth: grants,
+    /// releases, and `B` answers.
+    fn observe_answers(&mut self, n: usize, id: LinkId, data: &[u8]) {
+        for line in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let Ok(ServerFrame::Answer(answer)) = ServerFrame::parse(line) else {
+                continue;
+            };
+            let Some(link) = self.net.links.get_mut(&id) else {
+                return;
+            };
+            let client = link.client;
+            let request = link.requests.remove(&answer.id);
+            match (answer.kind, request) {
+                (AnswerKind::Granted { token, lease_ms }, Some(Request::Acquire { op })) => {
+                    let key = Key::from(answer.key);
+                    let expires_at = self
+                        .cluster
+                        .server_mut(n)
+                        .and_then(|s| s.holder(key.as_str()))
+                        .filter(|h| h.token == token)
+                        .map_or_else(
+                            || {
+                                self.now
+                                    .saturating_add(Duration::from_millis(lease_ms.get()))
+                            },
+                            |h| h.expires_at,
+                        );
+                    self.ledger.grant_made(token, key, client, op, expires_at);
+                }
+                (AnswerKind::Released, Some(Request::Release { key, token })) => {
+                    self.ledger.released(&key, token, self.now);
+                }
+                (AnswerKind::Busy, _) => self.faults.bump(FaultKind::Busy),
+                _ => {}
+            }
+        }
+    }
+
+    fn server_timeout(&mut self, n: usize) {
+        self.trace_tag(b"server-timeout", n as u64);
+        if let Some(server) = self.cluster.server_mut(n) {
+            server.handle_timeout(self.now);
+        }
+        self.drain_server(n);
+    }
+
+    // ----- events ---------------------------------------------------------
+
+    /// Adds an event to the trace, ignored or not.
+    fn trace_event(&mut self, ev: &Ev) {
+        let (kind, a, b): (u64, u64, u64) = match ev {
+            Ev::ConnectArrive { link, gen } => (1, *link, u64::from(*gen)),
+            Ev::ConnectReply { link, gen, ok } => (2, *link, u64::from(*gen) << 1 | u64::from(*ok)),
+            Ev::ToServer { link, gen, .. } => (3, *link, u64::from(*gen)),
+            Ev::ToClient { link, gen, .. } => (4, *link, u64::from(*gen)),
+            Ev::FinToServer { link, gen } => (5, *link, u64::from(*gen)),
+            Ev::FinToClient { link, gen } => (6, *link, u64::from(*gen)),
+            Ev::ResetToServer { link } => (7, *link, 0),
+            Ev::ResetToClient { link } => (8, *link, 0),
+            Ev::Work { client } => (9, *client as u64, 0),
+            Ev::Fate { client, no } => (10, *client as u64, *no),
+            Ev::Write { client, no } => (11, *client as u64, *no),
+            Ev::Zombie { client, token, .. } => (12, *client as u64, *token),
+            Ev::Shutdown { client } => (13, *client as u64, 0),
+            Ev::Fault(kind) => (14, kind.index() as u64, 0),
+            Ev::Restart { node } => (15, *node as u64, 0),
+            Ev::Activate { node, life } => (16, *node as u64, *life),
+            Ev::FixCredential { node, life } => (17, *node as u64, *life),
+            Ev::Elect => (18, 0, 0),
+        };
+        self.trace.write_u64(self.now.as_nanos());
+        self.trace.write_u64(kind);
+        self.trace.write_u64(a);
+        self.trace.write_u64(b);
+    }
+
+    fn handle(&mut self, ev: Ev) -> Step {
+        self.trace_event(&ev);
+        match ev {
+            Ev::ConnectArrive { link, gen } => self.connect_arrive(link, gen),
+            Ev::ConnectReply { link, gen, ok } => {
+                let Some(l) = self.net.links.get_mut(&link) else {
+                    return Ok(());
+                };
+                if l.gen != gen || l.client_closed {
+                    return Ok(());
+                }
+                let (c, conn) = (l.client, l.cconn);
+                if !ok {
+                    l.client_closed = true;
+                }
+                self.trace_tag(b"connect-reply", link);
+                if ok {
+                    self.client_input(c, Input::Connected(conn))
+                } else {
+                    self.reap(link);
+                    self.client_input(c, Input::ConnectFailed(conn))
+                }
+            }
+            Ev::ToServer { link, gen, data } => {
+                let Some(l) = self.net.links.get(&link) else {
+                    return Ok(());
+                };
+                if l.gen != gen || l.server_closed {
+                    return Ok(());
+                }
+                let (Some(sconn), n) = (l.sconn, node_index(l.target)) else {
+                    return Ok(());
+                };
+                if self.cluster.instance(n) != l.instance {
+                    return Ok(());
+                }
+                self.trace_tag(b"to-server", link);
+                self.note(|| {
+                    format!(
+                        "{} reads link {link}: {:?}",
+                        node_name(n),
+                        String::from_utf8_lossy(&data)
+                    )
+                });
+                if let Some(server) = self.cluster.server_mut(n) {
+                    server.handle_bytes(self.now, sconn, &data);
+                }
+                self.drain_server(n);
+                Ok(())
+            }
+            Ev::ToClient { link, gen, data } => {
+                let Some(l) = self.net.links.get(&link) else {
+                    return Ok(());
+                };
+                if l.gen != gen || l.client_closed {
+                    return Ok(());
+                }
+                let (c, conn) = (l.client, l.cconn);
+                self.trace_tag(b"to-client", link);
+                self.client_input(c, Input::Bytes(conn, data))
+            }
+            Ev::FinToServer { link, gen } => {
+                let Some(l) = self.net.links.get(&link) else {
+                    return Ok(());
+                };
+                if l.gen != gen {
+                    return Ok(());
+                }
+                self.server_learns_closed(link);
+                Ok(())
+            }
+            Ev::ResetToServer { link } => {
+                self.server_learns_closed(link);
+                Ok(())
+            }
+            Ev::FinToClient { link, gen } => {
+                let Some(l) = self.net.links.get(&link) else {
+                    return Ok(());
+                };
+                if l.gen != gen || l.client_closed {
+                    return Ok(());
+                }
+                let (c, conn) = (l.client, l.cconn);
+                self.trace_tag(b"fin-to-client", link);
+                self.client_input(c, Input::Closed(conn, TransportEnd::Eof))
+            }
+            Ev::ResetToClient { link } => {
+                let Some(l) = self.net.links.get(&link) else {
+                    return Ok(());
+                };
+                if l.client_closed {
+                    return Ok(());
+                }
+                let (c, conn) = (l.client, l.cconn);
+                self.trace_tag(b"reset-to-client", link);
+                self.client_input(c, Input::Closed(conn, TransportEnd::Error))
+            }
+            Ev::Work { client } => self.on_work(client),
+            Ev::Fate { client, no } => self.on_fate(client, no),
+            Ev::Write { client, no } => self.on_write(client, no),
+            Ev::Zombie { client, key, token } => self.on_zombie(client, key, token),
+            Ev::Shutdown { client } => self.on_shutdown(client),
+            Ev::Fault(kind) => {
+                if self.faults_on() {
+                    self.trace_tag(b"fault", kind as u64);
+                    self.inject(kind);
+                    let mean = self
+                        .params
+                        .fault_means
+                        .iter()
+                        .find(|(k, _)| *k == kind)
+                        .and_then(|(_, m)| *m)
+                        .expect("scheduled kinds have a mean");
+                    let next = self.rng.up_to(2 * mean);
+                    self.schedule_in(Duration::from_millis(next), Ev::Fault(kind));
+                }
+                Ok(())
+            }
+            Ev::Restart { node } => {
+                self.restart(node);
+                Ok(())
+            }
+            Ev::Activate { node, life } => {
+                self.activate(node, life);
+                Ok(())
+            }
+            Ev::FixCredential { node, life } => {
+                self.fix_credential(node, life);
+                Ok(())
+            }
+            Ev::Elect => {
+                self.elect();
+                Ok(())
+            }
+        }
+    }
+
+    fn connect_arrive(&mut self, id: LinkId, gen: u32) -> Step {
+        let Some(l) = self.net.links.get(&id) else {
+            return Ok(());
+        };
+        if l.gen != gen || l.client_closed {
+            return Ok(());
+        }
+        let (c, target) = (l.client, l.target);
+        if self.net.partition(c, target, self.now).is_some() {
+            // The connect is lost: the client's connect timeout fires.
+            return Ok(());
+        }
+        self.trace_tag(b"connect-arrive", id);
+        let n = node_index(target);
+        let up = target != Target::Nowhere && self.cluster.server_mut(n).is_some();
+        let refused = up
+            && target != Target::Impostor
+            && self.faults_on()
+            && self.rng.chance(self.params.refuse_pm, 1000);
+        if refused {
+            self.faults.bump(FaultKind::Refused);
+        }
+        let ok = up && !refused;
+        if ok {
+            let instance = self.cluster.instance(n);
+            let server = self.cluster.server_mut(n).expect("up");
+            let sconn = server.handle_accept(self.now);
+            self.net.accepted(id, n, instance, sconn);
+            self.note(|| format!("{} accepts c{c}'s link {id}", node_name(n)));
+            self.drain_server(n);
+        }
+        let at = self.arrival(id, false);
+        self.schedule(at, Ev::ConnectReply { link: id, gen, ok });
+        Ok(())
+    }
+
+    /// The server side of `link` learns that the connection is gone.
+    fn server_learns_closed(&mut self, id: LinkId) {
+        let Some(l) = self.net.links.get_mut(&id) else {
+            return;
+        };
+        if l.server_closed {
+            return;
+        }
+        let Some(sconn) = l.sconn else {
+            return;
+        };
+        let n = node_index(l.target);
+        l.server_closed = true;
+        let instance = l.instance;
+        if self.cluster.instance(n) == instance {
+            self.trace_tag(b"server-closed", id);
+            if let Some(server) = self.cluster.server_mut(n) {
+                server.handle_closed(self.now, sconn);
+            }
+            self.drain_server(n);
+        }
+        self.reap(id);
+    }
+
+    // ----- client steps ---------------------------------------------------
+
+    /// Hands an input to a client core, as one checked step.
+    fn client_input(&mut self, c: usize, input: Input) -> Step {
+        if self.clients[c].finished {
+            return Ok(());
+        }
+        let now = self.now;
+        match input {
+            Input::Connected(conn) => {
+                let slot = &mut self.clients[c];
+                slot.client.handle_connected(now, conn);
+                slot.checker.connected(now, conn);
+            }
+            Input::ConnectFailed(conn) => {
+                let slot = &mut self.clients[c];
+                slot.client.handle_connect_failed(now, conn);
+                slot.checker.connect_failed(now, conn);
+            }
+            Input::Closed(conn, end) => {
+                let slot = &mut self.clients[c];
+                slot.client.handle_transport_closed(now, conn, end);
+                slot.checker.transport_closed(now, conn);
+            }
+            Input::Bytes(conn, data) => {
+                // Due timers first (the checker's rule for drivers).
+                let slot = &mut self.clients[c];
+                slot.client.handle_timeout(now);
+                slot.checker.timeout(now);
+                self.drain_client(c)?;
+                self.note(|| format!("c{c} reads {conn}: {:?}", String::from_utf8_lossy(&data)));
+                let slot = &mut self.clients[c];
+                slot.client.handle_bytes(now, conn, &data);
+                if let Err(v) = slot.checker.bytes(now, conn, &data) {
+                    return Err(self.checker_violation(c, v));
+                }
+            }
+        }
+        self.end_client_step(c)
+    }
+
+    fn client_timeout(&mut self, c: usize) -> Step {
+        self.trace_tag(b"client-timeout", c as u64);
+        let now = self.now;
+        let slot = &mut self.clients[c];
+        slot.client.handle_timeout(now);
+        slot.checker.timeout(now);
+        self.end_client_step(c)
+    }
+
+    /// Drains the client, ends the checker's step, and finishes the
+    /// checker when the client has shut down.
+    pub(super) fn end_client_step(&mut self, c: usize) -> Step {
+        self.drain_client(c)?;
+        let slot = &mut self.clients[c];
+        if let Err(v) = slot.checker.end_step(&slot.client) {
+            return Err(self.checker_violation(c, v));
+        }
+        let slot = &mut self.clients[c];
+        slot.next_timeout = slot.client.poll_timeout().filter(|&t| t < Time::MAX);
+        if slot.client.is_finished() && !slot.finished {
+            slot.finished = true;
+            if let Err(v) = slot.checker.finish(&slot.client) {
+                return Err(self.checker_violation(c, v));
+            }
+        }
+        Ok(())
+    }
+
+    fn drain_client(&mut self, c: usize) -> Step {
+        loop {
+            let mut any = false;
+            while let Some(action) = self.clients[c].client.poll_action() {
+                any = true;
+                if let Err(v) = self.clients[c].checker.action(&action) {
+                    return Err(self.checker_violation(c, v));
+                }
+                self.note(|| format!("c{c} action {action:?}"));
+                self.route_client_action(c, action)?;
+            }
+            while let Some(event) = self.clients[c].client.poll_event() {
+                any = true;
+                if let Err(v) = self.clients[c].checker.event(&event) {
+                    return Err(self.checker_violation(c, v));
+                }
+                self.note(|| format!("c{c} event {event:?}"));
+                self.on_client_event(c, event)?;
+            }
+            if !any {
+                return Ok(());
+            }
+        }
+    }
+
+    fn on_client_event(&mut self, c: usize, event: Event) -> Step {
+        match event {
+            Event::Outcome { op, outcome } => {
+                self.ledger.op_ended(c, op);
+                self.clients[c].work.open_acquires.remove(&op);
+                let release_token = self.clients[c].work.release_ops.remove(&op);
+                let o = &mut self.ops;
+                match &outcome {
+                    Outcome::Granted(_) => o.granted += 1,
+                    Outcome::TimedOut { sent: true } => o.timed_out += 1,
+                    Outcome::TimedOut { sent: false } => o.timed_out_unsent += 1,
+                    Outcome::Busy => o.busy += 1,
+                    Outcome::Cancelled => o.cancelled += 1,
+                    Outcome::Indeterminate { .. } => o.indeterminate += 1,
+                    Outcome::Released => o.released += 1,
+                    Outcome::NotHeld => o.not_held += 1,
+                    Outcome::Lapsed => o.lapsed += 1,
+                }
+                match outcome {
+                    Outcome::Granted(grant) => self.on_granted(c, grant)?,
+                    Outcome::Indeterminate { settles_by } => {
+                        self.ledger.indeterminate(c, op, settles_by)
+                    }
+                    Outcome::Lapsed => {
+                        if let Some(token) = release_token {
+                            self.ledger.release_lapsed(c, token);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            Event::OrphanRelease { token, .. } => {
+                self.ops.orphan_releases += 1;
+                let grace = self.clients[c].release_grace;
+                self.ledger
+                    .release_started(c, token, self.now, self.heal_at, grace);
+            }
+            Event::OrphanSettled {
+                token,
+                result: ReleaseResult::Lapsed,
+                ..
+            } => self.ledger.release_lapsed(c, token),
+            Event::ShutdownComplete => self.ledger.shutdown_complete(c),
+            Event::LeaderHint { addr } => self.check_allowed(c, &addr, "takes a leader hint to")?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// A client may go only to its endpoints and allowlist.
+    fn check_allowed(&self, c: usize, addr: &crate::names::Endpoint, what: &str) -> Step {
+        let config = &self.clients[c].config;
+        if config
+            .endpoints
+            .iter()
+            .chain(&config.allow)
+            .any(|e| e == addr)
+        {
+            return Ok(());
+        }
+        let detail = format!(
+            "c{c} {what} {addr}, which is neither an endpoint ({:?}) nor allowlisted ({:?})",
+            config.endpoints, config.allow
+        );
+        Err(self.violation(Check::Allowlist, Some(c), detail))
+    }
+
+    // ----- the embedder's commands, each one checked step -------------------
+
+    pub(super) fn cmd_acquire(
+        &mut self,
+        c: usize,
+        key: Key,
+        wait: Duration,
+        lease: Duration,
+    ) -> Step {
+        let now = self.now;
+        let slot = &mut self.clients[c];
+        slot.work.next_owner += 1;
+        let owner_text = format!("c{c}.{}", slot.work.next_owner);
+        let owner = Name::new(&owner_text).expect("an atom");
+        let result = slot
+            .client
+            .acquire(now, key.clone(), owner.clone(), wait, lease);
+        if let Err(v) = slot
+            .checker
+            .acquire(now, &key, &owner, wait, lease, &result)
+        {
+            return Err(self.checker_violation(c, v));
+        }
+        self.note(|| {
+            format!("c{c} acquire {key} as {owner} wait {wait:?} lease {lease:?}: {result:?}")
+        });
+        match result {
+            Ok(op) => {
+                let grace = self.clients[c].op_grace;
+                self.ledger.owner(c, owner_text, op);
+                self.ledger.op_started(
+                    c,
+                    op,
+                    OpInfo {
+                        what: format!(
+                            "acquire {key} waiting {} ms for a lease of {} ms",
+                            wait.as_millis(),
+                            lease.as_millis()
+                        ),
+                        submitted: now,
+                        deadline: now.saturating_add(wait + lease + grace),
+                    },
+                );
+                self.clients[c].work.open_acquires.insert(op);
+            }
+            Err(ClientError::Busy) => self.ops.refused += 1,
+            Err(_) => {}
+        }
+        self.end_client_step(c)
+    }
+
+    pub(super) fn cmd_release(&mut self, c: usize, grant: &Grant) -> Step {
+        let now = self.now;
+        let slot = &mut self.clients[c];
+        let result = slot.client.release(now, grant);
+        if let Err(v) = slot.checker.release(now, grant, &result) {
+            return Err(self.checker_violation(c, v));
+        }
+        self.note(|| format!("c{c} release {} {}: {result:?}", grant.key(), grant.token()));
+        self.ledger.unhold(c, grant.key(), grant.token(), now);
+        if let Ok(op) = result {
+            let grace = self.clients[c].op_grace;
+            self.ledger.op_started(
+                c,
+                op,
+                OpInfo {
+                    what: format!(
+                        "release ({}, {}) of a lease of {} ms",
+                        grant.key(),
+                        grant.token(),
+                        grant.lease().as_millis()
+                    ),
+                    submitted: now,
+                    deadline: now.saturating_add(grant.lease() + grace),
+                },
+            );
+            self.clients[c].work.release_ops.insert(op, grant.token());
+            let grace = self.clients[c].release_grace;
+            self.ledger
+                .release_started(c, grant.token(), now, self.heal_at, grace);
+        }
+        self.end_client_step(c)
+    }
+
+    pub(super) fn cmd_undeliverable(&mut self, c: usize, grant: &Grant) -> Step {
+        let now = self.now;
+        let slot = &mut self.clients[c];
+        let result = slot.client.undeliverable(now, grant);
+        if let Err(v) = slot.checker.undeliverable(now, grant, &result) {
+            return Err(self.checker_violation(c, v));
+        }
+        self.note(|| {
+            format!(
+                "c{c} undeliverable {} {}: {result:?}",
+                grant.key(),
+                grant.token()
+            )
+        });
+        self.ledger.unhold(c, grant.key(), grant.token(), now);
+        self.end_client_step(c)
+    }
+
+    pub(super) fn cmd_cancel(&mut self, c: usize, op: OpId) -> Step {
+        let now = self.now;
+        let slot = &mut self.clients[c];
+        let result = slot.client.cancel(now, op);
+        if let Err(v) = slot.checker.cancel(now, op, &result) {
+            return Err(self.checker_violation(c, v));
+        }
+        self.note(|| format!("c{c} cancel {op}: {result:?}"));
+        self.end_client_step(c)
+    }
+
+    pub(super) fn cmd_shutdown(&mut self, c: usize, budget: Duration) -> Step {
+        let now = self.now;
+        let slot = &mut self.clients[c];
+        let result = slot.client.shutdown(now, budget);
+        if let Err(v) = slot.checker.shutdown(now, budget, &result) {
+            return Err(self.checker_violation(c, v));
+        }
+        self.note(|| format!("c{c} shutdown within {budget:?}: {result:?}"));
+        if result.is_ok() {
+            self.clients[c].shutdown_at = Some(now);
+            self.ledger
+                .shutdown_started(c, now, now.saturating_add(budget));
+        }
+        self.end_client_step(c)
+    }
+
+    /// A failed global check, as a violation.
+    pub(super) fn failure(&self, failure: Failure) -> Box<Violation> {
+        let (check, client, detail) = failure;
+        self.violation(check, client, detail)
+    }
+}
+
+/// An input for a client core.
+enum Input {
+    Connected(ConnId),
+    ConnectFailed(ConnId),
+    Bytes(ConnId, Bytes),
+    Closed(ConnId, TransportEnd),
+}
+
+/// How the log names a server.
+fn node_name(n: usize) -> String {
+    if n == IMPOSTOR {
+        "rogue".to_owned()
+    } else {
+        format!("n{n}")
+    }
+}
+
+/// The server index of a link's target (the impostor's is [`IMPOSTOR`]).
+fn node_index(target: Target) -> usize {
+    match target {
+        Target::Node(n) => n,
+        Target::Impostor | Target::Nowhere => IMPOSTOR,
+    }
+}
