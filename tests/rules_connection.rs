@@ -12,41 +12,10 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use ticketing::client::{Action, BackoffCause, Config, ConnId, Event, OpId, Outcome, TransportEnd};
+use ticketing::client::{Action, BackoffCause, Config, ConnId, Event, Outcome, TransportEnd};
 use ticketing::{Endpoint, Time};
 
 // ----- helpers ------------------------------------------------------------
-
-/// `(addr, reason)` of every `Closed` event, the reason as its `Display`.
-fn closed(events: &[Event]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Closed { addr, reason } => Some((addr.to_string(), reason.to_string())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn outcomes(events: &[Event]) -> Vec<(OpId, Outcome)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Outcome { op, outcome } => Some((*op, outcome.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn backoffs(events: &[Event]) -> Vec<(BackoffCause, Time)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Backoff { cause, until } => Some((*cause, *until)),
-            _ => None,
-        })
-        .collect()
-}
 
 /// The one backoff among `events`, with its cause.
 fn the_backoff(events: &[Event], cause: BackoffCause) -> Time {

@@ -29,28 +29,6 @@ fn grant(h: &mut Harness, id: u64, key_: &str, token: u64, lease_ms: u64) -> Gra
     grant_of(&out[0].1)
 }
 
-/// The `Closed` reasons among `events`.
-fn close_reasons(events: &[Event]) -> Vec<CloseReason> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Closed { reason, .. } => Some(reason.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The outcomes among `events`.
-fn outcomes(events: &[Event]) -> Vec<(OpId, Outcome)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Outcome { op, outcome } => Some((*op, outcome.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Lets the client's reconnect happen: jumps through deadlines until a new
 /// `Connect` is handed out, then accepts it with `W node-1 <window>`.
 fn reconnect(h: &mut Harness, window: u64) {

@@ -20,37 +20,6 @@ use ticketing::Time;
 
 // ----- helpers ------------------------------------------------------------
 
-/// `(addr, reason)` of every `Closed` event, the reason as its `Display`.
-fn closed(events: &[Event]) -> Vec<(String, String)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Closed { addr, reason } => Some((addr.to_string(), reason.to_string())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn outcomes(events: &[Event]) -> Vec<(OpId, Outcome)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Outcome { op, outcome } => Some((*op, outcome.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-fn backoffs(events: &[Event]) -> Vec<(BackoffCause, Time)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Backoff { cause, until } => Some((*cause, *until)),
-            _ => None,
-        })
-        .collect()
-}
-
 /// `(key, token)` of every `OrphanRelease` event.
 fn orphan_releases(events: &[Event]) -> Vec<(String, u64)> {
     events

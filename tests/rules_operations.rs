@@ -10,31 +10,9 @@ mod support;
 
 use support::*;
 use ticketing::client::{
-    Action, BackoffCause, CancelPolicy, CloseReason, Config, Error, Event, OpId, Outcome,
-    ReleaseResult, TransportEnd,
+    Action, BackoffCause, CancelPolicy, CloseReason, Config, Error, Event, Outcome, ReleaseResult,
+    TransportEnd,
 };
-
-/// The `Closed` reasons among `events`.
-fn close_reasons(events: &[Event]) -> Vec<CloseReason> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Closed { reason, .. } => Some(reason.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The outcomes among `events`.
-fn outcomes(events: &[Event]) -> Vec<(OpId, Outcome)> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            Event::Outcome { op, outcome } => Some((*op, outcome.clone())),
-            _ => None,
-        })
-        .collect()
-}
 
 /// The events since the last call, without the `Connecting` and `Connected`
 /// notices (every test checks its connections through the actions and the

@@ -94,6 +94,22 @@ pub(crate) struct Release {
     orphan: bool,
 }
 
+impl Release {
+    /// A release waiting in the lane for its first attempt, trying until
+    /// `until` at the latest.
+    fn queued(key: Key, token: u64, until: Time, orphan: bool) -> Release {
+        Release {
+            key,
+            token,
+            until,
+            sent_at: Time::ZERO,
+            attempts: 0,
+            phase: ReleasePhase::Queued,
+            orphan,
+        }
+    }
+}
+
 /// A grant handed to the embedder and not yet released or handed back.
 pub(crate) struct Held {
     key: Key,
@@ -355,13 +371,9 @@ impl Client {
             }
             // Already freed by lease expiry: nothing to ask.
             let (idx, gen) = self.table.insert(Entry::Release(Release {
-                key: grant.key.clone(),
-                token: grant.token,
-                until: grant.expires_by,
-                sent_at: Time::ZERO,
-                attempts: 0,
+                // Not in the lane: it ends at once.
                 phase: ReleasePhase::Sent,
-                orphan: false,
+                ..Release::queued(grant.key.clone(), grant.token, grant.expires_by, false)
             }));
             self.open_releases += 1;
             self.end_release(idx, ReleaseResult::Lapsed);
@@ -370,25 +382,19 @@ impl Client {
         if self.open_releases >= self.config.max_releases {
             return Err(Error::Busy);
         }
-        let gen = self.table.bump(idx);
+        self.table.bump(idx);
         let entry = self.table.get_mut(idx).expect("held");
         let Entry::Held(Held { key, token }) = entry else {
             unreachable!("checked above");
         };
-        *entry = Entry::Release(Release {
-            key: key.clone(),
-            token: *token,
-            until: grant.expires_by,
-            sent_at: Time::ZERO,
-            attempts: 0,
-            phase: ReleasePhase::Queued,
-            orphan: false,
-        });
+        *entry = Entry::Release(Release::queued(
+            key.clone(),
+            *token,
+            grant.expires_by,
+            false,
+        ));
         self.open_releases += 1;
-        self.lane.push_back(idx, gen);
-        self.table.set_timer(idx, Some(grant.expires_by));
-        self.wake_link();
-        Ok(OpId::new(idx, gen))
+        Ok(self.enqueue_release(idx))
     }
 
     /// Releases a raw `(key, token)` whose lease this client never saw (a
@@ -402,20 +408,11 @@ impl Client {
             Err(Error::Busy)
         } else {
             let until = self.now.saturating_add(self.config.release_horizon);
-            let (idx, gen) = self.table.insert(Entry::Release(Release {
-                key,
-                token,
-                until,
-                sent_at: Time::ZERO,
-                attempts: 0,
-                phase: ReleasePhase::Queued,
-                orphan: false,
-            }));
+            let (idx, _) = self
+                .table
+                .insert(Entry::Release(Release::queued(key, token, until, false)));
             self.open_releases += 1;
-            self.lane.push_back(idx, gen);
-            self.table.set_timer(idx, Some(until));
-            self.wake_link();
-            Ok(OpId::new(idx, gen))
+            Ok(self.enqueue_release(idx))
         };
         self.check_shutdown();
         result
@@ -853,6 +850,20 @@ impl Client {
             } => self.close(CloseReason::HandshakeTimeout),
             LinkState::Up { .. } | LinkState::Finished => {}
         }
+    }
+
+    /// Puts the release just stored in `idx` at the back of the lane, with
+    /// its deadline armed, and makes sure a connection is coming.
+    fn enqueue_release(&mut self, idx: u32) -> OpId {
+        let gen = self.table.gen(idx).expect("occupied");
+        let Some(Entry::Release(release)) = self.table.get(idx) else {
+            unreachable!("only releases enter the lane");
+        };
+        let until = release.until;
+        self.lane.push_back(idx, gen);
+        self.table.set_timer(idx, Some(until));
+        self.wake_link();
+        OpId::new(idx, gen)
     }
 
     /// A release was queued: make sure a connection is coming.

@@ -12,7 +12,7 @@ use core::num::NonZeroU64;
 use super::outcome::{
     BackoffCause, CloseReason, Event, Grant, OpId, Outcome, ReleaseResult, Violation,
 };
-use super::{AcquirePhase, BusyPolicy, Client, Entry, Held, Release, ReleasePhase};
+use super::{AcquirePhase, BusyPolicy, Client, Entry, Held, Release};
 use crate::names::Key;
 use crate::time::{millis, Time};
 use crate::wire::{Answer, AnswerKind, Atom, Op};
@@ -406,18 +406,10 @@ impl Client {
             key: key.clone(),
             token,
         });
-        let (idx, gen) = self.table.insert(Entry::Release(Release {
-            key,
-            token,
-            until,
-            sent_at: Time::ZERO,
-            attempts: 0,
-            phase: ReleasePhase::Queued,
-            orphan: true,
-        }));
-        self.lane.push_back(idx, gen);
-        self.table.set_timer(idx, Some(until));
-        self.wake_link();
+        let (idx, _) = self
+            .table
+            .insert(Entry::Release(Release::queued(key, token, until, true)));
+        self.enqueue_release(idx);
     }
 }
 

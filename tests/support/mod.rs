@@ -4,7 +4,9 @@
 
 use std::time::Duration;
 
-use ticketing::client::{Action, Client, Config, ConnId, Event, OpId, Outcome};
+use ticketing::client::{
+    Action, BackoffCause, Client, CloseReason, Config, ConnId, Event, OpId, Outcome,
+};
 use ticketing::{Endpoint, Key, Name, Time};
 
 /// The test configuration: endpoints `a:1` and `b:2`, client id `c1`, no
@@ -271,4 +273,51 @@ impl Harness {
         }
         String::from_utf8(out).expect("ascii")
     }
+}
+
+// ----- reading events --------------------------------------------------------
+
+/// `(addr, reason)` of every `Closed` event, the reason as its `Display`
+/// (the CLI's `closed` reasons).
+pub fn closed(events: &[Event]) -> Vec<(String, String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Closed { addr, reason } => Some((addr.to_string(), reason.to_string())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The `Closed` reasons among `events`.
+pub fn close_reasons(events: &[Event]) -> Vec<CloseReason> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Closed { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The outcomes among `events`.
+pub fn outcomes(events: &[Event]) -> Vec<(OpId, Outcome)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Outcome { op, outcome } => Some((*op, outcome.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `(cause, until)` of every `Backoff` event.
+pub fn backoffs(events: &[Event]) -> Vec<(BackoffCause, Time)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Backoff { cause, until } => Some((*cause, *until)),
+            _ => None,
+        })
+        .collect()
 }
