@@ -19,9 +19,9 @@ use bytes::Bytes;
 use futures_channel::{mpsc, oneshot};
 use futures_core::Stream;
 
+use crate::adapters::shell::{Command, Io, Notices, OpResult, Reply, RequestError, Shell};
 use crate::client::{Client, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd};
 use crate::names::{Endpoint, Key, Name};
-use crate::shell::{Command, Io, Notices, OpResult, Reply, RequestError, Shell};
 use crate::time::Time;
 
 /// A connected byte stream, as the driver sees it.

@@ -37,12 +37,12 @@ use std::time::Instant;
 use async_io::{Async, Timer};
 use futures_io::{AsyncRead, AsyncWrite};
 
+use crate::adapters::driver::{self, Clock, Dial, Transport};
 use crate::client::{Config, ConfigError, Event};
-use crate::driver::{self, Clock, Dial, Transport};
 use crate::names::Endpoint;
 
-pub use crate::driver::{Acquire, Canceller, Handle};
-pub use crate::shell::RequestError;
+pub use crate::adapters::driver::{Acquire, Canceller, Handle};
+pub use crate::adapters::shell::RequestError;
 
 /// Opens connections for the client: TCP, TLS, a Unix socket, anything
 /// that reads and writes bytes through the `futures-io` traits.

@@ -34,14 +34,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::adapters::shell::{Command, Io, OpResult, Reply, Shell};
 use crate::client::{
     Client, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
 };
 use crate::names::{Endpoint, Key, Name};
-use crate::shell::{Command, Io, OpResult, Reply, Shell};
 use crate::time::Time;
 
-pub use crate::shell::RequestError;
+pub use crate::adapters::shell::RequestError;
 
 /// A blocking byte stream the adapter can read on one thread while it
 /// writes on another.
@@ -153,7 +153,7 @@ pub fn connect_with_notices<C: Connector>(
 fn start<C: Connector>(
     config: Config,
     connector: C,
-    notices: Option<crate::shell::Notices>,
+    notices: Option<crate::adapters::shell::Notices>,
 ) -> Result<Handle, ConfigError> {
     let connect_timeout = config.connect_timeout;
     let client = Client::new(config, Time::ZERO)?;

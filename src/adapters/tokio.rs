@@ -37,12 +37,12 @@ use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use ::tokio::sync::mpsc;
 use ::tokio::time::Sleep;
 
+use crate::adapters::driver::{self, Clock, Dial, Transport};
 use crate::client::{Config, ConfigError, Event};
-use crate::driver::{self, Clock, Dial, Transport};
 use crate::names::Endpoint;
 
-pub use crate::driver::{Acquire, Canceller, Handle};
-pub use crate::shell::RequestError;
+pub use crate::adapters::driver::{Acquire, Canceller, Handle};
+pub use crate::adapters::shell::RequestError;
 
 /// Opens connections for the client: TCP, TLS, a Unix socket, anything
 /// that reads and writes bytes.

@@ -1,0 +1,30 @@
+//! Everything that touches a runtime, a socket, a thread or a clock: the
+//! adapters that put the sans-IO cores on real I/O. Each is behind its
+//! cargo feature and re-exported at the crate root (`ticketing::tokio`,
+//! `ticketing::futures_io`, `ticketing::blocking`, `ticketing::serve`).
+//!
+//! No rule of the protocol lives here: the adapters move bytes between
+//! sockets and the cores, turn instants into the cores' [`Time`], and hand
+//! outcomes to whoever waits for them.
+//!
+//! | module | what |
+//! |---|---|
+//! | `shell` | what every client adapter does around the core: reply bookkeeping, grants whose caller went away handed back to the core |
+//! | `driver` | the poll-driven driver future and the cloneable handle shared by the tokio and futures-io adapters |
+//! | `tokio`, `futures_io`, `blocking` | the client adapters |
+//! | `serve` | the server core on tokio and TCP |
+//!
+//! [`Time`]: crate::Time
+
+#[cfg(feature = "blocking")]
+pub mod blocking;
+#[cfg(any(feature = "tokio", feature = "futures-io"))]
+pub(crate) mod driver;
+#[cfg(feature = "futures-io")]
+pub mod futures_io;
+#[cfg(feature = "server")]
+pub mod serve;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+pub(crate) mod shell;
+#[cfg(feature = "tokio")]
+pub mod tokio;
