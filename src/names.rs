@@ -112,8 +112,43 @@ atom_type!(
 
 impl Key {
     /// Whether the key is `bytes`, without allocating.
+    #[inline]
     pub(crate) fn is(&self, bytes: &[u8]) -> bool {
-        self.0.as_bytes() == bytes
+        let mine = self.0.as_bytes();
+        let n = mine.len();
+        if n != bytes.len() {
+            return false;
+        }
+        // Short keys, the usual ones, as two words that overlap, without a
+        // call.
+        let word = |b: &[u8], at: usize| u64::from_le_bytes(b[at..at + 8].try_into().expect("8"));
+        if (8..=16).contains(&n) {
+            word(mine, 0) == word(bytes, 0) && word(mine, n - 8) == word(bytes, n - 8)
+        } else {
+            mine == bytes
+        }
+    }
+
+    /// The key of the atom whose bytes are `bytes`, already checked (by
+    /// the parser).
+    pub(crate) fn from_atom_bytes(bytes: &[u8]) -> Key {
+        debug_assert!(wire::check_atom(bytes).is_ok());
+        Key(Arc::from(
+            core::str::from_utf8(bytes).expect("an atom is printable ASCII"),
+        ))
+    }
+}
+
+impl Name {
+    /// Whether `other` is this very name (not only an equal one).
+    pub(crate) fn same(&self, other: &Name) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The address of the shared text: the same for clones of one name,
+    /// different for names alive at once and made apart.
+    pub(crate) fn addr(&self) -> usize {
+        Arc::as_ptr(&self.0).cast::<u8>() as usize
     }
 }
 

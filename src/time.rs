@@ -58,6 +58,27 @@ impl Time {
         self.0.checked_add(n).map(Time)
     }
 
+    /// `self` plus `nanos` nanoseconds, or [`Time::MAX`]: the same as
+    /// `saturating_add` of that many nanoseconds, without a `Duration`.
+    #[inline]
+    pub(crate) const fn saturating_add_nanos(self, nanos: u64) -> Time {
+        Time(self.0.saturating_add(nanos))
+    }
+
+    /// `self` plus `ms` milliseconds, or [`Time::MAX`]: the same as
+    /// `saturating_add(millis(ms))`, without a `Duration`.
+    #[inline]
+    pub(crate) const fn saturating_add_millis(self, ms: u64) -> Time {
+        self.saturating_add_nanos(ms.saturating_mul(1_000_000))
+    }
+
+    /// Whole milliseconds from `earlier` to `self`, 0 if `self` is not
+    /// later: the same as `duration_millis(self.saturating_duration_since(earlier))`.
+    #[inline]
+    pub(crate) const fn millis_since(self, earlier: Time) -> u64 {
+        self.0.saturating_sub(earlier.0) / 1_000_000
+    }
+
     /// `self - d`, or [`Time::ZERO`] if that lies before the origin.
     pub fn saturating_sub(self, d: Duration) -> Time {
         Time(self.0.saturating_sub(duration_nanos(d)))

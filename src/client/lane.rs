@@ -9,15 +9,15 @@
 //! flight, so a window full of acquires waiting for key K still has room for
 //! the release of K.
 
+use core::hint::black_box;
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 
 use super::table::Table;
-use super::{AcquirePhase, Client, Entry, ReleasePhase};
+use super::{AcquirePhase, Client, Entry, ReleasePhase, LANE_HELD, LANE_RELEASE_SENT, LANE_SENT};
 use crate::client::outcome::{Action, Outcome, ReleaseResult};
 use crate::client::Event;
-use crate::time::millis;
 use crate::wire::ClientFrame;
 
 /// A first-in first-out queue of slots, tolerant of entries that left it
@@ -46,6 +46,12 @@ impl Queue {
         self.live
     }
 
+    /// The slot `ahead` places from the front (waiting or not).
+    #[inline]
+    fn peek(&self, ahead: usize) -> Option<u32> {
+        self.items.get(ahead).map(|&(idx, _)| idx)
+    }
+
     /// The next waiting slot.
     pub(crate) fn pop<E>(&mut self, table: &Table<E>) -> Option<u32> {
         while let Some((idx, gen)) = self.items.pop_front() {
@@ -66,6 +72,10 @@ impl Queue {
         }
     }
 }
+
+const READ_AHEAD: bool = true;
+const TOUCH_BUCKETS: bool = true;
+const TOUCH_KEYS: bool = false;
 
 impl Client {
     /// How many acquires may be in flight with this window: all but the
@@ -90,16 +100,56 @@ impl Client {
                     && (self.acquires_in_flight as u64) < self.acquire_limit(window)))
     }
 
+    /// Reads what sending the next [`BATCH`](super::BATCH) requests of
+    /// `queue` will read: their slots and the pending table's buckets for
+    /// their ids, all at once, then their keys' bytes. Slots and keys are
+    /// spread at random over memory larger than the caches: this way they
+    /// are waited for together, twice a batch, instead of at each request.
+    #[inline(never)]
+    fn read_ahead(&self, queue: &Queue) {
+        let next_id = self.next_request.value();
+        for ahead in 0..super::BATCH {
+            if let Some(idx) = queue.peek(ahead) {
+                black_box(self.table.touch(idx));
+            }
+            if TOUCH_BUCKETS {
+                black_box(self.pending.touch(next_id.wrapping_add(ahead as u64)));
+            }
+        }
+        for ahead in 0..super::BATCH {
+            if !TOUCH_KEYS {
+                break;
+            }
+            if let Some(entry) = queue.peek(ahead).and_then(|idx| self.table.get(idx)) {
+                black_box(entry.key().as_bytes().first().copied());
+            }
+        }
+    }
+
     /// Encodes every request that may go out now on a ready connection,
     /// registering each as pending before its bytes exist.
+    #[inline(never)]
     pub(crate) fn fill_window(&mut self, window: u64) {
         let now = self.now;
+        if self.out.is_empty() {
+            // Once the driver has dropped every send taken from the buffer,
+            // write at its start again, in memory that was used last,
+            // instead of going on through all of it (no allocation: `false`
+            // when a send is still held, and nothing changes).
+            let whole = self.out.capacity() + 1;
+            let _reclaimed = self.out.try_reclaim(whole);
+        }
         // Releases first, in any free slot.
+        let mut count = 0;
         while (self.pending.len() as u64) < window {
+            if READ_AHEAD && count % super::BATCH == 0 {
+                self.read_ahead(&self.lane);
+            }
+            count += 1;
             let Some(idx) = self.lane.pop(&self.table) else {
                 break;
             };
-            let id = self.take_request_id();
+            let id = self.next_request.value();
             self.pending.insert(id, idx);
             let Some(Entry::Release(release)) = self.table.get_mut(idx) else {
                 unreachable!("the lane holds releases only");
@@ -112,17 +162,28 @@ impl Client {
             release.sent_at = now;
             release.attempts += 1;
             // The key is an atom, checked when it was made.
-            ClientFrame::encode_release(&mut self.out, id, release.key.as_bytes(), release.token);
-            let deadline = now.saturating_add(self.config.answer_grace);
-            self.table.set_timer(idx, Some(deadline));
+            ClientFrame::encode_release_digits(
+                &mut self.out,
+                self.next_request.digits(),
+                release.key.as_bytes(),
+                release.token,
+            );
+            self.next_request.advance();
+            let deadline = now.saturating_add_nanos(self.answer_grace_ns);
+            self.table.set_timer(idx, deadline, LANE_RELEASE_SENT);
         }
         // Then acquires, never into the reserved slots.
         let limit = self.acquire_limit(window);
+        let mut count = 0;
         while (self.pending.len() as u64) < window && (self.acquires_in_flight as u64) < limit {
+            if READ_AHEAD && count % super::BATCH == 0 {
+                self.read_ahead(&self.queue);
+            }
+            count += 1;
             let Some(idx) = self.queue.pop(&self.table) else {
                 break;
             };
-            let id = self.take_request_id();
+            let id = self.next_request.value();
             self.pending.insert(id, idx);
             self.acquires_in_flight += 1;
             let Some(Entry::Acquire(acquire)) = self.table.get_mut(idx) else {
@@ -131,21 +192,22 @@ impl Client {
             debug_assert_eq!(acquire.phase, AcquirePhase::Queued);
             acquire.phase = AcquirePhase::Sent;
             acquire.sent_at = now;
-            acquire.attempts += 1;
+            acquire.attempts = acquire.attempts.saturating_add(1);
             let wait_ms = acquire.wire_wait_ms();
             // The key and owner are atoms, checked when they were made.
-            ClientFrame::encode_acquire(
+            ClientFrame::encode_acquire_digits(
                 &mut self.out,
-                id,
+                self.next_request.digits(),
                 acquire.key.as_bytes(),
-                acquire.owner.as_bytes(),
-                wait_ms,
-                acquire.lease_ms,
+                self.owners.get(&acquire.owner).as_bytes(),
+                self.wait_digits.of(wait_ms),
+                self.lease_digits.of(acquire.lease_ms.get()),
             );
+            self.next_request.advance();
             let deadline = now
-                .saturating_add(millis(wait_ms))
-                .saturating_add(self.config.answer_grace);
-            self.table.set_timer(idx, Some(deadline));
+                .saturating_add_millis(wait_ms)
+                .saturating_add_nanos(self.answer_grace_ns);
+            self.table.set_timer(idx, deadline, LANE_SENT);
         }
     }
 
@@ -156,12 +218,6 @@ impl Client {
         }
         let data: Bytes = self.out.split().freeze();
         Some(Action::Send { conn, data })
-    }
-
-    fn take_request_id(&mut self) -> u64 {
-        let id = self.next_request;
-        self.next_request = self.next_request.wrapping_add(1);
-        id
     }
 
     /// Puts a release whose attempt was lost back at the front of the lane,
@@ -180,11 +236,12 @@ impl Client {
         release.phase = ReleasePhase::Queued;
         let gen = self.table.gen(idx).expect("occupied");
         self.lane.push_front(idx, gen);
-        self.table.set_timer(idx, Some(until));
+        self.table.set_timer(idx, until, LANE_HELD);
     }
 
     /// Ends a release: an outcome for the embedder's, a notice for the
     /// client's own.
+    #[inline(never)]
     pub(crate) fn end_release(&mut self, idx: u32, result: ReleaseResult) {
         let Some(Entry::Release(release)) = self.table.get(idx) else {
             unreachable!("only releases end as releases");

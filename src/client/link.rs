@@ -7,7 +7,7 @@ use core::mem;
 use super::outcome::{Action, BackoffCause, CloseReason, ConnId, Event, Violation};
 use super::{AcquirePhase, Client, Entry};
 use crate::names::{Endpoint, Name};
-use crate::time::{millis, Time};
+use crate::time::Time;
 use crate::wire::{Addr, ServerFrame, VERSION};
 
 /// The connection in use.
@@ -187,10 +187,10 @@ impl Client {
             }),
             ServerFrame::Answer(answer) => {
                 if matches!(phase, Phase::Ready { .. }) {
-                    self.on_answer(answer)
+                    self.on_answer(answer.into())
                 } else {
                     // Nothing is sent before W, so no answer can be due.
-                    self.stray_answer(answer);
+                    self.stray_answer(answer.into());
                     Err(CloseReason::Protocol(Violation::AnswerBeforeWelcome))
                 }
             }
@@ -338,14 +338,14 @@ impl Client {
                     }
                     let gen = self.table.gen(idx).expect("occupied");
                     self.queue.push_back(idx, gen);
-                    self.table.set_timer(idx, Some(until));
+                    self.table.set_timer(idx, until, super::LANE_QUEUED);
                 }
                 Some(Entry::Acquire(acquire)) if acquire.phase == AcquirePhase::Sent => {
                     let settles_by = self
                         .now
-                        .saturating_add(millis(acquire.wire_wait_ms()))
-                        .saturating_add(millis(acquire.lease_ms.get()))
-                        .saturating_add(self.config.settle_margin);
+                        .saturating_add_millis(acquire.wire_wait_ms())
+                        .saturating_add_millis(acquire.lease_ms.get())
+                        .saturating_add_nanos(self.settle_margin_ns);
                     self.emit_outcome(idx, super::Outcome::Indeterminate { settles_by });
                     self.retire(idx);
                 }
@@ -360,6 +360,17 @@ impl Client {
             self.requeue_release(idx);
         }
         self.scratch = sent;
+    }
+
+    /// Whether the connection is up and its handshake done.
+    pub(crate) fn is_ready(&self) -> bool {
+        matches!(
+            self.link.state,
+            LinkState::Up {
+                phase: Phase::Ready { .. },
+                ..
+            }
+        )
     }
 
     /// Whether a shutting-down client still needs a connection.

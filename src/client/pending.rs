@@ -12,10 +12,12 @@ use core::num::NonZeroU64;
 use super::outcome::{
     BackoffCause, CloseReason, Event, Grant, OpId, Outcome, ReleaseResult, Violation,
 };
-use super::{AcquirePhase, BusyPolicy, Client, Entry, Held, Release};
+use super::{
+    AcquirePhase, BusyPolicy, Client, Entry, Held, Release, ReleasePhase, LANE_HELD, LANE_OTHER,
+};
 use crate::names::Key;
 use crate::time::{millis, Time};
-use crate::wire::{Answer, AnswerKind, Atom, Op};
+use crate::wire::{AnswerKind, Op, RawAnswer};
 
 /// Request id to slot: an open-addressing table with linear probing,
 /// specialised for the client's own request ids.
@@ -47,6 +49,10 @@ struct Bucket {
 
 const EMPTY: Bucket = Bucket { id: 0, slot: 0 };
 
+/// Where a pending request's id is: its bucket, or `None` for id `0`.
+#[derive(Clone, Copy)]
+pub(crate) struct Found(Option<usize>);
+
 impl PendingTable {
     /// How many requests are pending.
     pub(crate) fn len(&self) -> usize {
@@ -65,7 +71,7 @@ impl PendingTable {
 
     /// The bucket holding `id`, if any (`id != 0`).
     #[inline]
-    fn find(&self, id: u64) -> Option<usize> {
+    fn bucket_of(&self, id: u64) -> Option<usize> {
         if self.buckets.is_empty() {
             return None;
         }
@@ -83,13 +89,47 @@ impl PendingTable {
         }
     }
 
-    /// The slot of the pending request `id`.
+    /// Where `id` is, if pending.
     #[inline]
-    pub(crate) fn get(&self, id: &u64) -> Option<&u32> {
-        if *id == 0 {
-            return self.zero.as_ref();
+    pub(crate) fn find(&self, id: u64) -> Option<Found> {
+        if id == 0 {
+            return self.zero.map(|_| Found(None));
         }
-        self.find(*id).map(|at| &self.buckets[at].slot)
+        self.bucket_of(id).map(|at| Found(Some(at)))
+    }
+
+    /// Whether `found` is where `id` is.
+    #[inline]
+    pub(crate) fn holds(&self, found: Found, id: u64) -> bool {
+        match found.0 {
+            Some(at) => self.buckets.get(at).is_some_and(|bucket| bucket.id == id),
+            None => id == 0 && self.zero.is_some(),
+        }
+    }
+
+    /// The slot of the request found at `found`.
+    #[inline]
+    pub(crate) fn slot(&self, found: Found) -> u32 {
+        match found.0 {
+            Some(at) => self.buckets[at].slot,
+            None => self.zero.expect("found"),
+        }
+    }
+
+    /// Reads the home bucket of `id`, so that a lookup or an insertion of
+    /// `id` soon after finds it in the cache.
+    #[inline]
+    pub(crate) fn touch(&self, id: u64) -> u64 {
+        match self.buckets.len() {
+            0 => 0,
+            len => self.buckets[Self::home(id, len)].id,
+        }
+    }
+
+    /// The slot of the pending request `id`.
+    #[cfg(test)]
+    pub(crate) fn get(&self, id: &u64) -> Option<u32> {
+        self.find(*id).map(|found| self.slot(found))
     }
 
     /// Registers `id` for `slot`, returning the slot it had, if any.
@@ -123,19 +163,14 @@ impl PendingTable {
         }
     }
 
-    /// Forgets `id`, returning its slot.
+    /// Forgets the request found at `found`, returning its slot.
     #[inline]
-    pub(crate) fn remove(&mut self, id: &u64) -> Option<u32> {
-        if *id == 0 {
-            let old = self.zero.take();
-            if old.is_some() {
-                self.len -= 1;
-            }
-            return old;
-        }
-        let mut hole = self.find(*id)?;
-        let slot = self.buckets[hole].slot;
+    pub(crate) fn remove_found(&mut self, found: Found) -> u32 {
         self.len -= 1;
+        let Some(mut hole) = found.0 else {
+            return self.zero.take().expect("found");
+        };
+        let slot = self.buckets[hole].slot;
         // Shift back every later id of the run that may sit in the hole:
         // one whose home is not cyclically within (hole, at].
         let mask = self.buckets.len() - 1;
@@ -153,7 +188,14 @@ impl PendingTable {
             at = (at + 1) & mask;
         }
         self.buckets[hole] = EMPTY;
-        Some(slot)
+        slot
+    }
+
+    /// Forgets `id`, returning its slot.
+    #[cfg(test)]
+    pub(crate) fn remove(&mut self, id: &u64) -> Option<u32> {
+        let found = self.find(*id)?;
+        Some(self.remove_found(found))
     }
 
     /// Every pending request, in no particular order (feature `sim` only,
@@ -204,7 +246,18 @@ impl PendingTable {
 impl Client {
     /// Matches an answer to its pending request by id, op and key, and ends
     /// or advances the request's operation. `Err` closes the connection.
-    pub(crate) fn on_answer(&mut self, answer: Answer<'_>) -> Result<(), CloseReason> {
+    pub(crate) fn on_answer(&mut self, answer: RawAnswer<'_>) -> Result<(), CloseReason> {
+        self.on_answer_found(answer, None)
+    }
+
+    /// [`on_answer`](Client::on_answer), with where the answer's id may be
+    /// in the pending table (checked before it is used).
+    #[inline]
+    pub(crate) fn on_answer_found(
+        &mut self,
+        answer: RawAnswer<'_>,
+        hint: Option<Found>,
+    ) -> Result<(), CloseReason> {
         let id = answer.id;
         // SABOTAGE (feature `sim` only): match by arrival order, taking the
         // oldest pending request of the answer's op and key instead of the
@@ -215,18 +268,51 @@ impl Client {
         } else {
             id
         };
-        let Some(&idx) = self.pending.get(&id) else {
+        let found = match hint {
+            Some(found) if self.pending.holds(found, id) => Some(found),
+            _ => self.pending.find(id),
+        };
+        let Some(found) = found else {
             // Never sent, or already answered: a second answer to one id.
             self.stray_answer(answer);
             return Err(CloseReason::Protocol(Violation::UnknownId { id }));
         };
+        let idx = self.pending.slot(found);
+        // The usual answers first: a grant of an acquire in flight, and a
+        // release of the embedder's released, each matched in full. What
+        // they do is what the general path below does with them.
+        let (entry, gen) = self
+            .table
+            .get_with_gen_mut(idx)
+            .expect("pending entries are requests");
+        match (entry, answer.kind) {
+            (Entry::Acquire(a), AnswerKind::Granted { token, lease_ms })
+                if a.phase == AcquirePhase::Sent
+                    && lease_ms <= a.lease_ms
+                    && a.key.is(answer.key) =>
+            {
+                let sent_at = a.sent_at;
+                self.pending.remove_found(found);
+                self.acquires_in_flight -= 1;
+                self.grant(idx, gen, token, lease_ms, sent_at);
+                return Ok(());
+            }
+            (Entry::Release(r), AnswerKind::Released) if !r.orphan && r.key.is(answer.key) => {
+                debug_assert_eq!(r.phase, ReleasePhase::Sent);
+                self.pending.remove_found(found);
+                self.events.push_back(Event::Outcome {
+                    op: OpId::new(idx, gen),
+                    outcome: Outcome::Released,
+                });
+                self.open_releases -= 1;
+                self.free(idx);
+                return Ok(());
+            }
+            _ => {}
+        }
         let (op, key_matches, asked_lease) = match self.table.get(idx) {
-            Some(Entry::Acquire(a)) => (Op::Acquire, a.key.is(answer.key.as_bytes()), a.lease_ms),
-            Some(Entry::Release(r)) => (
-                Op::Release,
-                r.key.is(answer.key.as_bytes()),
-                NonZeroU64::MAX,
-            ),
+            Some(Entry::Acquire(a)) => (Op::Acquire, a.key.is(answer.key), a.lease_ms),
+            Some(Entry::Release(r)) => (Op::Release, r.key.is(answer.key), NonZeroU64::MAX),
             Some(Entry::Held(_)) | None => unreachable!("pending entries are requests"),
         };
         if op != answer.op() || !key_matches {
@@ -241,7 +327,7 @@ impl Client {
                 return Err(CloseReason::Protocol(Violation::LeaseAboveAsked { id }));
             }
         }
-        self.pending.remove(&id);
+        self.pending.remove_found(found);
         // The answer timer is not disarmed here: every path below re-arms
         // it (a grant's lease, a `B` backoff) or frees the slot, which
         // disarms it; re-arming in place costs one sift instead of two.
@@ -271,42 +357,16 @@ impl Client {
                 // An abandoned waiter's answer is claimed; its grant goes
                 // back by exact token.
                 let until = self.expires_by(lease_ms);
-                if let Some(Entry::Acquire(a)) = self.table.remove(idx) {
-                    self.queue_orphan_release(a.key, token, until);
+                if let Some(key) = self.free(idx) {
+                    self.queue_orphan_release(key, token, until);
                 }
             }
             (AcquirePhase::Abandoned, _) => {
-                self.table.remove(idx);
+                self.free(idx);
             }
             (_, AnswerKind::Granted { token, lease_ms }) => {
-                let lease = millis(lease_ms.get());
-                let expires_by = self.expires_by(lease_ms);
-                let op = OpId::new(idx, self.table.gen(idx).expect("occupied"));
-                // The acquire's id dies here; the grant's handle is the
-                // slot's next generation.
-                let handle = OpId::new(idx, self.table.bump(idx));
-                self.open_acquires -= 1;
-                let entry = self.table.get_mut(idx).expect("occupied");
-                let Entry::Acquire(acquire) = entry else {
-                    unreachable!("matched as an acquire");
-                };
-                let key = acquire.key.clone();
-                *entry = Entry::Held(Held {
-                    key: key.clone(),
-                    token,
-                });
-                self.table.set_timer(idx, Some(expires_by));
-                self.events.push_back(Event::Outcome {
-                    op,
-                    outcome: Outcome::Granted(Grant {
-                        key,
-                        token,
-                        lease,
-                        valid_until: sent_at.saturating_add(lease),
-                        expires_by,
-                        handle,
-                    }),
-                });
+                let gen = self.table.gen(idx).expect("occupied");
+                self.grant(idx, gen, token, lease_ms, sent_at);
             }
             (_, AnswerKind::TimedOut) => {
                 self.emit_outcome(idx, Outcome::TimedOut { sent: true });
@@ -315,18 +375,20 @@ impl Client {
             (_, AnswerKind::Busy) => {
                 // Refused before it was queued: trying again is safe, with a
                 // new id, while the budget still fits an attempt.
-                let retry_at = match self.config.busy {
-                    BusyPolicy::Retry => {
-                        Some(self.backoff_until(BackoffCause::Busy, attempts.saturating_sub(1)))
-                    }
-                    BusyPolicy::FailFast => None,
-                };
+                let retry_at =
+                    match self.config.busy {
+                        BusyPolicy::Retry => Some(self.backoff_until(
+                            BackoffCause::Busy,
+                            u32::from(attempts.saturating_sub(1)),
+                        )),
+                        BusyPolicy::FailFast => None,
+                    };
                 match retry_at {
                     Some(at) if fits_an_attempt(at, budget_end) => {
                         if let Some(Entry::Acquire(a)) = self.table.get_mut(idx) {
                             a.phase = AcquirePhase::Backoff;
                         }
-                        self.table.set_timer(idx, Some(at));
+                        self.table.set_timer(idx, at, LANE_OTHER);
                         self.events.push_back(Event::Backoff {
                             cause: BackoffCause::Busy,
                             until: at,
@@ -344,14 +406,52 @@ impl Client {
         }
     }
 
+    /// An acquire in flight in `idx`, of generation `gen`, sent at
+    /// `sent_at`, is granted: the embedder holds the grant from now on.
+    #[inline(never)]
+    fn grant(&mut self, idx: u32, gen: u32, token: u64, lease_ms: NonZeroU64, sent_at: Time) {
+        let expires_by = self.expires_by(lease_ms);
+        let op = OpId::new(idx, gen);
+        // The acquire's id dies here; the grant's handle is the slot's next
+        // generation.
+        let handle = OpId::new(idx, self.table.bump(idx));
+        self.open_acquires -= 1;
+        let mut taken = None;
+        self.table.replace_with(idx, |entry| {
+            let Entry::Acquire(acquire) = entry else {
+                unreachable!("matched as an acquire");
+            };
+            let key = acquire.key.clone();
+            taken = Some((key, acquire.owner));
+            Entry::Held(Held {
+                key: acquire.key,
+                token,
+            })
+        });
+        let (key, owner) = taken.expect("set above");
+        self.owners.release(owner);
+        self.table.set_timer(idx, expires_by, LANE_HELD);
+        self.events.push_back(Event::Outcome {
+            op,
+            outcome: Outcome::Granted(Grant {
+                key,
+                token,
+                lease: millis(lease_ms.get()),
+                valid_until: sent_at.saturating_add_millis(lease_ms.get()),
+                expires_by,
+                handle,
+            }),
+        });
+    }
+
     /// The oldest pending request of `op` on `key` (for a sabotage switch).
     #[cfg(feature = "sim")]
-    fn oldest_pending(&self, op: Op, key: Atom<'_>) -> Option<u64> {
+    fn oldest_pending(&self, op: Op, key: &[u8]) -> Option<u64> {
         self.pending
             .iter()
             .filter(|&(_, idx)| match self.table.get(idx) {
-                Some(Entry::Acquire(a)) => op == Op::Acquire && a.key.is(key.as_bytes()),
-                Some(Entry::Release(r)) => op == Op::Release && r.key.is(key.as_bytes()),
+                Some(Entry::Acquire(a)) => op == Op::Acquire && a.key.is(key),
+                Some(Entry::Release(r)) => op == Op::Release && r.key.is(key),
                 _ => false,
             })
             .map(|(id, _)| id)
@@ -362,30 +462,30 @@ impl Client {
     /// answered now.
     pub(crate) fn expires_by(&self, lease_ms: NonZeroU64) -> Time {
         self.now
-            .saturating_add(millis(lease_ms.get()))
-            .saturating_add(self.config.settle_margin)
+            .saturating_add_millis(lease_ms.get())
+            .saturating_add_nanos(self.settle_margin_ns)
     }
 
     /// An answer no pending request claims. If it is a `G` for a grant the
     /// embedder was not given, release that grant by its exact token: a
     /// grant the embedder holds is never released behind its back.
-    pub(crate) fn stray_answer(&mut self, answer: Answer<'_>) {
+    pub(crate) fn stray_answer(&mut self, answer: RawAnswer<'_>) {
         if let AnswerKind::Granted { token, lease_ms } = answer.kind {
             if self.is_known_grant(answer.key, token) {
                 return;
             }
             let until = self.expires_by(lease_ms);
-            self.queue_orphan_release(Key::from(answer.key), token, until);
+            self.queue_orphan_release(Key::from_atom_bytes(answer.key), token, until);
         }
     }
 
     /// Whether the embedder holds `(key, token)`, or a release of it is
     /// already under way. A scan: this only runs when the server has broken
     /// the protocol, at most once per connection.
-    fn is_known_grant(&self, key: Atom<'_>, token: u64) -> bool {
+    fn is_known_grant(&self, key: &[u8], token: u64) -> bool {
         self.table.indices().any(|idx| match self.table.get(idx) {
-            Some(Entry::Held(h)) => h.token == token && h.key.is(key.as_bytes()),
-            Some(Entry::Release(r)) => r.token == token && r.key.is(key.as_bytes()),
+            Some(Entry::Held(h)) => h.token == token && h.key.is(key),
+            Some(Entry::Release(r)) => r.token == token && r.key.is(key),
             _ => false,
         })
     }
@@ -409,7 +509,7 @@ impl Client {
         let (idx, _) = self
             .table
             .insert(Entry::Release(Release::queued(key, token, until, true)));
-        self.enqueue_release(idx);
+        self.enqueue_release(idx, true);
     }
 }
 
@@ -458,14 +558,14 @@ mod tests {
                 } else {
                     next + rng.up_to(5000)
                 };
-                assert_eq!(table.get(&id), model.get(&id));
+                assert_eq!(table.get(&id), model.get(&id).copied());
                 assert_eq!(table.remove(&id), model.remove(&id));
                 assert_eq!(table.get(&id), None);
             }
             assert_eq!(table.len(), model.len());
             if step % 20_000 == 0 {
                 for (id, slot) in &model {
-                    assert_eq!(table.get(id), Some(slot));
+                    assert_eq!(table.get(id), Some(*slot));
                 }
             }
         }
@@ -477,6 +577,6 @@ mod tests {
         assert!(table.is_empty());
         assert_eq!(table.get(&1), None);
         assert_eq!(table.insert(5, 1), None);
-        assert_eq!(table.get(&5), Some(&1));
+        assert_eq!(table.get(&5), Some(1));
     }
 }

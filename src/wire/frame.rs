@@ -3,7 +3,7 @@
 use core::fmt;
 use core::num::NonZeroU64;
 
-use bytes::BufMut;
+use bytes::{BufMut, BytesMut};
 
 use super::atom::{Addr, Atom};
 
@@ -148,6 +148,35 @@ impl Answer<'_> {
     }
 }
 
+/// An answer as the client core reads it: the key as the bytes of an atom,
+/// already checked, never turned into a `str` (the core only compares them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RawAnswer<'a> {
+    /// The id of the request answered.
+    pub(crate) id: u64,
+    /// The key of the request answered: the bytes of an atom.
+    pub(crate) key: &'a [u8],
+    /// What the answer says.
+    pub(crate) kind: AnswerKind,
+}
+
+impl RawAnswer<'_> {
+    /// The op answered.
+    pub(crate) const fn op(&self) -> Op {
+        self.kind.op()
+    }
+}
+
+impl<'a> From<Answer<'a>> for RawAnswer<'a> {
+    fn from(answer: Answer<'a>) -> RawAnswer<'a> {
+        RawAnswer {
+            id: answer.id,
+            key: answer.key.as_bytes(),
+            kind: answer.kind,
+        }
+    }
+}
+
 /// A frame a server sends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ServerFrame<'a> {
@@ -259,6 +288,142 @@ pub(crate) fn put_u64(out: &mut impl BufMut, n: u64) {
     out.put_slice(&digits[..len]);
 }
 
+/// The decimal digits of a number, at the start of `bytes`, which holds at
+/// least 16 bytes (past the digits, anything): a short number is copied 16
+/// bytes at once, a copy of a known size.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Digits<'a> {
+    bytes: &'a [u8],
+    len: usize,
+}
+
+impl Digits<'_> {
+    /// The digits themselves.
+    #[cfg(test)]
+    pub(crate) fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+}
+
+/// Where the digits of an [`IdDigits`] end in its text; 16 bytes follow.
+const ID_END: usize = 20;
+
+/// The decimal digits of a request id that goes up by one at a time, kept
+/// up to date by adding one to the text, so that writing an id into a
+/// request is a copy. The digits end at `ID_END`, right-aligned.
+#[derive(Clone, Debug)]
+pub(crate) struct IdDigits {
+    value: u64,
+    text: [u8; ID_END + 16],
+    start: usize,
+}
+
+impl IdDigits {
+    /// The digits of `value`.
+    pub(crate) fn new(value: u64) -> IdDigits {
+        let mut digits = [0u8; 24];
+        let len = write_u64(&mut digits, 0, value);
+        let mut text = [b'0'; ID_END + 16];
+        text[ID_END - len..ID_END].copy_from_slice(&digits[..len]);
+        IdDigits {
+            value,
+            text,
+            start: ID_END - len,
+        }
+    }
+
+    /// The number.
+    #[inline(always)]
+    pub(crate) fn value(&self) -> u64 {
+        self.value
+    }
+
+    /// Its digits, without leading zeros.
+    #[inline(always)]
+    pub(crate) fn digits(&self) -> Digits<'_> {
+        Digits {
+            bytes: &self.text[self.start..],
+            len: ID_END - self.start,
+        }
+    }
+
+    /// Moves on to the next number (wrapping), and its digits.
+    #[inline(always)]
+    pub(crate) fn advance(&mut self) {
+        self.value = self.value.wrapping_add(1);
+        let last = &mut self.text[ID_END - 1];
+        if *last < b'9' && self.value != 0 {
+            *last += 1;
+        } else {
+            self.carry();
+        }
+    }
+
+    /// [`advance`](IdDigits::advance) past a last digit 9, or past
+    /// `u64::MAX`.
+    #[cold]
+    fn carry(&mut self) {
+        if self.value == 0 {
+            // Round past `u64::MAX`.
+            *self = IdDigits::new(0);
+            return;
+        }
+        let mut at = ID_END - 1;
+        loop {
+            if self.text[at] < b'9' {
+                self.text[at] += 1;
+                return;
+            }
+            self.text[at] = b'0';
+            if at == self.start {
+                break;
+            }
+            at -= 1;
+        }
+        // All nines: one digit more (`u64::MAX` has 20 digits and does not
+        // end in a 9, so there is room).
+        self.start -= 1;
+        self.text[self.start] = b'1';
+    }
+}
+
+/// The decimal digits of the last number asked for, computed again only
+/// when another number comes: leases and waits are mostly the same from one
+/// request to the next.
+#[derive(Clone, Debug)]
+pub(crate) struct NumberDigits {
+    value: u64,
+    text: [u8; 24],
+    len: usize,
+}
+
+impl Default for NumberDigits {
+    fn default() -> NumberDigits {
+        let mut text = [0u8; 24];
+        text[0] = b'0';
+        NumberDigits {
+            value: 0,
+            text,
+            len: 1,
+        }
+    }
+}
+
+impl NumberDigits {
+    /// The digits of `n`.
+    #[inline(always)]
+    pub(crate) fn of(&mut self, n: u64) -> Digits<'_> {
+        if n != self.value {
+            self.value = n;
+            self.len = write_u64(&mut self.text, 0, n);
+        }
+        Digits {
+            bytes: &self.text,
+            len: self.len,
+        }
+    }
+}
+
 /// The space and the digits of a `u64` field, at most.
 const NUMBER_FIELD: usize = 1 + 20;
 /// Room for a frame assembled on the stack. A client frame whose atoms are
@@ -266,13 +431,18 @@ const NUMBER_FIELD: usize = 1 + 20;
 /// written field by field.
 const SHORT_LINE: usize = 128;
 
-/// A frame assembled on the stack.
-struct Line {
-    bytes: [u8; SHORT_LINE],
+/// Room for a frame assembled in place: `SHORT_LINE`, and past it room for
+/// the last copy of 16 digits at once.
+const ROOM: usize = SHORT_LINE + 32;
+
+/// A frame being written into `bytes` (a buffer on the stack, or room made
+/// at the end of the send buffer), field after field.
+struct Line<'a> {
+    bytes: &'a mut [u8],
     len: usize,
 }
 
-impl Line {
+impl Line<'_> {
     /// Whether a frame of `numbers` number fields and atoms of `atoms`
     /// bytes in `atom_fields` fields surely fits.
     #[inline(always)]
@@ -282,31 +452,96 @@ impl Line {
         longest <= SHORT_LINE
     }
 
+    /// Writes a frame of at most `len` bytes (digit fields written 16 bytes
+    /// at once included) at the end of `out`, in place: room is made with
+    /// zeros, the frame is written over them, and what is left of the room
+    /// is cut off. The frame's bytes are not copied once more from a buffer
+    /// on the stack, where reading them back wide right after writing them
+    /// narrow would stall.
     #[inline(always)]
-    fn new(kind: u8) -> Line {
-        let mut bytes = [0; SHORT_LINE];
-        bytes[0] = kind;
-        Line { bytes, len: 1 }
+    fn in_place(out: &mut BytesMut, len: usize, write: impl FnOnce(&mut Line<'_>)) {
+        let start = out.len();
+        if len <= 64 {
+            out.extend_from_slice(&[0; 64]);
+        } else {
+            debug_assert!(len <= ROOM);
+            out.extend_from_slice(&[0; ROOM]);
+        }
+        let mut line = Line {
+            bytes: &mut out[start..],
+            len: 0,
+        };
+        write(&mut line);
+        let end = start + line.len;
+        out.truncate(end);
+    }
+
+    #[inline(always)]
+    fn start(&mut self, kind: u8) {
+        self.bytes[0] = kind;
+        self.len = 1;
     }
 
     #[inline(always)]
     fn field(&mut self, field: &[u8]) {
         let at = self.len;
         self.bytes[at] = b' ';
-        self.bytes[at + 1..at + 1 + field.len()].copy_from_slice(field);
+        copy_short(&mut self.bytes[at + 1..at + 1 + field.len()], field);
         self.len = at + 1 + field.len();
+    }
+
+    /// A field of digits: 16 bytes are copied when there are at most 16
+    /// digits, the ones past them overwritten by the next field or cut off.
+    #[inline(always)]
+    fn digits(&mut self, digits: Digits<'_>) {
+        let at = self.len;
+        self.bytes[at] = b' ';
+        if digits.len <= 16 {
+            self.bytes[at + 1..at + 17].copy_from_slice(&digits.bytes[..16]);
+        } else {
+            self.bytes[at + 1..at + 1 + digits.len].copy_from_slice(&digits.bytes[..digits.len]);
+        }
+        self.len = at + 1 + digits.len;
     }
 
     #[inline(always)]
     fn number(&mut self, n: u64) {
         self.bytes[self.len] = b' ';
-        self.len = write_u64(&mut self.bytes, self.len + 1, n);
+        self.len = write_u64(self.bytes, self.len + 1, n);
     }
 
+    /// Ends the line with its `\n`.
     #[inline(always)]
-    fn finish(mut self, out: &mut impl BufMut) {
+    fn finish(&mut self) {
         self.bytes[self.len] = b'\n';
-        out.put_slice(&self.bytes[..=self.len]);
+        self.len += 1;
+    }
+}
+
+/// Copies `src` into `dst`, of the same length, with copies of known sizes
+/// (two overlapping ones) when it is short, so that no call is made.
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    let n = src.len();
+    debug_assert_eq!(dst.len(), n);
+    if n >= 8 {
+        if n <= 16 {
+            dst[..8].copy_from_slice(&src[..8]);
+            dst[n - 8..].copy_from_slice(&src[n - 8..]);
+        } else if n <= 32 {
+            dst[..16].copy_from_slice(&src[..16]);
+            dst[n - 16..].copy_from_slice(&src[n - 16..]);
+        } else {
+            dst.copy_from_slice(src);
+        }
+    } else if n >= 4 {
+        dst[..4].copy_from_slice(&src[..4]);
+        dst[n - 4..].copy_from_slice(&src[n - 4..]);
+    } else if n > 0 {
+        // One to three bytes: the first, the middle and the last.
+        dst[0] = src[0];
+        dst[n / 2] = src[n / 2];
+        dst[n - 1] = src[n - 1];
     }
 }
 
@@ -348,6 +583,45 @@ impl ClientFrame<'_> {
         }
     }
 
+    /// Writes `A <id> <key> <owner> <wait_ms> <lease_ms>\n` into `line`, if
+    /// its atoms are short enough; `false` if they are not.
+    #[inline(always)]
+    fn acquire_line(
+        line: &mut Line<'_>,
+        id: u64,
+        key: &[u8],
+        owner: &[u8],
+        wait_ms: u64,
+        lease_ms: NonZeroU64,
+    ) -> bool {
+        if !Line::fits(3, 2, key.len() + owner.len()) {
+            return false;
+        }
+        line.start(b'A');
+        line.number(id);
+        line.field(key);
+        line.field(owner);
+        line.number(wait_ms);
+        line.number(lease_ms.get());
+        line.finish();
+        true
+    }
+
+    /// Writes `R <id> <key> <token>\n` into `line`, if its key is short
+    /// enough; `false` if it is not.
+    #[inline(always)]
+    fn release_line(line: &mut Line<'_>, id: u64, key: &[u8], token: u64) -> bool {
+        if !Line::fits(2, 1, key.len()) {
+            return false;
+        }
+        line.start(b'R');
+        line.number(id);
+        line.field(key);
+        line.number(token);
+        line.finish();
+        true
+    }
+
     /// Appends `A <id> <key> <owner> <wait_ms> <lease_ms>\n`. `key` and
     /// `owner` must be atoms: the client passes its [`Key`](crate::Key) and
     /// [`Name`](crate::Name), checked when they were made, without checking
@@ -360,14 +634,13 @@ impl ClientFrame<'_> {
         wait_ms: u64,
         lease_ms: NonZeroU64,
     ) {
-        if Line::fits(3, 2, key.len() + owner.len()) {
-            let mut line = Line::new(b'A');
-            line.number(id);
-            line.field(key);
-            line.field(owner);
-            line.number(wait_ms);
-            line.number(lease_ms.get());
-            line.finish(out);
+        let mut bytes = [0; ROOM];
+        let mut line = Line {
+            bytes: &mut bytes,
+            len: 0,
+        };
+        if Self::acquire_line(&mut line, id, key, owner, wait_ms, lease_ms) {
+            out.put_slice(&line.bytes[..line.len]);
         } else {
             out.put_u8(b'A');
             put_number(out, id);
@@ -379,18 +652,83 @@ impl ClientFrame<'_> {
         }
     }
 
+    /// [`encode_acquire`](ClientFrame::encode_acquire) into a `BytesMut`,
+    /// the client's send buffer, from the digits of its numbers (see
+    /// [`IdDigits`] and [`NumberDigits`]), without a call to copy a short
+    /// line.
+    #[inline]
+    pub(crate) fn encode_acquire_digits(
+        out: &mut BytesMut,
+        id: Digits<'_>,
+        key: &[u8],
+        owner: &[u8],
+        wait_ms: Digits<'_>,
+        lease_ms: Digits<'_>,
+    ) {
+        let len = 1 + id.len + key.len() + owner.len() + wait_ms.len + lease_ms.len + 5 + 1;
+        if len <= SHORT_LINE {
+            // Digits are written 16 bytes at once.
+            Line::in_place(out, len + 16, |line| {
+                line.start(b'A');
+                line.digits(id);
+                line.field(key);
+                line.field(owner);
+                line.digits(wait_ms);
+                line.digits(lease_ms);
+                line.finish();
+            });
+        } else {
+            out.put_u8(b'A');
+            for field in [&id.bytes[..id.len], key, owner] {
+                put_field(out, field);
+            }
+            put_field(out, &wait_ms.bytes[..wait_ms.len]);
+            put_field(out, &lease_ms.bytes[..lease_ms.len]);
+            out.put_u8(b'\n');
+        }
+    }
+
     /// Appends `R <id> <key> <token>\n`. `key` must be an atom, as for
     /// [`encode_acquire`](ClientFrame::encode_acquire).
     pub(crate) fn encode_release(out: &mut impl BufMut, id: u64, key: &[u8], token: u64) {
-        if Line::fits(2, 1, key.len()) {
-            let mut line = Line::new(b'R');
-            line.number(id);
-            line.field(key);
-            line.number(token);
-            line.finish(out);
+        let mut bytes = [0; ROOM];
+        let mut line = Line {
+            bytes: &mut bytes,
+            len: 0,
+        };
+        if Self::release_line(&mut line, id, key, token) {
+            out.put_slice(&line.bytes[..line.len]);
         } else {
             out.put_u8(b'R');
             put_number(out, id);
+            put_field(out, key);
+            put_number(out, token);
+            out.put_u8(b'\n');
+        }
+    }
+
+    /// [`encode_release`](ClientFrame::encode_release) into a `BytesMut`,
+    /// as [`encode_acquire_digits`](ClientFrame::encode_acquire_digits).
+    #[inline]
+    pub(crate) fn encode_release_digits(
+        out: &mut BytesMut,
+        id: Digits<'_>,
+        key: &[u8],
+        token: u64,
+    ) {
+        if Line::fits(1, 2, id.len + key.len()) {
+            // The token is written eight bytes at once, up to 24.
+            let len = 1 + 1 + id.len + 1 + key.len() + 1 + 20 + 1;
+            Line::in_place(out, len + 16, |line| {
+                line.start(b'R');
+                line.digits(id);
+                line.field(key);
+                line.number(token);
+                line.finish();
+            });
+        } else {
+            out.put_u8(b'R');
+            put_field(out, &id.bytes[..id.len]);
             put_field(out, key);
             put_number(out, token);
             out.put_u8(b'\n');
@@ -484,6 +822,26 @@ mod tests {
     }
 
     #[test]
+    fn digits_follow_their_numbers() {
+        let mut rng = Rng::new(9);
+        let starts = [0, 1, 8, 9, 99, 999, 1_099, u64::MAX - 3, 10u64.pow(19) - 2];
+        for start in starts
+            .into_iter()
+            .chain((0..200).map(|_| rng.up_to(u64::MAX) >> rng.up_to(63)))
+        {
+            let mut id = IdDigits::new(start);
+            for _ in 0..1_200 {
+                assert_eq!(id.digits().as_bytes(), id.value().to_string().as_bytes());
+                id.advance();
+            }
+        }
+        let mut memo = NumberDigits::default();
+        for n in [0, 0, 5, 5, 30_000, 7, 0, u64::MAX, u64::MAX, 10] {
+            assert_eq!(memo.of(n).as_bytes(), n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
     fn short_and_long_frames_encode_alike() {
         let mut rng = Rng::new(6);
         for _ in 0..2_000 {
@@ -507,6 +865,28 @@ mod tests {
             assert_eq!(
                 out,
                 format!("A {id} {key} {owner} {wait} {lease}\n").as_bytes()
+            );
+            let mut bytes = BytesMut::from(&b"before "[..]);
+            let (mut waits, mut leases) = (NumberDigits::default(), NumberDigits::default());
+            let id_digits = IdDigits::new(id);
+            ClientFrame::encode_acquire_digits(
+                &mut bytes,
+                id_digits.digits(),
+                key.as_bytes(),
+                owner.as_bytes(),
+                waits.of(wait),
+                leases.of(lease),
+            );
+            ClientFrame::encode_release_digits(
+                &mut bytes,
+                id_digits.digits(),
+                key.as_bytes(),
+                wait,
+            );
+            assert_eq!(
+                bytes,
+                format!("before A {id} {key} {owner} {wait} {lease}\nR {id} {key} {wait}\n")
+                    .as_bytes()
             );
             out.clear();
             ClientFrame::Release {

@@ -52,6 +52,8 @@ pub use frame::{Answer, AnswerKind, ClientFrame, Op, ServerFrame, Window, VERSIO
 pub use line::{LineReader, MAX_FRAME};
 
 pub(crate) use atom::{check_atom, is_host_port};
+pub(crate) use frame::{IdDigits, NumberDigits, RawAnswer};
+pub(crate) use parse::leading_answer;
 
 #[cfg(test)]
 mod tests;

@@ -5,7 +5,7 @@ use core::num::NonZeroU64;
 
 use super::atom::{Addr, Atom, MAX_ATOM};
 use super::error::FrameError;
-use super::frame::{Answer, AnswerKind, ClientFrame, Op, ServerFrame, Window};
+use super::frame::{Answer, AnswerKind, ClientFrame, Op, RawAnswer, ServerFrame, Window};
 
 /// The most fields any frame has, plus one to tell "too many" apart.
 const MAX_FIELDS: usize = 7;
@@ -242,32 +242,69 @@ impl<'a> ClientFrame<'a> {
     }
 }
 
+/// `10^i`, for `i` in `0..8`.
+const SMALL_POWERS: [u64; 8] = [1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000];
+
+/// The eight bytes of `bytes` from `at`, as a little-endian word.
+#[inline(always)]
+fn word_at(bytes: &[u8], at: usize) -> u64 {
+    u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// How many of the bytes of `word`, in memory order, are digits before the
+/// first one that is not (8 if all are).
+#[inline(always)]
+fn digit_run(word: u64) -> usize {
+    // A byte is a digit when its high nibble is 3, and still is after
+    // adding 6. (A carry out of a byte only disturbs later bytes, past a
+    // byte that is no digit already.)
+    let high = 0xF0F0_F0F0_F0F0_F0F0;
+    let faults =
+        ((word & high) ^ (0x30 * ONES)) | ((word.wrapping_add(0x06 * ONES) & high) ^ (0x30 * ONES));
+    (!zero_bytes(faults) & HIGHS).trailing_zeros() as usize / 8
+}
+
+/// The value of the first `len` (`1..=8`) bytes of `word`, all digits, the
+/// first one most significant.
+#[inline(always)]
+fn digits_value(word: u64, len: usize) -> u64 {
+    // The digits moved to the top of the word behind zeros, then combined
+    // two, four and eight digits at a time.
+    let digits = (word << (8 * (8 - len))) & (0x0F * ONES);
+    let pairs = (digits.wrapping_mul(10 * 256 + 1) >> 8) & 0x00FF_00FF_00FF_00FF;
+    let quads = (pairs.wrapping_mul(100 * 65_536 + 1) >> 16) & 0x0000_FFFF_0000_FFFF;
+    quads.wrapping_mul(10_000 * (1 << 32) + 1) >> 32
+}
+
 /// A canonical number of at most 19 digits (so no overflow is possible)
 /// at the start of `bytes`: its value and length. `None` for anything else,
 /// which the general parser then judges.
 #[inline(always)]
 fn leading_number(bytes: &[u8]) -> Option<(u64, usize)> {
-    if let Some(word) = bytes.get(..8) {
-        let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
-        // A byte is a digit when its high nibble is 3, and still is after
-        // adding 6. (A carry out of a byte only disturbs later bytes, past a
-        // byte that is no digit already.)
-        let high = 0xF0F0_F0F0_F0F0_F0F0;
-        let faults = ((word & high) ^ (0x30 * ONES))
-            | ((word.wrapping_add(0x06 * ONES) & high) ^ (0x30 * ONES));
-        let len = (!zero_bytes(faults) & HIGHS).trailing_zeros() as usize / 8;
+    if bytes.len() >= 8 {
+        let word = word_at(bytes, 0);
+        let len = digit_run(word);
         if len < 8 {
             if len == 0 || (len > 1 && bytes[0] == b'0') {
                 return None;
             }
-            // The digits, first one most significant, moved to the top of
-            // the word behind zeros, then combined two, four and eight
-            // digits at a time.
-            let digits = (word << (8 * (8 - len))) & (0x0F * ONES);
-            let pairs = (digits.wrapping_mul(10 * 256 + 1) >> 8) & 0x00FF_00FF_00FF_00FF;
-            let quads = (pairs.wrapping_mul(100 * 65_536 + 1) >> 16) & 0x0000_FFFF_0000_FFFF;
-            let value = quads.wrapping_mul(10_000 * (1 << 32) + 1) >> 32;
-            return Some((value, len));
+            return Some((digits_value(word, len), len));
+        }
+        if bytes.len() >= 16 {
+            // Eight digits, then up to seven more.
+            if bytes[0] == b'0' {
+                return None;
+            }
+            let next = word_at(bytes, 8);
+            let more = digit_run(next);
+            if more < 8 {
+                let high = digits_value(word, 8);
+                if more == 0 {
+                    return Some((high, 8));
+                }
+                let value = high * SMALL_POWERS[more] + digits_value(next, more);
+                return Some((value, 8 + more));
+            }
         }
     }
     let mut value: u64 = 0;
@@ -282,6 +319,87 @@ fn leading_number(bytes: &[u8]) -> Option<(u64, usize)> {
     }
     let canonical = len == 1 || (len > 1 && len <= 19 && bytes[0] != b'0');
     canonical.then_some((value, len))
+}
+
+/// How many bytes at the start of `bytes` are in `0x21..=0x7e` (the bytes
+/// of an atom), or some number above [`MAX_ATOM`] if that many are.
+#[inline(always)]
+fn atom_run(bytes: &[u8]) -> usize {
+    let mut at = 0;
+    while at + 8 <= bytes.len() {
+        let word = word_at(bytes, at);
+        let stops = unprintable(word) | zero_bytes(word ^ (0x20 * ONES));
+        if stops != 0 {
+            return at + (stops.trailing_zeros() / 8) as usize;
+        }
+        at += 8;
+        if at > MAX_ATOM {
+            return at;
+        }
+    }
+    let rest = &bytes[at..];
+    at + rest
+        .iter()
+        .position(|b| !(0x21..=0x7e).contains(b))
+        .unwrap_or(rest.len())
+}
+
+/// The common case of reading answers: a valid answer line at the start of
+/// `bytes`, its `\n` included, parsed in one pass without looking for the
+/// end of the line first. Returns the answer, with its key as the bytes of
+/// an atom, and the length of the line with its `\n`. `None` for anything
+/// else (other frames, a line not whole in `bytes`, and every fault): the
+/// caller then takes the line through [`LineReader`](super::LineReader) and
+/// [`ServerFrame::parse`], so results and errors are theirs in every case.
+#[inline]
+pub(crate) fn leading_answer(bytes: &[u8]) -> Option<(RawAnswer<'_>, usize)> {
+    let letter = *bytes.first()?;
+    let op = match letter {
+        b'G' | b'T' | b'B' => b'A',
+        b'D' | b'N' => b'R',
+        _ => return None,
+    };
+    if bytes.get(1) != Some(&b' ') {
+        return None;
+    }
+    let (id, len) = leading_number(&bytes[2..])?;
+    let mut at = 2 + len;
+    if bytes.get(at..at + 3)? != [b' ', op, b' '] {
+        return None;
+    }
+    at += 3;
+    let key_len = atom_run(&bytes[at..]);
+    if key_len == 0 || key_len > MAX_ATOM {
+        return None;
+    }
+    let key = &bytes[at..at + key_len];
+    at += key_len;
+    let kind = match letter {
+        b'G' => {
+            if bytes.get(at) != Some(&b' ') {
+                return None;
+            }
+            let (token, len) = leading_number(&bytes[at + 1..])?;
+            at += 1 + len;
+            if bytes.get(at) != Some(&b' ') {
+                return None;
+            }
+            let (lease_ms, len) = leading_number(&bytes[at + 1..])?;
+            at += 1 + len;
+            AnswerKind::Granted {
+                token,
+                lease_ms: NonZeroU64::new(lease_ms)?,
+            }
+        }
+        b'T' => AnswerKind::TimedOut,
+        b'B' => AnswerKind::Busy,
+        b'D' => AnswerKind::Released,
+        _ => AnswerKind::NotHeld,
+    };
+    if bytes.get(at) != Some(&b'\n') {
+        return None;
+    }
+    Some((RawAnswer { id, key, kind }, at + 1))
 }
 
 /// The length of the atom at the start of `bytes`, which must end at a
@@ -505,6 +623,66 @@ mod tests {
                 leading_number_slowly(&bytes),
                 "{bytes:?}"
             );
+        }
+    }
+
+    #[test]
+    fn answers_read_from_the_input_agree_with_the_reader_and_the_general_parser() {
+        let mut rng = Rng::new(8);
+        let alphabet: &[u8] = b" 0123456789GTBDNAR-k\r\x7f\x80\x1f\n";
+        let tails: [&[u8]; 5] = [b"", b"\n", b"G 1 A k 2 3\n", b"0123456789012345678", b" x"];
+        let mut taken = 0;
+        for _ in 0..300_000 {
+            let mut bytes = answer_line(&mut rng);
+            for _ in 0..rng.up_to(3) {
+                if bytes.is_empty() {
+                    break;
+                }
+                let at = rng.up_to(bytes.len() as u64 - 1) as usize;
+                let byte = alphabet[rng.up_to(alphabet.len() as u64 - 1) as usize];
+                match rng.up_to(2) {
+                    0 => bytes[at] = byte,
+                    1 => bytes.insert(at, byte),
+                    _ => {
+                        bytes.remove(at);
+                    }
+                }
+            }
+            if rng.chance(9, 10) {
+                bytes.push(b'\n');
+            }
+            bytes.extend_from_slice(tails[rng.up_to(4) as usize]);
+            let mut reader = crate::wire::LineReader::new();
+            let mut input = &bytes[..];
+            let expected = match reader.next_line(&mut input) {
+                Some(Ok(line)) => match ServerFrame::parse(line) {
+                    Ok(ServerFrame::Answer(answer)) => Some((answer.into(), line.len() + 1)),
+                    _ => None,
+                },
+                _ => None,
+            };
+            // Declining is always allowed (the reader then takes the line).
+            if let Some(found) = leading_answer(&bytes) {
+                taken += 1;
+                assert_eq!(
+                    Some(found),
+                    expected,
+                    "{:?}",
+                    String::from_utf8_lossy(&bytes)
+                );
+            }
+        }
+        assert!(taken > 20_000, "{taken}");
+        for line in [
+            &b"G 12 A key 3 500\n"[..],
+            b"G 123456789012345 A lock/000001 1234567890123456789 30000\n",
+            b"T 1 A k\n",
+            b"B 7 A k\n",
+            b"D 9 R k\n",
+            b"N 0 R k\n",
+        ] {
+            let (_, len) = leading_answer(line).expect("taken");
+            assert_eq!(len, line.len());
         }
     }
 
