@@ -17,6 +17,7 @@
 #   the window, not the server, caps the requests in flight)
 #   REDIS_BENCH_DIR (../../shared/bench/redis-lock beside this repo)
 #   REDIS_TARGET_DIR (/tmp/redis-lock-bench-target)
+#   CARGO_TARGET_DIR (target/ of this repo, as cargo has it)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
@@ -29,6 +30,7 @@ ROUNDS="${ROUNDS:-1}"
 WINDOW="${WINDOW:-1024}"
 REDIS_BENCH_DIR="${REDIS_BENCH_DIR:-$ROOT/../shared/bench/redis-lock}"
 REDIS_TARGET_DIR="${REDIS_TARGET_DIR:-/tmp/redis-lock-bench-target}"
+TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 WORK="$(mktemp -d /tmp/ticketing-e2e.XXXXXX)"
 REDIS_PID=""
 SERVE_PID=""
@@ -89,7 +91,7 @@ redis-cli -p "$REDIS_PORT" ping | grep -q PONG || { echo "redis did not come up"
 echo "redis pid $REDIS_PID on 127.0.0.1:$REDIS_PORT, $(redis-server --version | awk '{print $3}')"
 
 echo "== start ticketing serve"
-target/release/ticketing serve --listen 127.0.0.1:0 --window "$WINDOW" 2>"$WORK/serve.err" &
+"$TARGET_DIR/release/ticketing" serve --listen 127.0.0.1:0 --window "$WINDOW" 2>"$WORK/serve.err" &
 SERVE_PID=$!
 SERVE_ADDR=""
 for _ in $(seq 100); do

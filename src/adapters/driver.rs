@@ -5,19 +5,23 @@
 //! The driver is written against two small traits, [`Transport`] (read and
 //! write bytes) and [`Clock`] (wake me at an instant), so that each runtime
 //! adapter is only the glue between those traits and its runtime.
+//!
+//! Requests reach the driver through one queue behind a lock (the
+//! [`Inbox`]), which the driver swaps for an empty one: a request allocates
+//! nothing of its own, and a batch of them wakes the driver once. Each
+//! request's answer comes back through a one-value slot shared by the
+//! driver and the caller's future.
 
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
-use std::task::{Context, Poll};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use futures_channel::{mpsc, oneshot};
-use futures_core::Stream;
 
 use crate::adapters::shell::{Command, Io, Notices, OpResult, Reply, RequestError, Shell};
 use crate::client::{Client, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd};
@@ -51,18 +55,213 @@ pub(crate) trait Dial: Send + Sync + Unpin + 'static {
     ) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>>;
 }
 
-impl<T: Send + 'static> Reply<T> for oneshot::Sender<T> {
-    fn send(self, value: T) -> Result<(), T> {
-        oneshot::Sender::send(self, value)
+/// Locks a mutex whose holders never leave its data half-changed.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Keeps `cx`'s waker in `slot`, cloning it only if it is a new one.
+pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        *slot = Some(cx.waker().clone());
     }
 }
 
-type Cmd = Command<oneshot::Sender<OpResult>, oneshot::Sender<Result<(), Error>>>;
-type AsyncShell = Shell<oneshot::Sender<OpResult>, oneshot::Sender<Result<(), Error>>>;
+/// A reply channel for one request: the driver sends into a [`ReplyTx`],
+/// the caller's future waits on a [`ReplyRx`].
+struct Slot<T> {
+    state: Mutex<SlotState<T>>,
+}
+
+enum SlotState<T> {
+    /// Nothing yet; the waker of the future waiting for it.
+    Waiting(Option<Waker>),
+    Ready(T),
+    /// The future took the value.
+    Taken,
+    /// The driver went away without sending.
+    Dropped,
+    /// The future went away before the value came.
+    Abandoned,
+}
+
+fn reply_channel<T>() -> (ReplyTx<T>, ReplyRx<T>) {
+    let slot = Arc::new(Slot {
+        state: Mutex::new(SlotState::Waiting(None)),
+    });
+    (ReplyTx(Some(Arc::clone(&slot))), ReplyRx(slot))
+}
+
+/// The driver's end of a reply channel.
+pub(crate) struct ReplyTx<T>(Option<Arc<Slot<T>>>);
+
+impl<T: Send + 'static> Reply<T> for ReplyTx<T> {
+    fn send(mut self, value: T) -> Result<(), T> {
+        let Some(slot) = self.0.take() else {
+            return Err(value);
+        };
+        let waker = {
+            let mut state = lock(&slot.state);
+            match std::mem::replace(&mut *state, SlotState::Ready(value)) {
+                SlotState::Waiting(waker) => waker,
+                other => {
+                    let SlotState::Ready(value) = std::mem::replace(&mut *state, other) else {
+                        unreachable!("just put there")
+                    };
+                    return Err(value);
+                }
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Ok(())
+    }
+}
+
+impl<T> Drop for ReplyTx<T> {
+    fn drop(&mut self) {
+        let Some(slot) = self.0.take() else {
+            return;
+        };
+        let waker = {
+            let mut state = lock(&slot.state);
+            match &mut *state {
+                SlotState::Waiting(waker) => {
+                    let waker = waker.take();
+                    *state = SlotState::Dropped;
+                    waker
+                }
+                _ => None,
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+/// The caller's end of a reply channel.
+struct ReplyRx<T>(Arc<Slot<T>>);
+
+impl<T> ReplyRx<T> {
+    /// The value, once sent (`Err`: it never will be).
+    fn poll(&self, cx: &mut Context<'_>) -> Poll<Result<T, RequestError>> {
+        let mut state = lock(&self.0.state);
+        match &mut *state {
+            SlotState::Waiting(waker) => {
+                register(waker, cx);
+                Poll::Pending
+            }
+            SlotState::Ready(_) => {
+                let SlotState::Ready(value) = std::mem::replace(&mut *state, SlotState::Taken)
+                else {
+                    unreachable!("matched above")
+                };
+                Poll::Ready(Ok(value))
+            }
+            SlotState::Taken | SlotState::Dropped | SlotState::Abandoned => {
+                Poll::Ready(Err(RequestError::Stopped))
+            }
+        }
+    }
+
+    /// Gives up on the value: a value already sent is handed back.
+    fn abandon(&self) -> Option<T> {
+        match std::mem::replace(&mut *lock(&self.0.state), SlotState::Abandoned) {
+            SlotState::Ready(value) => Some(value),
+            _ => None,
+        }
+    }
+}
+
+type Cmd = Command<ReplyTx<OpResult>, ReplyTx<Result<(), Error>>>;
+type AsyncShell = Shell<ReplyTx<OpResult>, ReplyTx<Result<(), Error>>>;
+
+/// Where the handles leave their requests for the driver: one queue behind
+/// a lock, which the driver swaps for an empty one, so that a request costs
+/// no allocation of its own and a batch of them one wake of the driver.
+struct Inbox {
+    state: Mutex<InboxState>,
+    /// Handles, acquire futures and cancellers alive: at 0 the driver shuts
+    /// the client down.
+    senders: AtomicUsize,
+}
+
+struct InboxState {
+    commands: Vec<Cmd>,
+    /// The driver's waker, while it wants to be woken by a request. Taken
+    /// by the request that wakes it.
+    driver: Option<Waker>,
+    /// How many requests must be queued for one to wake the driver: 0
+    /// (any) unless the driver holds requests back, when only the request
+    /// that completes the batch it waits for wakes it.
+    wake_at: usize,
+    /// The driver is gone: requests are refused.
+    closed: bool,
+}
+
+/// One sender of requests (a handle, an acquire future or a canceller).
+#[derive(Debug)]
+struct Sender(Arc<Inbox>);
+
+impl std::fmt::Debug for Inbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inbox")
+            .field("senders", &self.senders.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sender {
+    /// Queues `command` for the driver (`Err`: the driver is gone).
+    fn send(&self, command: Cmd) -> Result<(), Cmd> {
+        let waker = {
+            let mut state = lock(&self.0.state);
+            if state.closed {
+                return Err(command);
+            }
+            state.commands.push(command);
+            if state.commands.len() >= state.wake_at {
+                state.driver.take()
+            } else {
+                None
+            }
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Ok(())
+    }
+}
+
+impl Clone for Sender {
+    fn clone(&self) -> Self {
+        self.0.senders.fetch_add(1, Ordering::Relaxed);
+        Sender(Arc::clone(&self.0))
+    }
+}
+
+impl Drop for Sender {
+    fn drop(&mut self) {
+        if self.0.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
+            // The last one: the driver shuts the client down.
+            let waker = lock(&self.0.state).driver.take();
+            if let Some(waker) = waker {
+                waker.wake();
+            }
+        }
+    }
+}
 
 /// How long after handing out outcomes the driver holds back requests, one
 /// runtime turn at a time, for the callers it woke to send theirs too.
 const BATCH_WAIT: Duration = Duration::from_millis(1);
+
+/// Requests that go out at once even while the driver holds requests back:
+/// the server starts on them while the callers still to run write theirs,
+/// rather than every caller waiting for the slowest of its wave.
+const BATCH_SIZE: usize = 64;
 
 /// Budget of the shutdown that starts when every handle is dropped.
 const ORPHANED_SHUTDOWN: Duration = Duration::from_secs(5);
@@ -71,7 +270,7 @@ const ORPHANED_SHUTDOWN: Duration = Duration::from_secs(5);
 /// Every clone shares the one connection.
 #[derive(Clone, Debug)]
 pub struct Handle {
-    commands: mpsc::UnboundedSender<Cmd>,
+    commands: Sender,
     tickets: Arc<AtomicU64>,
     start: Instant,
 }
@@ -102,7 +301,7 @@ impl Handle {
     /// it resolves cancels the acquire through the core.
     pub fn acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Acquire {
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
-        let (reply, rx) = oneshot::channel();
+        let (reply, rx) = reply_channel();
         let command = Command::Acquire {
             ticket,
             key,
@@ -111,7 +310,7 @@ impl Handle {
             lease,
             reply,
         };
-        let sent = self.commands.unbounded_send(command).is_ok();
+        let sent = self.commands.send(command).is_ok();
         Acquire {
             rx,
             ticket,
@@ -128,12 +327,12 @@ impl Handle {
         &self,
         grant: &Grant,
     ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let (reply, rx) = oneshot::channel();
+        let (reply, rx) = reply_channel();
         let sent = self.request(Command::Release {
             grant: grant.clone(),
             reply,
         });
-        answer(sent, rx)
+        Answer { sent, rx }
     }
 
     /// Hands back a grant that can no longer be used (its receiver went
@@ -149,9 +348,9 @@ impl Handle {
         key: Key,
         token: u64,
     ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let (reply, rx) = oneshot::channel();
+        let (reply, rx) = reply_channel();
         let sent = self.request(Command::ReleaseToken { key, token, reply });
-        answer(sent, rx)
+        Answer { sent, rx }
     }
 
     /// Shuts down: new acquires are refused, acquires in flight are
@@ -162,39 +361,52 @@ impl Handle {
         &self,
         budget: Duration,
     ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        let (reply, rx) = oneshot::channel();
+        let (reply, rx) = reply_channel();
         let sent = self.request(Command::Shutdown { budget, reply });
-        answer(sent, rx)
+        Answer { sent, rx }
     }
 
     fn request(&self, command: Cmd) -> Result<(), RequestError> {
         self.commands
-            .unbounded_send(command)
+            .send(command)
             .map_err(|_| RequestError::Stopped)
     }
 }
 
 /// The reply to a request that was (or could not be) sent.
-async fn answer<T>(
+struct Answer<T> {
     sent: Result<(), RequestError>,
-    rx: oneshot::Receiver<Result<T, Error>>,
-) -> Result<T, RequestError> {
-    sent?;
-    rx.await
-        .map_err(|_| RequestError::Stopped)?
-        .map_err(RequestError::from)
+    rx: ReplyRx<Result<T, Error>>,
+}
+
+impl<T> Future for Answer<T> {
+    type Output = Result<T, RequestError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.sent.clone()?;
+        let reply = std::task::ready!(self.rx.poll(cx));
+        Poll::Ready(reply.and_then(|r| r.map_err(RequestError::from)))
+    }
 }
 
 /// The future of an acquire. Dropping it before it resolves cancels the
 /// acquire through the core; a grant that arrives for it is then released
 /// by its exact token.
-#[derive(Debug)]
 #[must_use = "an acquire only resolves when awaited; dropping it cancels it"]
 pub struct Acquire {
-    rx: oneshot::Receiver<OpResult>,
+    rx: ReplyRx<OpResult>,
     ticket: u64,
-    commands: mpsc::UnboundedSender<Cmd>,
+    commands: Sender,
     done: bool,
+}
+
+impl std::fmt::Debug for Acquire {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Acquire")
+            .field("ticket", &self.ticket)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Acquire {
@@ -213,13 +425,13 @@ impl Acquire {
 #[derive(Debug, Clone)]
 pub struct Canceller {
     ticket: u64,
-    commands: mpsc::UnboundedSender<Cmd>,
+    commands: Sender,
 }
 
 impl Canceller {
     /// Cancels the acquire. Harmless if it already ended.
     pub fn cancel(&self) {
-        let _ = self.commands.unbounded_send(Command::Cancel {
+        let _ = self.commands.send(Command::Cancel {
             ticket: self.ticket,
         });
     }
@@ -232,22 +444,26 @@ impl Future for Acquire {
         if self.done {
             return Poll::Ready(Err(RequestError::Stopped));
         }
-        let result = std::task::ready!(Pin::new(&mut self.rx).poll(cx));
+        let result = std::task::ready!(self.rx.poll(cx));
         self.done = true;
-        Poll::Ready(match result {
-            Ok(outcome) => outcome.map_err(RequestError::from),
-            Err(_) => Err(RequestError::Stopped),
-        })
+        Poll::Ready(result.and_then(|outcome| outcome.map_err(RequestError::from)))
     }
 }
 
 impl Drop for Acquire {
     fn drop(&mut self) {
-        if !self.done {
-            let _ = self.commands.unbounded_send(Command::Cancel {
-                ticket: self.ticket,
-            });
+        if self.done {
+            return;
         }
+        let command = match self.rx.abandon() {
+            // Answered, but never taken: a grant goes back to the core.
+            Some(Ok(Outcome::Granted(grant))) => Command::Undeliverable { grant },
+            Some(_) => return,
+            None => Command::Cancel {
+                ticket: self.ticket,
+            },
+        };
+        let _ = self.commands.send(command);
     }
 }
 
@@ -260,15 +476,24 @@ pub(crate) fn new<D: Dial, K: Clock>(
 ) -> Result<(Handle, Driver<D, K>), ConfigError> {
     let start = Instant::now();
     let client = Client::new(config, Time::ZERO)?;
-    let (commands, rx) = mpsc::unbounded();
+    let inbox = Arc::new(Inbox {
+        state: Mutex::new(InboxState {
+            commands: Vec::new(),
+            driver: None,
+            wake_at: 0,
+            closed: false,
+        }),
+        senders: AtomicUsize::new(1),
+    });
     let handle = Handle {
-        commands,
+        commands: Sender(Arc::clone(&inbox)),
         tickets: Arc::new(AtomicU64::new(1)),
         start,
     };
     let driver = Driver {
         shell: Shell::new(client, start, notices),
-        commands: rx,
+        inbox,
+        taken: Vec::new(),
         handles_alive: true,
         io: DriverIo {
             dial,
@@ -279,9 +504,10 @@ pub(crate) fn new<D: Dial, K: Clock>(
         },
         clock: K::new(),
         buf: vec![0; 16 * 1024].into_boxed_slice(),
-        expected: 0,
         delivered_at: start,
         deferred: false,
+        unsent: 0,
+        expected: 0,
     };
     Ok((handle, driver))
 }
@@ -292,18 +518,22 @@ pub(crate) fn new<D: Dial, K: Clock>(
 #[must_use = "the driver does nothing unless polled: spawn it"]
 pub struct Driver<D: Dial, K: Clock> {
     shell: AsyncShell,
-    commands: mpsc::UnboundedReceiver<Cmd>,
+    inbox: Arc<Inbox>,
+    /// The requests taken from the inbox (kept for its capacity).
+    taken: Vec<Cmd>,
     handles_alive: bool,
     io: DriverIo<D>,
     clock: K,
     buf: Box<[u8]>,
-    /// Outcomes handed to callers, less the commands received since: how
-    /// many woken callers may still be about to send a request.
-    expected: usize,
     /// When outcomes were last handed to callers.
     delivered_at: Instant,
     /// `step` deferred to the runtime: return `Pending` at once.
     deferred: bool,
+    /// Requests handed to the core while holding back, not yet written.
+    unsent: usize,
+    /// Outcomes handed to callers, less the requests taken since: how many
+    /// woken callers may still be about to send one.
+    expected: usize,
 }
 
 type Connecting<T> = Pin<Box<dyn Future<Output = io::Result<T>> + Send>>;
@@ -344,28 +574,23 @@ impl<D: Dial, K: Clock> Driver<D, K> {
     /// One pass over every source of input; `true` if anything happened.
     fn step(&mut self, cx: &mut Context<'_>) -> bool {
         let mut progress = false;
-        let mut commands = 0;
         let mut now = None;
         // What is queued, without asking to be woken: while the driver
         // holds requests back (below), more of them need not wake it.
-        while self.handles_alive {
-            let command = match self.commands.try_recv() {
-                Ok(command) => Some(command),
-                Err(e) if e.is_closed() => None,
-                Err(_) => break,
-            };
-            commands += self.take(command, &mut now);
-            progress = true;
-        }
+        let commands = self.take(false, cx, &mut now);
+        progress |= commands > 0;
+        self.unsent += commands;
+        self.expected = self.expected.saturating_sub(commands);
         // Requests came in while callers just woken by outcomes have not
         // all sent theirs yet: let those run first, so that one write
-        // carries all their requests. The core has not handed out these
-        // requests yet (that is the pump's doing), and the next poll does,
-        // whatever else comes in. Callers that send nothing soon (they
-        // hold their grant for a while, or are gone) stop counting.
-        self.expected = self.expected.saturating_sub(commands);
-        if commands > 0 && self.expected > 0 {
+        // carries all their requests (or a full batch of them). The core
+        // has not handed out these requests yet (that is the pump's doing),
+        // and the next poll does, whatever else comes in. Callers that send
+        // nothing soon (they hold their grant for a while, or are gone)
+        // stop counting.
+        if commands > 0 && self.expected > 0 && self.unsent < BATCH_SIZE {
             if self.delivered_at.elapsed() < BATCH_WAIT {
+                self.hold(cx);
                 self.deferred = true;
                 self.clock.defer(cx);
                 return true;
@@ -373,14 +598,9 @@ impl<D: Dial, K: Clock> Driver<D, K> {
             self.expected = 0;
         }
         // Asks to be woken by the next request (taking any that slipped in).
-        let mut late = 0;
-        while self.handles_alive {
-            let Poll::Ready(command) = Pin::new(&mut self.commands).poll_next(cx) else {
-                break;
-            };
-            late += self.take(command, &mut now);
-            progress = true;
-        }
+        let late = self.take(true, cx, &mut now);
+        self.unsent = 0;
+        progress |= late > 0;
         self.expected = self.expected.saturating_sub(late);
         if let Some((conn, stream)) = &mut self.io.stream {
             let conn = *conn;
@@ -427,17 +647,60 @@ impl<D: Dial, K: Clock> Driver<D, K> {
         progress
     }
 
-    /// Hands a request to the shell (`None`: every handle is gone); 1 for
-    /// a request. `now`: the time read for this pass, if read yet.
-    fn take(&mut self, command: Option<Cmd>, now: &mut Option<Time>) -> usize {
-        let now = *now.get_or_insert_with(|| self.shell.now());
-        if let Some(command) = command {
-            self.shell.command_at(now, command);
-            return 1;
+    /// Hands the queued requests to the shell; how many there were. With
+    /// `listen`, the driver is woken by the next request. Once every
+    /// handle is gone, the client shuts down. `now`: the time read for this
+    /// pass, if read yet.
+    fn take(&mut self, listen: bool, cx: &Context<'_>, now: &mut Option<Time>) -> usize {
+        let mut count = 0;
+        while self.handles_alive {
+            let orphaned = {
+                let mut state = lock(&self.inbox.state);
+                if listen {
+                    state.wake_at = 0;
+                }
+                // Read under the lock, which the last sender takes after
+                // counting itself out: either this sees it gone, or that
+                // sender finds the waker registered here.
+                let orphaned = self.inbox.senders.load(Ordering::Acquire) == 0;
+                if state.commands.is_empty() && listen && !orphaned {
+                    register(&mut state.driver, cx);
+                }
+                std::mem::swap(&mut state.commands, &mut self.taken);
+                orphaned
+            };
+            if self.taken.is_empty() && !orphaned {
+                break;
+            }
+            let now = *now.get_or_insert_with(|| self.shell.now());
+            count += self.taken.len();
+            for command in self.taken.drain(..) {
+                self.shell.command_at(now, command);
+            }
+            if orphaned {
+                self.handles_alive = false;
+                let _ = self.shell.client().shutdown(now, ORPHANED_SHUTDOWN);
+            }
+            if !listen {
+                break;
+            }
         }
-        self.handles_alive = false;
-        let _ = self.shell.client().shutdown(now, ORPHANED_SHUTDOWN);
-        0
+        count
+    }
+
+    /// Holds requests back: the driver is woken by the request that
+    /// completes the batch, or polled once its worker is idle.
+    fn hold(&mut self, cx: &Context<'_>) {
+        let batch = self.expected.min(BATCH_SIZE.saturating_sub(self.unsent));
+        let mut state = lock(&self.inbox.state);
+        state.wake_at = batch.max(1);
+        if state.commands.len() >= state.wake_at {
+            // The batch came in meanwhile.
+            drop(state);
+            cx.waker().wake_by_ref();
+            return;
+        }
+        register(&mut state.driver, cx);
     }
 
     /// Counts `n` outcomes just handed to callers.
@@ -476,6 +739,19 @@ impl<D: Dial, K: Clock> Driver<D, K> {
             }
         }
         progress
+    }
+}
+
+impl<D: Dial, K: Clock> Drop for Driver<D, K> {
+    fn drop(&mut self) {
+        // Requests from now on are refused; those queued end `Stopped`.
+        let queued = {
+            let mut state = lock(&self.inbox.state);
+            state.closed = true;
+            state.driver = None;
+            std::mem::take(&mut state.commands)
+        };
+        drop(queued);
     }
 }
 

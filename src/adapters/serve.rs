@@ -1,21 +1,31 @@
 //! The reference server on tokio and TCP (feature `server`): the sans-IO
 //! [`Server`] core behind a listener. This is what `ticketing serve` runs.
 //!
-//! One task owns the core and its timers; each connection has a task that
-//! reads (with backpressure: it waits while the core is busy) and one that
-//! writes. Every rule is the core's.
+//! One task owns the core, its timer, the listener and every connection's
+//! socket: it reads what a connection has, hands it to the core, and writes
+//! the core's answers at once, with no other task or channel in between.
+//! Reading is its own backpressure: the task reads only once the core has
+//! taken the last bytes, so a client that sends faster than the core answers
+//! is slowed by TCP, not buffered here. Every rule is the core's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
+use std::future::{poll_fn, Future};
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use ::tokio::io::{AsyncReadExt, AsyncWriteExt};
+use ::tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
 use ::tokio::net::{TcpListener, TcpStream};
 use ::tokio::sync::{mpsc, oneshot};
 use ::tokio::task::JoinHandle;
-use bytes::{Bytes, BytesMut};
+use ::tokio::time::Sleep;
+use bytes::Bytes;
 
+use crate::adapters::driver::{lock, register};
 use crate::names::Endpoint;
 use crate::server::{Action, ConnId, LockTable, Role, Server};
 use crate::time::Time;
@@ -132,142 +142,405 @@ pub async fn bind(addr: &str, server: Server) -> io::Result<ServerHandle> {
     spawn(listener, server)
 }
 
-enum Report {
-    Bytes(ConnId, Bytes),
-    Closed(ConnId),
+/// How many bytes one read takes at most.
+const READ_SIZE: usize = 64 * 1024;
+
+/// Reads from one connection in a row before the others get their turn.
+const READS_PER_TURN: usize = 4;
+
+/// Connections accepted in one pass at most.
+const ACCEPTS_PER_PASS: usize = 64;
+
+/// Passes over every source of input in one poll of the server task, before
+/// it yields to the runtime.
+const PASSES_PER_POLL: usize = 32;
+
+/// The connections that have something for the server task (bytes to read,
+/// room to write, an end), and the task's waker.
+#[derive(Default)]
+struct Ready {
+    conns: Mutex<Vec<ConnId>>,
+    task: Mutex<Option<Waker>>,
 }
 
-/// Reads queued for the core at most; a reader waits beyond that, so a
-/// client that sends faster than the core answers is slowed by TCP, not
-/// buffered here.
-const QUEUED_READS: usize = 1024;
+/// The waker a connection's socket is polled with: it puts the connection
+/// on the ready list (once) and wakes the server task.
+struct ConnWaker {
+    conn: ConnId,
+    queued: AtomicBool,
+    ready: Arc<Ready>,
+}
 
-struct Conn {
-    reader: JoinHandle<()>,
-    writer: mpsc::UnboundedSender<Bytes>,
+impl Wake for ConnWaker {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        if self.queued.swap(true, Ordering::AcqRel) {
+            // Already listed, and the task woken since.
+            return;
+        }
+        lock(&self.ready.conns).push(self.conn);
+        if let Some(task) = lock(&self.ready.task).as_ref() {
+            task.wake_by_ref();
+        }
+    }
+}
+
+/// An accepted connection.
+struct Link {
+    stream: TcpStream,
+    ready: Arc<ConnWaker>,
+    waker: Waker,
+    /// What the core said to it that the socket has not taken yet.
+    out: VecDeque<Bytes>,
+    /// Bytes of the front of `out` already written.
+    written: usize,
+}
+
+/// What a connection's turn at reading came to.
+enum Read {
+    /// The socket has nothing more for now (or the core closed it).
+    Dry,
+    /// The turn ended with bytes perhaps still waiting.
+    More,
+    /// The connection ended (end of stream, or an error).
+    Ended,
+}
+
+impl Link {
+    fn new(conn: ConnId, stream: TcpStream, ready: &Arc<Ready>) -> Link {
+        let _ = stream.set_nodelay(true);
+        let ready = Arc::new(ConnWaker {
+            conn,
+            queued: AtomicBool::new(false),
+            ready: Arc::clone(ready),
+        });
+        Link {
+            stream,
+            waker: Waker::from(Arc::clone(&ready)),
+            ready,
+            out: VecDeque::new(),
+            written: 0,
+        }
+    }
+
+    /// Reads what the socket has, a few reads at most, handing every byte
+    /// to `server` as `conn`'s. `Ok(true)`: bytes went to the core.
+    fn read(
+        &mut self,
+        conn: ConnId,
+        server: &mut Server,
+        buf: &mut [u8],
+        start: Instant,
+    ) -> (bool, Read) {
+        let mut cx = Context::from_waker(&self.waker);
+        let mut took = false;
+        for _ in 0..READS_PER_TURN {
+            let mut filled = ReadBuf::new(buf);
+            match Pin::new(&mut self.stream).poll_read(&mut cx, &mut filled) {
+                Poll::Pending => return (took, Read::Dry),
+                Poll::Ready(Ok(())) if filled.filled().is_empty() => return (took, Read::Ended),
+                Poll::Ready(Ok(())) => {
+                    took = true;
+                    server.handle_bytes(time_since(start), conn, filled.filled());
+                    if !server.is_open(conn) {
+                        // The core closed it: its Close is queued.
+                        return (took, Read::Dry);
+                    }
+                }
+                Poll::Ready(Err(_)) => return (took, Read::Ended),
+            }
+        }
+        (took, Read::More)
+    }
+
+    /// Writes what is queued, as far as the socket takes it. `Err`: the
+    /// connection is broken.
+    fn flush(&mut self) -> io::Result<()> {
+        let mut cx = Context::from_waker(&self.waker);
+        while let Some(front) = self.out.front() {
+            match Pin::new(&mut self.stream).poll_write(&mut cx, &front[self.written..]) {
+                Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
+                Poll::Ready(Ok(n)) => {
+                    self.written += n;
+                    if self.written == front.len() {
+                        self.out.pop_front();
+                        self.written = 0;
+                    }
+                }
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => break,
+            }
+        }
+        Ok(())
+    }
+
+    /// Lets the connection go: what is still queued is written by a task of
+    /// its own (the server does not wait for a slow reader), then the socket
+    /// is shut down and closed.
+    fn retire(mut self) {
+        if let Some(front) = self.out.front_mut() {
+            let _ = front.split_to(self.written);
+        }
+        let Link {
+            mut stream, out, ..
+        } = self;
+        ::tokio::spawn(async move {
+            for data in out {
+                if stream.write_all(&data).await.is_err() {
+                    return;
+                }
+            }
+            let _ = stream.shutdown().await;
+        });
+    }
+}
+
+/// The core's time at the present instant, its time counting from `start`.
+fn time_since(start: Instant) -> Time {
+    Time::from_nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// The server task's state.
+struct Serving {
+    server: Server,
+    start: Instant,
+    listener: TcpListener,
+    control: mpsc::UnboundedReceiver<Control>,
+    links: HashMap<ConnId, Link>,
+    ready: Arc<Ready>,
+    /// The connections to read (and flush) in this pass.
+    turn: Vec<ConnId>,
+    /// Connections that became ready while paused: read on resume.
+    held: Vec<ConnId>,
+    /// Connections with bytes queued to write.
+    dirty: Vec<ConnId>,
+    paused: bool,
+    buf: Box<[u8]>,
+    /// The core's timer. It is only ever moved earlier: a wake before the
+    /// core's deadline finds nothing due and costs one turn, whereas arming
+    /// a timer earlier than the runtime's next one makes tokio wake its
+    /// driver (a syscall), which would otherwise happen on every grant.
+    sleep: Pin<Box<Sleep>>,
+    armed: Option<Instant>,
+}
+
+impl Serving {
+    fn now(&self) -> Time {
+        time_since(self.start)
+    }
+
+    /// Serves until told to stop (or until the handle is gone).
+    fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        register(&mut lock(&self.ready.task), cx);
+        // Bounded, so that a flood of input cannot starve the runtime.
+        for _ in 0..PASSES_PER_POLL {
+            match self.pass(cx) {
+                None => return Poll::Ready(()),
+                Some(false) => return Poll::Pending,
+                Some(true) => {}
+            }
+        }
+        cx.waker().wake_by_ref();
+        Poll::Pending
+    }
+
+    /// One pass over every source of input, answers written at the end.
+    /// `Some(progress)`, or `None` to stop.
+    fn pass(&mut self, cx: &mut Context<'_>) -> Option<bool> {
+        let mut progress = false;
+        loop {
+            match self.control.poll_recv(cx) {
+                Poll::Ready(Some(command)) => {
+                    progress = true;
+                    if !self.control(command) {
+                        return None;
+                    }
+                }
+                Poll::Ready(None) => return None,
+                Poll::Pending => break,
+            }
+        }
+        for _ in 0..ACCEPTS_PER_PASS {
+            match self.listener.poll_accept(cx) {
+                Poll::Ready(Ok((stream, _))) => {
+                    let conn = self.server.handle_accept(self.now());
+                    self.links
+                        .insert(conn, Link::new(conn, stream, &self.ready));
+                    // Read it now: that also asks to be woken by its bytes.
+                    self.turn.push(conn);
+                    progress = true;
+                }
+                // Out of descriptors, say: try again on the next pass.
+                Poll::Ready(Err(_)) => {
+                    progress = true;
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        self.turn.append(&mut lock(&self.ready.conns));
+        let mut turn = std::mem::take(&mut self.turn);
+        for &conn in &turn {
+            let Some(link) = self.links.get_mut(&conn) else {
+                continue;
+            };
+            link.ready.queued.store(false, Ordering::Release);
+            if !link.out.is_empty() {
+                // Woken, perhaps, by room to write.
+                self.dirty.push(conn);
+            }
+            if self.paused {
+                self.held.push(conn);
+                continue;
+            }
+            let (took, read) = link.read(conn, &mut self.server, &mut self.buf, self.start);
+            progress |= took;
+            match read {
+                Read::Dry => {}
+                Read::More => link.ready.wake_by_ref(),
+                Read::Ended => {
+                    progress = true;
+                    if let Some(link) = self.links.remove(&conn) {
+                        link.retire();
+                    }
+                    self.server.handle_closed(self.now(), conn);
+                }
+            }
+        }
+        turn.clear();
+        self.turn = turn;
+        self.answer();
+        let deadline = self
+            .server
+            .poll_timeout()
+            .and_then(|at| self.start.checked_add(Duration::from_nanos(at.as_nanos())));
+        if let Some(at) = deadline {
+            if self.armed.map_or(true, |armed| at < armed) {
+                self.sleep.as_mut().reset(at.into());
+                self.armed = Some(at);
+            }
+        }
+        if self.armed.is_some() && self.sleep.as_mut().poll(cx).is_ready() {
+            self.armed = None;
+            self.server.handle_timeout(self.now());
+            self.answer();
+            progress = true;
+        }
+        Some(progress)
+    }
+
+    /// Carries out a command of the handle; `false` to stop.
+    fn control(&mut self, command: Control) -> bool {
+        let now = self.now();
+        match command {
+            Control::TakeTable(reply) => {
+                let _ = reply.send(self.server.take_lock_table(now));
+            }
+            Control::InstallTable(table) => self.server.install_lock_table(now, table),
+            Control::Role(role) => self.server.set_role(now, role),
+            Control::Announce(addr) => self.server.announce_leader(now, addr),
+            Control::DropConnections => {
+                // What the core said before goes out first.
+                self.take_actions();
+                for (conn, link) in self.links.drain() {
+                    link.retire();
+                    self.server.handle_closed(now, conn);
+                }
+            }
+            Control::Pause(on) => {
+                self.paused = on;
+                if !on {
+                    self.turn.append(&mut self.held);
+                }
+            }
+            Control::Stop => return false,
+        }
+        true
+    }
+
+    /// Queues the core's actions on the connections.
+    fn take_actions(&mut self) {
+        while let Some(action) = self.server.poll_action() {
+            match action {
+                Action::Send { conn, data } => {
+                    if let Some(link) = self.links.get_mut(&conn) {
+                        if link.out.is_empty() {
+                            self.dirty.push(conn);
+                        }
+                        link.out.push_back(data);
+                    }
+                }
+                Action::Close { conn } => {
+                    if let Some(link) = self.links.remove(&conn) {
+                        link.retire();
+                    }
+                }
+            }
+        }
+    }
+
+    /// Writes the core's answers, as far as the sockets take them.
+    fn answer(&mut self) {
+        self.take_actions();
+        while !self.dirty.is_empty() {
+            let mut broken = false;
+            for conn in std::mem::take(&mut self.dirty) {
+                let Some(link) = self.links.get_mut(&conn) else {
+                    continue;
+                };
+                if link.flush().is_err() {
+                    self.links.remove(&conn);
+                    self.server.handle_closed(self.now(), conn);
+                    broken = true;
+                }
+            }
+            if !broken {
+                break;
+            }
+            // A closed connection moved the core's time on: its timers may
+            // have something to say.
+            self.take_actions();
+        }
+        self.dirty.clear();
+    }
+
+    /// Closes every connection and hands back the core.
+    fn finish(mut self) -> Server {
+        self.take_actions();
+        let now = self.now();
+        for (conn, link) in self.links.drain() {
+            link.retire();
+            self.server.handle_closed(now, conn);
+        }
+        while self.server.poll_action().is_some() {}
+        self.server
+    }
 }
 
 async fn run(
     listener: TcpListener,
-    mut server: Server,
-    mut control: mpsc::UnboundedReceiver<Control>,
+    server: Server,
+    control: mpsc::UnboundedReceiver<Control>,
     start: Instant,
 ) -> Server {
-    let now =
-        move || Time::from_nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX));
-    let (reports, mut incoming) = mpsc::channel(QUEUED_READS);
-    let mut conns: HashMap<ConnId, Conn> = HashMap::new();
-    let mut paused = false;
-    // The core's timer. It is only ever moved earlier: a wake before the
-    // core's deadline finds nothing due and costs one turn, whereas arming
-    // a timer earlier than the runtime's next one makes tokio wake its
-    // driver (a syscall), which would otherwise happen on every grant.
-    let sleep = ::tokio::time::sleep_until(start.into());
-    ::tokio::pin!(sleep);
-    let mut armed: Option<Instant> = None;
-    loop {
-        while let Some(action) = server.poll_action() {
-            match action {
-                Action::Send { conn, data } => {
-                    if let Some(c) = conns.get(&conn) {
-                        let _ = c.writer.send(data);
-                    }
-                }
-                Action::Close { conn } => {
-                    if let Some(c) = conns.remove(&conn) {
-                        // The writer writes what it has, then shuts down.
-                        c.reader.abort();
-                    }
-                }
-            }
-        }
-        let deadline = server
-            .poll_timeout()
-            .and_then(|at| start.checked_add(Duration::from_nanos(at.as_nanos())));
-        if let Some(at) = deadline {
-            if armed.map_or(true, |armed| at < armed) {
-                sleep.as_mut().reset(at.into());
-                armed = Some(at);
-            }
-        }
-        ::tokio::select! {
-            accepted = listener.accept() => {
-                if let Ok((stream, _)) = accepted {
-                    let conn = server.handle_accept(now());
-                    conns.insert(conn, attach(conn, stream, reports.clone()));
-                }
-            }
-            Some(report) = incoming.recv(), if !paused => match report {
-                Report::Bytes(conn, data) => server.handle_bytes(now(), conn, &data),
-                Report::Closed(conn) => {
-                    conns.remove(&conn);
-                    server.handle_closed(now(), conn);
-                }
-            },
-            command = control.recv() => match command {
-                Some(Control::TakeTable(reply)) => {
-                    let _ = reply.send(server.take_lock_table(now()));
-                }
-                Some(Control::InstallTable(table)) => server.install_lock_table(now(), table),
-                Some(Control::Role(role)) => server.set_role(now(), role),
-                Some(Control::Announce(addr)) => server.announce_leader(now(), addr),
-                Some(Control::DropConnections) => {
-                    for (conn, c) in conns.drain() {
-                        c.reader.abort();
-                        server.handle_closed(now(), conn);
-                    }
-                }
-                Some(Control::Pause(on)) => paused = on,
-                Some(Control::Stop) | None => break,
-            },
-            () = sleep.as_mut(), if armed.is_some() => {
-                armed = None;
-                server.handle_timeout(now());
-            }
-        }
-    }
-    for (conn, c) in conns.drain() {
-        c.reader.abort();
-        server.handle_closed(now(), conn);
-    }
-    while server.poll_action().is_some() {}
-    server
-}
-
-/// Starts the reader and writer tasks of an accepted connection.
-fn attach(conn: ConnId, stream: TcpStream, reports: mpsc::Sender<Report>) -> Conn {
-    let _ = stream.set_nodelay(true);
-    let (mut read, mut write) = stream.into_split();
-    let reader_reports = reports.clone();
-    let reader = ::tokio::spawn(async move {
-        let mut buf = BytesMut::with_capacity(16 * 1024);
-        loop {
-            buf.reserve(4096);
-            match read.read_buf(&mut buf).await {
-                Ok(0) | Err(_) => break,
-                Ok(_) => {
-                    let data = buf.split().freeze();
-                    if reader_reports
-                        .send(Report::Bytes(conn, data))
-                        .await
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-            }
-        }
-        let _ = reader_reports.send(Report::Closed(conn)).await;
-    });
-    let (writer, mut rx) = mpsc::unbounded_channel::<Bytes>();
-    ::tokio::spawn(async move {
-        while let Some(data) = rx.recv().await {
-            if write.write_all(&data).await.is_err() {
-                let _ = reports.send(Report::Closed(conn)).await;
-                return;
-            }
-        }
-        let _ = write.shutdown().await;
-    });
-    Conn { reader, writer }
+    let mut serving = Serving {
+        server,
+        start,
+        listener,
+        control,
+        links: HashMap::new(),
+        ready: Arc::new(Ready::default()),
+        turn: Vec::new(),
+        held: Vec::new(),
+        dirty: Vec::new(),
+        paused: false,
+        buf: vec![0; READ_SIZE].into_boxed_slice(),
+        sleep: Box::pin(::tokio::time::sleep_until(start.into())),
+        armed: None,
+    };
+    poll_fn(|cx| serving.poll(cx)).await;
+    serving.finish()
 }

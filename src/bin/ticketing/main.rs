@@ -36,10 +36,14 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // `serve` runs one task that owns the server core and its sockets: a
+    // single-threaded runtime spares it the hand-offs between worker
+    // threads. The other subcommands run many tasks at once.
+    let mut builder = match cli.command {
+        Command::Serve(_) => tokio::runtime::Builder::new_current_thread(),
+        _ => tokio::runtime::Builder::new_multi_thread(),
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("ticketing: cannot start the runtime: {e}");
