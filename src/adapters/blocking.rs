@@ -28,7 +28,7 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -104,18 +104,114 @@ impl Connector for TcpConnector {
     }
 }
 
-/// The sending side of a reply channel.
-struct ReplyTo<T>(mpsc::Sender<T>);
+/// A one-value reply channel between the driver thread and a caller.
+///
+/// Unlike a channel, the caller can give it up and, in the same step, get
+/// back a value already sent: a grant that reached a pending acquire just
+/// as it was dropped is then handed back to the core, never lost between
+/// "sent" and "dropped".
+struct Slot<T> {
+    state: Mutex<SlotState<T>>,
+    /// The value came, or it never will.
+    changed: Condvar,
+}
 
-impl<T: Send + 'static> Reply<T> for ReplyTo<T> {
-    fn send(self, value: T) -> Result<(), T> {
-        self.0.send(value).map_err(|e| e.0)
+enum SlotState<T> {
+    Empty,
+    Ready(T),
+    /// No value will be taken from the slot any more: it was taken, given
+    /// up, or the driver dropped its end without sending.
+    Closed,
+}
+
+impl<T> Slot<T> {
+    fn lock(&self) -> MutexGuard<'_, SlotState<T>> {
+        // Nothing is ever left half-changed under this lock.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-fn reply_channel<T>() -> (ReplyTo<T>, mpsc::Receiver<T>) {
-    let (tx, rx) = mpsc::channel();
-    (ReplyTo(tx), rx)
+impl<T> SlotState<T> {
+    /// Closes the slot, handing back a value it held.
+    fn close(&mut self) -> Option<T> {
+        match std::mem::replace(self, SlotState::Closed) {
+            SlotState::Ready(value) => Some(value),
+            SlotState::Empty | SlotState::Closed => None,
+        }
+    }
+}
+
+/// The driver's end of a reply channel.
+struct ReplyTo<T>(Option<Arc<Slot<T>>>);
+
+/// The caller's end of a reply channel.
+struct ReplyFrom<T>(Arc<Slot<T>>);
+
+fn reply_channel<T>() -> (ReplyTo<T>, ReplyFrom<T>) {
+    let slot = Arc::new(Slot {
+        state: Mutex::new(SlotState::Empty),
+        changed: Condvar::new(),
+    });
+    (ReplyTo(Some(Arc::clone(&slot))), ReplyFrom(slot))
+}
+
+impl<T: Send + 'static> Reply<T> for ReplyTo<T> {
+    fn send(mut self, value: T) -> Result<(), T> {
+        let Some(slot) = self.0.take() else {
+            return Err(value);
+        };
+        let mut state = slot.lock();
+        if !matches!(*state, SlotState::Empty) {
+            return Err(value);
+        }
+        *state = SlotState::Ready(value);
+        slot.changed.notify_all();
+        Ok(())
+    }
+}
+
+impl<T> Drop for ReplyTo<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            let mut state = slot.lock();
+            if matches!(*state, SlotState::Empty) {
+                *state = SlotState::Closed;
+                slot.changed.notify_all();
+            }
+        }
+    }
+}
+
+impl<T> ReplyFrom<T> {
+    /// Blocks until the value comes (`None`: it never will).
+    fn recv(&self) -> Option<T> {
+        let mut state = self.0.lock();
+        while matches!(*state, SlotState::Empty) {
+            state = self
+                .0
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.close()
+    }
+
+    /// The value if it came, `Some(None)` if it never will, `None` if it
+    /// may still come.
+    fn try_recv(&self) -> Option<Option<T>> {
+        let mut state = self.0.lock();
+        match *state {
+            SlotState::Empty => None,
+            _ => Some(state.close()),
+        }
+    }
+
+    /// Gives the value up: from now on the driver's send fails (and the
+    /// driver hands a grant back to the core); a value already sent is
+    /// returned.
+    fn abandon(&self) -> Option<T> {
+        self.0.lock().close()
+    }
 }
 
 type Cmd = Command<ReplyTo<OpResult>, ReplyTo<Result<(), Error>>>;
@@ -288,16 +384,12 @@ impl Handle {
         self.call(Command::Shutdown { budget, reply }, &rx)
     }
 
-    fn call<T>(
-        &self,
-        command: Cmd,
-        rx: &mpsc::Receiver<Result<T, Error>>,
-    ) -> Result<T, RequestError> {
+    fn call<T>(&self, command: Cmd, rx: &ReplyFrom<Result<T, Error>>) -> Result<T, RequestError> {
         if !(self.inner.commands)(command) {
             return Err(RequestError::Stopped);
         }
         rx.recv()
-            .map_err(|_| RequestError::Stopped)?
+            .ok_or(RequestError::Stopped)?
             .map_err(RequestError::from)
     }
 }
@@ -307,7 +399,7 @@ impl Handle {
 /// it is then released by its exact token.
 #[must_use = "dropping a pending acquire cancels it"]
 pub struct PendingAcquire {
-    rx: mpsc::Receiver<OpResult>,
+    rx: ReplyFrom<OpResult>,
     ticket: u64,
     handle: Handle,
     done: bool,
@@ -322,7 +414,7 @@ impl PendingAcquire {
         let result = self.rx.recv();
         self.done = true;
         result
-            .map_err(|_| RequestError::Stopped)?
+            .ok_or(RequestError::Stopped)?
             .map_err(RequestError::from)
     }
 
@@ -341,10 +433,9 @@ impl PendingAcquire {
         if self.done {
             return Some(Err(RequestError::Stopped));
         }
-        let result = match self.rx.try_recv() {
-            Ok(outcome) => outcome.map_err(RequestError::from),
-            Err(mpsc::TryRecvError::Empty) => return None,
-            Err(mpsc::TryRecvError::Disconnected) => Err(RequestError::Stopped),
+        let result = match self.rx.try_recv()? {
+            Some(outcome) => outcome.map_err(RequestError::from),
+            None => Err(RequestError::Stopped),
         };
         self.done = true;
         Some(result)
@@ -353,11 +444,18 @@ impl PendingAcquire {
 
 impl Drop for PendingAcquire {
     fn drop(&mut self) {
-        if !self.done {
-            (self.handle.inner.commands)(Command::Cancel {
-                ticket: self.ticket,
-            });
+        if self.done {
+            return;
         }
+        let command = match self.rx.abandon() {
+            // Answered, but never taken: the grant goes back to the core.
+            Some(Ok(Outcome::Granted(grant))) => Command::Undeliverable { grant },
+            Some(_) => return,
+            None => Command::Cancel {
+                ticket: self.ticket,
+            },
+        };
+        (self.handle.inner.commands)(command);
     }
 }
 

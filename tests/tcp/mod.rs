@@ -129,6 +129,11 @@ macro_rules! adapter_tests {
         }
 
         #[test]
+        fn a_grant_never_taken_by_its_caller_is_released_by_token() {
+            $crate::tcp::drop_after_grant::<$adapter>();
+        }
+
+        #[test]
         fn window_of_two_lets_the_release_pass_a_waiting_acquire() {
             $crate::tcp::window_of_two::<$adapter>();
         }
@@ -1166,6 +1171,68 @@ pub fn drop_waiting_keep<A: Adapter>() {
             "k is free"
         );
         assert!(core.holder("p").is_none(), "p is free");
+    });
+}
+
+/// An acquire whose grant reached the client but whose caller never took
+/// it (the pending acquire is dropped unpolled after its answer came): the
+/// grant goes back to the core and is released by its exact token, under
+/// either cancel policy, and the connection stays.
+pub fn drop_after_grant<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
+        let ep = endpoint(server.local_addr());
+        for policy in [CancelPolicy::Close, CancelPolicy::KeepWaiter] {
+            let mut config = client_config(&ep, "c");
+            config.cancel = policy;
+            let (client, notices) = A::connect(config);
+            let mut notices = Notices::new(notices);
+            notices.until::<A>("Connected", is_connected).await;
+
+            let pending = A::start_acquire(&client, key("k"), name("gone"), LONG_WAIT, LONG_LEASE);
+            // One connection answers its requests in order: once the grant
+            // of p is in, the grant of k, sent before it, has reached the
+            // client and its pending acquire.
+            let probe = acquire_now::<A>(&client, "p").await;
+            drop(pending);
+
+            let (orphan, before) = notices
+                .until::<A>("the orphan release", |e| {
+                    matches!(e, Event::OrphanRelease { .. })
+                })
+                .await;
+            let Event::OrphanRelease { key: k, token } = orphan else {
+                unreachable!()
+            };
+            assert_eq!(k.as_str(), "k", "{policy:?}");
+            assert!(token < probe.token(), "{policy:?}: k was granted before p");
+            let (settled, between) = notices
+                .until::<A>("the orphan settled", |e| {
+                    matches!(e, Event::OrphanSettled { .. })
+                })
+                .await;
+            assert_eq!(
+                settled,
+                Event::OrphanSettled {
+                    key: key("k"),
+                    token,
+                    result: ReleaseResult::Released
+                },
+                "{policy:?}"
+            );
+            assert!(
+                !before.iter().chain(&between).any(is_closed),
+                "{policy:?}: the acquire had ended, so nothing was cancelled: {before:?} {between:?}"
+            );
+            // k is free on the server, long before its lease would end.
+            let again = acquire_now::<A>(&client, "k").await;
+            release::<A>(&client, &again).await;
+            release::<A>(&client, &probe).await;
+            shutdown::<A>(&client).await;
+        }
+        let core = lab.stop(server).await;
+        assert!(core.holder("k").is_none() && core.holder("p").is_none());
     });
 }
 
