@@ -227,6 +227,37 @@ impl Notices {
         self.until::<A>(what, |_| true).await.0
     }
 
+    /// Waits for an orphan release (a grant nobody took, released by its
+    /// exact token) and for it to settle `Released`; returns its key and
+    /// token, and the other notices seen meanwhile.
+    pub async fn orphan_released<A: Adapter>(&mut self) -> (Key, u64, Vec<Event>) {
+        let (orphan, mut seen) = self
+            .until::<A>("the orphan release", |e| {
+                matches!(e, Event::OrphanRelease { .. })
+            })
+            .await;
+        let Event::OrphanRelease { key, token } = orphan else {
+            unreachable!("matched above")
+        };
+        let (settled, between) = self
+            .until::<A>("the orphan settled", |e| {
+                matches!(e, Event::OrphanSettled { .. })
+            })
+            .await;
+        assert_eq!(
+            settled,
+            Event::OrphanSettled {
+                key: key.clone(),
+                token,
+                result: ReleaseResult::Released
+            },
+            "[{}]",
+            A::NAME
+        );
+        seen.extend(between);
+        (key, token, seen)
+    }
+
     /// The notices already delivered, without waiting.
     pub fn drain(&mut self) -> Vec<Event> {
         let mut events = Vec::new();
@@ -1122,35 +1153,15 @@ pub fn drop_waiting_keep<A: Adapter>() {
         // The cancel reaches the core before the release: the waiter is
         // abandoned when k is released, and its grant comes back.
         release::<A>(&client, &held).await;
-        let (orphan, before) = notices
-            .until::<A>("the orphan release", |e| {
-                matches!(e, Event::OrphanRelease { .. })
-            })
-            .await;
-        let Event::OrphanRelease { key: k, token } = orphan else {
-            unreachable!()
-        };
+        let (k, token, seen) = notices.orphan_released::<A>().await;
         assert_eq!(k.as_str(), "k");
         assert!(
             token > probe.token(),
             "the waiter's grant came after the probe's: {token}"
         );
-        let (settled, between) = notices
-            .until::<A>("the orphan settled", |e| {
-                matches!(e, Event::OrphanSettled { .. })
-            })
-            .await;
-        assert_eq!(
-            settled,
-            Event::OrphanSettled {
-                key: key("k"),
-                token,
-                result: ReleaseResult::Released
-            }
-        );
         assert!(
-            !before.iter().chain(&between).any(is_closed),
-            "the connection stayed: {before:?} {between:?}"
+            !seen.iter().any(is_closed),
+            "the connection stayed: {seen:?}"
         );
 
         // k is free on the server: a try-lock gets it at once.
@@ -1197,33 +1208,12 @@ pub fn drop_after_grant<A: Adapter>() {
             let probe = acquire_now::<A>(&client, "p").await;
             drop(pending);
 
-            let (orphan, before) = notices
-                .until::<A>("the orphan release", |e| {
-                    matches!(e, Event::OrphanRelease { .. })
-                })
-                .await;
-            let Event::OrphanRelease { key: k, token } = orphan else {
-                unreachable!()
-            };
+            let (k, token, seen) = notices.orphan_released::<A>().await;
             assert_eq!(k.as_str(), "k", "{policy:?}");
             assert!(token < probe.token(), "{policy:?}: k was granted before p");
-            let (settled, between) = notices
-                .until::<A>("the orphan settled", |e| {
-                    matches!(e, Event::OrphanSettled { .. })
-                })
-                .await;
-            assert_eq!(
-                settled,
-                Event::OrphanSettled {
-                    key: key("k"),
-                    token,
-                    result: ReleaseResult::Released
-                },
-                "{policy:?}"
-            );
             assert!(
-                !before.iter().chain(&between).any(is_closed),
-                "{policy:?}: the acquire had ended, so nothing was cancelled: {before:?} {between:?}"
+                !seen.iter().any(is_closed),
+                "{policy:?}: the acquire had ended, so nothing was cancelled: {seen:?}"
             );
             // k is free on the server, long before its lease would end.
             let again = acquire_now::<A>(&client, "k").await;
