@@ -129,6 +129,8 @@ struct Scenario {
     max_waiters: usize,
     max_lease_ms: u64,
     hint: bool,
+    /// The server's hashing secret: what it answers must not depend on it.
+    hash_key: u128,
     ops: Vec<Op>,
 }
 
@@ -140,6 +142,7 @@ impl Arbitrary for Scenario {
             max_waiters: below(g, 6) as usize,
             max_lease_ms: *g.choose(&[1, 50, 150, 1000]).unwrap_or(&150),
             hint: bool::arbitrary(g),
+            hash_key: u128::arbitrary(g),
             ops: Vec::arbitrary(g),
         }
     }
@@ -416,6 +419,7 @@ impl Run {
         config.queue_limit = s.queue_limit;
         config.max_waiters = s.max_waiters;
         config.max_lease = Duration::from_millis(s.max_lease_ms);
+        config.hash_key = s.hash_key;
         let hint = s.hint.then(|| "hint:1".to_string());
         config.leader_hint = hint.as_ref().map(|h| Endpoint::new(h).unwrap());
         Run {

@@ -36,7 +36,7 @@ impl Role {
 /// Everything the server core is told when it is made. Build one with
 /// [`Config::new`] and change the fields you need; the fields match the
 /// options of `ticketing serve` (CLI.md).
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Config {
     /// Sent in `W <node-id> <window>`.
@@ -65,6 +65,28 @@ pub struct Config {
     /// Sent as `L <addr>` right after every `W` (default none). Replaced by
     /// [`Server::announce_leader`](super::Server::announce_leader).
     pub leader_hint: Option<Endpoint>,
+    /// The secret key of the lock table's hashing (default 0). Clients
+    /// choose the keys: a server open to clients it does not trust sets
+    /// this from entropy, as `ticketing serve` does, so that nobody can
+    /// pick keys that collide. The core draws no entropy itself: the same
+    /// configuration gives the same server.
+    pub hash_key: u128,
+}
+
+/// Every field, the secrets (`credential`, `hash_key`) left out.
+impl core::fmt::Debug for Config {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Config")
+            .field("node_id", &self.node_id)
+            .field("window", &self.window)
+            .field("queue_limit", &self.queue_limit)
+            .field("max_waiters", &self.max_waiters)
+            .field("max_lease", &self.max_lease)
+            .field("credential", &self.credential.as_ref().map(|_| "<secret>"))
+            .field("role", &self.role)
+            .field("leader_hint", &self.leader_hint)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Config {
@@ -79,6 +101,7 @@ impl Config {
             credential: None,
             role: Role::Leader,
             leader_hint: None,
+            hash_key: 0,
         }
     }
 

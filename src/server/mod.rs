@@ -236,9 +236,9 @@ impl Server {
         Ok(Server {
             role: config.role.clone(),
             hint: config.leader_hint.clone(),
+            table: LockTable::with_hash_key(config.hash_key),
             config,
             now,
-            table: LockTable::new(),
             conns: BTreeMap::new(),
             next_conn: 1,
             outbox: BTreeMap::new(),

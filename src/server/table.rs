@@ -5,8 +5,11 @@
 
 use core::borrow::Borrow;
 use core::fmt;
+use core::hash::{BuildHasher, Hash, Hasher};
 use core::num::NonZeroU64;
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use siphasher::sip::SipHasher13;
 
 use super::action::ConnId;
 use crate::names::Key;
@@ -14,8 +17,30 @@ use crate::time::{millis, Time};
 use crate::wire::{AnswerKind, Atom};
 
 /// A key as a map key that can be looked up by `&str`, without allocating.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord)]
+#[derive(Clone, PartialEq, Eq)]
 struct KeyName(Key);
+
+/// The lock table's hashing: SipHash-1-3 under a secret key, so that
+/// clients, who choose the keys, cannot choose ones that collide (see
+/// `Config::hash_key`). Deterministic for a given key.
+#[derive(Clone, Copy, Default)]
+struct KeyHashing(u128);
+
+impl BuildHasher for KeyHashing {
+    type Hasher = SipHasher13;
+
+    fn build_hasher(&self) -> SipHasher13 {
+        // The two 64-bit halves of the secret.
+        SipHasher13::new_with_keys(self.0 as u64, (self.0 >> 64) as u64)
+    }
+}
+
+/// Hashes as its `&str`, as [`Borrow`] requires.
+impl Hash for KeyName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.0.as_str().hash(state);
+    }
+}
 
 impl Borrow<str> for KeyName {
     fn borrow(&self) -> &str {
@@ -117,7 +142,9 @@ pub(crate) struct Reply {
 /// expiries among themselves in token order and deadlines in arrival order.
 #[derive(Clone, Default)]
 pub struct LockTable {
-    keys: BTreeMap<KeyName, Slot>,
+    /// Hashed, for speed: every request looks its key up. Nothing depends
+    /// on this map's order.
+    keys: HashMap<KeyName, Slot, KeyHashing>,
     waiters: BTreeMap<u64, Waiter>,
     by_conn: BTreeSet<(ConnId, u64)>,
     deadlines: BTreeSet<(Time, u64)>,
@@ -128,9 +155,18 @@ pub struct LockTable {
 }
 
 impl LockTable {
-    /// An empty table whose first grant will get token 1.
+    /// An empty table whose first grant will get token 1, hashing keys
+    /// under the secret 0 (a server uses its `Config::hash_key`).
     pub fn new() -> LockTable {
         LockTable::default()
+    }
+
+    /// An empty table hashing keys under the secret `hash_key`.
+    pub(crate) fn with_hash_key(hash_key: u128) -> LockTable {
+        LockTable {
+            keys: HashMap::with_hasher(KeyHashing(hash_key)),
+            ..LockTable::default()
+        }
     }
 
     /// The current grant of `key`, if it is held.
@@ -150,9 +186,13 @@ impl LockTable {
 
     /// Every key held, with its grant, in key order.
     pub fn holders(&self) -> impl Iterator<Item = (&Key, Holder)> + '_ {
-        self.keys
+        let mut held: Vec<(&Key, Holder)> = self
+            .keys
             .iter()
             .filter_map(|(key, slot)| slot.grant.map(|g| (&key.0, g)))
+            .collect();
+        held.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        held.into_iter()
     }
 
     /// The token of the latest grant (0 before the first). The next grant
@@ -240,9 +280,15 @@ impl LockTable {
         };
         match slot.grant {
             Some(grant) if grant.token == token => {
-                slot.grant = None;
                 self.expiries.remove(&(grant.expires_at, grant.token));
-                self.promote(now, key, out);
+                if slot.queue.is_empty() {
+                    // Nobody waits: the key is forgotten at once, as
+                    // `promote` would.
+                    self.keys.remove(key);
+                } else {
+                    slot.grant = None;
+                    self.promote(now, key, out);
+                }
                 true
             }
             _ => false,
@@ -333,7 +379,7 @@ impl LockTable {
         LockTable {
             last_token: self.last_token,
             next_seq: self.next_seq,
-            ..LockTable::default()
+            ..LockTable::with_hash_key(self.keys.hasher().0)
         }
     }
 

@@ -59,6 +59,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     config.max_lease = Duration::from_millis(args.max_lease_ms);
     config.credential = args.credential;
     config.leader_hint = args.leader_hint;
+    config.hash_key = secret();
     config.role = match (args.role, args.leader) {
         (RoleArg::Leader, _) => Role::Leader,
         (RoleArg::Follower, Some(leader)) => Role::Follower { leader },
@@ -98,4 +99,12 @@ fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
             let _ = tokio::signal::ctrl_c().await;
         })
     }
+}
+
+/// 128 bits of the operating system's entropy, for the lock table's
+/// hashing, by way of std's randomly keyed hasher.
+fn secret() -> u128 {
+    use std::hash::{BuildHasher, RandomState};
+    let half = |n: u8| u128::from(RandomState::new().hash_one(n));
+    (half(0) << 64) | half(1)
 }
