@@ -447,15 +447,9 @@ impl Drop for PendingAcquire {
         if self.done {
             return;
         }
-        let command = match self.rx.abandon() {
-            // Answered, but never taken: the grant goes back to the core.
-            Some(Ok(Outcome::Granted(grant))) => Command::Undeliverable { grant },
-            Some(_) => return,
-            None => Command::Cancel {
-                ticket: self.ticket,
-            },
-        };
-        (self.handle.inner.commands)(command);
+        if let Some(command) = Command::for_abandoned(self.ticket, self.rx.abandon()) {
+            (self.handle.inner.commands)(command);
+        }
     }
 }
 

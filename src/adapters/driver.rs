@@ -455,15 +455,9 @@ impl Drop for Acquire {
         if self.done {
             return;
         }
-        let command = match self.rx.abandon() {
-            // Answered, but never taken: a grant goes back to the core.
-            Some(Ok(Outcome::Granted(grant))) => Command::Undeliverable { grant },
-            Some(_) => return,
-            None => Command::Cancel {
-                ticket: self.ticket,
-            },
-        };
-        let _ = self.commands.send(command);
+        if let Some(command) = Command::for_abandoned(self.ticket, self.rx.abandon()) {
+            let _ = self.commands.send(command);
+        }
     }
 }
 

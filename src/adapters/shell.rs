@@ -72,6 +72,21 @@ pub(crate) enum Command<A, S> {
     },
 }
 
+impl<A, S> Command<A, S> {
+    /// What the core must hear when the caller of the acquire `ticket`
+    /// goes away, given what its reply slot held (`taken`, handed back by
+    /// giving the slot up): a grant nobody will take is released by exact
+    /// token, an acquire still under way is cancelled, any other outcome
+    /// needs nothing.
+    pub(crate) fn for_abandoned(ticket: u64, taken: Option<OpResult>) -> Option<Self> {
+        match taken {
+            Some(Ok(Outcome::Granted(grant))) => Some(Command::Undeliverable { grant }),
+            Some(_) => None,
+            None => Some(Command::Cancel { ticket }),
+        }
+    }
+}
+
 /// The I/O an adapter performs for the core's actions.
 pub(crate) trait Io {
     fn connect(&mut self, conn: ConnId, addr: Endpoint);
