@@ -31,6 +31,7 @@ pub(crate) struct Queue {
 }
 
 impl Queue {
+    #[inline]
     pub(crate) fn push_back(&mut self, idx: u32, gen: u32) {
         self.items.push_back((idx, gen));
         self.live += 1;

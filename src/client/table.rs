@@ -389,6 +389,7 @@ impl<E> Table<E> {
     }
 
     /// Empties the slot, disarming its timer, and returns its entry.
+    #[inline]
     pub(crate) fn remove(&mut self, idx: u32) -> Option<E> {
         self.get(idx)?;
         self.clear_timer(idx);
