@@ -12,7 +12,7 @@
 use core::hint::black_box;
 use std::collections::VecDeque;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::table::Table;
 use super::{AcquirePhase, Client, Entry, ReleasePhase, LANE_HELD, LANE_RELEASE_SENT, LANE_SENT};
@@ -217,7 +217,14 @@ impl Client {
         if self.out.is_empty() {
             return None;
         }
+        // A burst (thousands of acquires submitted before one poll) grows
+        // the buffer far beyond what steady traffic needs: let it go with
+        // this send rather than keep its memory for good.
+        let burst = self.out.capacity() > super::SEND_BUFFER_KEPT;
         let data: Bytes = self.out.split().freeze();
+        if burst {
+            self.out = BytesMut::new();
+        }
         Some(Action::Send { conn, data })
     }
 
