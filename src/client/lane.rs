@@ -74,10 +74,6 @@ impl Queue {
     }
 }
 
-const READ_AHEAD: bool = true;
-const TOUCH_BUCKETS: bool = true;
-const TOUCH_KEYS: bool = false;
-
 impl Client {
     /// How many acquires may be in flight with this window: all but the
     /// reserved slots, keeping at least one for acquires.
@@ -101,28 +97,16 @@ impl Client {
                     && (self.acquires_in_flight as u64) < self.acquire_limit(window)))
     }
 
-    /// Reads what sending the next [`BATCH`](super::BATCH) requests of
-    /// `queue` will read: their slots and the pending table's buckets for
-    /// their ids, all at once, then their keys' bytes. Slots and keys are
-    /// spread at random over memory larger than the caches: this way they
-    /// are waited for together, twice a batch, instead of at each request.
+    /// Reads the slots that sending the next [`BATCH`](super::BATCH)
+    /// requests of `queue` will write, all at once. They are spread at
+    /// random over memory larger than the caches: this way they are waited
+    /// for together, once a batch, instead of at each request. (Their ids'
+    /// buckets need no such read: consecutive ids have consecutive buckets.)
     #[inline(never)]
     fn read_ahead(&self, queue: &Queue) {
-        let next_id = self.next_request.value();
         for ahead in 0..super::BATCH {
             if let Some(idx) = queue.peek(ahead) {
                 black_box(self.table.touch(idx));
-            }
-            if TOUCH_BUCKETS {
-                black_box(self.pending.touch(next_id.wrapping_add(ahead as u64)));
-            }
-        }
-        for ahead in 0..super::BATCH {
-            if !TOUCH_KEYS {
-                break;
-            }
-            if let Some(entry) = queue.peek(ahead).and_then(|idx| self.table.get(idx)) {
-                black_box(entry.key().as_bytes().first().copied());
             }
         }
     }
@@ -143,7 +127,7 @@ impl Client {
         // Releases first, in any free slot.
         let mut count = 0;
         while (self.pending.len() as u64) < window {
-            if READ_AHEAD && count % super::BATCH == 0 {
+            if count % super::BATCH == 0 {
                 self.read_ahead(&self.lane);
             }
             count += 1;
@@ -177,7 +161,7 @@ impl Client {
         let limit = self.acquire_limit(window);
         let mut count = 0;
         while (self.pending.len() as u64) < window && (self.acquires_in_flight as u64) < limit {
-            if READ_AHEAD && count % super::BATCH == 0 {
+            if count % super::BATCH == 0 {
                 self.read_ahead(&self.queue);
             }
             count += 1;

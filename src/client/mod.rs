@@ -705,10 +705,10 @@ impl Client {
     /// [`on_answer`](Client::on_answer) would one at a time, in batches of
     /// up to [`BATCH`] lines parsed first. Before a batch is handled, what
     /// handling it will read is read for all its answers at once, one step
-    /// of the chain at a time: the ids' buckets, then the requests' slots,
+    /// of the chain at a time: the ids' buckets and the requests' slots,
     /// then their keys' bytes. Answers are spread at random over memory
     /// larger than the caches, and this way the reads of a batch wait for
-    /// memory together, three times a batch, instead of three times an
+    /// memory together, a few times a batch, instead of a few times an
     /// answer.
     #[inline(never)]
     fn read_answers(&mut self, input: &mut &[u8]) -> bool {
@@ -732,9 +732,6 @@ impl Client {
             }
             if len == 0 {
                 return true;
-            }
-            for answer in &batch[..len] {
-                black_box(self.pending.touch(answer.id));
             }
             for ((answer, slot), found) in batch[..len].iter().zip(&mut slots).zip(&mut found) {
                 *found = self.pending.find(answer.id);

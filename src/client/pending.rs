@@ -19,25 +19,46 @@ use crate::names::Key;
 use crate::time::{millis, Time};
 use crate::wire::{AnswerKind, Op, RawAnswer};
 
-/// Request id to slot: an open-addressing table with linear probing,
-/// specialised for the client's own request ids.
+/// Request id to slot, specialised for the client's own request ids, which
+/// go up by one per request.
 ///
-/// The home bucket of an id is the top bits of the id times 2^64 / φ
-/// (Fibonacci hashing): consecutive ids land far apart and evenly spread,
-/// so runs stay short even though the ids in flight are mostly a dense
-/// range (with their low bits as the home, such a range would fill one long
-/// run that every removal would have to walk). A bucket is 12 bytes, the id
-/// and its slot side by side, so a probe reads one cache line; id `0` marks
-/// an empty bucket (the one id `0` there could ever be, after 2^64
-/// requests, is kept aside). Removal shifts the rest of its run back
-/// instead of leaving tombstones, so nothing degrades and nothing allocates
-/// once the table has grown to its working size.
+/// Most ids are in `near`, a ring indexed by the id's low bits: the ids in
+/// flight are mostly a recent range, so each has a bucket of its own, where
+/// it is found, put and taken out with no probing and without moving any
+/// other id (taking an id out of an open-addressing table moves the rest of
+/// its run back, a loop of unpredictable length for every answer). An id
+/// still pending when the ids have gone round the ring and a later one
+/// comes to its bucket (an acquire that waits long) moves on to `far`, a
+/// hash table for the few that outlive a round. The ring has at least 4/3
+/// as many buckets as there are ids pending, as the single table it
+/// replaces had, so the memory of the usual case is the same.
+///
+/// A bucket is 12 bytes, the id and its slot side by side; id `0` marks an
+/// empty bucket (the one id `0` there could ever be, after 2^64 requests,
+/// is kept aside). Where an id goes depends on the ids alone, so the table
+/// is as deterministic as the rest of the core. Nothing allocates once both
+/// parts have grown to their working size.
 #[derive(Default)]
 pub(crate) struct PendingTable {
-    buckets: Vec<Bucket>,
+    /// Id `id` in bucket `id % near.len()` (a power of two), if anywhere.
+    near: Vec<Bucket>,
+    /// The ids pushed out of `near`.
+    far: FarTable,
     len: usize,
     /// The slot of request id `0`, if pending.
     zero: Option<u32>,
+}
+
+/// Ids to slots: an open-addressing table with linear probing.
+///
+/// The home bucket of an id is the top bits of the id times 2^64 / φ
+/// (Fibonacci hashing), so that ids that share their low bits (those
+/// pushed out of one bucket of the ring) land far apart. Removal shifts the
+/// rest of its run back instead of leaving tombstones, so nothing degrades.
+#[derive(Default)]
+struct FarTable {
+    buckets: Vec<Bucket>,
+    len: usize,
 }
 
 #[derive(Clone, Copy)]
@@ -49,9 +70,16 @@ struct Bucket {
 
 const EMPTY: Bucket = Bucket { id: 0, slot: 0 };
 
-/// Where a pending request's id is: its bucket, or `None` for id `0`.
+/// Where a pending request's id is.
 #[derive(Clone, Copy)]
-pub(crate) struct Found(Option<usize>);
+pub(crate) enum Found {
+    /// In this bucket of the ring.
+    Near(usize),
+    /// In this bucket of the far table.
+    Far(usize),
+    /// Id `0`.
+    Zero,
+}
 
 impl PendingTable {
     /// How many requests are pending.
@@ -63,6 +91,142 @@ impl PendingTable {
         self.len == 0
     }
 
+    /// Where `id` is, if pending.
+    #[inline]
+    pub(crate) fn find(&self, id: u64) -> Option<Found> {
+        if id == 0 {
+            return self.zero.map(|_| Found::Zero);
+        }
+        // An empty ring has no bucket: `len - 1` wraps to a mask that
+        // `get` refuses.
+        let at = id as usize & self.near.len().wrapping_sub(1);
+        match self.near.get(at) {
+            Some(bucket) if bucket.id == id => Some(Found::Near(at)),
+            _ => self.far.bucket_of(id).map(Found::Far),
+        }
+    }
+
+    /// Whether `found` is where `id` is.
+    #[inline]
+    pub(crate) fn holds(&self, found: Found, id: u64) -> bool {
+        match found {
+            Found::Near(at) => self.near.get(at).is_some_and(|bucket| bucket.id == id),
+            Found::Far(at) => self
+                .far
+                .buckets
+                .get(at)
+                .is_some_and(|bucket| bucket.id == id),
+            Found::Zero => id == 0 && self.zero.is_some(),
+        }
+    }
+
+    /// The slot of the request found at `found`.
+    #[inline]
+    pub(crate) fn slot(&self, found: Found) -> u32 {
+        match found {
+            Found::Near(at) => self.near[at].slot,
+            Found::Far(at) => self.far.buckets[at].slot,
+            Found::Zero => self.zero.expect("found"),
+        }
+    }
+
+    /// The slot of the pending request `id`.
+    #[cfg(test)]
+    pub(crate) fn get(&self, id: &u64) -> Option<u32> {
+        self.find(*id).map(|found| self.slot(found))
+    }
+
+    /// Registers `id`, which is not pending, for `slot`.
+    #[inline(always)]
+    pub(crate) fn insert(&mut self, id: u64, slot: u32) {
+        debug_assert!(self.find(id).is_none(), "id {id} is pending already");
+        self.len += 1;
+        if id == 0 {
+            self.zero = Some(slot);
+            return;
+        }
+        // At most three quarters full, so that the ring goes round slowly.
+        if 4 * self.len > 3 * self.near.len() {
+            self.grow();
+        }
+        let at = id as usize & (self.near.len() - 1);
+        let old = core::mem::replace(&mut self.near[at], Bucket { id, slot });
+        if old.id != 0 {
+            self.far.insert(old.id, old.slot);
+        }
+    }
+
+    /// Forgets the request found at `found`, returning its slot.
+    #[inline]
+    pub(crate) fn remove_found(&mut self, found: Found) -> u32 {
+        self.len -= 1;
+        match found {
+            Found::Near(at) => core::mem::replace(&mut self.near[at], EMPTY).slot,
+            Found::Far(at) => self.far.remove_at(at),
+            Found::Zero => self.zero.take().expect("found"),
+        }
+    }
+
+    /// Forgets `id`, returning its slot.
+    #[cfg(test)]
+    pub(crate) fn remove(&mut self, id: &u64) -> Option<u32> {
+        let found = self.find(*id)?;
+        Some(self.remove_found(found))
+    }
+
+    /// Every pending request, in no particular order (feature `sim` only,
+    /// for a sabotage switch).
+    #[cfg(feature = "sim")]
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        let zero = self.zero.map(|slot| (0, slot));
+        zero.into_iter().chain(
+            self.near
+                .iter()
+                .chain(&self.far.buckets)
+                .filter(|bucket| bucket.id != 0)
+                .map(|bucket| (bucket.id, bucket.slot)),
+        )
+    }
+
+    /// Takes every pending request out, in no particular order.
+    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (u64, u32)> + '_ {
+        self.len = 0;
+        self.far.len = 0;
+        let zero = self.zero.take().map(|slot| (0, slot));
+        zero.into_iter().chain(
+            self.near
+                .iter_mut()
+                .chain(&mut self.far.buckets)
+                .filter(|bucket| bucket.id != 0)
+                .map(|bucket| {
+                    let Bucket { id, slot } = core::mem::replace(bucket, EMPTY);
+                    (id, slot)
+                }),
+        )
+    }
+
+    /// Doubles the ring (16 buckets at first) and puts every id back: in
+    /// the ring if its bucket there is free, else in the far table.
+    #[cold]
+    fn grow(&mut self) {
+        let count = (2 * self.near.len()).max(16);
+        let near = core::mem::replace(&mut self.near, vec![EMPTY; count]);
+        let far = core::mem::take(&mut self.far);
+        for bucket in near.into_iter().chain(far.buckets) {
+            if bucket.id == 0 {
+                continue;
+            }
+            let place = &mut self.near[bucket.id as usize & (count - 1)];
+            if place.id == 0 {
+                *place = bucket;
+            } else {
+                self.far.insert(bucket.id, bucket.slot);
+            }
+        }
+    }
+}
+
+impl FarTable {
     /// The home bucket of `id` among `buckets` (a power of two, at least 2).
     #[inline(always)]
     fn home(id: u64, buckets: usize) -> usize {
@@ -72,7 +236,7 @@ impl PendingTable {
     /// The bucket holding `id`, if any (`id != 0`).
     #[inline]
     fn bucket_of(&self, id: u64) -> Option<usize> {
-        if self.buckets.is_empty() {
+        if self.len == 0 {
             return None;
         }
         let mask = self.buckets.len() - 1;
@@ -89,59 +253,9 @@ impl PendingTable {
         }
     }
 
-    /// Where `id` is, if pending.
-    #[inline]
-    pub(crate) fn find(&self, id: u64) -> Option<Found> {
-        if id == 0 {
-            return self.zero.map(|_| Found(None));
-        }
-        self.bucket_of(id).map(|at| Found(Some(at)))
-    }
-
-    /// Whether `found` is where `id` is.
-    #[inline]
-    pub(crate) fn holds(&self, found: Found, id: u64) -> bool {
-        match found.0 {
-            Some(at) => self.buckets.get(at).is_some_and(|bucket| bucket.id == id),
-            None => id == 0 && self.zero.is_some(),
-        }
-    }
-
-    /// The slot of the request found at `found`.
-    #[inline]
-    pub(crate) fn slot(&self, found: Found) -> u32 {
-        match found.0 {
-            Some(at) => self.buckets[at].slot,
-            None => self.zero.expect("found"),
-        }
-    }
-
-    /// Reads the home bucket of `id`, so that a lookup or an insertion of
-    /// `id` soon after finds it in the cache.
-    #[inline]
-    pub(crate) fn touch(&self, id: u64) -> u64 {
-        match self.buckets.len() {
-            0 => 0,
-            len => self.buckets[Self::home(id, len)].id,
-        }
-    }
-
-    /// The slot of the pending request `id`.
-    #[cfg(test)]
-    pub(crate) fn get(&self, id: &u64) -> Option<u32> {
-        self.find(*id).map(|found| self.slot(found))
-    }
-
-    /// Registers `id` for `slot`, returning the slot it had, if any.
-    #[inline]
-    pub(crate) fn insert(&mut self, id: u64, slot: u32) -> Option<u32> {
-        if id == 0 {
-            let old = self.zero.replace(slot);
-            if old.is_none() {
-                self.len += 1;
-            }
-            return old;
-        }
+    /// Registers `id` (not `0`, not here) for `slot`.
+    #[inline(never)]
+    fn insert(&mut self, id: u64, slot: u32) {
         // At most three quarters full, so that runs stay short.
         if 4 * (self.len + 1) > 3 * self.buckets.len() {
             self.grow();
@@ -149,27 +263,20 @@ impl PendingTable {
         let mask = self.buckets.len() - 1;
         let mut at = Self::home(id, self.buckets.len());
         loop {
-            let bucket = &mut self.buckets[at];
-            let found = bucket.id;
+            let found = self.buckets[at].id;
             if found == 0 {
-                *bucket = Bucket { id, slot };
-                self.len += 1;
-                return None;
+                break;
             }
-            if found == id {
-                return Some(core::mem::replace(&mut bucket.slot, slot));
-            }
+            debug_assert_ne!(found, id);
             at = (at + 1) & mask;
         }
+        self.buckets[at] = Bucket { id, slot };
+        self.len += 1;
     }
 
-    /// Forgets the request found at `found`, returning its slot.
-    #[inline]
-    pub(crate) fn remove_found(&mut self, found: Found) -> u32 {
+    /// Forgets the id in bucket `hole`, returning its slot.
+    fn remove_at(&mut self, mut hole: usize) -> u32 {
         self.len -= 1;
-        let Some(mut hole) = found.0 else {
-            return self.zero.take().expect("found");
-        };
         let slot = self.buckets[hole].slot;
         // Shift back every later id of the run that may sit in the hole:
         // one whose home is not cyclically within (hole, at].
@@ -189,42 +296,6 @@ impl PendingTable {
         }
         self.buckets[hole] = EMPTY;
         slot
-    }
-
-    /// Forgets `id`, returning its slot.
-    #[cfg(test)]
-    pub(crate) fn remove(&mut self, id: &u64) -> Option<u32> {
-        let found = self.find(*id)?;
-        Some(self.remove_found(found))
-    }
-
-    /// Every pending request, in no particular order (feature `sim` only,
-    /// for a sabotage switch).
-    #[cfg(feature = "sim")]
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        let zero = self.zero.map(|slot| (0, slot));
-        zero.into_iter().chain(
-            self.buckets
-                .iter()
-                .filter(|bucket| bucket.id != 0)
-                .map(|bucket| (bucket.id, bucket.slot)),
-        )
-    }
-
-    /// Takes every pending request out, in no particular order.
-    pub(crate) fn drain(&mut self) -> impl Iterator<Item = (u64, u32)> + '_ {
-        self.len = 0;
-        let zero = self.zero.take().map(|slot| (0, slot));
-        zero.into_iter()
-            .chain(
-                self.buckets
-                    .iter_mut()
-                    .filter(|bucket| bucket.id != 0)
-                    .map(|bucket| {
-                        let Bucket { id, slot } = core::mem::replace(bucket, EMPTY);
-                        (id, slot)
-                    }),
-            )
     }
 
     /// Doubles the buckets (16 at first) and puts every id back.
@@ -521,6 +592,7 @@ fn fits_an_attempt(at: Time, budget_end: Time) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::hash_map::Entry;
     use std::collections::HashMap;
 
     use super::PendingTable;
@@ -534,7 +606,8 @@ mod tests {
         let mut pending: Vec<u64> = Vec::new();
         let mut next = 1u64;
         for step in 0..200_000u32 {
-            // Mostly new ids in sequence, some far apart (same home bucket),
+            // Mostly new ids in sequence, some far apart (the same bucket of
+            // a small ring, pushing each other out to the far table),
             // some id 0 or near u64::MAX, and removals of random ids.
             let id = match rng.up_to(10) {
                 0..=3 => {
@@ -547,11 +620,15 @@ mod tests {
                 _ => None,
             };
             if let Some(id) = id {
-                let old = model.insert(id, step);
-                if old.is_none() {
-                    pending.push(id);
+                // Only ids not pending are registered.
+                match model.entry(id) {
+                    Entry::Occupied(entry) => assert_eq!(table.get(&id), Some(*entry.get())),
+                    Entry::Vacant(entry) => {
+                        entry.insert(step);
+                        pending.push(id);
+                        table.insert(id, step);
+                    }
                 }
-                assert_eq!(table.insert(id, step), old);
             } else {
                 let id = if !pending.is_empty() && rng.chance(7, 8) {
                     pending.swap_remove(rng.up_to(pending.len() as u64 - 1) as usize)
@@ -576,7 +653,7 @@ mod tests {
         assert_eq!(drained, expected);
         assert!(table.is_empty());
         assert_eq!(table.get(&1), None);
-        assert_eq!(table.insert(5, 1), None);
+        table.insert(5, 1);
         assert_eq!(table.get(&5), Some(1));
     }
 }
