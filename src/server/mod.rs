@@ -518,7 +518,27 @@ impl Server {
         if let Phase::Ready { unanswered } = &mut c.phase {
             *unanswered = unanswered.saturating_sub(1);
         }
-        self.write(conn, &ServerFrame::Answer(Answer { id, key, kind }));
+        Answer { id, key, kind }.encode_into(self.output(conn));
+    }
+
+    /// Writes the answer to a request of `conn` that is answered as soon as
+    /// it is counted: its count of unanswered requests, `unanswered` before
+    /// the request, is then what it was (unless it had saturated).
+    fn answer_at_once(
+        &mut self,
+        conn: ConnId,
+        unanswered: u64,
+        id: u64,
+        key: Atom<'_>,
+        kind: AnswerKind,
+    ) {
+        let after = unanswered.saturating_add(1).saturating_sub(1);
+        if after != unanswered {
+            if let Some(c) = self.conns.get_mut(&conn) {
+                c.phase = Phase::Ready { unanswered: after };
+            }
+        }
+        Answer { id, key, kind }.encode_into(self.output(conn));
     }
 
     fn on_frame(&mut self, conn: ConnId, frame: ClientFrame<'_>) -> Result<(), Farewell> {
@@ -606,12 +626,9 @@ impl Server {
         unanswered: u64,
         request: ClientFrame<'_>,
     ) -> Result<(), Farewell> {
-        let unanswered = unanswered.saturating_add(1);
-        if unanswered > self.config.window {
+        let counted = unanswered.saturating_add(1);
+        if counted > self.config.window {
             return Err(Farewell::Error(Reason::Window));
-        }
-        if let Some(c) = self.conns.get_mut(&conn) {
-            c.phase = Phase::Ready { unanswered };
         }
         let limits = Limits {
             queue_limit: self.config.queue_limit,
@@ -635,9 +652,17 @@ impl Server {
                     }
                     Acquired::TimedOut => AnswerKind::TimedOut,
                     Acquired::Busy => AnswerKind::Busy,
-                    Acquired::Queued => return Ok(()),
+                    Acquired::Queued => {
+                        // Unanswered until the table answers it.
+                        if let Some(c) = self.conns.get_mut(&conn) {
+                            c.phase = Phase::Ready {
+                                unanswered: counted,
+                            };
+                        }
+                        return Ok(());
+                    }
                 };
-                self.answer(conn, id, key, kind);
+                self.answer_at_once(conn, unanswered, id, key, kind);
             }
             ClientFrame::Release { id, key, token } => {
                 let mut replies = mem::take(&mut self.replies);
@@ -649,7 +674,7 @@ impl Server {
                 } else {
                     AnswerKind::NotHeld
                 };
-                self.answer(conn, id, key, kind);
+                self.answer_at_once(conn, unanswered, id, key, kind);
                 self.deliver(&mut replies);
                 self.replies = replies;
             }
@@ -660,12 +685,17 @@ impl Server {
 
     /// Queues `frame` for `conn`.
     fn write(&mut self, conn: ConnId, frame: &ServerFrame<'_>) {
+        frame.encode(self.output(conn));
+    }
+
+    /// The buffer to write `conn`'s next frames into, its flush queued.
+    fn output(&mut self, conn: ConnId) -> &mut BytesMut {
         let out = self.outbox.entry(conn).or_default();
-        frame.encode(&mut out.buf);
         if !out.queued {
             out.queued = true;
             self.pending.push_back(Pending::Flush(conn));
         }
+        &mut out.buf
     }
 
     /// Ends `conn`: says `farewell` if any, forgets the connection, drops its

@@ -7,6 +7,7 @@ use core::borrow::Borrow;
 use core::fmt;
 use core::hash::{BuildHasher, Hash, Hasher};
 use core::num::NonZeroU64;
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use siphasher::sip::SipHasher13;
@@ -88,6 +89,22 @@ struct Waiter {
     lease_ms: NonZeroU64,
 }
 
+/// When a grant's lease ends, and its token: leases end in this order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+struct Expiry {
+    at: Time,
+    token: u64,
+}
+
+impl Expiry {
+    fn of(grant: &Holder) -> Expiry {
+        Expiry {
+            at: grant.expires_at,
+            token: grant.token,
+        }
+    }
+}
+
 /// The limits a server applies to the table (from its configuration).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Limits {
@@ -148,8 +165,8 @@ pub struct LockTable {
     waiters: BTreeMap<u64, Waiter>,
     by_conn: BTreeSet<(ConnId, u64)>,
     deadlines: BTreeSet<(Time, u64)>,
-    /// `(expires_at, token)` of every grant, with its key.
-    expiries: BTreeMap<(Time, u64), Key>,
+    /// The `Expiry` of every grant, with its key.
+    expiries: BTreeMap<Expiry, Key>,
     last_token: u64,
     next_seq: u64,
 }
@@ -203,7 +220,7 @@ impl LockTable {
 
     /// The earliest lease expiry or wait deadline.
     pub fn next_deadline(&self) -> Option<Time> {
-        let expiry = self.expiries.keys().next().map(|&(at, _)| at);
+        let expiry = self.expiries.keys().next().map(|e| e.at);
         let deadline = self.deadlines.first().map(|&(at, _)| at);
         match (expiry, deadline) {
             (Some(e), Some(d)) => Some(e.min(d)),
@@ -225,32 +242,41 @@ impl LockTable {
     ) -> Acquired {
         let lease_ms =
             lease_ms.min(NonZeroU64::new(limits.max_lease_ms).unwrap_or(NonZeroU64::MIN));
-        let queued = match self.keys.get(key.as_str()) {
-            None => None,
-            Some(slot) if slot.grant.is_none() && slot.queue.is_empty() => None,
-            Some(slot) => Some(slot.queue.len()),
+        // A key is in the table only while it is held, so one lookup tells
+        // a free key (the usual case, granted at once: its name is needed
+        // then) from a held one.
+        let mut held = match self.keys.entry(KeyName(Key::from(key))) {
+            Entry::Vacant(vacant) => {
+                let (token, grant) = Self::new_grant(
+                    &mut self.last_token,
+                    &mut self.expiries,
+                    now,
+                    &vacant.key().0,
+                    conn,
+                    lease_ms,
+                );
+                vacant.insert(Slot {
+                    grant: Some(grant),
+                    queue: BTreeSet::new(),
+                });
+                return Acquired::Granted { token, lease_ms };
+            }
+            Entry::Occupied(held) => held,
         };
-        let Some(queued) = queued else {
-            let token = self.grant(now, Key::from(key), conn, lease_ms);
-            return Acquired::Granted { token, lease_ms };
-        };
+        debug_assert!(held.get().grant.is_some(), "a key in the table is held");
         if wait_ms == 0 {
             return Acquired::TimedOut;
         }
-        if queued >= limits.queue_limit || self.waiters.len() >= limits.max_waiters {
+        if held.get().queue.len() >= limits.queue_limit || self.waiters.len() >= limits.max_waiters
+        {
             return Acquired::Busy;
         }
         let seq = self.next_seq;
         self.next_seq += 1;
         let deadline = now.saturating_add(millis(wait_ms));
-        let Some((name, slot)) = self.keys.get_key_value(key.as_str()) else {
-            return Acquired::Busy;
-        };
-        debug_assert!(slot.grant.is_some(), "a key with waiters is held");
-        let key = name.0.clone();
-        if let Some(slot) = self.keys.get_mut(key.as_str()) {
-            slot.queue.insert(seq);
-        }
+        held.get_mut().queue.insert(seq);
+        // The table's own name of the key, shared.
+        let key = held.key().0.clone();
         self.by_conn.insert((conn, seq));
         self.deadlines.insert((deadline, seq));
         self.waiters.insert(
@@ -275,23 +301,25 @@ impl LockTable {
         token: u64,
         out: &mut Vec<Reply>,
     ) -> bool {
-        let Some(slot) = self.keys.get_mut(key) else {
+        // The usual release frees a key nobody waits for, which is then
+        // forgotten: one lookup takes it out. Anything else puts it back.
+        let Some((name, mut slot)) = self.keys.remove_entry(key) else {
             return false;
         };
         match slot.grant {
             Some(grant) if grant.token == token => {
-                self.expiries.remove(&(grant.expires_at, grant.token));
-                if slot.queue.is_empty() {
-                    // Nobody waits: the key is forgotten at once, as
-                    // `promote` would.
-                    self.keys.remove(key);
-                } else {
+                self.expiries.remove(&Expiry::of(&grant));
+                if !slot.queue.is_empty() {
                     slot.grant = None;
+                    self.keys.insert(name, slot);
                     self.promote(now, key, out);
                 }
                 true
             }
-            _ => false,
+            _ => {
+                self.keys.insert(name, slot);
+                false
+            }
         }
     }
 
@@ -300,7 +328,7 @@ impl LockTable {
     /// waits that ran out are answered `T`.
     pub(crate) fn advance(&mut self, now: Time, out: &mut Vec<Reply>) {
         loop {
-            let expiry = self.expiries.keys().next().map(|&(at, _)| at);
+            let expiry = self.expiries.keys().next().map(|e| e.at);
             let deadline = self.deadlines.first().map(|&(at, _)| at);
             let expiry_first = match (expiry, deadline) {
                 (Some(e), Some(d)) => e <= d,
@@ -309,11 +337,12 @@ impl LockTable {
                 (None, None) => break,
             };
             if expiry_first {
-                let Some(((at, token), key)) = self.expiries.pop_first() else {
+                let Some((expiry, key)) = self.expiries.pop_first() else {
                     break;
                 };
+                let Expiry { at, token } = expiry;
                 if at > now {
-                    self.expiries.insert((at, token), key);
+                    self.expiries.insert(expiry, key);
                     break;
                 }
                 if let Some(slot) = self.keys.get_mut(key.as_str()) {
@@ -390,20 +419,41 @@ impl LockTable {
 
     /// Grants `key` to `holder` at `at`, returning the token.
     fn grant(&mut self, at: Time, key: Key, holder: ConnId, lease_ms: NonZeroU64) -> u64 {
+        let (token, grant) = Self::new_grant(
+            &mut self.last_token,
+            &mut self.expiries,
+            at,
+            &key,
+            holder,
+            lease_ms,
+        );
+        self.keys.entry(KeyName(key)).or_default().grant = Some(grant);
+        token
+    }
+
+    /// A grant of `key` at `at` with the next token, its expiry set: the
+    /// token and the holder to put in the key's slot.
+    fn new_grant(
+        last_token: &mut u64,
+        expiries: &mut BTreeMap<Expiry, Key>,
+        at: Time,
+        key: &Key,
+        holder: ConnId,
+        lease_ms: NonZeroU64,
+    ) -> (u64, Holder) {
         // 2^64 grants cannot happen; saturate rather than wrap all the same.
-        self.last_token = self.last_token.saturating_add(1);
-        let token = self.last_token;
+        *last_token = last_token.saturating_add(1);
+        let token = *last_token;
         let expires_at = at.saturating_add(millis(lease_ms.get()));
-        self.expiries.insert((expires_at, token), key.clone());
-        let slot = self.keys.entry(KeyName(key)).or_default();
-        slot.grant = Some(Holder {
+        let grant = Holder {
             token,
             lease_ms,
             granted_at: at,
             expires_at,
             conn: holder,
-        });
-        token
+        };
+        expiries.insert(Expiry::of(&grant), key.clone());
+        (token, grant)
     }
 
     /// If `key` is free: grants it to the head of its queue at `at`, or
@@ -455,7 +505,7 @@ impl LockTable {
         for (key, slot) in &self.keys {
             assert!(slot.grant.is_some(), "{:?} is in the table but free", key.0);
             let g = slot.grant.unwrap();
-            assert_eq!(self.expiries.get(&(g.expires_at, g.token)), Some(&key.0));
+            assert_eq!(self.expiries.get(&Expiry::of(&g)), Some(&key.0));
             for seq in &slot.queue {
                 let w = &self.waiters[seq];
                 assert_eq!(w.key, key.0);

@@ -764,6 +764,35 @@ impl ServerFrame<'_> {
 }
 
 impl Answer<'_> {
+    /// Appends the answer's line, the bytes [`ServerFrame::encode`] gives.
+    /// A short one (the usual case) is written in place at the end of
+    /// `out`, as the client writes its requests: this is how the server
+    /// answers.
+    #[inline]
+    pub(crate) fn encode_into(&self, out: &mut BytesMut) {
+        let key = self.key.as_bytes();
+        let granted = matches!(self.kind, AnswerKind::Granted { .. });
+        let numbers = if granted { 3 } else { 1 };
+        // The op is a field of one byte.
+        if !Line::fits(numbers, 2, 1 + key.len()) {
+            ServerFrame::Answer(*self).encode(out);
+            return;
+        }
+        let longest = 1 + numbers * NUMBER_FIELD + 2 + 1 + key.len() + 1;
+        // A number may be written up to 19 bytes past its last digit.
+        Line::in_place(out, longest + 19, |line| {
+            line.start(self.kind.letter());
+            line.number(self.id);
+            line.field(&[self.op().letter()]);
+            line.field(key);
+            if let AnswerKind::Granted { token, lease_ms } = self.kind {
+                line.number(token);
+                line.number(lease_ms.get());
+            }
+            line.finish();
+        });
+    }
+
     fn encode_fields(&self, out: &mut impl BufMut) {
         out.put_u8(self.kind.letter());
         put_number(out, self.id);
@@ -801,6 +830,48 @@ impl fmt::Display for ServerFrame<'_> {
 mod tests {
     use super::*;
     use crate::rng::Rng;
+    use crate::wire::MAX_ATOM;
+
+    #[test]
+    fn answers_written_in_place_are_the_bytes_of_the_frame_encoder() {
+        let mut rng = Rng::new(11);
+        let long_key = "k".repeat(MAX_ATOM);
+        let number = |rng: &mut Rng| match rng.up_to(4) {
+            0 => rng.up_to(200),
+            1 => u64::MAX - rng.up_to(3),
+            _ => rng.up_to(u64::MAX) >> rng.up_to(63),
+        };
+        for _ in 0..100_000 {
+            // Short keys, and long ones that take the general path.
+            let len = if rng.chance(1, 2) {
+                1 + rng.up_to(63)
+            } else {
+                1 + rng.up_to(MAX_ATOM as u64 - 1)
+            };
+            let key = Atom::new(&long_key[..len as usize]).expect("an atom");
+            let kind = match rng.up_to(4) {
+                0 => AnswerKind::TimedOut,
+                1 => AnswerKind::Busy,
+                2 => AnswerKind::Released,
+                3 => AnswerKind::NotHeld,
+                _ => AnswerKind::Granted {
+                    token: number(&mut rng),
+                    lease_ms: NonZeroU64::new(number(&mut rng)).unwrap_or(NonZeroU64::MAX),
+                },
+            };
+            let answer = Answer {
+                id: number(&mut rng),
+                key,
+                kind,
+            };
+            let mut expected = BytesMut::new();
+            ServerFrame::Answer(answer).encode(&mut expected);
+            let mut found = BytesMut::from(&b"before\n"[..]);
+            answer.encode_into(&mut found);
+            assert_eq!(&found[..7], b"before\n");
+            assert_eq!(found[7..], expected[..], "{answer:?}");
+        }
+    }
 
     #[test]
     fn numbers_are_written_like_display() {

@@ -207,7 +207,16 @@ pub(crate) fn parse_number(bytes: &[u8], field: &'static str) -> Result<u64, Fra
 
 impl<'a> ClientFrame<'a> {
     /// Parses one line, without its `\n`, as a frame a server receives.
+    #[inline]
     pub fn parse(line: &'a [u8]) -> Result<ClientFrame<'a>, FrameError> {
+        if let Some(request) = parse_request(line) {
+            return Ok(request);
+        }
+        Self::parse_fields(line)
+    }
+
+    /// The general parser: splits the line, then checks each field.
+    fn parse_fields(line: &'a [u8]) -> Result<ClientFrame<'a>, FrameError> {
         let f = Fields::split(line)?;
         let kind = f.kind().ok_or_else(|| f.unknown_kind())?;
         match kind {
@@ -472,6 +481,44 @@ fn parse_answer(line: &[u8]) -> Option<Answer<'_>> {
     Some(Answer { id, key, kind })
 }
 
+/// The common case of [`ClientFrame::parse`]: a valid acquire or release,
+/// parsed in one pass without splitting the line first. `None` for anything
+/// else (`H`, and every fault), which the general parser then handles, so
+/// results and errors are the general parser's in every case.
+#[inline]
+fn parse_request(line: &[u8]) -> Option<ClientFrame<'_>> {
+    let (&kind, rest) = line.split_first()?;
+    if kind != b'A' && kind != b'R' {
+        return None;
+    }
+    let rest = rest.strip_prefix(b" ")?;
+    let (id, len) = leading_number(rest)?;
+    let rest = rest[len..].strip_prefix(b" ")?;
+    let key_len = leading_atom(rest)?;
+    let key = Atom::from_checked(&rest[..key_len])?;
+    let rest = rest[key_len..].strip_prefix(b" ")?;
+    if kind == b'R' {
+        let (token, len) = leading_number(rest)?;
+        return (len == rest.len()).then_some(ClientFrame::Release { id, key, token });
+    }
+    let owner_len = leading_atom(rest)?;
+    let owner = Atom::from_checked(&rest[..owner_len])?;
+    let rest = rest[owner_len..].strip_prefix(b" ")?;
+    let (wait_ms, len) = leading_number(rest)?;
+    let rest = rest[len..].strip_prefix(b" ")?;
+    let (lease_ms, len) = leading_number(rest)?;
+    if len != rest.len() {
+        return None;
+    }
+    Some(ClientFrame::Acquire {
+        id,
+        key,
+        owner,
+        wait_ms,
+        lease_ms: NonZeroU64::new(lease_ms)?,
+    })
+}
+
 impl<'a> ServerFrame<'a> {
     /// Parses one line, without its `\n`, as a frame a client receives.
     pub fn parse(line: &'a [u8]) -> Result<ServerFrame<'a>, FrameError> {
@@ -626,6 +673,25 @@ mod tests {
         }
     }
 
+    /// Changes, inserts or removes up to three bytes of `line`, drawn from
+    /// `alphabet`.
+    fn mutate(rng: &mut Rng, line: &mut Vec<u8>, alphabet: &[u8]) {
+        for _ in 0..rng.up_to(3) {
+            if line.is_empty() {
+                break;
+            }
+            let at = rng.up_to(line.len() as u64 - 1) as usize;
+            let byte = alphabet[rng.up_to(alphabet.len() as u64 - 1) as usize];
+            match rng.up_to(2) {
+                0 => line[at] = byte,
+                1 => line.insert(at, byte),
+                _ => {
+                    line.remove(at);
+                }
+            }
+        }
+    }
+
     #[test]
     fn answers_read_from_the_input_agree_with_the_reader_and_the_general_parser() {
         let mut rng = Rng::new(8);
@@ -634,20 +700,7 @@ mod tests {
         let mut taken = 0;
         for _ in 0..300_000 {
             let mut bytes = answer_line(&mut rng);
-            for _ in 0..rng.up_to(3) {
-                if bytes.is_empty() {
-                    break;
-                }
-                let at = rng.up_to(bytes.len() as u64 - 1) as usize;
-                let byte = alphabet[rng.up_to(alphabet.len() as u64 - 1) as usize];
-                match rng.up_to(2) {
-                    0 => bytes[at] = byte,
-                    1 => bytes.insert(at, byte),
-                    _ => {
-                        bytes.remove(at);
-                    }
-                }
-            }
+            mutate(&mut rng, &mut bytes, alphabet);
             if rng.chance(9, 10) {
                 bytes.push(b'\n');
             }
@@ -686,26 +739,70 @@ mod tests {
         }
     }
 
+    /// A random request line, valid or nearly so.
+    fn request_line(rng: &mut Rng) -> Vec<u8> {
+        let kind = b"ARHX"[rng.up_to(3) as usize];
+        let number = |rng: &mut Rng| -> String {
+            match rng.up_to(9) {
+                0 => "0".into(),
+                1 => format!("0{}", rng.up_to(99)),
+                2 => u64::MAX.to_string(),
+                3 => "18446744073709551616".into(),
+                4 => "9999999999999999999".into(),
+                5 => "10000000000000000000".into(),
+                _ => (rng.up_to(u64::MAX) >> rng.up_to(63)).to_string(),
+            }
+        };
+        let atom = |rng: &mut Rng| -> String {
+            "k".repeat(if rng.chance(1, 10) {
+                240 + rng.up_to(20) as usize
+            } else {
+                1 + rng.up_to(30) as usize
+            })
+        };
+        let mut line = format!("{} {} {}", kind as char, number(rng), atom(rng));
+        if kind != b'R' || rng.chance(1, 10) {
+            line = format!("{line} {}", atom(rng));
+        }
+        line = format!("{line} {}", number(rng));
+        if kind == b'A' || rng.chance(1, 10) {
+            line = format!("{line} {}", number(rng));
+        }
+        line.into_bytes()
+    }
+
+    #[test]
+    fn the_request_fast_path_agrees_with_the_general_parser() {
+        let mut rng = Rng::new(5);
+        let alphabet: &[u8] = b" 0123456789AHR-k\r\x7f\x80\x1f\n";
+        for _ in 0..300_000 {
+            let mut line = request_line(&mut rng);
+            mutate(&mut rng, &mut line, alphabet);
+            assert_eq!(
+                ClientFrame::parse(&line),
+                ClientFrame::parse_fields(&line),
+                "{:?}",
+                String::from_utf8_lossy(&line)
+            );
+        }
+        // The fast path does take the usual requests.
+        for line in [
+            &b"A 12 lock/0001 worker-1 0 30000"[..],
+            b"A 1 k o 5000 1",
+            b"R 7 k 3",
+            b"R 123456789012345 lock/000001 1234567890123456789",
+        ] {
+            assert!(parse_request(line).is_some());
+        }
+    }
+
     #[test]
     fn the_answer_fast_path_agrees_with_the_general_parser() {
         let mut rng = Rng::new(3);
         let alphabet: &[u8] = b" 0123456789GTBDNAR-k\r\x7f\x80\x1f\n";
         for _ in 0..300_000 {
             let mut line = answer_line(&mut rng);
-            for _ in 0..rng.up_to(3) {
-                if line.is_empty() {
-                    break;
-                }
-                let at = rng.up_to(line.len() as u64 - 1) as usize;
-                let byte = alphabet[rng.up_to(alphabet.len() as u64 - 1) as usize];
-                match rng.up_to(2) {
-                    0 => line[at] = byte,
-                    1 => line.insert(at, byte),
-                    _ => {
-                        line.remove(at);
-                    }
-                }
-            }
+            mutate(&mut rng, &mut line, alphabet);
             assert_eq!(
                 ServerFrame::parse(&line),
                 ServerFrame::parse_fields(&line),
