@@ -746,7 +746,7 @@ impl Client {
                     black_box(entry.key().as_bytes().first().copied());
                 }
             }
-            for (&answer, &found) in batch[..len].iter().zip(&found) {
+            for (answer, &found) in batch[..len].iter().zip(&found) {
                 // Where its id was found, unless an answer before moved it.
                 if let Err(reason) = self.on_answer_found(answer, found) {
                     self.close(reason);

@@ -318,7 +318,7 @@ impl Client {
     /// Matches an answer to its pending request by id, op and key, and ends
     /// or advances the request's operation. `Err` closes the connection.
     pub(crate) fn on_answer(&mut self, answer: RawAnswer<'_>) -> Result<(), CloseReason> {
-        self.on_answer_found(answer, None)
+        self.on_answer_found(&answer, None)
     }
 
     /// [`on_answer`](Client::on_answer), with where the answer's id may be
@@ -326,7 +326,7 @@ impl Client {
     #[inline]
     pub(crate) fn on_answer_found(
         &mut self,
-        answer: RawAnswer<'_>,
+        answer: &RawAnswer<'_>,
         hint: Option<Found>,
     ) -> Result<(), CloseReason> {
         let id = answer.id;
@@ -345,7 +345,7 @@ impl Client {
         };
         let Some(found) = found else {
             // Never sent, or already answered: a second answer to one id.
-            self.stray_answer(answer);
+            self.stray_answer(*answer);
             return Err(CloseReason::Protocol(Violation::UnknownId { id }));
         };
         let idx = self.pending.slot(found);
@@ -389,12 +389,12 @@ impl Client {
         if op != answer.op() || !key_matches {
             // The matched operation stays pending: the close treats it as
             // sent and unanswered.
-            self.stray_answer(answer);
+            self.stray_answer(*answer);
             return Err(CloseReason::Protocol(Violation::Mismatch { id }));
         }
         if let AnswerKind::Granted { lease_ms, .. } = answer.kind {
             if lease_ms > asked_lease {
-                self.stray_answer(answer);
+                self.stray_answer(*answer);
                 return Err(CloseReason::Protocol(Violation::LeaseAboveAsked { id }));
             }
         }

@@ -24,16 +24,34 @@ pub(super) fn zero_bytes(word: u64) -> u64 {
     !((word & LOWS).wrapping_add(LOWS) | word) & HIGHS
 }
 
+/// Bit 7 of each byte set where that byte of `word` is outside
+/// `first..=last` (`1 <= first <= last <= 0x7e`; exact: no carry crosses
+/// bytes).
+#[inline(always)]
+fn outside(word: u64, first: u8, last: u8) -> u64 {
+    debug_assert!(1 <= first && first <= last && last <= 0x7e);
+    // Bit 7 cleared: every byte is at most 0x7f, and stays below 0x100
+    // with either addition below.
+    let low = word & LOWS;
+    // Below `first`: adding `0x80 - first` leaves bit 7 clear.
+    let below = !low.wrapping_add(u64::from(0x80 - first) * ONES);
+    // Above `last`: adding `0x7f - last` sets bit 7.
+    let above = low.wrapping_add(u64::from(0x7f - last) * ONES);
+    (word | below | above) & HIGHS
+}
+
 /// Bit 7 of each byte set where that byte of `word` is not printable ASCII
 /// (`0x20..=0x7e`).
 #[inline(always)]
 fn unprintable(word: u64) -> u64 {
-    let low = word & LOWS;
-    // Below 0x20: adding 0x60 leaves bit 7 clear.
-    let control = !low.wrapping_add(0x60 * ONES);
-    // 0x7f: adding 1 sets bit 7.
-    let del = low.wrapping_add(ONES);
-    (word | control | del) & HIGHS
+    outside(word, 0x20, 0x7e)
+}
+
+/// Bit 7 of each byte set where that byte of `word` cannot be in an atom
+/// (`0x21..=0x7e`): a space, or a byte that is not printable.
+#[inline(always)]
+fn not_atom(word: u64) -> u64 {
+    outside(word, 0x21, 0x7e)
 }
 
 /// A line split into fields, every byte checked.
@@ -264,13 +282,7 @@ fn word_at(bytes: &[u8], at: usize) -> u64 {
 /// first one that is not (8 if all are).
 #[inline(always)]
 fn digit_run(word: u64) -> usize {
-    // A byte is a digit when its high nibble is 3, and still is after
-    // adding 6. (A carry out of a byte only disturbs later bytes, past a
-    // byte that is no digit already.)
-    let high = 0xF0F0_F0F0_F0F0_F0F0;
-    let faults =
-        ((word & high) ^ (0x30 * ONES)) | ((word.wrapping_add(0x06 * ONES) & high) ^ (0x30 * ONES));
-    (!zero_bytes(faults) & HIGHS).trailing_zeros() as usize / 8
+    outside(word, b'0', b'9').trailing_zeros() as usize / 8
 }
 
 /// The value of the first `len` (`1..=8`) bytes of `word`, all digits, the
@@ -337,7 +349,7 @@ fn atom_run(bytes: &[u8]) -> usize {
     let mut at = 0;
     while at + 8 <= bytes.len() {
         let word = word_at(bytes, at);
-        let stops = unprintable(word) | zero_bytes(word ^ (0x20 * ONES));
+        let stops = not_atom(word);
         if stops != 0 {
             return at + (stops.trailing_zeros() / 8) as usize;
         }
@@ -422,7 +434,7 @@ fn leading_atom(bytes: &[u8]) -> Option<usize> {
         let base = done.min(bytes.len() - 8);
         let word = u64::from_le_bytes(bytes[base..base + 8].try_into().expect("8 bytes"));
         let fresh = !0u64 << (8 * (done - base));
-        let stops = (unprintable(word) | zero_bytes(word ^ (0x20 * ONES))) & fresh;
+        let stops = not_atom(word) & fresh;
         if stops != 0 {
             done = base + (stops.trailing_zeros() / 8) as usize;
             break;
@@ -641,6 +653,33 @@ mod tests {
             n.wrapping_mul(10).wrapping_add(u64::from(d - b'0'))
         });
         canonical.then_some((value, len))
+    }
+
+    #[test]
+    fn bytes_are_classified_eight_at_a_time_exactly() {
+        // Every byte value at every place, beside bytes in and out of each
+        // range (so that a carry between bytes would show).
+        let fillers = [0x00, b' ', b'!', b'0', b'9', b'A', 0x7e, 0x7f, 0x80, 0xff];
+        for filler in fillers {
+            for place in 0..8 {
+                for byte in 0..=u8::MAX {
+                    let mut bytes = [filler; 8];
+                    bytes[place] = byte;
+                    let word = u64::from_le_bytes(bytes);
+                    let flags = |outside: fn(&u8) -> bool| {
+                        bytes
+                            .iter()
+                            .enumerate()
+                            .filter(|(_, b)| outside(b))
+                            .fold(0u64, |flags, (at, _)| flags | 0x80 << (8 * at))
+                    };
+                    assert_eq!(unprintable(word), flags(|b| !(0x20..=0x7e).contains(b)));
+                    assert_eq!(not_atom(word), flags(|b| !(0x21..=0x7e).contains(b)));
+                    let digits = bytes.iter().take_while(|b| b.is_ascii_digit()).count();
+                    assert_eq!(digit_run(word), digits, "{bytes:?}");
+                }
+            }
+        }
     }
 
     #[test]
