@@ -14,7 +14,7 @@ use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
-use super::table::Table;
+use super::table::{Table, KEPT_WHEN_EMPTY};
 use super::{AcquirePhase, Client, Entry, ReleasePhase, LANE_HELD, LANE_RELEASE_SENT, LANE_SENT};
 use crate::client::outcome::{Action, Outcome, ReleaseResult};
 use crate::client::Event;
@@ -61,7 +61,17 @@ impl Queue {
                 return Some(idx);
             }
         }
+        if self.items.capacity() > KEPT_WHEN_EMPTY {
+            self.give_back();
+        }
         None
+    }
+
+    /// Gives back what a burst made the queue grow to.
+    #[cold]
+    #[inline(never)]
+    fn give_back(&mut self) {
+        self.items.shrink_to(KEPT_WHEN_EMPTY);
     }
 
     /// A waiting entry left without being popped.

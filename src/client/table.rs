@@ -117,6 +117,11 @@ struct Slot<E> {
     stamp: u32,
 }
 
+/// The capacity, in items, a queue keeps once empty: steady traffic never
+/// needs more, and a burst (thousands of acquires submitted before one
+/// poll) gives the rest back once it has drained.
+pub(crate) const KEPT_WHEN_EMPTY: usize = 4096;
+
 /// A first-in first-out queue: a vector and the index of its front. The
 /// space before the front is taken back when the vector is full and at
 /// least half of it lies there, so every item is moved at most once more.
@@ -180,7 +185,17 @@ impl<T> Fifo<T> {
         if self.head >= self.items.len() {
             self.items.clear();
             self.head = 0;
+            if self.items.capacity() > KEPT_WHEN_EMPTY {
+                self.give_back();
+            }
         }
+    }
+
+    /// Gives back what a burst made the vector grow to.
+    #[cold]
+    #[inline(never)]
+    fn give_back(&mut self) {
+        self.items.shrink_to(KEPT_WHEN_EMPTY);
     }
 
     #[cfg(test)]
