@@ -522,22 +522,10 @@ impl Server {
     }
 
     /// Writes the answer to a request of `conn` that is answered as soon as
-    /// it is counted: its count of unanswered requests, `unanswered` before
-    /// the request, is then what it was (unless it had saturated).
-    fn answer_at_once(
-        &mut self,
-        conn: ConnId,
-        unanswered: u64,
-        id: u64,
-        key: Atom<'_>,
-        kind: AnswerKind,
-    ) {
-        let after = unanswered.saturating_add(1).saturating_sub(1);
-        if after != unanswered {
-            if let Some(c) = self.conns.get_mut(&conn) {
-                c.phase = Phase::Ready { unanswered: after };
-            }
-        }
+    /// it is counted. Its count of unanswered requests stays as it was: the
+    /// window admitted the request, so counting it up cannot saturate, and
+    /// the answer counts it back down.
+    fn answer_at_once(&mut self, conn: ConnId, id: u64, key: Atom<'_>, kind: AnswerKind) {
         Answer { id, key, kind }.encode_into(self.output(conn));
     }
 
@@ -662,7 +650,7 @@ impl Server {
                         return Ok(());
                     }
                 };
-                self.answer_at_once(conn, unanswered, id, key, kind);
+                self.answer_at_once(conn, id, key, kind);
             }
             ClientFrame::Release { id, key, token } => {
                 let mut replies = mem::take(&mut self.replies);
@@ -674,7 +662,7 @@ impl Server {
                 } else {
                     AnswerKind::NotHeld
                 };
-                self.answer_at_once(conn, unanswered, id, key, kind);
+                self.answer_at_once(conn, id, key, kind);
                 self.deliver(&mut replies);
                 self.replies = replies;
             }
