@@ -417,7 +417,8 @@ fn steady_state_figures(rounds: usize) {
         allocs += a;
     }
     let answers = (rounds * ANSWERS_PER_CHUNK) as f64;
-    let (in_flight, acquires) = steady.client.in_flight();
+    let counts = steady.client.in_flight();
+    let (in_flight, acquires) = (counts.requests, counts.acquires);
     eprintln!(
         "steady state: {answers} answers in {rounds} chunks of {ANSWERS_PER_CHUNK} \
          ({in_flight} requests in flight, {acquires} of them acquires)"
@@ -454,7 +455,8 @@ fn bytes_per_pending(n: usize, batch: usize) -> f64 {
             black_box(action);
         }
     }
-    assert_eq!(client.in_flight(), (n, n));
+    let counts = client.in_flight();
+    assert_eq!((counts.requests, counts.acquires), (n, n));
     let per = (live_bytes() - base) as f64 / n as f64;
     drop(client);
     per

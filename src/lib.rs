@@ -45,6 +45,7 @@
 
 mod adapters;
 pub mod client;
+mod hash;
 pub mod names;
 pub mod rng;
 pub mod server;

@@ -36,7 +36,8 @@ macro_rules! atom_type {
 
             /// The value as it goes on the wire.
             pub fn to_wire(&self) -> wire::$wire<'_> {
-                wire::$wire::new(&self.0).expect("checked when made")
+                // Checked when it was made.
+                wire::$wire::trusted(&self.0)
             }
         }
 
@@ -127,28 +128,6 @@ impl Key {
         } else {
             mine == bytes
         }
-    }
-
-    /// The key of the atom whose bytes are `bytes`, already checked (by
-    /// the parser).
-    pub(crate) fn from_atom_bytes(bytes: &[u8]) -> Key {
-        debug_assert!(wire::check_atom(bytes).is_ok());
-        Key(Arc::from(
-            core::str::from_utf8(bytes).expect("an atom is printable ASCII"),
-        ))
-    }
-}
-
-impl Name {
-    /// Whether `other` is this very name (not only an equal one).
-    pub(crate) fn same(&self, other: &Name) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
-    /// The address of the shared text: the same for clones of one name,
-    /// different for names alive at once and made apart.
-    pub(crate) fn addr(&self) -> usize {
-        Arc::as_ptr(&self.0).cast::<u8>() as usize
     }
 }
 

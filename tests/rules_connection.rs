@@ -161,7 +161,7 @@ fn nothing_is_sent_before_w_and_h_is_the_only_frame() {
     assert_eq!(h.take_sent(), "");
     h.at_ms(29);
     assert_eq!(h.take_sent(), "");
-    assert_eq!(h.client.in_flight(), (0, 0));
+    assert_eq!(in_flight(&h.client), (0, 0));
 
     h.at_ms(30);
     h.feed("W node-1 4\n");
@@ -737,6 +737,74 @@ fn a_connect_to_the_hint_that_fails_or_times_out_backs_off_and_forgets_the_hint(
         // The next endpoint in turn (a:1 was used, then the hint).
         reconnect_at(&mut h, until, "b:2");
     }
+}
+
+#[test]
+fn any_end_of_a_connection_to_the_hint_before_w_forgets_the_hint() {
+    // A redirects with `M c:3`; c:3 accepts TCP and then ends the
+    // connection before answering `H`, in every way a broken node can.
+    // Each forgets the hint, so the client goes back to its endpoints
+    // instead of trying c:3 for ever.
+    let endings: [(&str, &str); 6] = [
+        ("eof", ""),
+        ("io", ""),
+        ("auth_failed", "E auth_failed\n"),
+        ("error:overloaded", "E overloaded\n"),
+        ("protocol:framing:unknown_kind", "Q\n"),
+        ("protocol:answer_before_welcome", "T 1 A k\n"),
+    ];
+    for (reason, bytes) in endings {
+        let mut h = Harness::new(config3());
+        h.connect();
+        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        h.feed("M c:3\n");
+        assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
+        let (_, to) = h.last_connect().unwrap();
+        assert_eq!(to, ep("c:3"), "redirected at once");
+        h.connect();
+        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        h.take_events();
+        match reason {
+            "eof" => transport_ends(&mut h, TransportEnd::Eof),
+            "io" => transport_ends(&mut h, TransportEnd::Error),
+            _ => h.feed(bytes),
+        }
+        let events = h.take_events();
+        assert_eq!(closed(&events), one_closed("c:3", reason), "{reason}");
+        assert_eq!(h.client.leader_hint(), None, "{reason}");
+        let cause = if reason == "auth_failed" {
+            BackoffCause::AuthFailed
+        } else {
+            BackoffCause::Transport
+        };
+        let until = the_backoff(&events, cause);
+        // The next endpoint in turn: a:1 was used first.
+        reconnect_at(&mut h, until, "b:2");
+    }
+}
+
+#[test]
+fn an_m_from_the_hint_to_another_allowlisted_address_follows_it() {
+    // The one exception: the hinted node names another allowlisted leader.
+    let mut c = config3();
+    c.allow.push(ep("d:4"));
+    let mut h = Harness::new(c);
+    h.connect();
+    h.feed("M c:3\n");
+    h.connect();
+    assert_eq!(h.take_sent(), "H 1 c1 -\nH 1 c1 -\n");
+    let mark = h.actions.len();
+    h.feed("M d:4\n");
+    assert_eq!(h.client.leader_hint(), Some(&ep("d:4")));
+    let new = connects(&h, mark);
+    assert_eq!(new.len(), 1);
+    assert_eq!(new[0].1, ep("d:4"));
+    // A hint that worked, then ended after `W`, is kept.
+    h.ready(4);
+    transport_ends(&mut h, TransportEnd::Eof);
+    assert_eq!(h.client.leader_hint(), Some(&ep("d:4")));
+    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+    reconnect_at(&mut h, until, "d:4");
 }
 
 #[test]

@@ -92,7 +92,7 @@ fn at_most_window_minus_reserved_acquires_in_flight() {
             .map(|i| format!("A {} k{i} o 1000 5000\n", i + 1))
             .collect();
         assert_eq!(h.take_sent(), expected, "reserved {reserved}");
-        assert_eq!(h.client.in_flight(), (limit as usize, limit as usize));
+        assert_eq!(in_flight(&h.client), (limit as usize, limit as usize));
         // One answer frees one acquire slot: exactly one more goes out.
         h.feed("T 1 A k0\n");
         assert_eq!(
@@ -103,7 +103,7 @@ fn at_most_window_minus_reserved_acquires_in_flight() {
             h.take_sent(),
             format!("A {} k{limit} o 1000 5000\n", limit + 1)
         );
-        assert_eq!(h.client.in_flight(), (limit as usize, limit as usize));
+        assert_eq!(in_flight(&h.client), (limit as usize, limit as usize));
     }
 }
 
@@ -115,7 +115,7 @@ fn releases_may_use_any_free_slot() {
     h.ready(4);
     let rs: Vec<OpId> = (0..5).map(|i| h.release_token("k", 10 + i)).collect();
     assert_eq!(h.take_sent(), "R 1 k 10\nR 2 k 11\nR 3 k 12\nR 4 k 13\n");
-    assert_eq!(h.client.in_flight(), (4, 0));
+    assert_eq!(in_flight(&h.client), (4, 0));
     // An acquire waits behind the fifth release: the window is full.
     let a = h.acquire("a", 1000, 5000);
     assert_eq!(h.take_sent(), "");
@@ -147,7 +147,7 @@ fn releases_may_use_any_free_slot() {
     );
     let r = h.release_token("k", 1);
     assert_eq!(h.take_sent(), "R 4 k 1\n");
-    assert_eq!(h.client.in_flight(), (4, 3));
+    assert_eq!(in_flight(&h.client), (4, 3));
     h.feed("D 4 R k\n");
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::Released)]);
 }
@@ -259,7 +259,7 @@ fn unanswered_requests_never_exceed_the_window() {
             "step {step}: {acquires} acquires"
         );
         // ...is what the client counts.
-        assert_eq!(h.client.in_flight(), (server.open.len(), acquires));
+        assert_eq!(in_flight(&h.client), (server.open.len(), acquires));
         max_seen.0 = max_seen.0.max(server.open.len());
         max_seen.1 = max_seen.1.max(acquires);
     }
@@ -285,12 +285,12 @@ fn window_two_with_one_reserved_slot_the_release_of_k_unblocks_the_acquire_waiti
     // Another acquire cannot go: the only acquire slot is taken.
     let other = h.acquire("J", 10_000, 30_000);
     assert_eq!(h.take_sent(), "");
-    assert_eq!(h.client.in_flight(), (1, 1));
+    assert_eq!(in_flight(&h.client), (1, 1));
     // The embedder releases its grant of K: the release takes the reserved
     // slot at once.
     let r = h.release(&g1);
     assert_eq!(h.take_sent(), "R 3 K 1\n");
-    assert_eq!(h.client.in_flight(), (2, 1));
+    assert_eq!(in_flight(&h.client), (2, 1));
     // The server frees K and grants it to the waiting acquire.
     h.at_ms(50);
     h.feed("D 3 R K\n");
@@ -309,30 +309,45 @@ fn window_two_with_one_reserved_slot_the_release_of_k_unblocks_the_acquire_waiti
 }
 
 #[test]
-fn reserved_larger_than_the_window_leaves_one_acquire_slot() {
+fn reserved_as_large_as_the_window_sends_no_acquire_and_gives_every_slot_to_releases() {
+    // PROTOCOL.md: at most `window - reserved` acquires in flight. With
+    // five reserved slots and a window of 3 that is none (never "at least
+    // one", which would break the rule); releases still use every slot.
     let mut c = config();
     c.reserved = 5;
     let mut h = Harness::new(c);
     h.ready(3);
     let a = h.acquire("a", 1000, 5000);
-    let _b = h.acquire("b", 1000, 5000);
-    assert_eq!(h.take_sent(), "A 1 a o 1000 5000\n", "one acquire slot");
-    // The other two slots are for releases.
+    let b = h.acquire("b", 1000, 5000);
+    assert_eq!(h.take_sent(), "", "no acquire slot");
     h.release_token("k", 1);
     h.release_token("k", 2);
     h.release_token("k", 3);
-    assert_eq!(h.take_sent(), "R 2 k 1\nR 3 k 2\n");
-    assert_eq!(h.client.in_flight(), (3, 1));
-    h.feed("T 1 A a\n");
+    h.release_token("k", 4);
+    assert_eq!(h.take_sent(), "R 1 k 1\nR 2 k 2\nR 3 k 3\n");
+    assert_eq!(in_flight(&h.client), (3, 0));
+    h.feed("D 2 R k\n");
+    // The freed slot goes to the queued release, never to an acquire.
+    assert_eq!(h.take_sent(), "R 4 k 4\n");
+    h.feed("D 1 R k\nD 3 R k\nD 4 R k\n");
+    assert_eq!(h.take_sent(), "");
+    assert_eq!(in_flight(&h.client), (0, 0));
+    let released = h.take_outcomes();
+    assert_eq!(released.len(), 4);
+    assert!(released.iter().all(|(_, o)| *o == Outcome::Released));
+    // The acquires wait for a connection that can take them, at most
+    // max(wait, queue_grace) = 2 s, and end as never sent.
+    h.at_ms(1_999);
+    assert!(h.take_outcomes().is_empty());
+    h.at_ms(2_000);
     assert_eq!(
         h.take_outcomes(),
-        vec![(a, Outcome::TimedOut { sent: true })]
+        vec![
+            (a, Outcome::TimedOut { sent: false }),
+            (b, Outcome::TimedOut { sent: false })
+        ]
     );
-    // The freed slot goes to the queued release first.
-    assert_eq!(h.take_sent(), "R 4 k 3\n");
-    h.feed("D 2 R k\n");
-    assert_eq!(h.take_sent(), "A 5 b o 1000 5000\n");
-    assert_eq!(h.client.in_flight(), (3, 1));
+    assert_eq!(h.take_sent(), "");
 }
 
 #[test]
@@ -657,7 +672,7 @@ fn releasing_a_grant_past_its_expires_by_ends_lapsed_at_once() {
     let r = h.release(&g2);
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::Lapsed)]);
     assert_eq!(h.take_sent(), "");
-    assert_eq!(h.client.open_operations(), (0, 1));
+    assert_eq!(open_operations(&h.client), (0, 1));
 }
 
 #[test]

@@ -43,6 +43,87 @@ fn reconnect(h: &mut Harness, window: u64) {
 // ----- cancel ---------------------------------------------------------------
 
 #[test]
+fn an_abandoned_waiters_g_repeating_a_held_grant_never_releases_it() {
+    // A misbehaving server answers an abandoned waiter with the (key,
+    // token) of a grant the embedder holds: that grant is never released
+    // behind the embedder's back, as for a stray `G`.
+    let mut h = Harness::new(keep_waiter());
+    h.ready(4);
+    let first = h.acquire("k", 0, 60_000);
+    h.feed("G 1 A k 7 60000\n");
+    let held = grant_of(&h.take_outcomes()[0].1);
+    assert_eq!(h.take_outcomes(), vec![]);
+    let _ = first;
+    let second = h.acquire("k", 5_000, 60_000);
+    assert_eq!(h.take_sent(), "A 1 k o 0 60000\nA 2 k o 5000 60000\n");
+    h.cancel(second);
+    h.take_events();
+    h.feed("G 2 A k 7 60000\n");
+    assert_eq!(
+        events_of(&mut h),
+        vec![],
+        "no orphan release of a held grant"
+    );
+    assert_eq!(h.take_sent(), "");
+    // The embedder still holds it, and releases it itself.
+    let release = h.release(&held);
+    assert_eq!(h.take_sent(), "R 3 k 7\n");
+    h.feed("D 3 R k\n");
+    assert_eq!(h.take_outcomes(), vec![(release, Outcome::Released)]);
+    // Another token from the abandoned waiter is an orphan, as before.
+    let third = h.acquire("k", 5_000, 60_000);
+    assert_eq!(h.take_sent(), "A 4 k o 5000 60000\n");
+    h.cancel(third);
+    h.take_events();
+    h.feed("G 4 A k 8 60000\n");
+    assert_eq!(
+        events_of(&mut h),
+        vec![Event::OrphanRelease {
+            key: key("k"),
+            token: 8
+        }]
+    );
+    assert_eq!(h.take_sent(), "R 5 k 8\n");
+}
+
+#[test]
+fn a_grant_issued_by_another_client_is_refused_and_changes_nothing() {
+    // Client one's grant of `alpha`, token 7, handed to client two, whose
+    // own grant of `beta` also has token 7 and the same place in its
+    // table: client two refuses it, sends nothing, and keeps its own.
+    let mut one = Harness::new(config());
+    one.ready(4);
+    one.acquire("alpha", 0, 60_000);
+    one.feed("G 1 A alpha 7 60000\n");
+    let foreign = grant_of(&one.take_outcomes()[0].1);
+    let mut two = Harness::new(config());
+    two.ready(4);
+    two.acquire("beta", 0, 60_000);
+    two.feed("G 1 A beta 7 60000\n");
+    let own = grant_of(&two.take_outcomes()[0].1);
+    two.take_sent();
+    let refused = Error::ForeignGrant {
+        key: key("alpha"),
+        token: 7,
+    };
+    assert_eq!(two.client.release(two.now, &foreign), Err(refused.clone()));
+    assert_eq!(two.client.undeliverable(two.now, &foreign), Err(refused));
+    two.pump();
+    assert_eq!(two.take_sent(), "", "nothing is sent for a foreign grant");
+    assert_eq!(events_of(&mut two), vec![]);
+    // Its own grant is still held, and released by its own token.
+    let release = two.release(&own);
+    assert_eq!(two.take_sent(), "R 2 beta 7\n");
+    two.feed("D 2 R beta\n");
+    assert_eq!(two.take_outcomes(), vec![(release, Outcome::Released)]);
+    // And client one still takes its grant back.
+    let back = one.release(&foreign);
+    assert_eq!(one.take_sent(), "A 1 alpha o 0 60000\nR 2 alpha 7\n");
+    one.feed("D 2 R alpha\n");
+    assert_eq!(one.take_outcomes(), vec![(back, Outcome::Released)]);
+}
+
+#[test]
 fn cancel_before_sending_is_cancelled_and_nothing_is_ever_sent() {
     // Before the connection is up.
     let mut h = Harness::new(config());
@@ -147,7 +228,7 @@ fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer
     // window slots (the server has not answered them).
     assert_eq!(h.closes(), vec![]);
     assert_eq!(h.client.connection(), Some(conn));
-    assert_eq!(h.client.in_flight(), (3, 3));
+    assert_eq!(in_flight(&h.client), (3, 3));
     assert_eq!(h.client.cancel(h.now, a), Err(Error::UnknownOperation(a)));
     let d = h.acquire("k4", 2000, 5000);
     assert_eq!(h.take_sent(), "");
@@ -193,7 +274,7 @@ fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer
         }
     );
     assert_eq!(h.closes(), vec![]);
-    assert_eq!(h.client.in_flight(), (0, 0));
+    assert_eq!(in_flight(&h.client), (0, 0));
 }
 
 #[test]

@@ -75,6 +75,20 @@ pub struct Backoffs {
     pub busy: Backoff,
 }
 
+impl Backoffs {
+    /// Each backoff with the name of its field, as [`ConfigError`] names it.
+    fn by_cause(&self) -> [(&'static str, Backoff); 6] {
+        [
+            ("backoff.transport", self.transport),
+            ("backoff.no_leader", self.no_leader),
+            ("backoff.not_active", self.not_active),
+            ("backoff.auth_failed", self.auth_failed),
+            ("backoff.redirect", self.redirect),
+            ("backoff.busy", self.busy),
+        ]
+    }
+}
+
 impl Default for Backoffs {
     fn default() -> Backoffs {
         let ms = Duration::from_millis;
@@ -90,8 +104,12 @@ impl Default for Backoffs {
 }
 
 /// Everything the client core is told when it is made. Build one with
-/// [`Config::new`] and change the fields you need.
-#[derive(Debug, Clone)]
+/// [`Config::new`] and change the fields you need; [`Client::new`]
+/// refuses, with a [`ConfigError`] naming the field, a value outside the
+/// range each field documents.
+///
+/// [`Client::new`]: super::Client::new
+#[derive(Clone)]
 #[non_exhaustive]
 pub struct Config {
     /// The service's addresses, tried in turn. At least one.
@@ -101,11 +119,13 @@ pub struct Config {
     pub allow: Vec<Endpoint>,
     /// Sent in `H`.
     pub client_id: Name,
-    /// Sent in `H`; `-` on the wire when `None`.
+    /// Sent in `H`; `-` on the wire when `None`. It cannot be `-` itself
+    /// (that means "none"). Never printed: `Debug` shows `<secret>`.
     pub credential: Option<Name>,
-    /// Window slots kept free of acquires for releases (at least 1; default
-    /// 1). With a server window `w`, at most `w - min(reserved, w - 1)`
-    /// acquires are in flight.
+    /// Window slots kept free of acquires for releases: at least 1
+    /// (default 1). With a server window `w`, at most `w - reserved`
+    /// acquires are in flight, so a server whose window is not above
+    /// `reserved` is sent no acquire at all.
     pub reserved: u32,
     /// What a `B` answer does (default [`BusyPolicy::Retry`]).
     pub busy: BusyPolicy,
@@ -113,67 +133,63 @@ pub struct Config {
     pub cancel: CancelPolicy,
     /// How long past `sent_at + wait_ms` an acquire's answer may be late, and
     /// how long a release's answer may take, before the connection is deemed
-    /// unwell and closed (default 5 s).
+    /// unwell and closed: positive (default 5 s).
     pub answer_grace: Duration,
     /// How long an unsent acquire waits for a connection at least, even with
-    /// a shorter wait budget (default 2 s).
+    /// a shorter wait budget: positive, so that a try-lock submitted before
+    /// the connection is up is still tried (default 2 s).
     pub queue_grace: Duration,
     /// Added to every time the client derives from a lease, for network delay
-    /// and clock drift (default 1 s).
+    /// and clock drift: positive (default 1 s).
     pub settle_margin: Duration,
     /// How long a release of a raw `(key, token)`, whose lease the client
-    /// never saw, may keep trying (default 60 s).
+    /// never saw, may keep trying: positive (default 60 s).
     pub release_horizon: Duration,
-    /// How many attempts one release makes at most (default 8).
+    /// How many attempts one release makes at most: at least 1 (default 8).
     pub release_attempts: u32,
-    /// How long a connect may take before it is given up (default 5 s).
+    /// How long a connect may take before it is given up: positive
+    /// (default 5 s).
     pub connect_timeout: Duration,
-    /// How long after connecting the handshake answer may take (default 5 s).
+    /// How long after connecting the handshake answer may take: positive
+    /// (default 5 s).
     pub handshake_timeout: Duration,
-    /// Backoff per cause.
+    /// Backoff per cause: every base positive, every cap at least its base.
     pub backoff: Backoffs,
-    /// Most acquires open at once; one more is refused with
+    /// Most acquires open at once, at least 1; one more is refused with
     /// [`Error::Busy`](super::Error::Busy) (default 65 536).
     pub max_acquires: usize,
-    /// Most releases the embedder has open at once (default 65 536). Releases
-    /// the client issues itself for orphaned grants are never refused.
+    /// Most releases the embedder has open at once, at least 1 (default
+    /// 65 536). Releases the client issues itself for orphaned grants are
+    /// never refused.
     pub max_releases: usize,
     /// Seed of the generator behind every random choice (backoff jitter).
     pub seed: u64,
-    /// Breaks one rule on purpose, so that the simulator can show that its
-    /// checks catch it. Exists only with the `sim` feature; never set it
-    /// outside a test of the checks.
-    #[cfg(feature = "sim")]
-    #[doc(hidden)]
-    pub sabotage: Sabotage,
 }
 
-/// One rule of PROTOCOL.md section 5 broken on purpose (feature `sim`, for
-/// showing that the simulator's checks catch it). Each is a minimal,
-/// commented conditional in `src/client/`; [`Sabotage::None`] changes
-/// nothing.
-#[cfg(feature = "sim")]
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Sabotage {
-    /// Every rule kept.
-    #[default]
-    None,
-    /// Match an answer to the oldest pending request of the same op and key
-    /// (arrival order) instead of by its id (`pending.rs`, `on_answer`).
-    MatchByArrival,
-    /// On a close, put sent acquires back in the queue to be sent again
-    /// instead of ending them Indeterminate (`link.rs`,
-    /// `settle_pending_on_close`).
-    ResendAfterClose,
-    /// Let acquires use the reserved slots too (`lane.rs`, `acquire_limit`).
-    UseReservedSlot,
-    /// Drop the exact-token release of an orphaned grant instead of queueing
-    /// it (`pending.rs`, `queue_orphan_release`).
-    DropOrphanRelease,
-    /// Take leader hints (`L`, `M`) from any address, allowlisted or not
-    /// (`config.rs`, `allows`).
-    AnyHint,
+/// Every field, the credential left out.
+impl core::fmt::Debug for Config {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Config")
+            .field("endpoints", &self.endpoints)
+            .field("allow", &self.allow)
+            .field("client_id", &self.client_id)
+            .field("credential", &self.credential.as_ref().map(|_| "<secret>"))
+            .field("reserved", &self.reserved)
+            .field("busy", &self.busy)
+            .field("cancel", &self.cancel)
+            .field("answer_grace", &self.answer_grace)
+            .field("queue_grace", &self.queue_grace)
+            .field("settle_margin", &self.settle_margin)
+            .field("release_horizon", &self.release_horizon)
+            .field("release_attempts", &self.release_attempts)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("handshake_timeout", &self.handshake_timeout)
+            .field("backoff", &self.backoff)
+            .field("max_acquires", &self.max_acquires)
+            .field("max_releases", &self.max_releases)
+            .field("seed", &self.seed)
+            .finish()
+    }
 }
 
 impl Config {
@@ -198,32 +214,45 @@ impl Config {
             max_acquires: 65_536,
             max_releases: 65_536,
             seed: 0,
-            #[cfg(feature = "sim")]
-            sabotage: Sabotage::None,
         }
     }
 
+    /// Checks every field against its documented range.
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
         if self.endpoints.is_empty() {
             return Err(ConfigError::NoEndpoints);
         }
-        if self.reserved == 0 {
-            return Err(ConfigError::NoReservedSlot);
+        if self.credential.as_ref().is_some_and(|c| c.as_str() == "-") {
+            return Err(ConfigError::DashCredential);
         }
-        if self.release_attempts == 0 {
-            return Err(ConfigError::NoReleaseAttempts);
-        }
-        if self.max_acquires == 0 || self.max_releases == 0 {
-            return Err(ConfigError::NoCapacity);
-        }
-        let grace = [
+        let counts = [
+            ("reserved", self.reserved as usize),
+            ("release_attempts", self.release_attempts as usize),
+            ("max_acquires", self.max_acquires),
+            ("max_releases", self.max_releases),
+        ];
+        let durations = [
             ("answer_grace", self.answer_grace),
+            ("queue_grace", self.queue_grace),
+            ("settle_margin", self.settle_margin),
+            ("release_horizon", self.release_horizon),
             ("connect_timeout", self.connect_timeout),
             ("handshake_timeout", self.handshake_timeout),
         ];
-        for (name, value) in grace {
-            if value.is_zero() {
-                return Err(ConfigError::ZeroDuration(name));
+        let zero_count = counts.into_iter().find(|&(_, n)| n == 0);
+        let zero_duration = durations.into_iter().find(|(_, d)| d.is_zero());
+        if let Some(field) = zero_count
+            .map(|(field, _)| field)
+            .or(zero_duration.map(|(field, _)| field))
+        {
+            return Err(ConfigError::NotPositive { field });
+        }
+        for (field, backoff) in self.backoff.by_cause() {
+            if backoff.base.is_zero() {
+                return Err(ConfigError::NotPositive { field });
+            }
+            if backoff.cap < backoff.base {
+                return Err(ConfigError::CapBelowBase { field });
             }
         }
         Ok(())
@@ -231,11 +260,6 @@ impl Config {
 
     /// Whether a leader hint may name `addr`.
     pub(crate) fn allows(&self, addr: crate::wire::Addr<'_>) -> bool {
-        // SABOTAGE (feature `sim` only): take a hint from any address.
-        #[cfg(feature = "sim")]
-        if self.sabotage == Sabotage::AnyHint {
-            return true;
-        }
         self.endpoints.iter().chain(&self.allow).any(|e| e.is(addr))
     }
 }
@@ -247,24 +271,113 @@ pub enum ConfigError {
     /// There must be at least one endpoint.
     #[error("no endpoints configured")]
     NoEndpoints,
-    /// `reserved` must be at least 1, or a window full of acquires could
-    /// block the release they wait for.
-    #[error("reserved must be at least 1")]
-    NoReservedSlot,
-    /// `release_attempts` must be at least 1.
-    #[error("release_attempts must be at least 1")]
-    NoReleaseAttempts,
-    /// `max_acquires` and `max_releases` must be at least 1.
-    #[error("max_acquires and max_releases must be at least 1")]
-    NoCapacity,
-    /// A timeout that must be positive is zero.
-    #[error("{0} must be positive")]
-    ZeroDuration(&'static str),
+    /// `-` on the wire means "no credential": it cannot be one.
+    #[error("the credential cannot be \"-\" (it means no credential)")]
+    DashCredential,
+    /// A count or duration that must be positive is zero (`field` names
+    /// it, e.g. `"release_horizon"` or `"backoff.busy"` for a base).
+    #[error("{field} must be positive")]
+    NotPositive {
+        /// The field.
+        field: &'static str,
+    },
+    /// A backoff's cap is below its base (`field` names the backoff).
+    #[error("{field}: the cap must be at least the base")]
+    CapBelowBase {
+        /// The field.
+        field: &'static str,
+    },
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn config() -> Config {
+        Config::new([Endpoint::new("a:1").unwrap()], Name::new("c1").unwrap())
+    }
+
+    #[test]
+    fn every_value_that_makes_a_rule_meaningless_is_refused_by_name() {
+        assert_eq!(config().validate(), Ok(()));
+        let refused = |change: fn(&mut Config)| {
+            let mut c = config();
+            change(&mut c);
+            c.validate().unwrap_err()
+        };
+        let not_positive = |field| ConfigError::NotPositive { field };
+        assert_eq!(refused(|c| c.endpoints.clear()), ConfigError::NoEndpoints);
+        assert_eq!(
+            refused(|c| c.credential = Some(Name::new("-").unwrap())),
+            ConfigError::DashCredential
+        );
+        assert_eq!(refused(|c| c.reserved = 0), not_positive("reserved"));
+        assert_eq!(
+            refused(|c| c.release_attempts = 0),
+            not_positive("release_attempts")
+        );
+        assert_eq!(
+            refused(|c| c.max_acquires = 0),
+            not_positive("max_acquires")
+        );
+        assert_eq!(
+            refused(|c| c.max_releases = 0),
+            not_positive("max_releases")
+        );
+        assert_eq!(
+            refused(|c| c.answer_grace = Duration::ZERO),
+            not_positive("answer_grace")
+        );
+        assert_eq!(
+            refused(|c| c.queue_grace = Duration::ZERO),
+            not_positive("queue_grace")
+        );
+        assert_eq!(
+            refused(|c| c.settle_margin = Duration::ZERO),
+            not_positive("settle_margin")
+        );
+        assert_eq!(
+            refused(|c| c.release_horizon = Duration::ZERO),
+            not_positive("release_horizon")
+        );
+        assert_eq!(
+            refused(|c| c.connect_timeout = Duration::ZERO),
+            not_positive("connect_timeout")
+        );
+        assert_eq!(
+            refused(|c| c.handshake_timeout = Duration::ZERO),
+            not_positive("handshake_timeout")
+        );
+        let ms = Duration::from_millis;
+        assert_eq!(
+            refused(|c| c.backoff.transport.base = Duration::ZERO),
+            not_positive("backoff.transport")
+        );
+        assert_eq!(
+            refused(|c| c.backoff.busy = Backoff::new(Duration::ZERO, Duration::ZERO)),
+            not_positive("backoff.busy")
+        );
+        assert_eq!(
+            refused(|c| c.backoff.auth_failed =
+                Backoff::new(Duration::from_secs(2), Duration::from_secs(1))),
+            ConfigError::CapBelowBase {
+                field: "backoff.auth_failed"
+            }
+        );
+        let mut c = config();
+        c.backoff.redirect = Backoff::new(ms(1), ms(1));
+        c.reserved = 1_000;
+        assert_eq!(c.validate(), Ok(()), "the smallest values are allowed");
+    }
+
+    #[test]
+    fn debug_never_shows_the_credential() {
+        let mut c = config();
+        c.credential = Some(Name::new("s3cr3t-t0ken").unwrap());
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(shown.contains("<secret>"), "{shown}");
+    }
 
     #[test]
     fn backoff_steps_double_up_to_the_cap_without_overflow() {

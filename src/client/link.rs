@@ -1,20 +1,21 @@
 //! The connection's life: where to connect, the handshake, leader hints,
 //! closing, and backing off (PROTOCOL.md section 5, "Connecting and backing
-//! off", and the rows for `L`, `M` and `E`).
+//! off", the rows for `L`, `M` and `E`, and "any close").
 
 use core::mem;
 
-use super::outcome::{Action, BackoffCause, CloseReason, ConnId, Event, Violation};
-use super::{AcquirePhase, Client, Entry};
+use super::operations::AcquirePhase;
+use super::outcome::{Action, BackoffCause, CloseReason, ConnId, Event, Outcome, Violation};
+use super::{Client, Request};
 use crate::names::{Endpoint, Name};
 use crate::time::Time;
-use crate::wire::{Addr, ServerFrame, VERSION};
+use crate::wire::{Addr, Atom, ClientFrame, FrameError, ServerFrame, VERSION};
 
 /// The connection in use.
 pub(crate) struct Conn {
     pub(crate) id: ConnId,
     pub(crate) addr: Endpoint,
-    /// Whether the address came from a leader hint (a failure forgets it).
+    /// Whether the address came from a leader hint.
     pub(crate) to_hint: bool,
 }
 
@@ -28,7 +29,8 @@ pub(crate) enum Phase {
 }
 
 pub(crate) enum LinkState {
-    /// No connection; the next attempt starts at `until`.
+    /// No connection; the next attempt starts at `until` (`Time::MAX`:
+    /// none is planned).
     Down { until: Time },
     /// A connection in some phase.
     Up { conn: Conn, phase: Phase },
@@ -75,7 +77,7 @@ impl Link {
         }
     }
 
-    /// The current connection, if its id is `conn`.
+    /// The current connection's phase, if its id is `conn`.
     pub(crate) fn current(&self, conn: ConnId) -> Option<&Phase> {
         match &self.state {
             LinkState::Up { conn: c, phase } if c.id == conn => Some(phase),
@@ -113,15 +115,30 @@ impl Client {
         };
     }
 
+    /// The link's deadline passed: the backoff ended (connect), or the
+    /// connect or the handshake took too long.
+    pub(crate) fn fire_link(&mut self) {
+        match &self.link.state {
+            LinkState::Down { .. } => self.connect(),
+            LinkState::Up {
+                phase: Phase::Connecting { .. },
+                ..
+            } => self.close(CloseReason::ConnectTimeout),
+            LinkState::Up {
+                phase: Phase::Handshaking { .. },
+                ..
+            } => self.close(CloseReason::HandshakeTimeout),
+            LinkState::Up { .. } | LinkState::Finished => {}
+        }
+    }
+
     /// The transport is up: `H` goes out next.
     pub(crate) fn on_connected(&mut self) {
         if let LinkState::Up { phase, .. } = &mut self.link.state {
-            if matches!(phase, Phase::Connecting { .. }) {
-                *phase = Phase::Handshaking {
-                    deadline: self.now.saturating_add(self.config.handshake_timeout),
-                    hello_sent: false,
-                };
-            }
+            *phase = Phase::Handshaking {
+                deadline: self.now.saturating_add(self.config.handshake_timeout),
+                hello_sent: false,
+            };
         }
     }
 
@@ -134,20 +151,62 @@ impl Client {
         {
             if !*hello_sent {
                 *hello_sent = true;
-                let dash = crate::wire::Atom::new("-").expect("valid atom");
-                crate::wire::ClientFrame::Hello {
+                ClientFrame::Hello {
                     version: VERSION,
                     client_id: self.config.client_id.to_wire(),
-                    credential: self.config.credential.as_ref().map_or(dash, Name::to_wire),
+                    credential: self
+                        .config
+                        .credential
+                        .as_ref()
+                        .map_or(Atom::trusted("-"), Name::to_wire),
                 }
                 .encode(&mut self.out);
             }
         }
     }
 
-    /// Handles a frame that is not an answer: `W`, `L`, `M`, `E`.
-    /// Answers go to [`Client::on_answer`]. `Err` closes the connection.
-    pub(crate) fn on_frame(&mut self, frame: ServerFrame<'_>) -> Result<(), CloseReason> {
+    /// Whether a request, or the hello, can go out now.
+    pub(crate) fn can_send(&self) -> bool {
+        match &self.link.state {
+            LinkState::Up {
+                phase: Phase::Handshaking { hello_sent, .. },
+                ..
+            } => !hello_sent,
+            LinkState::Up {
+                phase: Phase::Ready { window, .. },
+                ..
+            } => self.has_sendable(*window),
+            _ => false,
+        }
+    }
+
+    /// Reads frames from the bytes of the current connection, `conn`, until
+    /// they run out or one closes the connection. A framing error, an
+    /// unknown kind, a bad pairing or an over-long line is a violation: the
+    /// answer cannot be correlated, so the connection is done.
+    pub(crate) fn read(&mut self, conn: ConnId, data: &[u8]) {
+        let mut reader = mem::take(&mut self.reader);
+        let mut input = data;
+        while let Some(line) = reader.next_line(&mut input) {
+            let frame = line.and_then(ServerFrame::parse);
+            let verdict = frame
+                .map_err(|e: FrameError| CloseReason::Protocol(Violation::Framing(e)))
+                .and_then(|frame| self.on_frame(frame));
+            if let Err(reason) = verdict {
+                self.close(reason);
+                break;
+            }
+        }
+        if self.link.current(conn).is_none() {
+            // The connection closed: keep the buffer's memory, not its bytes.
+            reader.reset();
+        }
+        self.reader = reader;
+    }
+
+    /// Handles a frame: `W`, `L`, `M`, `E`, or an answer. `Err` closes the
+    /// connection.
+    fn on_frame(&mut self, frame: ServerFrame<'_>) -> Result<(), CloseReason> {
         let LinkState::Up { conn, phase } = &mut self.link.state else {
             return Ok(());
         };
@@ -162,6 +221,7 @@ impl Client {
                     node: node.clone(),
                 };
                 let addr = conn.addr.clone();
+                // A successful `W` resets the backoff.
                 self.link.failures = 0;
                 self.link.redirects = 0;
                 self.events.push_back(Event::Connected {
@@ -187,10 +247,10 @@ impl Client {
             }),
             ServerFrame::Answer(answer) => {
                 if matches!(phase, Phase::Ready { .. }) {
-                    self.on_answer(answer.into())
+                    self.on_answer(answer)
                 } else {
-                    // Nothing is sent before W, so no answer can be due.
-                    self.stray_answer(answer.into());
+                    // Nothing is sent before `W`, so no answer can be due.
+                    self.stray_answer(&answer);
                     Err(CloseReason::Protocol(Violation::AnswerBeforeWelcome))
                 }
             }
@@ -209,11 +269,11 @@ impl Client {
     }
 
     /// Closes the connection (or abandons the connect attempt) for `reason`
-    /// and applies "any close" to the operations on it, then decides when
-    /// and where to connect next.
+    /// and applies "any close" to the requests on it, then decides when and
+    /// where to connect next.
     pub(crate) fn close(&mut self, reason: CloseReason) {
         let state = mem::replace(&mut self.link.state, LinkState::Down { until: Time::MAX });
-        let LinkState::Up { conn, .. } = state else {
+        let LinkState::Up { conn, phase } = state else {
             self.link.state = state;
             return;
         };
@@ -225,54 +285,30 @@ impl Client {
             reason: reason.clone(),
         });
         self.reader.reset();
-        self.settle_pending_on_close();
-
+        self.settle_on_close();
         if self.finishing {
             return;
         }
+        self.forget_hint_after(&conn, &phase, &reason);
         let cause = match reason {
             CloseReason::Moved => {
-                // The hinted node says it does not lead and named no other
-                // allowlisted leader: going back to it would only ask it
-                // again, so forget the hint and use the next endpoint (as
-                // for `E not_active` at the hint).
-                if conn.to_hint && self.link.hint.as_ref() == Some(&conn.addr) {
-                    self.link.hint = None;
-                }
                 self.link.redirects += 1;
-                if self.link.redirects <= FREE_REDIRECTS {
-                    None
-                } else {
-                    Some(BackoffCause::Redirect)
-                }
+                (self.link.redirects > FREE_REDIRECTS).then_some(BackoffCause::Redirect)
             }
-            CloseReason::NoLeader => {
-                self.link.hint = None;
-                Some(BackoffCause::NoLeader)
-            }
-            CloseReason::NotActive => {
-                if conn.to_hint {
-                    self.link.hint = None;
-                }
-                Some(BackoffCause::NotActive)
-            }
+            CloseReason::NoLeader => Some(BackoffCause::NoLeader),
+            CloseReason::NotActive => Some(BackoffCause::NotActive),
             CloseReason::AuthFailed => {
                 self.events.push_back(Event::AuthFailed {
                     addr: conn.addr.clone(),
                 });
                 Some(BackoffCause::AuthFailed)
             }
-            CloseReason::ConnectFailed
-            | CloseReason::ConnectTimeout
-            | CloseReason::HandshakeTimeout => {
-                if conn.to_hint {
-                    self.link.hint = None;
-                }
-                Some(BackoffCause::Transport)
-            }
             // Our own decisions: the connection itself was fine.
             CloseReason::Cancel | CloseReason::Shutdown => None,
-            CloseReason::Eof
+            CloseReason::ConnectFailed
+            | CloseReason::ConnectTimeout
+            | CloseReason::HandshakeTimeout
+            | CloseReason::Eof
             | CloseReason::Io
             | CloseReason::ServerError(_)
             | CloseReason::Protocol(_)
@@ -292,6 +328,22 @@ impl Client {
         }
     }
 
+    /// Forgets the leader hint when the connection that just closed shows
+    /// it is no use: `E no_leader` anywhere; and a connection to the hint
+    /// that ended without `W` for any reason but an `M` to another
+    /// allowlisted address (which is the hint now), or that ended in `M`
+    /// or `E not_active` after it. So a hinted node that is gone or broken
+    /// never keeps the client from its configured endpoints.
+    fn forget_hint_after(&mut self, conn: &super::link::Conn, phase: &Phase, reason: &CloseReason) {
+        let welcomed = matches!(phase, Phase::Ready { .. });
+        let still_the_hint = conn.to_hint && self.link.hint.as_ref() == Some(&conn.addr);
+        let hint_failed = still_the_hint
+            && (!welcomed || matches!(reason, CloseReason::Moved | CloseReason::NotActive));
+        if hint_failed || *reason == CloseReason::NoLeader {
+            self.link.hint = None;
+        }
+    }
+
     /// When the `n`-th backoff in a row for `cause` ends: `d/2 +
     /// random(0, d/2)` with `d = min(cap, base * 2^n)`.
     pub(crate) fn backoff_until(&mut self, cause: BackoffCause, n: u32) -> Time {
@@ -307,74 +359,32 @@ impl Client {
         let step = crate::time::duration_nanos(backoff.step(n));
         let half = step / 2;
         let delay = half.saturating_add(self.rng.up_to(half));
-        self.now
-            .saturating_add(core::time::Duration::from_nanos(delay))
+        self.now.saturating_add_nanos(delay)
     }
 
-    /// Any close: sent acquires end Indeterminate and are never resent;
+    /// Any close: sent acquires end Indeterminate and are never sent again;
     /// abandoned waiters are dropped (lease expiry settles them); sent
     /// releases go back to the front of the lane, in their order; unsent
-    /// requests stay queued.
-    fn settle_pending_on_close(&mut self) {
-        let mut sent = mem::take(&mut self.scratch);
-        sent.clear();
-        sent.extend(self.pending.drain());
-        sent.sort_unstable();
+    /// requests stay queued for the next connection.
+    fn settle_on_close(&mut self) {
         self.acquires_in_flight = 0;
         let mut releases = Vec::new();
-        for &(_, idx) in &sent {
-            match self.table.get(idx) {
-                // SABOTAGE (feature `sim` only): a sent acquire goes back to
-                // the queue, to be sent again on the next connection,
-                // instead of ending Indeterminate.
-                #[cfg(feature = "sim")]
-                Some(Entry::Acquire(acquire))
-                    if acquire.phase == AcquirePhase::Sent
-                        && self.config.sabotage == super::Sabotage::ResendAfterClose =>
-                {
-                    let until = acquire.budget_end.max(self.now);
-                    if let Some(Entry::Acquire(a)) = self.table.get_mut(idx) {
-                        a.phase = AcquirePhase::Queued;
+        for (_, request) in self.pending.drain() {
+            match request {
+                Request::Acquire(handle) => {
+                    let acquire = self.acquires.get(handle).expect("in flight");
+                    if acquire.phase == AcquirePhase::Abandoned {
+                        self.acquires.remove(handle);
+                    } else {
+                        let settles_by = self.settles_by(acquire);
+                        self.end_acquire(handle, Outcome::Indeterminate { settles_by });
                     }
-                    let gen = self.table.gen(idx).expect("occupied");
-                    self.queue.push_back(idx, gen);
-                    self.table.set_timer(idx, until, super::LANE_QUEUED);
                 }
-                Some(Entry::Acquire(acquire)) if acquire.phase == AcquirePhase::Sent => {
-                    let settles_by = self
-                        .now
-                        .saturating_add_millis(acquire.wire_wait_ms())
-                        .saturating_add_millis(acquire.lease_ms.get())
-                        .saturating_add_nanos(self.settle_margin_ns);
-                    self.emit_outcome(idx, super::Outcome::Indeterminate { settles_by });
-                    self.retire(idx);
-                }
-                Some(Entry::Acquire(_)) => {
-                    self.retire(idx);
-                }
-                Some(Entry::Release(_)) => releases.push(idx),
-                Some(Entry::Held(_)) | None => unreachable!("pending entries are requests"),
+                Request::Release(handle) => releases.push(handle),
             }
         }
-        for &idx in releases.iter().rev() {
-            self.requeue_release(idx);
+        for &release in releases.iter().rev() {
+            self.requeue_release(release);
         }
-        self.scratch = sent;
-    }
-
-    /// Whether the connection is up and its handshake done.
-    pub(crate) fn is_ready(&self) -> bool {
-        matches!(
-            self.link.state,
-            LinkState::Up {
-                phase: Phase::Ready { .. },
-                ..
-            }
-        )
-    }
-
-    /// Whether a shutting-down client still needs a connection.
-    pub(crate) fn has_work_to_drain(&self) -> bool {
-        self.lane.live() > 0 || !self.pending.is_empty()
     }
 }

@@ -1,168 +1,92 @@
 //! The client core: every rule of PROTOCOL.md section 5, sans-IO.
 //!
-//! | file | rules |
+//! The rule files read as their parts of section 5. They keep what they
+//! know in the containers of `store.rs` and never look inside them.
+//!
+//! | file | what |
 //! |---|---|
-//! | `mod.rs` | operations (acquire, release, cancel, undeliverable grants, shutdown), timers, the driver contract |
-//! | `pending.rs` | matching answers by id, op and key; stray and second answers; `B` retries |
+//! | `mod.rs` | [`Client`]: the driver contract, time and timers, finishing a shutdown |
+//! | `operations.rs` | the operations: acquire, release, cancel, undeliverable grants, shutdown; what their deadlines mean |
+//! | `matching.rs` | answers: matched by id, op and key; grants, `T`, `D`, `N`, `B` retries; answers nobody claims |
 //! | `lane.rs` | the release lane, the reserved slots, the window, sending |
-//! | `link.rs` | connecting, the handshake, leader hints, `M`/`E`, closing, backoff |
-//! | `outcome.rs` | outcomes, events, actions, errors |
+//! | `link.rs` | connecting, the handshake, leader hints, `M` and `E`, any close, backing off |
+//! | `store.rs` | storage: slabs with one timer per entry, queues, requests in flight |
+//! | `outcome.rs`, `config.rs` | what the core hands out; its configuration |
+//!
+//! # Where each rule of section 5 lives
+//!
+//! | situation (PROTOCOL.md section 5) | where |
+//! |---|---|
+//! | matching an answer; the same (op, key) several times in flight | `Client::on_answer` |
+//! | when to register | `Client::send_acquire`, `Client::send_release` |
+//! | `G` / `T` / `D` / `N` matched | `Client::on_acquire_answer`, `Client::grant`, `Client::on_release_answer` |
+//! | `B` matched | `Client::on_busy` |
+//! | the client's own capacity is full | `Client::submit_acquire`, `Client::submit_release` |
+//! | `L addr`, `M addr` | `Client::on_frame`, `Client::take_hint` |
+//! | `E no_leader`, `E not_active`, `E auth_failed` | `Client::on_frame`, `Client::close` |
+//! | other `E`, unknown kind, bad pairing, framing error, over-long line | `Client::read` |
+//! | an id no pending request holds, a second answer | `Client::on_answer`, `Client::stray_answer` |
+//! | an id pending with another op or key | `Client::on_answer` |
+//! | the transport ends or fails | [`Client::handle_transport_closed`] |
+//! | any close | `Client::close`, `Client::settle_on_close` |
+//! | cancel before and after bytes went out; `KeepWaiter` | `Client::cancel_op`, `Client::abandon_waiter` |
+//! | a sent acquire past `sent_at + wait_ms + answer_grace` | `Client::fire_acquire` |
+//! | an acquire not yet sent | `Client::submit_acquire`, `Client::fire_acquire`, `Client::send_acquire` |
+//! | a Granted outcome the embedder cannot take | `Client::hand_back` |
+//! | never asking again whether an Indeterminate acquire holds | `Client::settle_on_close` |
+//! | the Indeterminate bound | `Client::settles_by` |
+//! | releases before acquires; `window - reserved` acquires at most | `Client::fill_window`, `Client::acquire_limit` |
+//! | a release in flight at a close is sent again, bounded | `Client::requeue_release` |
+//! | a release ignores cancellation | `Client::cancel_op` |
+//! | shutting down with a budget | `Client::start_shutdown`, `Client::check_shutdown`, `Client::finish_shutdown` |
+//! | a release's outcomes, the accepted boundary | `Client::end_release`, [`Outcome::Lapsed`] |
+//! | endpoints, allowlist, where the next connection goes | `Client::connect`, `Config::allows` |
+//! | backoff, its reset, forgetting the hint | `Client::close`, `Client::backoff_until`, `Client::on_frame` |
+//! | a sent release past its answer grace | `Client::fire_release` |
+//! | a second `W`, an answer before `W` | `Client::on_frame` |
 
 mod config;
 mod lane;
 mod link;
+mod matching;
+mod operations;
 mod outcome;
-mod owners;
-mod pending;
-mod ring;
-mod table;
+mod store;
 
-use core::hint::black_box;
-use core::num::NonZeroU64;
 use core::time::Duration;
 use std::collections::VecDeque;
 
 use bytes::BytesMut;
 
-#[cfg(feature = "sim")]
-#[doc(hidden)]
-pub use config::Sabotage;
 pub use config::{Backoff, Backoffs, BusyPolicy, CancelPolicy, Config, ConfigError};
 pub use outcome::{
-    Action, BackoffCause, CloseReason, ConnId, Error, Event, Grant, OpId, Outcome, ReleaseResult,
-    TransportEnd, Violation,
+    Action, BackoffCause, CloseReason, ConnId, Error, Event, Grant, InFlight, OpId, OpenOperations,
+    Outcome, ReleaseResult, TransportEnd, Violation,
 };
 
-use self::lane::Queue;
 use self::link::{Link, LinkState, Phase};
-use self::owners::{OwnerId, Owners};
-use self::pending::PendingTable;
-use self::ring::Ring;
-use self::table::{Lane, Table};
-use crate::names::{Key, Name};
+use self::operations::{Acquire, Held, Hold};
+use self::outcome::Issuer;
+use self::store::{Fifo, Handle, Pending, Slab};
+use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
-use crate::time::{duration_millis, duration_nanos, Time};
-use crate::wire::{AnswerKind, IdDigits, LineReader, NumberDigits, RawAnswer, ServerFrame};
+use crate::time::Time;
+use crate::wire::LineReader;
 
-// The timer lanes of the table (see `table.rs`): one per kind of deadline
-// that is "now plus the same duration" for every entry of its kind, so
-// that their timers come in deadline order.
-/// Acquires waiting to be sent: the queue deadline. They leave in order.
-const LANE_QUEUED: Lane = Lane::Queue(0);
-/// Grants held, and releases waiting to be sent: the lease's end.
-const LANE_HELD: Lane = Lane::Queue(1);
-/// Acquires in flight (and abandoned waiters): the answer deadline. They
-/// are answered in any order.
-const LANE_SENT: Lane = Lane::Group(0);
-/// Releases in flight: the answer deadline.
-const LANE_RELEASE_SENT: Lane = Lane::Group(1);
-/// Anything else (`B` backoffs): the heap.
-const LANE_OTHER: Lane = Lane::Heap;
-
-/// Answers parsed and read ahead together (see `Client::read_answers`).
-const BATCH: usize = 16;
-
-/// The send buffer's capacity kept across sends: more than steady traffic
-/// writes between two polls (about 72 KiB for 2,400 requests), so that it
-/// never allocates in steady state, and little beside 10,000 pending
-/// acquires. A burst that grew it further gives the memory back.
-const SEND_BUFFER_KEPT: usize = 256 * 1024;
-
-/// Where an acquire is in its life.
+/// A request in flight: which operation's attempt it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum AcquirePhase {
-    /// Waiting to be sent (first attempt, or a retry after `B`).
-    Queued,
-    /// Answered `B`; the next attempt starts when the timer fires.
-    Backoff,
-    /// An attempt is in flight.
-    Sent,
-    /// In flight, but its operation already ended (cancelled under
-    /// `KeepWaiter`, or shut down): the answer is still claimed.
-    Abandoned,
+enum Request {
+    Acquire(Handle),
+    Release(Handle),
 }
 
-/// An acquire operation (or an abandoned waiter).
-pub(crate) struct Acquire {
-    key: Key,
-    /// The owner, kept once for all the acquires that share it.
-    owner: OwnerId,
-    lease_ms: NonZeroU64,
-    /// The end of the wait budget, across all attempts.
-    budget_end: Time,
-    /// When the current attempt was handed out.
-    sent_at: Time,
-    /// Attempts handed out so far, up to 255: only whether there was one
-    /// matters, and how many in a row were refused with `B` up to 31 (the
-    /// backoff's step stops growing there).
-    attempts: u8,
-    phase: AcquirePhase,
-}
-
-impl Acquire {
-    /// The `wait_ms` of an attempt sent at `sent_at`: what is left of the
-    /// budget, at least 0.
-    fn wire_wait_ms(&self) -> u64 {
-        self.budget_end.millis_since(self.sent_at)
-    }
-}
-
+/// What a due timer belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ReleasePhase {
-    Queued,
-    Sent,
-}
-
-/// A release: the embedder's, or one the client issued for an orphaned
-/// grant.
-pub(crate) struct Release {
-    key: Key,
-    token: u64,
-    /// No new attempt starts at or after this.
-    until: Time,
-    sent_at: Time,
-    attempts: u32,
-    phase: ReleasePhase,
-    orphan: bool,
-}
-
-impl Release {
-    /// A release waiting in the lane for its first attempt, trying until
-    /// `until` at the latest.
-    fn queued(key: Key, token: u64, until: Time, orphan: bool) -> Release {
-        Release {
-            key,
-            token,
-            until,
-            sent_at: Time::ZERO,
-            attempts: 0,
-            phase: ReleasePhase::Queued,
-            orphan,
-        }
-    }
-}
-
-/// A grant handed to the embedder and not yet released or handed back.
-pub(crate) struct Held {
-    key: Key,
-    token: u64,
-}
-
-pub(crate) enum Entry {
-    Acquire(Acquire),
-    Release(Release),
-    Held(Held),
-}
-
-impl Entry {
-    /// The key the entry is about.
-    fn key(&self) -> &Key {
-        match self {
-            Entry::Acquire(acquire) => &acquire.key,
-            Entry::Release(release) => &release.key,
-            Entry::Held(held) => &held.key,
-        }
-    }
+enum Due {
+    Acquire,
+    Hold,
+    Link,
+    Shutdown,
 }
 
 /// The Ticketing client: a deterministic state machine with no I/O, no
@@ -204,15 +128,15 @@ impl Entry {
 /// randomness comes from [`Config::seed`]. The same calls with the same
 /// times produce the same actions, byte for byte.
 ///
-/// Every input first fires the timers that are due at its time, in deadline
-/// order, as if `handle_timeout` had been called at each; so a late driver
-/// sees the same result as a punctual one, only later.
+/// Every command and input first fires the timers that are due at its
+/// time, in deadline order, as if `handle_timeout` had been called at each;
+/// so a late driver sees the same result as a punctual one, only later.
 ///
 /// # Example: a run loop
 ///
 /// A driver over an in-memory "server" that accepts the handshake and
-/// grants every acquire. A real driver does the same with sockets and a
-/// clock; see the adapters.
+/// grants every acquire. The crate's documentation drives a client against
+/// the real server core; the adapters do the same with sockets and a clock.
 ///
 /// ```
 /// use std::time::Duration;
@@ -274,73 +198,80 @@ pub struct Client {
     config: Config,
     now: Time,
     rng: Rng,
-    table: Table<Entry>,
-    /// The owners of the acquires in `table`.
-    owners: Owners,
-    pending: PendingTable,
-    /// Releases waiting to be sent.
-    lane: Queue,
+    /// What the grants this client issues carry, so that it knows them.
+    issuer: Issuer,
+    /// Acquire operations, and abandoned waiters.
+    acquires: Slab<Acquire>,
+    /// Grants the embedder holds, and releases (the embedder's, and the
+    /// client's own for orphaned grants).
+    holds: Slab<Hold>,
+    /// The requests in flight on the connection.
+    pending: Pending<Request>,
     /// Acquires waiting to be sent.
-    queue: Queue,
-    /// The id of the next request, and its digits.
-    next_request: IdDigits,
-    /// The digits of the latest `wait_ms` and `lease_ms` sent.
-    wait_digits: NumberDigits,
-    lease_digits: NumberDigits,
-    /// `config.answer_grace`, `config.settle_margin` and
-    /// `config.queue_grace` in nanoseconds (saturated), as deadlines add them.
-    answer_grace_ns: u64,
-    settle_margin_ns: u64,
-    queue_grace_ns: u64,
+    queue: Fifo,
+    /// The release lane: releases waiting to be sent.
+    lane: Fifo,
+    /// The id of the next request.
+    next_id: u64,
+    /// Acquires among the requests in flight.
     acquires_in_flight: usize,
+    /// Acquire operations that have not ended.
     open_acquires: usize,
+    /// The embedder's releases that have not ended.
     open_releases: usize,
     link: Link,
     actions: VecDeque<Action>,
-    events: Ring<Event>,
+    events: VecDeque<Event>,
+    /// Requests encoded and not yet handed out.
     out: BytesMut,
     reader: LineReader,
     /// The shutdown deadline, once shutting down.
     shutdown: Option<Time>,
     /// The shutdown is ending: no reconnect, every release lapses.
     finishing: bool,
-    scratch: Vec<(u64, u32)>,
 }
 
 impl Client {
     /// Makes a client. It wants to connect at once: the first
     /// [`poll_action`](Client::poll_action) is an [`Action::Connect`].
+    ///
+    /// A configuration with a value outside its field's documented range is
+    /// refused with a [`ConfigError`] naming the field.
     pub fn new(config: Config, now: Time) -> Result<Client, ConfigError> {
         config.validate()?;
         let mut client = Client {
             rng: Rng::new(config.seed),
-            answer_grace_ns: duration_nanos(config.answer_grace),
-            settle_margin_ns: duration_nanos(config.settle_margin),
-            queue_grace_ns: duration_nanos(config.queue_grace),
             config,
             now,
-            table: Table::new(),
-            owners: Owners::default(),
-            pending: PendingTable::default(),
-            lane: Queue::default(),
-            queue: Queue::default(),
-            next_request: IdDigits::new(1),
-            wait_digits: NumberDigits::default(),
-            lease_digits: NumberDigits::default(),
+            issuer: Issuer::new(),
+            acquires: Slab::default(),
+            holds: Slab::default(),
+            pending: Pending::default(),
+            queue: Fifo::default(),
+            lane: Fifo::default(),
+            next_id: 1,
             acquires_in_flight: 0,
             open_acquires: 0,
             open_releases: 0,
             link: Link::new(),
             actions: VecDeque::new(),
-            events: Ring::default(),
+            events: VecDeque::new(),
             out: BytesMut::new(),
             reader: LineReader::new(),
             shutdown: None,
             finishing: false,
-            scratch: Vec::new(),
         };
         client.connect();
         Ok(client)
+    }
+
+    /// What every command and input does around its own work: fire the
+    /// timers due by `now`, then finish a shutdown whose work is done.
+    fn step<R>(&mut self, now: Time, work: impl FnOnce(&mut Client) -> R) -> R {
+        self.advance(now);
+        let result = work(self);
+        self.check_shutdown();
+        result
     }
 
     // ----- commands -------------------------------------------------------
@@ -351,11 +282,6 @@ impl Client {
     ///
     /// Until a connection can take it, the acquire waits at most
     /// `max(wait, queue_grace)`, then ends `TimedOut { sent: false }`.
-    // Inlined into the driver, which calls it for about every answer: around
-    // the call to `submit_acquire` there are only two quick checks, and a
-    // call across the crate boundary, its values passed and returned through
-    // memory, cost more than they do (the core benchmark: 8% of the time).
-    #[inline]
     pub fn acquire(
         &mut self,
         now: Time,
@@ -364,46 +290,7 @@ impl Client {
         wait: Duration,
         lease: Duration,
     ) -> Result<OpId, Error> {
-        self.advance(now);
-        let result = self.submit_acquire(key, owner, wait, lease);
-        self.check_shutdown();
-        result
-    }
-
-    #[inline(never)]
-    fn submit_acquire(
-        &mut self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<OpId, Error> {
-        if matches!(self.link.state, LinkState::Finished) {
-            return Err(Error::Finished);
-        }
-        if self.shutdown.is_some() {
-            return Err(Error::ShuttingDown);
-        }
-        let lease_ms = NonZeroU64::new(duration_millis(lease)).ok_or(Error::ZeroLease)?;
-        if self.open_acquires >= self.config.max_acquires {
-            return Err(Error::Busy);
-        }
-        let budget_end = self.now.saturating_add(wait);
-        let queue_deadline = budget_end.max(self.now.saturating_add_nanos(self.queue_grace_ns));
-        let owner = self.owners.intern(owner);
-        let (idx, gen) = self.table.insert(Entry::Acquire(Acquire {
-            key,
-            owner,
-            lease_ms,
-            budget_end,
-            sent_at: Time::ZERO,
-            attempts: 0,
-            phase: AcquirePhase::Queued,
-        }));
-        self.open_acquires += 1;
-        self.queue.push_back(idx, gen);
-        self.table.set_timer(idx, queue_deadline, LANE_QUEUED);
-        Ok(OpId::new(idx, gen))
+        self.step(now, |client| client.submit_acquire(key, owner, wait, lease))
     }
 
     /// Releases a grant this client handed out, by its exact token. The
@@ -414,77 +301,18 @@ impl Client {
     ///
     /// Releasing a grant twice, or one handed back with
     /// [`undeliverable`](Client::undeliverable), is refused with
-    /// [`Error::GrantNotHeld`]. A grant past its `expires_by` ends `Lapsed`
+    /// [`Error::GrantNotHeld`]; a grant another client issued, with
+    /// [`Error::ForeignGrant`]. A grant past its `expires_by` ends `Lapsed`
     /// at once: the server has already freed it.
-    // Inlined into the driver, as `acquire`.
-    #[inline]
     pub fn release(&mut self, now: Time, grant: &Grant) -> Result<OpId, Error> {
-        self.advance(now);
-        let result = self.submit_release(grant);
-        self.check_shutdown();
-        result
-    }
-
-    #[inline(never)]
-    fn submit_release(&mut self, grant: &Grant) -> Result<OpId, Error> {
-        if matches!(self.link.state, LinkState::Finished) {
-            return Err(Error::Finished);
-        }
-        let (idx, gen) = (grant.handle.slot(), grant.handle.gen());
-        let held = matches!(self.table.get_checked(idx, gen), Some(Entry::Held(h)) if h.token == grant.token);
-        if !held {
-            if self.now < grant.expires_by {
-                return Err(Error::GrantNotHeld {
-                    key: grant.key.clone(),
-                    token: grant.token,
-                });
-            }
-            // Already freed by lease expiry: nothing to ask.
-            let (idx, gen) = self.table.insert(Entry::Release(Release {
-                // Not in the lane: it ends at once.
-                phase: ReleasePhase::Sent,
-                ..Release::queued(grant.key.clone(), grant.token, grant.expires_by, false)
-            }));
-            self.open_releases += 1;
-            self.end_release(idx, ReleaseResult::Lapsed);
-            return Ok(OpId::new(idx, gen));
-        }
-        if self.open_releases >= self.config.max_releases {
-            return Err(Error::Busy);
-        }
-        self.table.bump(idx);
-        let until = grant.expires_by;
-        self.table.replace_with(idx, |entry| {
-            let Entry::Held(Held { key, token }) = entry else {
-                unreachable!("checked above");
-            };
-            Entry::Release(Release::queued(key, token, until, false))
-        });
-        self.open_releases += 1;
-        // The grant's timer is armed at its `expires_by` already: the
-        // release's deadline.
-        Ok(self.enqueue_release(idx, false))
+        self.step(now, |client| client.submit_release(grant))
     }
 
     /// Releases a raw `(key, token)` whose lease this client never saw (a
     /// grant from an earlier process, say). It keeps trying until
     /// [`Config::release_horizon`] from now.
     pub fn release_token(&mut self, now: Time, key: Key, token: u64) -> Result<OpId, Error> {
-        self.advance(now);
-        let result = if matches!(self.link.state, LinkState::Finished) {
-            Err(Error::Finished)
-        } else if self.open_releases >= self.config.max_releases {
-            Err(Error::Busy)
-        } else {
-            let until = self.now.saturating_add(self.config.release_horizon);
-            let (idx, _) = self
-                .table
-                .insert(Entry::Release(Release::queued(key, token, until, false)));
-            self.open_releases += 1;
-            Ok(self.enqueue_release(idx, true))
-        };
-        self.check_shutdown();
-        result
+        self.step(now, |client| client.submit_release_token(key, token))
     }
 
     /// Cancels an operation.
@@ -502,54 +330,7 @@ impl Client {
     /// if its outcome was a grant the caller can no longer deliver, hand the
     /// grant to [`undeliverable`](Client::undeliverable).
     pub fn cancel(&mut self, now: Time, op: OpId) -> Result<(), Error> {
-        self.advance(now);
-        let result = self.cancel_op(op);
-        self.check_shutdown();
-        result
-    }
-
-    fn cancel_op(&mut self, op: OpId) -> Result<(), Error> {
-        let idx = op.slot();
-        let phase = match self.table.get_checked(idx, op.gen()) {
-            Some(Entry::Acquire(a)) if a.phase != AcquirePhase::Abandoned => a.phase,
-            Some(Entry::Release(_)) => return Ok(()),
-            _ => return Err(Error::UnknownOperation(op)),
-        };
-        match phase {
-            AcquirePhase::Queued | AcquirePhase::Backoff => {
-                self.emit_outcome(idx, Outcome::Cancelled);
-                self.retire(idx);
-            }
-            AcquirePhase::Sent => match self.config.cancel {
-                CancelPolicy::Close => self.close(CloseReason::Cancel),
-                CancelPolicy::KeepWaiter => self.abandon_waiter(idx),
-            },
-            AcquirePhase::Abandoned => unreachable!("excluded above"),
-        }
-        Ok(())
-    }
-
-    /// Ends a sent acquire Indeterminate at once but keeps claiming its
-    /// answer.
-    fn abandon_waiter(&mut self, idx: u32) {
-        let Some(Entry::Acquire(a)) = self.table.get(idx) else {
-            unreachable!("only acquires are abandoned");
-        };
-        let settles_by = self.settles_by(a);
-        self.emit_outcome(idx, Outcome::Indeterminate { settles_by });
-        self.open_acquires -= 1;
-        self.table.bump(idx);
-        if let Some(Entry::Acquire(a)) = self.table.get_mut(idx) {
-            a.phase = AcquirePhase::Abandoned;
-        }
-    }
-
-    /// When lease expiry settles an acquire in flight that is given up now.
-    fn settles_by(&self, a: &Acquire) -> Time {
-        self.now
-            .saturating_add_millis(a.wire_wait_ms())
-            .saturating_add_millis(a.lease_ms.get())
-            .saturating_add_nanos(self.settle_margin_ns)
+        self.step(now, |client| client.cancel_op(op))
     }
 
     /// Hands back a grant whose [`Outcome::Granted`] could not be delivered
@@ -557,29 +338,10 @@ impl Client {
     /// reports [`Event::OrphanRelease`], then [`Event::OrphanSettled`].
     ///
     /// A grant already released or handed back is [`Error::GrantNotHeld`];
-    /// one past its [`Grant::expires_by`] needs nothing and is accepted.
+    /// one past its [`Grant::expires_by`] needs nothing and is accepted. A
+    /// grant another client issued is [`Error::ForeignGrant`].
     pub fn undeliverable(&mut self, now: Time, grant: &Grant) -> Result<(), Error> {
-        self.advance(now);
-        if self.is_finished() {
-            // The connection is gone for good: lease expiry frees the grant.
-            return Err(Error::Finished);
-        }
-        let (idx, gen) = (grant.handle.slot(), grant.handle.gen());
-        let held = matches!(self.table.get_checked(idx, gen), Some(Entry::Held(h)) if h.token == grant.token);
-        let result = if held {
-            self.free(idx);
-            self.queue_orphan_release(grant.key.clone(), grant.token, grant.expires_by);
-            Ok(())
-        } else if self.now >= grant.expires_by {
-            Ok(())
-        } else {
-            Err(Error::GrantNotHeld {
-                key: grant.key.clone(),
-                token: grant.token,
-            })
-        };
-        self.check_shutdown();
-        result
+        self.step(now, |client| client.hand_back(grant))
     }
 
     /// Shuts down within `budget`: new acquires are refused; queued acquires
@@ -590,192 +352,60 @@ impl Client {
     /// [`Event::ShutdownComplete`] is the last event. Grants the embedder
     /// still holds are not released behind its back.
     pub fn shutdown(&mut self, now: Time, budget: Duration) -> Result<(), Error> {
-        self.advance(now);
-        if self.shutdown.is_some() || matches!(self.link.state, LinkState::Finished) {
-            return Err(Error::ShuttingDown);
-        }
-        self.shutdown = Some(self.now.saturating_add(budget));
-        let mut sent_any = false;
-        let indices: Vec<u32> = self.table.indices().collect();
-        for idx in indices {
-            let Some(Entry::Acquire(a)) = self.table.get(idx) else {
-                continue;
-            };
-            match a.phase {
-                AcquirePhase::Queued | AcquirePhase::Backoff => {
-                    self.emit_outcome(idx, Outcome::Cancelled);
-                    self.retire(idx);
-                }
-                AcquirePhase::Sent => match self.config.cancel {
-                    CancelPolicy::Close => sent_any = true,
-                    CancelPolicy::KeepWaiter => self.abandon_waiter(idx),
-                },
-                AcquirePhase::Abandoned => {}
-            }
-        }
-        if sent_any {
-            self.close(CloseReason::Cancel);
-        }
-        self.check_shutdown();
-        Ok(())
+        self.step(now, |client| client.start_shutdown(budget))
     }
 
     // ----- inputs ---------------------------------------------------------
 
     /// The transport of `conn` is connected: the handshake starts.
     pub fn handle_connected(&mut self, now: Time, conn: ConnId) {
-        self.advance(now);
-        if matches!(self.link.current(conn), Some(Phase::Connecting { .. })) {
-            self.on_connected();
-        }
-        self.check_shutdown();
+        self.step(now, |client| {
+            if matches!(client.link.current(conn), Some(Phase::Connecting { .. })) {
+                client.on_connected();
+            }
+        });
     }
 
     /// Connecting `conn` failed. The client backs off, and forgets the
     /// leader hint if that is where it was connecting.
     pub fn handle_connect_failed(&mut self, now: Time, conn: ConnId) {
-        self.advance(now);
-        match self.link.current(conn) {
-            Some(Phase::Connecting { .. }) => self.close(CloseReason::ConnectFailed),
-            Some(_) => self.close(CloseReason::Io),
+        self.step(now, |client| match client.link.current(conn) {
+            Some(Phase::Connecting { .. }) => client.close(CloseReason::ConnectFailed),
+            Some(_) => client.close(CloseReason::Io),
             None => {}
-        }
-        self.check_shutdown();
+        });
     }
 
     /// Bytes arrived on `conn`, in any chunking. Every frame in them is
     /// handled in order, until one closes the connection; the rest of the
     /// bytes are then ignored.
     pub fn handle_bytes(&mut self, now: Time, conn: ConnId, data: &[u8]) {
-        self.advance(now);
-        if matches!(
-            self.link.current(conn),
-            Some(Phase::Handshaking { .. } | Phase::Ready { .. })
-        ) {
-            self.read(conn, data);
-        }
-        self.check_shutdown();
-    }
-
-    fn read(&mut self, conn: ConnId, data: &[u8]) {
-        let mut reader = core::mem::take(&mut self.reader);
-        let mut input = data;
-        loop {
-            // Whole answer lines straight from the input, while the
-            // connection is ready: what the reader and the general parser
-            // would make of them, without a pass to find each line's end.
-            if reader.at_line_start() && self.is_ready() {
-                if !self.read_answers(&mut input) {
-                    break;
-                }
-                if input.is_empty() {
-                    break;
-                }
+        self.step(now, |client| {
+            if matches!(
+                client.link.current(conn),
+                Some(Phase::Handshaking { .. } | Phase::Ready { .. })
+            ) {
+                client.read(conn, data);
             }
-            // Anything else, one line at a time.
-            let Some(line) = reader.next_line(&mut input) else {
-                break;
-            };
-            let verdict = match line {
-                Err(e) => Err(CloseReason::Protocol(Violation::Framing(e))),
-                Ok(line) => match ServerFrame::parse(line) {
-                    Err(e) => Err(CloseReason::Protocol(Violation::Framing(e))),
-                    Ok(frame) => self.on_frame(frame),
-                },
-            };
-            if let Err(reason) = verdict {
-                self.close(reason);
-                break;
-            }
-        }
-        if self.link.current(conn).is_some() {
-            self.reader = reader;
-        } else {
-            // The connection closed: keep the buffer's memory, not its bytes.
-            reader.reset();
-            self.reader = reader;
-        }
-    }
-
-    /// Handles the whole answer lines at the start of `input`, on a ready
-    /// connection, advancing `input` past them; `false` if one closed the
-    /// connection (the rest of the input is then to be ignored).
-    ///
-    /// Answers are handled one by one, in order, exactly as
-    /// [`on_answer`](Client::on_answer) would one at a time, in batches of
-    /// up to [`BATCH`] lines parsed first. Before a batch is handled, what
-    /// handling it will read is read for all its answers at once, one step
-    /// of the chain at a time: the ids' buckets and the requests' slots,
-    /// then their keys' bytes. Answers are spread at random over memory
-    /// larger than the caches, and this way the reads of a batch wait for
-    /// memory together, a few times a batch, instead of a few times an
-    /// answer.
-    #[inline(never)]
-    fn read_answers(&mut self, input: &mut &[u8]) -> bool {
-        let placeholder = RawAnswer {
-            id: 0,
-            key: &[],
-            kind: AnswerKind::Busy,
-        };
-        let mut batch = [placeholder; BATCH];
-        let mut slots = [u32::MAX; BATCH];
-        let mut found = [None; BATCH];
-        loop {
-            let mut len = 0;
-            while len < BATCH {
-                let Some((answer, used)) = crate::wire::leading_answer(input) else {
-                    break;
-                };
-                *input = &input[used..];
-                batch[len] = answer;
-                len += 1;
-            }
-            if len == 0 {
-                return true;
-            }
-            for ((answer, slot), found) in batch[..len].iter().zip(&mut slots).zip(&mut found) {
-                *found = self.pending.find(answer.id);
-                *slot = found.map_or(u32::MAX, |found| {
-                    let slot = self.pending.slot(found);
-                    black_box(self.table.touch(slot));
-                    slot
-                });
-            }
-            for &slot in &slots[..len] {
-                if let Some(entry) = self.table.get(slot) {
-                    black_box(entry.key().as_bytes().first().copied());
-                }
-            }
-            for (answer, &found) in batch[..len].iter().zip(&found) {
-                // Where its id was found, unless an answer before moved it.
-                if let Err(reason) = self.on_answer_found(answer, found) {
-                    self.close(reason);
-                    return false;
-                }
-            }
-            if len < BATCH {
-                return true;
-            }
-        }
+        });
     }
 
     /// The transport of `conn` ended (end of stream, or an error).
     pub fn handle_transport_closed(&mut self, now: Time, conn: ConnId, end: TransportEnd) {
-        self.advance(now);
-        if self.link.current(conn).is_some() {
-            self.close(match end {
-                TransportEnd::Eof => CloseReason::Eof,
-                TransportEnd::Error => CloseReason::Io,
-            });
-        }
-        self.check_shutdown();
+        self.step(now, |client| {
+            if client.link.current(conn).is_some() {
+                client.close(match end {
+                    TransportEnd::Eof => CloseReason::Eof,
+                    TransportEnd::Error => CloseReason::Io,
+                });
+            }
+        });
     }
 
     /// Time passed: fires every timer due at or before `now`. Calling it
     /// early, or more often than needed, is harmless.
     pub fn handle_timeout(&mut self, now: Time) {
-        self.advance(now);
-        self.check_shutdown();
+        self.step(now, |_| {});
     }
 
     // ----- outputs --------------------------------------------------------
@@ -786,33 +416,26 @@ impl Client {
         if let Some(action) = self.actions.pop_front() {
             return Some(action);
         }
-        let (conn, window) = match &self.link.state {
-            LinkState::Up {
-                conn,
-                phase: Phase::Handshaking { .. },
-            } => (conn.id, None),
-            LinkState::Up {
-                conn,
-                phase: Phase::Ready { window, .. },
-            } => (conn.id, Some(*window)),
-            _ => return None,
+        let LinkState::Up { conn, phase } = &self.link.state else {
+            return None;
         };
-        match window {
-            None => self.fill_hello(),
-            Some(window) => self.fill_window(window),
+        let conn = conn.id;
+        match *phase {
+            Phase::Handshaking { .. } => self.fill_hello(),
+            Phase::Ready { window, .. } => self.fill_window(window),
+            Phase::Connecting { .. } => return None,
         }
-        let action = self.take_send(conn);
-        // Releases that lapsed at send time may have finished a shutdown.
-        self.check_shutdown();
-        action
+        self.take_send(conn)
     }
 
     /// The next outcome or notice for the embedder.
     #[must_use]
-    // Inlined into the driver, as `acquire`.
-    #[inline]
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        let event = self.events.pop_front();
+        if self.events.is_empty() {
+            store::give_back(&mut self.events);
+        }
+        event
     }
 
     /// When the driver must call [`handle_timeout`](Client::handle_timeout)
@@ -826,24 +449,7 @@ impl Client {
         if !self.actions.is_empty() || !self.events.is_empty() || self.can_send() {
             return Some(self.now);
         }
-        earliest(
-            earliest(self.table.next_deadline(), self.link.deadline()),
-            self.shutdown_deadline(),
-        )
-    }
-
-    fn can_send(&self) -> bool {
-        match &self.link.state {
-            LinkState::Up {
-                phase: Phase::Handshaking { hello_sent, .. },
-                ..
-            } => !hello_sent,
-            LinkState::Up {
-                phase: Phase::Ready { window, .. },
-                ..
-            } => self.has_sendable(*window),
-            _ => false,
-        }
+        self.next_timer().map(|(at, _)| at)
     }
 
     // ----- introspection --------------------------------------------------
@@ -879,19 +485,25 @@ impl Client {
     }
 
     /// The leader hint in use, if any.
-    pub fn leader_hint(&self) -> Option<&crate::names::Endpoint> {
+    pub fn leader_hint(&self) -> Option<&Endpoint> {
         self.link.hint.as_ref()
     }
 
     /// Requests unanswered on the current connection: all of them, and the
     /// acquires among them.
-    pub fn in_flight(&self) -> (usize, usize) {
-        (self.pending.len(), self.acquires_in_flight)
+    pub fn in_flight(&self) -> InFlight {
+        InFlight {
+            requests: self.pending.len(),
+            acquires: self.acquires_in_flight,
+        }
     }
 
     /// Operations open: acquires, and the embedder's releases.
-    pub fn open_operations(&self) -> (usize, usize) {
-        (self.open_acquires, self.open_releases)
+    pub fn open_operations(&self) -> OpenOperations {
+        OpenOperations {
+            acquires: self.open_acquires,
+            releases: self.open_releases,
+        }
     }
 
     /// Whether the client has shut down for good.
@@ -909,141 +521,54 @@ impl Client {
         self.now
     }
 
-    // ----- internals ------------------------------------------------------
+    // ----- time -----------------------------------------------------------
 
-    fn shutdown_deadline(&self) -> Option<Time> {
-        if self.is_finished() {
-            None
-        } else {
-            self.shutdown
+    /// The earliest deadline, and what it belongs to. Deadlines that tie
+    /// come in the order of [`Due`].
+    fn next_timer(&self) -> Option<(Time, Due)> {
+        let shutdown = self.shutdown.filter(|_| !self.is_finished());
+        let mut next: Option<(Time, Due)> = None;
+        for (at, due) in [
+            (self.acquires.next_deadline(), Due::Acquire),
+            (self.holds.next_deadline(), Due::Hold),
+            (self.link.deadline(), Due::Link),
+            (shutdown, Due::Shutdown),
+        ] {
+            if let Some(at) = at {
+                if next.map_or(true, |(earliest, _)| at < earliest) {
+                    next = Some((at, due));
+                }
+            }
         }
+        next
     }
 
     /// Fires everything due at or before `now`, in deadline order, each at
     /// its own time.
-    #[inline]
     fn advance(&mut self, now: Time) {
         let target = now.max(self.now);
-        // Nothing due: the usual case, decided without the loop.
-        let others = earliest(self.link.deadline(), self.shutdown_deadline());
-        if others.map_or(true, |due| due > target) && self.table.none_due(target) {
-            self.now = target;
-            return;
-        }
-        self.advance_to(target);
-    }
-
-    /// [`advance`](Client::advance) when something is due.
-    #[inline(never)]
-    fn advance_to(&mut self, target: Time) {
-        loop {
-            let entry = self.table.next_deadline();
-            let link = self.link.deadline();
-            let shutdown = self.shutdown_deadline();
-            let Some(next) = earliest(earliest(entry, link), shutdown) else {
-                break;
-            };
-            if next > target {
-                break;
-            }
-            self.now = self.now.max(next);
-            if entry == Some(next) {
-                let idx = self.table.pop_due(next).expect("due");
-                self.fire(idx);
-            } else if link == Some(next) {
-                self.fire_link();
-            } else {
-                self.finish_shutdown();
+        while let Some((at, due)) = self.next_timer().filter(|&(at, _)| at <= target) {
+            self.now = self.now.max(at);
+            match due {
+                Due::Acquire => {
+                    let acquire = self.acquires.pop_due(at).expect("due");
+                    self.fire_acquire(acquire);
+                }
+                Due::Hold => {
+                    let hold = self.holds.pop_due(at).expect("due");
+                    self.fire_hold(hold);
+                }
+                Due::Link => self.fire_link(),
+                Due::Shutdown => self.finish_shutdown(),
             }
             self.check_shutdown();
         }
         self.now = target;
     }
 
-    /// An entry's timer fired.
-    fn fire(&mut self, idx: u32) {
-        match self.table.get_mut(idx) {
-            Some(Entry::Acquire(a)) => match a.phase {
-                AcquirePhase::Queued => {
-                    // It could not be sent in time.
-                    let outcome = if a.attempts == 0 {
-                        Outcome::TimedOut { sent: false }
-                    } else {
-                        // Every earlier attempt was refused with B.
-                        Outcome::Busy
-                    };
-                    self.emit_outcome(idx, outcome);
-                    self.retire(idx);
-                }
-                AcquirePhase::Backoff => {
-                    a.phase = AcquirePhase::Queued;
-                    let budget_end = a.budget_end;
-                    let gen = self.table.gen(idx).expect("occupied");
-                    self.queue.push_back(idx, gen);
-                    self.table.set_timer(idx, budget_end, LANE_QUEUED);
-                }
-                AcquirePhase::Sent | AcquirePhase::Abandoned => {
-                    self.close(CloseReason::AnswerTimeout)
-                }
-            },
-            Some(Entry::Release(r)) => match r.phase {
-                ReleasePhase::Queued => self.end_release(idx, ReleaseResult::Lapsed),
-                ReleasePhase::Sent => self.close(CloseReason::AnswerTimeout),
-            },
-            Some(Entry::Held(_)) => {
-                // Past its lease: the server has freed it.
-                self.free(idx);
-            }
-            None => unreachable!("timers belong to occupied slots"),
-        }
-    }
-
-    fn fire_link(&mut self) {
-        match &self.link.state {
-            LinkState::Down { .. } => self.connect(),
-            LinkState::Up {
-                phase: Phase::Connecting { .. },
-                ..
-            } => self.close(CloseReason::ConnectTimeout),
-            LinkState::Up {
-                phase: Phase::Handshaking { .. },
-                ..
-            } => self.close(CloseReason::HandshakeTimeout),
-            LinkState::Up { .. } | LinkState::Finished => {}
-        }
-    }
-
-    /// Puts the release just stored in `idx` at the back of the lane, with
-    /// its deadline armed (`arm`; else it is armed already), and makes sure
-    /// a connection is coming.
-    fn enqueue_release(&mut self, idx: u32, arm: bool) -> OpId {
-        let gen = self.table.gen(idx).expect("occupied");
-        let Some(Entry::Release(release)) = self.table.get(idx) else {
-            unreachable!("only releases enter the lane");
-        };
-        let until = release.until;
-        self.lane.push_back(idx, gen);
-        if arm {
-            self.table.set_timer(idx, until, LANE_HELD);
-        } else {
-            #[cfg(test)]
-            debug_assert_eq!(self.table.timer(idx), Some(until));
-        }
-        self.wake_link();
-        OpId::new(idx, gen)
-    }
-
-    /// A release was queued: make sure a connection is coming.
-    fn wake_link(&mut self) {
-        if let LinkState::Down { until } = self.link.state {
-            if until == Time::MAX {
-                self.connect();
-            }
-        }
-    }
+    // ----- shutting down --------------------------------------------------
 
     /// Finishes a shutdown whose work is done, or whose budget is spent.
-    #[inline]
     fn check_shutdown(&mut self) {
         // Also when the budget is already spent (a zero budget): its
         // deadline is due now, and a command fires no timer by itself.
@@ -1054,81 +579,35 @@ impl Client {
         }
     }
 
+    /// Whether a shutting-down client still needs a connection.
+    fn has_work_to_drain(&self) -> bool {
+        self.lane.len() > 0 || self.pending.len() > 0
+    }
+
     /// Ends the shutdown, drained or not: closes, lapses every release still
     /// open, forgets held grants, and stops.
     fn finish_shutdown(&mut self) {
         self.finishing = true;
         self.close(CloseReason::Shutdown);
-        let open: Vec<u32> = self.table.indices().collect();
-        for idx in open {
-            match self.table.get(idx) {
-                Some(Entry::Release(_)) => self.end_release(idx, ReleaseResult::Lapsed),
-                Some(Entry::Acquire(a)) => {
-                    // Acquires end when the shutdown starts or at the close;
-                    // should one remain, it was never handed out.
-                    if a.phase != AcquirePhase::Abandoned {
-                        self.emit_outcome(idx, Outcome::Cancelled);
-                    }
-                    self.retire(idx);
-                }
-                _ => {
-                    self.free(idx);
-                }
+        for hold in self.holds.handles() {
+            match self.holds.get(hold) {
+                Some(Hold::Release(_)) => self.end_release(hold, ReleaseResult::Lapsed),
+                // Not released behind the embedder's back.
+                _ => drop(self.holds.remove(hold)),
             }
         }
+        for acquire in self.acquires.handles() {
+            // Acquires end when the shutdown starts or at the close; should
+            // one remain, it was never handed out.
+            self.end_acquire(acquire, Outcome::Cancelled);
+        }
         self.link.state = LinkState::Finished;
-        debug_assert_eq!(self.owners.uses(), 0, "every owner was handed back");
         self.events.push_back(Event::ShutdownComplete);
     }
 
-    /// Queues the outcome of the operation in `idx` under its current id.
-    fn emit_outcome(&mut self, idx: u32, outcome: Outcome) {
-        let gen = self.table.gen(idx).expect("occupied");
-        self.events.push_back(Event::Outcome {
-            op: OpId::new(idx, gen),
-            outcome,
-        });
-    }
-
-    /// Empties slot `idx` (every slot is emptied here, so that the owner of
-    /// an acquire is handed back), returning the key of its entry.
-    #[inline]
-    fn free(&mut self, idx: u32) -> Option<Key> {
-        Some(match self.table.remove(idx)? {
-            Entry::Acquire(acquire) => {
-                self.owners.release(acquire.owner);
-                acquire.key
-            }
-            Entry::Release(release) => release.key,
-            Entry::Held(held) => held.key,
-        })
-    }
-
-    /// Frees `idx`, keeping the counters true.
-    fn retire(&mut self, idx: u32) {
-        match self.table.get(idx) {
-            Some(Entry::Acquire(a)) => {
-                match a.phase {
-                    AcquirePhase::Queued => self.queue.forget(&self.table),
-                    AcquirePhase::Backoff | AcquirePhase::Sent => {}
-                    AcquirePhase::Abandoned => {
-                        self.free(idx);
-                        return;
-                    }
-                }
-                self.open_acquires -= 1;
-            }
-            Some(Entry::Release(r)) => {
-                if r.phase == ReleasePhase::Queued {
-                    self.lane.forget(&self.table);
-                }
-                if !r.orphan {
-                    self.open_releases -= 1;
-                }
-            }
-            Some(Entry::Held(_)) | None => {}
-        }
-        self.free(idx);
+    /// Queues the outcome of an operation.
+    fn emit(&mut self, op: OpId, outcome: Outcome) {
+        self.events.push_back(Event::Outcome { op, outcome });
     }
 }
 
@@ -1140,16 +619,7 @@ impl core::fmt::Debug for Client {
             .field("window", &self.window())
             .field("in_flight", &self.in_flight())
             .field("open", &self.open_operations())
-            .field("queued", &(self.queue.live(), self.lane.live()))
+            .field("queued", &(self.queue.len(), self.lane.len()))
             .finish_non_exhaustive()
-    }
-}
-
-/// The earlier of two optional deadlines.
-fn earliest(a: Option<Time>, b: Option<Time>) -> Option<Time> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, None) => a,
-        (None, b) => b,
     }
 }

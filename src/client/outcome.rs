@@ -7,6 +7,9 @@ use core::time::Duration;
 use bytes::Bytes;
 use thiserror::Error;
 
+use std::sync::Arc;
+
+use super::store::Handle;
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 use crate::wire::FrameError;
@@ -30,22 +33,47 @@ impl fmt::Display for ConnId {
 }
 
 /// Names one operation (an acquire or a release) for its whole life, across
-/// all its attempts. Its outcome comes back as [`Event::Outcome`] with the
-/// same id.
+/// all its attempts, or a grant the embedder holds ([`Grant`]'s handle).
+/// An operation's outcome comes back as [`Event::Outcome`] with its id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct OpId(pub(crate) u64);
 
+/// What an [`OpId`] names: it says which of the client's slabs holds it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum OpKind {
+    Acquire,
+    Release,
+    Grant,
+}
+
+/// Where an [`OpId`] keeps its kind: the two bits above a slot number
+/// (slabs never hold 2^30 entries: each takes tens of bytes).
+const KIND_SHIFT: u32 = 30;
+
 impl OpId {
-    pub(crate) fn new(slot: u32, gen: u32) -> OpId {
-        OpId(u64::from(gen) << 32 | u64::from(slot))
+    /// The id of the entry `handle` of the slab of `kind`.
+    pub(crate) fn of(kind: OpKind, handle: Handle) -> OpId {
+        let kind = match kind {
+            OpKind::Acquire => 0,
+            OpKind::Release => 1,
+            OpKind::Grant => 2,
+        };
+        debug_assert!(handle.slot() < 1 << KIND_SHIFT);
+        OpId(u64::from(handle.gen()) << 32 | kind << KIND_SHIFT | u64::from(handle.slot()))
     }
 
-    pub(crate) fn slot(self) -> u32 {
-        self.0 as u32
-    }
-
-    pub(crate) fn gen(self) -> u32 {
-        (self.0 >> 32) as u32
+    /// What the id names, and its handle there (`None` for a number no
+    /// client made).
+    pub(crate) fn parts(self) -> Option<(OpKind, Handle)> {
+        let low = self.0 as u32;
+        let kind = match low >> KIND_SHIFT {
+            0 => OpKind::Acquire,
+            1 => OpKind::Release,
+            2 => OpKind::Grant,
+            _ => return None,
+        };
+        let handle = Handle::from_parts(low & ((1 << KIND_SHIFT) - 1), (self.0 >> 32) as u32);
+        Some((kind, handle))
     }
 
     /// The number behind the id, stable for the operation's life.
@@ -56,7 +84,17 @@ impl OpId {
 
 impl fmt::Display for OpId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "op#{}.{}", self.slot(), self.gen())
+        match self.parts() {
+            Some((kind, handle)) => {
+                let kind = match kind {
+                    OpKind::Acquire => "acquire",
+                    OpKind::Release => "release",
+                    OpKind::Grant => "grant",
+                };
+                write!(f, "{kind}#{}.{}", handle.slot(), handle.gen())
+            }
+            None => write!(f, "op#{}", self.0),
+        }
     }
 }
 
@@ -101,8 +139,14 @@ pub enum TransportEnd {
 }
 
 /// A grant: the key is held until `valid_until` at least, as the client can
-/// tell, and until it is released by its exact token.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// tell, and until it is released by its exact token. Only the client that
+/// issued it takes it back ([`Client::release`](super::Client::release),
+/// [`Client::undeliverable`](super::Client::undeliverable)).
+///
+/// Two grants are equal when they say the same (key, token, lease, times
+/// and handle), whichever client issued them: the same inputs give equal
+/// grants, as they give the same bytes.
+#[derive(Debug, Clone)]
 pub struct Grant {
     pub(crate) key: Key,
     pub(crate) token: u64,
@@ -110,6 +154,58 @@ pub struct Grant {
     pub(crate) valid_until: Time,
     pub(crate) expires_by: Time,
     pub(crate) handle: OpId,
+    pub(crate) issuer: Issuer,
+}
+
+/// Which client issued a grant: one shared allocation per client, told
+/// apart by its address, which no other live client can have (every grant
+/// keeps its issuer's alive).
+#[derive(Clone)]
+pub(crate) struct Issuer(Arc<()>);
+
+impl Issuer {
+    pub(crate) fn new() -> Issuer {
+        Issuer(Arc::new(()))
+    }
+}
+
+impl Issuer {
+    /// Whether `other` is this very issuer.
+    pub(crate) fn is(&self, other: &Issuer) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl PartialEq for Grant {
+    fn eq(&self, other: &Grant) -> bool {
+        let Grant {
+            key,
+            token,
+            lease,
+            valid_until,
+            expires_by,
+            handle,
+            issuer: _,
+        } = self;
+        (key, token, lease, valid_until, expires_by, handle)
+            == (
+                &other.key,
+                &other.token,
+                &other.lease,
+                &other.valid_until,
+                &other.expires_by,
+                &other.handle,
+            )
+    }
+}
+
+impl Eq for Grant {}
+
+impl fmt::Debug for Issuer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Not the address: the same run prints the same text.
+        f.write_str("Issuer")
+    }
 }
 
 impl Grant {
@@ -438,4 +534,36 @@ pub enum Error {
         /// The token.
         token: u64,
     },
+    /// The grant was issued by another client: only the client that
+    /// issued a grant can release it or hand it back.
+    #[error("the grant of {key} with token {token} was issued by another client")]
+    ForeignGrant {
+        /// The key.
+        key: Key,
+        /// The token.
+        token: u64,
+    },
+}
+
+/// The requests unanswered on the current connection
+/// ([`Client::in_flight`](super::Client::in_flight)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct InFlight {
+    /// Every request unanswered (at most the window).
+    pub requests: usize,
+    /// The acquires among them (at most the window less the reserved slots).
+    pub acquires: usize,
+}
+
+/// The operations that have not ended
+/// ([`Client::open_operations`](super::Client::open_operations)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub struct OpenOperations {
+    /// Acquires.
+    pub acquires: usize,
+    /// The embedder's releases (not those the client issues for orphaned
+    /// grants).
+    pub releases: usize,
 }

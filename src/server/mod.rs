@@ -518,7 +518,7 @@ impl Server {
         if let Phase::Ready { unanswered } = &mut c.phase {
             *unanswered = unanswered.saturating_sub(1);
         }
-        Answer { id, key, kind }.encode_into(self.output(conn));
+        ServerFrame::Answer(Answer { id, key, kind }).encode(self.output(conn));
     }
 
     /// Writes the answer to a request of `conn` that is answered as soon as
@@ -526,7 +526,7 @@ impl Server {
     /// window admitted the request, so counting it up cannot saturate, and
     /// the answer counts it back down.
     fn answer_at_once(&mut self, conn: ConnId, id: u64, key: Atom<'_>, kind: AnswerKind) {
-        Answer { id, key, kind }.encode_into(self.output(conn));
+        ServerFrame::Answer(Answer { id, key, kind }).encode(self.output(conn));
     }
 
     fn on_frame(&mut self, conn: ConnId, frame: ClientFrame<'_>) -> Result<(), Farewell> {

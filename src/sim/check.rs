@@ -439,7 +439,7 @@ mod tests {
     #[test]
     fn an_operation_past_its_deadline_and_an_overrun_shutdown_are_violations() {
         let mut ledger = Ledger::default();
-        let op = OpId::new(3, 0);
+        let op = OpId(3);
         let info = OpInfo {
             what: "acquire".into(),
             submitted: t(0),
@@ -459,7 +459,7 @@ mod tests {
     #[test]
     fn an_indeterminate_grant_must_be_gone_by_its_settles_by() {
         let mut ledger = Ledger::default();
-        let (a, b, c) = (OpId::new(1, 0), OpId::new(2, 0), OpId::new(3, 0));
+        let (a, b, c) = (OpId(1), OpId(2), OpId(3));
         // Granted, then the acquire ended Indeterminate; its lease runs past
         // the promise.
         ledger.grant_made(1, key("k"), 0, Some(a), t(500));

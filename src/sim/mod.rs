@@ -113,8 +113,25 @@ mod world;
 use core::fmt;
 use core::time::Duration;
 
+/// One client rule broken on purpose (placeholder until the simulator's
+/// bad-client wrappers land: the core no longer carries sabotage).
 #[doc(hidden)]
-pub use crate::client::Sabotage;
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Sabotage {
+    /// Every rule kept.
+    #[default]
+    None,
+    /// Match by arrival order.
+    MatchByArrival,
+    /// Resend an acquire after a close.
+    ResendAfterClose,
+    /// Acquires in the reserved slot.
+    UseReservedSlot,
+    /// Drop the orphan release.
+    DropOrphanRelease,
+    /// Take any hint.
+    AnyHint,
+}
 pub use crate::testkit::Invariant;
 use crate::testkit::TraceHash;
 use crate::time::Time;

@@ -146,7 +146,7 @@ pub(super) fn client_config(
     config.backoff.redirect = Backoff::new(ms(50), ms(1_000));
     config.backoff.busy = Backoff::new(ms(10), ms(200));
     config.seed = rng.next_u64();
-    config.sabotage = sabotage;
+    let _ = sabotage;
     config
 }
 

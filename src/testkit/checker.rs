@@ -884,8 +884,12 @@ impl Checker {
                         let lease_end = now.saturating_add(lease);
                         if abandoned {
                             // An abandoned waiter's grant: released by its
-                            // exact token.
-                            self.add_obligation(key, token, lease_end);
+                            // exact token, unless the embedder holds it (a
+                            // server that repeats a token) or its release
+                            // is under way already.
+                            if !self.holds(&key, token) && !self.releasing(&key, token) {
+                                self.add_obligation(key, token, lease_end);
+                            }
                         } else {
                             acq.last = Some(Answered::Granted {
                                 token,
@@ -1248,7 +1252,7 @@ impl Checker {
             .values()
             .filter(|r| matches!(r, Request::Acquire { .. }))
             .count() as u64;
-        let limit = window - self.reserved.min(window - 1);
+        let limit = window.saturating_sub(self.reserved);
         if all > window {
             return self.fail(
                 Invariant::Window,
@@ -1590,7 +1594,8 @@ impl Checker {
                 }
             }
         }
-        let (acquires, releases) = client.open_operations();
+        let open = client.open_operations();
+        let (acquires, releases) = (open.acquires, open.releases);
         let expected = (self.open_acquires(), self.open_releases());
         if (acquires, releases) != expected {
             return self.fail(

@@ -987,7 +987,7 @@ impl Runner {
                 }
             },
         };
-        self.checker.is_settled() && self.client.in_flight() == (0, 0) && wire_quiet
+        self.checker.is_settled() && self.client.in_flight().requests == 0 && wire_quiet
     }
 
     /// Releases every grant the embedder holds.

@@ -10,41 +10,53 @@ pub const MAX_ATOM: usize = 250;
 /// A validated atom borrowed from somewhere: 1 to 250 bytes, each in
 /// `0x21..=0x7E`. Keys, owners, client ids, credentials, node ids and error
 /// reasons are atoms.
+///
+/// It keeps the atom's bytes: the parser has checked them, and turning them
+/// into a `str` checks them again, which only [`Atom::as_str`] does.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Atom<'a>(&'a str);
+pub struct Atom<'a>(&'a [u8]);
 
 impl<'a> Atom<'a> {
     /// Checks that `s` is an atom.
     pub fn new(s: &'a str) -> Result<Atom<'a>, AtomError> {
         check_atom(s.as_bytes())?;
-        Ok(Atom(s))
+        Ok(Atom(s.as_bytes()))
     }
 
     /// The atom's text.
     pub fn as_str(self) -> &'a str {
-        self.0
+        core::str::from_utf8(self.0).expect("an atom is printable ASCII")
     }
 
     /// The atom's bytes.
     pub fn as_bytes(self) -> &'a [u8] {
-        self.0.as_bytes()
+        self.0
     }
 
-    /// Wraps bytes already known to be a valid atom (checked by the parser).
-    pub(crate) fn from_checked(bytes: &'a [u8]) -> Option<Atom<'a>> {
-        core::str::from_utf8(bytes).ok().map(Atom)
+    /// Wraps bytes the parser has checked to be an atom.
+    pub(crate) fn from_checked(bytes: &'a [u8]) -> Atom<'a> {
+        debug_assert!(check_atom(bytes).is_ok());
+        Atom(bytes)
+    }
+
+    /// Wraps text checked to be an atom when it was made (an owned
+    /// [`Key`](crate::Key) or [`Name`](crate::Name)), without checking it
+    /// again.
+    pub(crate) fn trusted(s: &'a str) -> Atom<'a> {
+        debug_assert!(check_atom(s.as_bytes()).is_ok());
+        Atom(s.as_bytes())
     }
 }
 
 impl fmt::Debug for Atom<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Debug::fmt(self.0, f)
+        fmt::Debug::fmt(self.as_str(), f)
     }
 }
 
 impl fmt::Display for Atom<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.0)
+        f.write_str(self.as_str())
     }
 }
 
@@ -64,6 +76,13 @@ impl<'a> Addr<'a> {
         Ok(Addr(s))
     }
 
+    /// Wraps text checked to be an address when it was made (an owned
+    /// [`Endpoint`](crate::Endpoint)), without checking it again.
+    pub(crate) fn trusted(s: &'a str) -> Addr<'a> {
+        debug_assert!(check_atom(s.as_bytes()).is_ok() && is_host_port(s.as_bytes()));
+        Addr(s)
+    }
+
     /// The address's text.
     pub fn as_str(self) -> &'a str {
         self.0
@@ -76,7 +95,7 @@ impl<'a> Addr<'a> {
 
     /// The address as a plain atom.
     pub fn as_atom(self) -> Atom<'a> {
-        Atom(self.0)
+        Atom(self.0.as_bytes())
     }
 }
 

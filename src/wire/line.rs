@@ -91,18 +91,6 @@ impl LineReader {
         }
     }
 
-    /// Whether the next byte of input starts a line: nothing of an
-    /// unfinished line is buffered and the reader has not failed. A caller
-    /// may then take whole lines from the input itself, past this reader,
-    /// as [`next_line`](LineReader::next_line) would hand them out.
-    pub(crate) fn at_line_start(&mut self) -> bool {
-        if self.handed_out {
-            self.partial.clear();
-            self.handed_out = false;
-        }
-        !self.failed && self.partial.is_empty()
-    }
-
     /// How many bytes of an unfinished line are buffered (at most
     /// [`MAX_FRAME`]).
     pub fn buffered(&self) -> usize {

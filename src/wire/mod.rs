@@ -48,12 +48,10 @@ mod parse;
 
 pub use atom::{Addr, Atom, MAX_ATOM};
 pub use error::{AtomError, FrameError};
-pub use frame::{Answer, AnswerKind, ClientFrame, Op, ServerFrame, Window, VERSION};
+pub use frame::{Answer, AnswerKind, ClientFrame, LineBuf, Op, ServerFrame, Window, VERSION};
 pub use line::{LineReader, MAX_FRAME};
 
 pub(crate) use atom::{check_atom, is_host_port};
-pub(crate) use frame::{IdDigits, NumberDigits, RawAnswer};
-pub(crate) use parse::leading_answer;
 
 #[cfg(test)]
 mod tests;

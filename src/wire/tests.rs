@@ -60,6 +60,49 @@ fn framing_rule_single_spaces_no_leading_or_trailing() {
     assert_eq!(server("T 1 A k "), Err(FrameError::EmptyField { index: 4 }));
     assert_eq!(server("T 1  A k"), Err(FrameError::EmptyField { index: 2 }));
     assert_eq!(server(" "), Err(FrameError::EmptyField { index: 0 }));
+    // Past the frame's last field too.
+    assert_eq!(
+        server("T 1 A k  x"),
+        Err(FrameError::EmptyField { index: 4 })
+    );
+    assert_eq!(
+        server("T 1 A k x "),
+        Err(FrameError::EmptyField { index: 5 })
+    );
+}
+
+#[test]
+fn a_line_with_several_faults_is_reported_by_the_first_from_the_left() {
+    assert_eq!(
+        server("T 01 A k x"),
+        Err(FrameError::LeadingZero { field: "id" })
+    );
+    assert_eq!(
+        server("G 1 A k x"),
+        Err(FrameError::NotANumber { field: "token" })
+    );
+    assert_eq!(
+        server("T 1x\r A k"),
+        Err(FrameError::NotANumber { field: "id" })
+    );
+    assert_eq!(
+        server("X 1\r"),
+        Err(FrameError::UnknownKind { kind: "X".into() })
+    );
+    assert_eq!(
+        server("T 1 A k 5\r"),
+        Err(FrameError::CarriageReturn { at: 9 })
+    );
+    // Values are judged once every field is read.
+    assert_eq!(
+        server("W n 1 x"),
+        Err(FrameError::FieldCount {
+            kind: 'W',
+            expected: 3,
+            found: 4
+        })
+    );
+    assert_eq!(server("G 1 R k 5 0"), Err(FrameError::ZeroLease));
 }
 
 #[test]

@@ -321,3 +321,17 @@ pub fn backoffs(events: &[Event]) -> Vec<(BackoffCause, Time)> {
         })
         .collect()
 }
+
+// ----- counts as pairs ---------------------------------------------------------
+
+/// `(requests, acquires)` in flight.
+pub fn in_flight(client: &Client) -> (usize, usize) {
+    let counts = client.in_flight();
+    (counts.requests, counts.acquires)
+}
+
+/// `(acquires, releases)` open.
+pub fn open_operations(client: &Client) -> (usize, usize) {
+    let counts = client.open_operations();
+    (counts.acquires, counts.releases)
+}

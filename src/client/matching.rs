@@ -1,0 +1,193 @@
+//! Answers (PROTOCOL.md section 5, the rows from "matching an answer" to
+//! "an answer whose id is pending but op or key differ").
+//!
+//! An answer is attributed to a request only if its id is in flight **and**
+//! its op and key equal the request's: never by arrival order, not even for
+//! one key. Anything else means the session no longer agrees with the
+//! server, and the connection is closed; a `G` that nobody claims is
+//! released by its exact token unless the embedder holds it.
+
+use core::num::NonZeroU64;
+
+use super::operations::AcquirePhase;
+use super::outcome::{
+    BackoffCause, CloseReason, Event, Grant, OpId, OpKind, Outcome, ReleaseResult, Violation,
+};
+use super::store::Handle;
+use super::{BusyPolicy, Client, Held, Hold, Request};
+use crate::names::Key;
+use crate::time::{millis, Time};
+use crate::wire::{Answer, AnswerKind, Op};
+
+impl Client {
+    /// Matches an answer to its request by id, op and key, and ends or
+    /// advances the request's operation. `Err` closes the connection.
+    pub(crate) fn on_answer(&mut self, answer: Answer<'_>) -> Result<(), CloseReason> {
+        let id = answer.id;
+        let Some(request) = self.pending.remove(id) else {
+            // Never sent, or already answered: a second answer to one id.
+            self.stray_answer(&answer);
+            return Err(CloseReason::Protocol(Violation::UnknownId { id }));
+        };
+        let (op, same_key, asked_lease) = match request {
+            Request::Acquire(handle) => {
+                let acquire = self
+                    .acquires
+                    .get(handle)
+                    .expect("requests in flight are stored");
+                (
+                    Op::Acquire,
+                    acquire.key.is(answer.key.as_bytes()),
+                    acquire.lease_ms,
+                )
+            }
+            Request::Release(handle) => {
+                let release = self.holds.get(handle).and_then(Hold::release);
+                let release = release.expect("requests in flight are stored");
+                (
+                    Op::Release,
+                    release.key.is(answer.key.as_bytes()),
+                    NonZeroU64::MAX,
+                )
+            }
+        };
+        let violation = if op != answer.op() || !same_key {
+            Some(Violation::Mismatch { id })
+        } else {
+            match answer.kind {
+                AnswerKind::Granted { lease_ms, .. } if lease_ms > asked_lease => {
+                    Some(Violation::LeaseAboveAsked { id })
+                }
+                _ => None,
+            }
+        };
+        if let Some(violation) = violation {
+            // The matched request stays in flight: the close treats it as
+            // sent and unanswered.
+            self.pending.insert(id, request);
+            self.stray_answer(&answer);
+            return Err(CloseReason::Protocol(violation));
+        }
+        match request {
+            Request::Acquire(handle) => {
+                self.acquires_in_flight -= 1;
+                self.on_acquire_answer(handle, answer.kind);
+            }
+            Request::Release(handle) => self.on_release_answer(handle, answer.kind),
+        }
+        Ok(())
+    }
+
+    /// `G`, `T` or `B` matched to an acquire.
+    fn on_acquire_answer(&mut self, handle: Handle, kind: AnswerKind) {
+        let acquire = self.acquires.get(handle).expect("matched");
+        match (acquire.phase, kind) {
+            (AcquirePhase::Abandoned, AnswerKind::Granted { token, lease_ms }) => {
+                // An abandoned waiter's answer is claimed; its grant goes
+                // back by exact token, unless the embedder holds it.
+                let acquire = self.acquires.remove(handle).expect("matched");
+                if !self.is_known_grant(&acquire.key, token) {
+                    let until = self.expires_by(lease_ms);
+                    self.queue_orphan_release(acquire.key, token, until);
+                }
+            }
+            (AcquirePhase::Abandoned, _) => {
+                self.acquires.remove(handle);
+            }
+            (_, AnswerKind::Granted { token, lease_ms }) => self.grant(handle, token, lease_ms),
+            (_, AnswerKind::TimedOut) => self.end_acquire(handle, Outcome::TimedOut { sent: true }),
+            (_, AnswerKind::Busy) => self.on_busy(handle),
+            (_, AnswerKind::Released | AnswerKind::NotHeld) => {
+                unreachable!("matched as an acquire")
+            }
+        }
+    }
+
+    /// `D` or `N` matched to a release.
+    fn on_release_answer(&mut self, handle: Handle, kind: AnswerKind) {
+        let result = match kind {
+            AnswerKind::Released => ReleaseResult::Released,
+            // After an earlier lost attempt too: the grant is gone.
+            AnswerKind::NotHeld => ReleaseResult::NotHeld,
+            _ => unreachable!("matched as a release"),
+        };
+        self.end_release(handle, result);
+    }
+
+    /// An acquire in flight is granted: the embedder holds the grant from
+    /// now on, until `valid_until` (the attempt's send time plus the lease)
+    /// as far as it can tell.
+    fn grant(&mut self, handle: Handle, token: u64, lease_ms: NonZeroU64) {
+        let acquire = self.acquires.remove(handle).expect("matched");
+        self.open_acquires -= 1;
+        let expires_by = self.expires_by(lease_ms);
+        let held = self.holds.insert(Hold::Held(Held {
+            key: acquire.key.clone(),
+            token,
+            expires_by,
+        }));
+        self.holds.set_timer(held, expires_by);
+        let grant = Grant {
+            key: acquire.key,
+            token,
+            lease: millis(lease_ms.get()),
+            valid_until: acquire.sent_at.saturating_add_millis(lease_ms.get()),
+            expires_by,
+            handle: OpId::of(OpKind::Grant, held),
+            issuer: self.issuer.clone(),
+        };
+        self.emit(OpId::of(OpKind::Acquire, handle), Outcome::Granted(grant));
+    }
+
+    /// `B`: the attempt was refused before it was queued, so trying again is
+    /// safe, with a new id after a backoff, while the budget still fits an
+    /// attempt.
+    fn on_busy(&mut self, handle: Handle) {
+        let acquire = self.acquires.get(handle).expect("matched");
+        let (budget_end, refused_in_a_row) =
+            (acquire.budget_end, acquire.attempts.saturating_sub(1));
+        let retry_at = match self.config.busy {
+            BusyPolicy::Retry => Some(self.backoff_until(BackoffCause::Busy, refused_in_a_row)),
+            BusyPolicy::FailFast => None,
+        };
+        match retry_at {
+            Some(at) if fits_an_attempt(at, budget_end) => {
+                self.acquires.get_mut(handle).expect("matched").phase = AcquirePhase::Backoff;
+                self.acquires.set_timer(handle, at);
+                self.events.push_back(Event::Backoff {
+                    cause: BackoffCause::Busy,
+                    until: at,
+                });
+            }
+            _ => self.end_acquire(handle, Outcome::Busy),
+        }
+    }
+
+    /// An answer no request in flight claims. If it is a `G` for a grant the
+    /// embedder was not given, that grant is released by its exact token: a
+    /// grant the embedder holds is never released behind its back.
+    pub(crate) fn stray_answer(&mut self, answer: &Answer<'_>) {
+        if let AnswerKind::Granted { token, lease_ms } = answer.kind {
+            let key = Key::from(answer.key);
+            if !self.is_known_grant(&key, token) {
+                let until = self.expires_by(lease_ms);
+                self.queue_orphan_release(key, token, until);
+            }
+        }
+    }
+
+    /// Whether the embedder holds `(key, token)`, or a release of it is
+    /// already under way. A scan: this only runs when an answer came that
+    /// nobody waits for.
+    fn is_known_grant(&self, key: &Key, token: u64) -> bool {
+        self.holds
+            .iter()
+            .any(|(_, hold)| hold.grant() == (key, token))
+    }
+}
+
+/// Whether an attempt starting at `at` still has at least a millisecond of
+/// the budget to wait with.
+fn fits_an_attempt(at: Time, budget_end: Time) -> bool {
+    budget_end.saturating_duration_since(at) >= millis(1)
+}

@@ -1,0 +1,482 @@
+//! The operations the embedder asks for (PROTOCOL.md section 5: acquire,
+//! release, cancel, an undeliverable grant, shutdown), and what their
+//! deadlines mean when they pass.
+//!
+//! An operation ends in exactly one outcome, given in exactly one place:
+//! [`Client::end_acquire`] for an acquire, [`Client::end_release`] for a
+//! release.
+
+use core::num::NonZeroU64;
+use core::time::Duration;
+
+use super::link::LinkState;
+use super::outcome::{CloseReason, Error, Event, Grant, OpId, OpKind, Outcome, ReleaseResult};
+use super::store::Handle;
+use super::{CancelPolicy, Client};
+use crate::names::{Key, Name};
+use crate::time::{duration_millis, Time};
+
+/// An acquire operation, or an abandoned waiter.
+pub(crate) struct Acquire {
+    pub(crate) key: Key,
+    pub(crate) owner: Name,
+    pub(crate) lease_ms: NonZeroU64,
+    /// The end of the wait budget, across all attempts.
+    pub(crate) budget_end: Time,
+    /// When the current attempt was handed out.
+    pub(crate) sent_at: Time,
+    /// Attempts handed out so far: every one after the first followed a
+    /// `B`.
+    pub(crate) attempts: u32,
+    pub(crate) phase: AcquirePhase,
+}
+
+/// Where an acquire is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AcquirePhase {
+    /// Waiting to be sent (its first attempt, or one after a `B`); its
+    /// timer is the queue deadline.
+    Queued,
+    /// Answered `B`; its timer starts the next attempt.
+    Backoff,
+    /// An attempt is in flight; its timer is the answer deadline.
+    Sent,
+    /// In flight, but its operation already ended (cancelled under
+    /// `KeepWaiter`, or shut down): its answer is still claimed.
+    Abandoned,
+}
+
+impl Acquire {
+    /// The `wait_ms` of an attempt sent at `sent_at`: what is left of the
+    /// budget, at least 0.
+    pub(crate) fn wire_wait_ms(&self) -> u64 {
+        self.budget_end.millis_since(self.sent_at)
+    }
+}
+
+/// A release: the embedder's, or one the client issued for an orphaned
+/// grant.
+pub(crate) struct Release {
+    pub(crate) key: Key,
+    pub(crate) token: u64,
+    /// No new attempt starts at or after this; its timer while queued.
+    pub(crate) until: Time,
+    pub(crate) attempts: u32,
+    pub(crate) phase: ReleasePhase,
+    /// Issued by the client for a grant nobody can take: it ends in a
+    /// notice, not an outcome.
+    pub(crate) orphan: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ReleasePhase {
+    Queued,
+    Sent,
+}
+
+impl Release {
+    /// A release waiting for its first attempt, trying until `until` at
+    /// the latest.
+    fn new(key: Key, token: u64, until: Time, orphan: bool) -> Release {
+        Release {
+            key,
+            token,
+            until,
+            attempts: 0,
+            phase: ReleasePhase::Queued,
+            orphan,
+        }
+    }
+}
+
+/// A grant handed to the embedder and not yet released or handed back.
+pub(crate) struct Held {
+    pub(crate) key: Key,
+    pub(crate) token: u64,
+    /// When the server has certainly freed it: its timer, and then its
+    /// release's deadline.
+    pub(crate) expires_by: Time,
+}
+
+/// A grant from the moment the embedder holds it to the end of its
+/// release, in one record with one timer: held (its timer the grant's
+/// `expires_by`), then a release under way (its timer the release's
+/// deadline, which is that same moment, or the answer grace of an attempt
+/// in flight). A release of a raw `(key, token)`, or of an orphaned grant,
+/// starts as a release.
+pub(crate) enum Hold {
+    Held(Held),
+    Release(Release),
+}
+
+impl Hold {
+    pub(crate) fn held(&self) -> Option<&Held> {
+        match self {
+            Hold::Held(held) => Some(held),
+            Hold::Release(_) => None,
+        }
+    }
+
+    pub(crate) fn release(&self) -> Option<&Release> {
+        match self {
+            Hold::Release(release) => Some(release),
+            Hold::Held(_) => None,
+        }
+    }
+
+    pub(crate) fn release_mut(&mut self) -> Option<&mut Release> {
+        match self {
+            Hold::Release(release) => Some(release),
+            Hold::Held(_) => None,
+        }
+    }
+
+    /// The grant's key and token.
+    pub(crate) fn grant(&self) -> (&Key, u64) {
+        match self {
+            Hold::Held(held) => (&held.key, held.token),
+            Hold::Release(release) => (&release.key, release.token),
+        }
+    }
+}
+
+impl Client {
+    /// [`Client::acquire`].
+    pub(crate) fn submit_acquire(
+        &mut self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<OpId, Error> {
+        if self.is_finished() {
+            return Err(Error::Finished);
+        }
+        if self.shutdown.is_some() {
+            return Err(Error::ShuttingDown);
+        }
+        let lease_ms = NonZeroU64::new(duration_millis(lease)).ok_or(Error::ZeroLease)?;
+        if self.open_acquires >= self.config.max_acquires {
+            return Err(Error::Busy);
+        }
+        let budget_end = self.now.saturating_add(wait);
+        // A try-lock submitted before the connection is up is still tried.
+        let queue_deadline = budget_end.max(self.now.saturating_add(self.config.queue_grace));
+        let acquire = self.acquires.insert(Acquire {
+            key,
+            owner,
+            lease_ms,
+            budget_end,
+            sent_at: Time::ZERO,
+            attempts: 0,
+            phase: AcquirePhase::Queued,
+        });
+        self.open_acquires += 1;
+        self.queue.push_back(acquire);
+        self.acquires.set_timer(acquire, queue_deadline);
+        Ok(OpId::of(OpKind::Acquire, acquire))
+    }
+
+    /// The grant `grant` names, if this client still holds it: `Err` for a
+    /// grant another client issued.
+    fn held(&self, grant: &Grant) -> Result<Option<Handle>, Error> {
+        if !grant.issuer.is(&self.issuer) {
+            return Err(Error::ForeignGrant {
+                key: grant.key.clone(),
+                token: grant.token,
+            });
+        }
+        Ok(match grant.handle.parts() {
+            Some((OpKind::Grant, handle)) => self
+                .holds
+                .get(handle)
+                .and_then(Hold::held)
+                .filter(|held| held.token == grant.token && held.key == grant.key)
+                .map(|_| handle),
+            _ => None,
+        })
+    }
+
+    /// [`Client::release`].
+    pub(crate) fn submit_release(&mut self, grant: &Grant) -> Result<OpId, Error> {
+        if self.is_finished() {
+            return Err(Error::Finished);
+        }
+        let Some(handle) = self.held(grant)? else {
+            if self.now < grant.expires_by {
+                return Err(Error::GrantNotHeld {
+                    key: grant.key.clone(),
+                    token: grant.token,
+                });
+            }
+            // Freed by lease expiry already: nothing to ask.
+            let release = self.holds.insert(Hold::Release(Release {
+                // Never in the lane: it ends at once.
+                phase: ReleasePhase::Sent,
+                ..Release::new(grant.key.clone(), grant.token, grant.expires_by, false)
+            }));
+            self.open_releases += 1;
+            self.end_release(release, ReleaseResult::Lapsed);
+            return Ok(OpId::of(OpKind::Release, release));
+        };
+        if self.open_releases >= self.config.max_releases {
+            return Err(Error::Busy);
+        }
+        self.open_releases += 1;
+        // The grant becomes its release, in place: its timer, the grant's
+        // `expires_by`, is the release's deadline already.
+        let hold = self.holds.get_mut(handle).expect("held");
+        let Hold::Held(held) = hold else {
+            unreachable!("checked held");
+        };
+        let release = Release::new(held.key.clone(), held.token, held.expires_by, false);
+        *hold = Hold::Release(release);
+        self.enter_lane(handle);
+        Ok(OpId::of(OpKind::Release, handle))
+    }
+
+    /// [`Client::release_token`].
+    pub(crate) fn submit_release_token(&mut self, key: Key, token: u64) -> Result<OpId, Error> {
+        if self.is_finished() {
+            return Err(Error::Finished);
+        }
+        if self.open_releases >= self.config.max_releases {
+            return Err(Error::Busy);
+        }
+        let until = self.now.saturating_add(self.config.release_horizon);
+        self.open_releases += 1;
+        let release = self.queue_release(Release::new(key, token, until, false));
+        Ok(OpId::of(OpKind::Release, release))
+    }
+
+    /// Stores `release`, its deadline armed, at the back of the lane.
+    fn queue_release(&mut self, release: Release) -> Handle {
+        let until = release.until;
+        let handle = self.holds.insert(Hold::Release(release));
+        self.holds.set_timer(handle, until);
+        self.enter_lane(handle);
+        handle
+    }
+
+    /// Puts the release `handle` at the back of the lane, and makes sure a
+    /// connection is coming.
+    fn enter_lane(&mut self, handle: Handle) {
+        self.lane.push_back(handle);
+        if let LinkState::Down { until } = self.link.state {
+            if until == Time::MAX {
+                // Down for good while shutting down: a release still goes.
+                self.connect();
+            }
+        }
+    }
+
+    /// Puts an exact-token release of a grant nobody can take into the
+    /// lane, unless its lease has run out (the server freed it already).
+    pub(crate) fn queue_orphan_release(&mut self, key: Key, token: u64, until: Time) {
+        if self.now >= until {
+            return;
+        }
+        self.events.push_back(Event::OrphanRelease {
+            key: key.clone(),
+            token,
+        });
+        self.queue_release(Release::new(key, token, until, true));
+    }
+
+    /// [`Client::cancel`].
+    pub(crate) fn cancel_op(&mut self, op: OpId) -> Result<(), Error> {
+        match op.parts() {
+            Some((OpKind::Acquire, handle)) => {
+                let phase = self.acquires.get(handle).map(|a| a.phase);
+                match phase {
+                    Some(AcquirePhase::Queued | AcquirePhase::Backoff) => {
+                        self.end_acquire(handle, Outcome::Cancelled);
+                        Ok(())
+                    }
+                    Some(AcquirePhase::Sent) => {
+                        match self.config.cancel {
+                            CancelPolicy::Close => self.close(CloseReason::Cancel),
+                            CancelPolicy::KeepWaiter => self.abandon_waiter(handle),
+                        }
+                        Ok(())
+                    }
+                    Some(AcquirePhase::Abandoned) | None => Err(Error::UnknownOperation(op)),
+                }
+            }
+            // A release ignores cancellation: it is always settled.
+            Some((OpKind::Release, handle))
+                if self
+                    .holds
+                    .get(handle)
+                    .is_some_and(|h| h.release().is_some()) =>
+            {
+                Ok(())
+            }
+            _ => Err(Error::UnknownOperation(op)),
+        }
+    }
+
+    /// Ends a sent acquire Indeterminate at once but keeps claiming its
+    /// answer: it is an abandoned waiter from now on.
+    pub(crate) fn abandon_waiter(&mut self, handle: Handle) {
+        let acquire = self.acquires.get(handle).expect("a sent acquire");
+        let settles_by = self.settles_by(acquire);
+        self.emit(
+            OpId::of(OpKind::Acquire, handle),
+            Outcome::Indeterminate { settles_by },
+        );
+        self.open_acquires -= 1;
+        self.acquires.get_mut(handle).expect("stored").phase = AcquirePhase::Abandoned;
+    }
+
+    /// When lease expiry settles an acquire in flight that is given up now:
+    /// the moment the client gave up, plus `wait_ms`, plus `lease_ms`, plus
+    /// the margin for network delay and clock drift.
+    pub(crate) fn settles_by(&self, acquire: &Acquire) -> Time {
+        self.now
+            .saturating_add_millis(acquire.wire_wait_ms())
+            .saturating_add_millis(acquire.lease_ms.get())
+            .saturating_add(self.config.settle_margin)
+    }
+
+    /// By when the server has certainly freed a grant of `lease_ms` that was
+    /// answered now.
+    pub(crate) fn expires_by(&self, lease_ms: NonZeroU64) -> Time {
+        self.now
+            .saturating_add_millis(lease_ms.get())
+            .saturating_add(self.config.settle_margin)
+    }
+
+    /// [`Client::undeliverable`].
+    pub(crate) fn hand_back(&mut self, grant: &Grant) -> Result<(), Error> {
+        if self.is_finished() {
+            // The connection is gone for good: lease expiry frees the grant.
+            return Err(Error::Finished);
+        }
+        match self.held(grant)? {
+            Some(handle) => {
+                let Some(Hold::Held(held)) = self.holds.remove(handle) else {
+                    unreachable!("checked held");
+                };
+                self.queue_orphan_release(held.key, held.token, held.expires_by);
+                Ok(())
+            }
+            None if self.now >= grant.expires_by => Ok(()),
+            None => Err(Error::GrantNotHeld {
+                key: grant.key.clone(),
+                token: grant.token,
+            }),
+        }
+    }
+
+    /// [`Client::shutdown`].
+    pub(crate) fn start_shutdown(&mut self, budget: Duration) -> Result<(), Error> {
+        if self.shutdown.is_some() || self.is_finished() {
+            return Err(Error::ShuttingDown);
+        }
+        self.shutdown = Some(self.now.saturating_add(budget));
+        let mut sent_any = false;
+        for handle in self.acquires.handles() {
+            match self.acquires.get(handle).map(|a| a.phase) {
+                Some(AcquirePhase::Queued | AcquirePhase::Backoff) => {
+                    self.end_acquire(handle, Outcome::Cancelled);
+                }
+                Some(AcquirePhase::Sent) => match self.config.cancel {
+                    CancelPolicy::Close => sent_any = true,
+                    CancelPolicy::KeepWaiter => self.abandon_waiter(handle),
+                },
+                Some(AcquirePhase::Abandoned) | None => {}
+            }
+        }
+        if sent_any {
+            self.close(CloseReason::Cancel);
+        }
+        Ok(())
+    }
+
+    /// An acquire's timer fired: its queue deadline (it could not be sent
+    /// in time), the end of a `B` backoff, or its answer deadline.
+    pub(crate) fn fire_acquire(&mut self, handle: Handle) {
+        let Some(acquire) = self.acquires.get_mut(handle) else {
+            return;
+        };
+        match acquire.phase {
+            AcquirePhase::Queued => {
+                let outcome = if acquire.attempts == 0 {
+                    Outcome::TimedOut { sent: false }
+                } else {
+                    // Every earlier attempt was refused with `B`.
+                    Outcome::Busy
+                };
+                self.end_acquire(handle, outcome);
+            }
+            AcquirePhase::Backoff => {
+                acquire.phase = AcquirePhase::Queued;
+                let budget_end = acquire.budget_end;
+                self.queue.push_back(handle);
+                self.acquires.set_timer(handle, budget_end);
+            }
+            // An answer that late: the connection or the server is unwell.
+            AcquirePhase::Sent | AcquirePhase::Abandoned => self.close(CloseReason::AnswerTimeout),
+        }
+    }
+
+    /// A grant's timer fired: a held grant's `expires_by` (the server has
+    /// freed it), a queued release's deadline, or a sent release's answer
+    /// grace.
+    pub(crate) fn fire_hold(&mut self, handle: Handle) {
+        match self.holds.get(handle) {
+            Some(Hold::Held(_)) => {
+                self.holds.remove(handle);
+            }
+            Some(Hold::Release(release)) => match release.phase {
+                ReleasePhase::Queued => self.end_release(handle, ReleaseResult::Lapsed),
+                ReleasePhase::Sent => self.close(CloseReason::AnswerTimeout),
+            },
+            None => {}
+        }
+    }
+
+    /// Ends an acquire operation with `outcome` and forgets it.
+    pub(crate) fn end_acquire(&mut self, handle: Handle, outcome: Outcome) {
+        let Some(acquire) = self.acquires.remove(handle) else {
+            return;
+        };
+        debug_assert_ne!(
+            acquire.phase,
+            AcquirePhase::Abandoned,
+            "its outcome was given"
+        );
+        if acquire.phase == AcquirePhase::Queued {
+            self.queue.forget(&self.acquires);
+        }
+        self.open_acquires -= 1;
+        self.emit(OpId::of(OpKind::Acquire, handle), outcome);
+    }
+
+    /// Ends a release: an outcome for the embedder's, a notice for the
+    /// client's own.
+    pub(crate) fn end_release(&mut self, handle: Handle, result: ReleaseResult) {
+        let Some(Hold::Release(release)) = self.holds.remove(handle) else {
+            return;
+        };
+        if release.phase == ReleasePhase::Queued {
+            self.lane.forget(&self.holds);
+        }
+        if release.orphan {
+            self.events.push_back(Event::OrphanSettled {
+                key: release.key,
+                token: release.token,
+                result,
+            });
+        } else {
+            self.open_releases -= 1;
+            let outcome = match result {
+                ReleaseResult::Released => Outcome::Released,
+                ReleaseResult::NotHeld => Outcome::NotHeld,
+                ReleaseResult::Lapsed => Outcome::Lapsed,
+            };
+            self.emit(OpId::of(OpKind::Release, handle), outcome);
+        }
+    }
+}
