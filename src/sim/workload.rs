@@ -15,7 +15,7 @@ use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::world::{Ev, Step, World};
-use super::{FaultKind, Sabotage, SimConfig};
+use super::{FaultKind, SimConfig};
 use crate::client::{Backoff, BusyPolicy, CancelPolicy, Config, Grant, OpId};
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
@@ -110,7 +110,6 @@ pub(super) fn client_config(
     rng: &mut Rng,
     nodes: &[Endpoint],
     params: &Params,
-    sabotage: Sabotage,
 ) -> Config {
     let mut order: Vec<Endpoint> = nodes.to_vec();
     for i in (1..order.len()).rev() {
@@ -146,7 +145,6 @@ pub(super) fn client_config(
     config.backoff.redirect = Backoff::new(ms(50), ms(1_000));
     config.backoff.busy = Backoff::new(ms(10), ms(200));
     config.seed = rng.next_u64();
-    config.sabotage = sabotage;
     config
 }
 

@@ -22,12 +22,13 @@ use bytes::Bytes;
 
 use super::check::{Failure, Ledger, OpInfo};
 use super::cluster::{Cluster, IMPOSTOR};
+use super::driven::Driven;
 use super::net::{LinkId, Net, Request, Target};
 use super::workload::{client_config, Params, Work};
 use super::{Check, FaultKind, Faults, Operations, Report, SimConfig, Violation};
 use crate::client::{
-    Action, Client, Config as ClientConfig, ConnId, Error as ClientError, Event, Grant, OpId,
-    Outcome, ReleaseResult, TransportEnd,
+    Action, Config as ClientConfig, ConnId, Error as ClientError, Event, Grant, OpId, Outcome,
+    ReleaseResult, TransportEnd,
 };
 use crate::names::{Key, Name};
 use crate::rng::Rng;
@@ -112,10 +113,14 @@ impl Ord for Scheduled {
     }
 }
 
-/// One client core, its checker, and its embedder's state.
+/// One client, its checker, and its embedder's state.
 pub(super) struct Slot {
-    pub(super) client: Client,
+    /// The client core, or a bad client around one (feature `sabotage`).
+    pub(super) client: Driven,
+    /// Fed what the client does on the network and tells the workload.
     pub(super) checker: Checker,
+    /// The configuration the seed drew, which the checks hold the client
+    /// to (the core of a bad client may have another).
     pub(super) config: ClientConfig,
     pub(super) work: Work,
     pub(super) shutdown_at: Option<Time>,
@@ -168,13 +173,17 @@ impl World {
             .saturating_add(config.fault_time)
             .saturating_add(config.calm_time);
         let addrs: Vec<_> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+        let hintable: Vec<_> = addrs
+            .iter()
+            .chain([cluster.impostor_addr()])
+            .cloned()
+            .collect();
         let clients = (0..config.clients)
             .map(|c| {
-                let client_config = client_config(c, &mut rng, &addrs, &params, config.sabotage);
+                let client_config = client_config(c, &mut rng, &addrs, &params);
                 let work = Work::draw(&mut rng);
                 let checker = Checker::new(&client_config, now);
-                let client = Client::new(client_config.clone(), now)
-                    .expect("the simulator's configs are valid");
+                let client = Driven::new(&client_config, config, &hintable, now);
                 let op_grace = client_config.queue_grace
                     + client_config.answer_grace
                     + client_config.settle_margin;
@@ -959,14 +968,14 @@ impl World {
     pub(super) fn end_client_step(&mut self, c: usize) -> Step {
         self.drain_client(c)?;
         let slot = &mut self.clients[c];
-        if let Err(v) = slot.checker.end_step(&slot.client) {
+        if let Err(v) = slot.checker.end_step(slot.client.core()) {
             return Err(self.checker_violation(c, v));
         }
         let slot = &mut self.clients[c];
         slot.next_timeout = slot.client.poll_timeout().filter(|&t| t < Time::MAX);
         if slot.client.is_finished() && !slot.finished {
             slot.finished = true;
-            if let Err(v) = slot.checker.finish(&slot.client) {
+            if let Err(v) = slot.checker.finish(slot.client.core()) {
                 return Err(self.checker_violation(c, v));
             }
         }
