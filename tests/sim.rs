@@ -285,20 +285,20 @@ mod command_line {
             "--seeds",
             "2",
             "--seed",
-            "5",
+            "6",
             "--sabotage",
             "resend-after-close",
         ]);
         assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
         assert!(stdout.contains("violations: 2"), "{stdout}");
         let replay =
-            "replay: ticketing sim --seed 5 --seeds 1 --trace --sabotage resend-after-close";
-        assert!(stderr.contains("VIOLATION seed 5 "), "{stderr}");
+            "replay: ticketing sim --seed 6 --seeds 1 --trace --sabotage resend-after-close";
+        assert!(stderr.contains("VIOLATION seed 6 "), "{stderr}");
         assert!(stderr.contains(replay), "{stderr}");
         // The replay command, run, shows the log and the same violation.
         let (out, stdout, stderr) = sim(&[
             "--seed",
-            "5",
+            "6",
             "--seeds",
             "1",
             "--trace",

@@ -16,8 +16,9 @@
 //!
 //! # One seeded run
 //!
-//! A run ([`run`]) draws everything from its seed with one
-//! [`Rng`](crate::rng::Rng): the cluster's settings (window, queue limits,
+//! A run ([`run`]) draws everything from its seed, with an
+//! [`Rng`](crate::rng::Rng) seeded with it and the one it seeds for the
+//! cluster: the cluster's settings (window, queue limits,
 //! longest lease, credential), each client's settings (endpoints and
 //! allowlist, reserved slots, cancel and busy policies, answer grace), the
 //! rate of every fault, the workload, every latency and every chunk
@@ -122,6 +123,7 @@ mod world;
 use core::fmt;
 use core::time::Duration;
 
+use crate::rng::Rng;
 pub use crate::testkit::Invariant;
 use crate::testkit::TraceHash;
 use crate::time::Time;
@@ -204,6 +206,11 @@ impl SimConfig {
         }
         args
     }
+}
+
+/// A uniform draw in `lo..=hi` milliseconds.
+fn millis_between(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(lo + rng.up_to(hi.saturating_sub(lo)))
 }
 
 /// Runs one seed and reports it. Its [`Report::trace_hash`] is the hash of

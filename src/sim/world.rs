@@ -13,6 +13,10 @@
 //! [`end_step`](crate::testkit::Checker::end_step). Before bytes are handed
 //! to a client, its due timers are fired first, in the same step. After
 //! every event the global checks run.
+//!
+//! The [`Cluster`] owns its nodes and a generator of its own (seeded from
+//! the seed's): the world hands it its events and the faults it suffers,
+//! and carries out the effects it hands back, in their order.
 
 use core::cmp::Ordering;
 use core::time::Duration;
@@ -21,11 +25,11 @@ use std::collections::BinaryHeap;
 use bytes::Bytes;
 
 use super::check::{Failure, Ledger, OpInfo};
-use super::cluster::{Cluster, IMPOSTOR};
+use super::cluster::{self, Cluster, Ending, IMPOSTOR};
 use super::driven::Driven;
-use super::net::{LinkId, Net, Request, Target};
+use super::net::{LinkId, Net, Partition, Request, Target, DELAY_PARTITION, MAX_DELAY};
 use super::workload::{client_config, Params, Work};
-use super::{Check, FaultKind, Faults, Operations, Report, SimConfig, Violation};
+use super::{millis_between, Check, FaultKind, Faults, Operations, Report, SimConfig, Violation};
 use crate::client::{
     Action, Config as ClientConfig, ConnId, Error as ClientError, Event, Grant, OpId, Outcome,
     ReleaseResult, TransportEnd,
@@ -76,14 +80,8 @@ pub(super) enum Ev {
     Shutdown { client: usize },
     /// A fault of a scheduled kind is due.
     Fault(FaultKind),
-    /// A crashed node restarts.
-    Restart { node: usize },
-    /// A node's `not_active` window ends.
-    Activate { node: usize, life: u64 },
-    /// A node's credential is fixed.
-    FixCredential { node: usize, life: u64 },
-    /// The cluster elects a leader, if it has none.
-    Elect,
+    /// Something the cluster scheduled.
+    Cluster(cluster::Ev),
 }
 
 struct Scheduled {
@@ -139,6 +137,8 @@ pub(super) struct Slot {
 pub(super) struct World {
     pub(super) config: SimConfig,
     pub(super) seed: u64,
+    /// The draws of everything but the cluster, which has a generator of
+    /// its own.
     pub(super) rng: Rng,
     pub(super) now: Time,
     heap: BinaryHeap<Scheduled>,
@@ -163,7 +163,7 @@ impl World {
         let mut rng = Rng::new(seed);
         let params = Params::draw(&mut rng, config);
         let now = Time::ZERO;
-        let cluster = Cluster::new(&params, config.nodes.max(1), now);
+        let cluster = Cluster::new(&params.server, config, Rng::new(rng.next_u64()), now);
         let faults_end = if config.faults {
             now.saturating_add(config.fault_time)
         } else {
@@ -172,7 +172,7 @@ impl World {
         let work_end = now
             .saturating_add(config.fault_time)
             .saturating_add(config.calm_time);
-        let addrs: Vec<_> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+        let addrs: Vec<_> = cluster.addrs().cloned().collect();
         let hintable: Vec<_> = addrs
             .iter()
             .chain([cluster.impostor_addr()])
@@ -430,7 +430,7 @@ impl World {
 
     /// A uniform draw in `lo..=hi` milliseconds.
     pub(super) fn millis_between(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.rng.up_to(hi.saturating_sub(lo)))
+        millis_between(&mut self.rng, lo, hi)
     }
 
     // ----- the network ----------------------------------------------------
@@ -448,7 +448,7 @@ impl World {
 
     /// When a write on `link` made now arrives: after its delay, after a
     /// short partition that covers it, and after the writes before it.
-    pub(super) fn arrival(&mut self, id: LinkId, to_server: bool) -> Time {
+    fn arrival(&mut self, id: LinkId, to_server: bool) -> Time {
         let delay = self.delay();
         let now = self.now;
         let mut at = now.saturating_add(delay);
@@ -466,7 +466,7 @@ impl World {
         };
         at = at.max(*last);
         *last = at;
-        debug_assert!(at.saturating_duration_since(now) <= super::net::MAX_DELAY);
+        debug_assert!(at.saturating_duration_since(now) <= MAX_DELAY);
         at
     }
 
@@ -515,7 +515,7 @@ impl World {
         }
     }
 
-    pub(super) fn reap(&mut self, id: LinkId) {
+    fn reap(&mut self, id: LinkId) {
         self.net.reap(id, |t| match t {
             Target::Node(n) => n,
             _ => IMPOSTOR,
@@ -599,43 +599,161 @@ impl World {
     }
 
     /// Drains a server core's actions onto the network.
-    pub(super) fn drain_server(&mut self, n: usize) {
-        loop {
-            let Some(server) = self.cluster.server_mut(n) else {
-                return;
-            };
-            let Some(action) = server.poll_action() else {
-                return;
-            };
-            let instance = self.cluster.instance(n);
-            match action {
-                crate::server::Action::Send { conn, data } => {
-                    let Some(id) = self.net.of_server(n, instance, conn) else {
-                        continue;
-                    };
-                    if n != IMPOSTOR {
-                        self.observe_answers(n, id, &data);
-                    }
-                    let link = &self.net.links[&id];
-                    if link.client_closed || link.blackhole {
-                        continue;
-                    }
-                    self.send_segments(id, false, data);
+    fn drain_server(&mut self, n: usize) {
+        let instance = self.cluster.instance(n);
+        while let Some(action) = self.cluster.server_mut(n).and_then(|s| s.poll_action()) {
+            self.serve(n, instance, action);
+        }
+    }
+
+    /// An action of the server core of node `n` at `instance`, carried out
+    /// on the network.
+    fn serve(&mut self, n: usize, instance: u64, action: crate::server::Action) {
+        match action {
+            crate::server::Action::Send { conn, data } => {
+                let Some(id) = self.net.of_server(n, instance, conn) else {
+                    return;
+                };
+                if n != IMPOSTOR {
+                    self.observe_answers(n, id, &data);
                 }
-                crate::server::Action::Close { conn } => {
-                    let Some(id) = self.net.of_server(n, instance, conn) else {
-                        continue;
-                    };
-                    let link = self.net.links.get_mut(&id).expect("indexed");
-                    link.server_closed = true;
-                    let fin = !link.client_closed && !link.blackhole;
-                    let gen = link.gen;
-                    if fin {
-                        let at = self.arrival(id, false);
-                        self.schedule(at, Ev::FinToClient { link: id, gen });
-                    }
-                    self.reap(id);
+                let link = &self.net.links[&id];
+                if link.client_closed || link.blackhole {
+                    return;
                 }
+                self.send_segments(id, false, data);
+            }
+            crate::server::Action::Close { conn } => {
+                let Some(id) = self.net.of_server(n, instance, conn) else {
+                    return;
+                };
+                let link = self.net.links.get_mut(&id).expect("indexed");
+                link.server_closed = true;
+                let fin = !link.client_closed && !link.blackhole;
+                let gen = link.gen;
+                if fin {
+                    let at = self.arrival(id, false);
+                    self.schedule(at, Ev::FinToClient { link: id, gen });
+                }
+                self.reap(id);
+            }
+        }
+    }
+
+    /// The connections of node `n`'s server core at `instance` end with
+    /// it, as `ending` says.
+    fn connections_gone(&mut self, n: usize, instance: u64, ending: Ending) {
+        let gone: Vec<LinkId> = self
+            .net
+            .links
+            .iter()
+            .filter(|(_, l)| {
+                l.target == Target::Node(n)
+                    && l.instance == instance
+                    && l.sconn.is_some()
+                    && !l.server_closed
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            let link = self.net.links.get_mut(&id).expect("listed");
+            link.server_closed = true;
+            // (A link cut by a partition hears of it when the partition
+            // ends.)
+            let heard = !link.client_closed && !link.blackhole;
+            let ev = match ending {
+                Ending::Crash { silent } => {
+                    link.gen += 1;
+                    link.blackhole |= silent;
+                    (heard && !silent).then_some(Ev::ResetToClient { link: id })
+                }
+                Ending::Replaced => heard.then_some(Ev::FinToClient {
+                    link: id,
+                    gen: link.gen,
+                }),
+            };
+            if let Some(ev) = ev {
+                let at = self.arrival(id, false);
+                self.schedule(at, ev);
+            }
+            self.reap(id);
+        }
+    }
+
+    /// Resets one established connection: both sides learn it after a
+    /// delay, and the bytes in flight are lost.
+    fn reset_a_connection(&mut self) {
+        let open: Vec<LinkId> = self
+            .net
+            .links
+            .iter()
+            .filter(|(_, l)| l.is_established())
+            .map(|(&id, _)| id)
+            .collect();
+        if open.is_empty() {
+            return;
+        }
+        let id = open[self.rng.up_to(open.len() as u64 - 1) as usize];
+        self.note(|| format!("fault: link {id} is reset"));
+        self.faults.bump(FaultKind::Reset);
+        let link = self.net.links.get_mut(&id).expect("listed");
+        link.gen += 1;
+        let to_client = self.arrival(id, false);
+        let to_server = self.arrival(id, true);
+        self.schedule(to_client, Ev::ResetToClient { link: id });
+        self.schedule(to_server, Ev::ResetToServer { link: id });
+    }
+
+    /// Cuts a client off from one node, or from all, for a while. A short
+    /// partition delays the bytes until it heals; a long one cuts the
+    /// connections: the server side learns after [`MAX_DELAY`], the client
+    /// when the partition heals (if its own timers have not told it first).
+    fn partition(&mut self) {
+        let c = self.rng.up_to(self.clients.len().max(1) as u64 - 1) as usize;
+        let node = if self.rng.chance(1, 3) {
+            None
+        } else {
+            Some(self.rng.up_to(self.cluster.node_count() as u64 - 1) as usize)
+        };
+        let cut = self.rng.chance(1, 2);
+        let length = if cut {
+            millis_between(&mut self.rng, 500, 3_000)
+        } else {
+            millis_between(&mut self.rng, 50, DELAY_PARTITION.as_millis() as u64)
+        };
+        let until = self.now.saturating_add(length);
+        self.note(|| format!("fault: c{c} cut off from {node:?} for {length:?} (cut: {cut})"));
+        self.faults.bump(FaultKind::Partition);
+        self.net.heal(self.now);
+        let partition = Partition {
+            client: c,
+            node,
+            until,
+        };
+        self.net.partitions.push(partition);
+        if !cut {
+            return;
+        }
+        let cut_links: Vec<LinkId> = self
+            .net
+            .links
+            .iter()
+            .filter(|(_, l)| !l.is_done() && partition.covers(l.client, l.target))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in cut_links {
+            let link = self.net.links.get_mut(&id).expect("listed");
+            link.gen += 1;
+            link.blackhole = true;
+            let (server_side, client_side) = (
+                link.sconn.is_some() && !link.server_closed,
+                !link.client_closed,
+            );
+            if server_side {
+                self.schedule_in(MAX_DELAY, Ev::ResetToServer { link: id });
+            }
+            if client_side {
+                self.schedule(until, Ev::ResetToClient { link: id });
             }
         }
     }
@@ -705,10 +823,12 @@ impl World {
             Ev::Zombie { client, token, .. } => (12, *client as u64, *token),
             Ev::Shutdown { client } => (13, *client as u64, 0),
             Ev::Fault(kind) => (14, kind.index() as u64, 0),
-            Ev::Restart { node } => (15, *node as u64, 0),
-            Ev::Activate { node, life } => (16, *node as u64, *life),
-            Ev::FixCredential { node, life } => (17, *node as u64, *life),
-            Ev::Elect => (18, 0, 0),
+            Ev::Cluster(ev) => match ev {
+                cluster::Ev::Restart { node } => (15, *node as u64, 0),
+                cluster::Ev::Activate { node, life } => (16, *node as u64, *life),
+                cluster::Ev::FixCredential { node, life } => (17, *node as u64, *life),
+                cluster::Ev::Elect => (18, 0, 0),
+            },
         };
         self.trace.write_u64(self.now.as_nanos());
         self.trace.write_u64(kind);
@@ -834,21 +954,46 @@ impl World {
                 }
                 Ok(())
             }
-            Ev::Restart { node } => {
-                self.restart(node);
+            Ev::Cluster(ev) => {
+                let mut effects = Vec::new();
+                self.cluster.handle(ev, self.now, &mut effects);
+                self.cluster_effects(effects);
                 Ok(())
             }
-            Ev::Activate { node, life } => {
-                self.activate(node, life);
-                Ok(())
+        }
+    }
+
+    /// Injects a fault of a scheduled kind: the network's here, the
+    /// cluster's by the cluster.
+    fn inject(&mut self, kind: FaultKind) {
+        match kind {
+            FaultKind::Reset => self.reset_a_connection(),
+            FaultKind::Partition => self.partition(),
+            _ => {
+                let mut effects = Vec::new();
+                self.cluster.inject(kind, self.now, &mut effects);
+                self.cluster_effects(effects);
             }
-            Ev::FixCredential { node, life } => {
-                self.fix_credential(node, life);
-                Ok(())
-            }
-            Ev::Elect => {
-                self.elect();
-                Ok(())
+        }
+    }
+
+    /// Carries out what the cluster did, in order.
+    fn cluster_effects(&mut self, effects: Vec<cluster::Effect>) {
+        for effect in effects {
+            match effect {
+                cluster::Effect::At(at, ev) => self.schedule(at, Ev::Cluster(ev)),
+                cluster::Effect::Served {
+                    node,
+                    instance,
+                    action,
+                } => self.serve(node, instance, action),
+                cluster::Effect::Gone {
+                    node,
+                    instance,
+                    ending,
+                } => self.connections_gone(node, instance, ending),
+                cluster::Effect::Fault(kind) => self.faults.bump(kind),
+                cluster::Effect::Note(line) => self.note(|| line),
             }
         }
     }
