@@ -10,12 +10,12 @@
 //!
 //! | sabotage | seeds caught of 1,000 | worst wait | stated |
 //! |---|---|---|---|
-//! | match-by-arrival | 627 | 9 | 10 |
-//! | resend-after-close | 996 | 2 | 2 |
-//! | use-reserved-slot | 756 | 4 | 5 |
-//! | drop-orphan-release | 408 | 12 | 15 |
-//! | any-hint | 363 | 12 | 15 |
-//! | (the cluster) forget-lock-table | 982 | 2 | 3 |
+//! | match-by-arrival | 640 | 9 | 10 |
+//! | resend-after-close | 995 | 2 | 2 |
+//! | use-reserved-slot | 764 | 4 | 5 |
+//! | drop-orphan-release | 395 | 13 | 15 |
+//! | any-hint | 365 | 13 | 15 |
+//! | (the cluster) forget-lock-table | 979 | 2 | 3 |
 //!
 //! `drop-orphan-release` takes longer than the rest: its bad client
 //! announces the orphan release as the core does and only its `R` never

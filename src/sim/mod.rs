@@ -1,12 +1,11 @@
 //! The deterministic simulator (feature `sim`): many client cores and a
 //! cluster of server cores over a simulated network, driven by one virtual
-//! clock and one seeded generator, with faults, and checks after every
-//! step.
+//! clock and one seed, with faults, and checks after every step.
 //!
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | [`SimConfig`], [`run`], [`run_seeds`], the [`Report`] and its parts |
-//! | `world.rs` | the event loop: the clock, the schedule, stepping client cores under their [`Checker`](crate::testkit::Checker)s |
+//! | `world.rs` | the event loop: the clock, the schedule, the network's deliveries, stepping client cores under their [`Checker`](crate::testkit::Checker)s, carrying out what the cluster and the workload hand back |
 //! | `driven.rs` | the client a slot drives: a core, or a bad client around one |
 //! | `sabotage.rs` | the bad clients, one per `Sabotage` (feature `sabotage`) |
 //! | `net.rs` | connections: latency, answers split into chunks, resets, refusals, partitions |
@@ -17,9 +16,9 @@
 //! # One seeded run
 //!
 //! A run ([`run`]) draws everything from its seed, with an
-//! [`Rng`](crate::rng::Rng) seeded with it and the one it seeds for the
-//! cluster: the cluster's settings (window, queue limits,
-//! longest lease, credential), each client's settings (endpoints and
+//! [`Rng`](crate::rng::Rng) seeded with it and the generators it seeds for
+//! the cluster and the workload: the cluster's settings (window, queue
+//! limits, longest lease, credential), each client's settings (endpoints and
 //! allowlist, reserved slots, cancel and busy policies, answer grace), the
 //! rate of every fault, the workload, every latency and every chunk
 //! boundary. Nothing reads a clock or draws entropy: the same seed gives the
