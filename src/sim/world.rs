@@ -41,6 +41,7 @@ use crate::client::{
 };
 use crate::names::{Key, Name};
 use crate::rng::Rng;
+use crate::server::Action as ServerAction;
 use crate::testkit::{Checker, InvariantViolation, TraceHash};
 use crate::time::Time;
 use crate::wire::{AnswerKind, ClientFrame, ServerFrame};
@@ -603,9 +604,9 @@ impl World {
 
     /// An action of the server core of node `n` at `instance`, carried out
     /// on the network.
-    fn serve(&mut self, n: usize, instance: u64, action: crate::server::Action) {
+    fn serve(&mut self, n: usize, instance: u64, action: ServerAction) {
         match action {
-            crate::server::Action::Send { conn, data } => {
+            ServerAction::Send { conn, data } => {
                 let Some(id) = self.net.of_server(n, instance, conn) else {
                     return;
                 };
@@ -618,7 +619,7 @@ impl World {
                 }
                 self.send_segments(id, false, data);
             }
-            crate::server::Action::Close { conn } => {
+            ServerAction::Close { conn } => {
                 let Some(id) = self.net.of_server(n, instance, conn) else {
                     return;
                 };
