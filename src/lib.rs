@@ -39,6 +39,7 @@
 //! | `server` | `ticketing::serve`: the server core on tokio and TCP | tokio |
 //! | `fuzzing` | `ticketing::testkit` | arbitrary |
 //! | `sim` | `ticketing::sim` | arbitrary |
+//! | `sabotage` | `ticketing::sim::Sabotage`: bad clients, to show that the simulator's checks catch them (never in `cli`) | arbitrary |
 //! | `cli` | the `ticketing` binary | clap, serde_json, nix, and the above |
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]

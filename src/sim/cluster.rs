@@ -7,50 +7,111 @@
 //! leader's server core, or "in transit" while no node leads (taken from
 //! the old leader with [`Server::take_lock_table`], installed into the new
 //! one with [`Server::install_lock_table`]).
+//!
+//! The [`Cluster`] owns its nodes and draws its faults from a generator of
+//! its own. It touches nothing else: each fault, and each of its own
+//! [`Ev`]ents, hands back its [`Effect`]s in order (what its server cores
+//! did, the connections of a core that is gone, what to schedule), and the
+//! world carries them out.
 
 use core::time::Duration;
 
-use super::net::{Target, MAX_DELAY};
-use super::workload::Params;
-use super::world::{Ev, World};
-use super::FaultKind;
+use super::net::Target;
+use super::{millis_between, FaultKind, SimConfig};
 use crate::names::{Endpoint, Key, Name};
-use crate::server::{Config, Holder, LockTable, Role, Server};
+use crate::rng::Rng;
+use crate::server::{Action, Config, Holder, LockTable, Role, Server};
 use crate::time::Time;
 
 /// The index the impostor goes by where nodes are numbered.
 pub(super) const IMPOSTOR: usize = usize::MAX;
 
+/// Something the cluster has scheduled for itself.
+#[derive(Debug)]
+pub(super) enum Ev {
+    /// A crashed node restarts.
+    Restart { node: usize },
+    /// A node's `not_active` window ends.
+    Activate { node: usize, life: u64 },
+    /// A node's credential is fixed.
+    FixCredential { node: usize, life: u64 },
+    /// The cluster elects a leader, if it has none.
+    Elect,
+}
+
+/// What the world must do for the cluster, in order.
+#[derive(Debug)]
+pub(super) enum Effect {
+    /// Schedule `Ev` at a time.
+    At(Time, Ev),
+    /// An action of the server core of `node` (the impostor is
+    /// [`IMPOSTOR`]) at `instance`, for the network.
+    Served {
+        node: usize,
+        instance: u64,
+        action: Action,
+    },
+    /// The server core of `node` at `instance` is gone, and the
+    /// connections it had end as `ending` says.
+    Gone {
+        node: usize,
+        instance: u64,
+        ending: Ending,
+    },
+    /// A fault happened.
+    Fault(FaultKind),
+    /// A line for the log.
+    Note(String),
+}
+
+/// How the connections of a server core that is gone end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Ending {
+    /// The node crashed: its clients learn of a reset, or, `silent`, learn
+    /// nothing (the connections go dead).
+    Crash { silent: bool },
+    /// The core was replaced: it closed them.
+    Replaced,
+}
+
 /// One node of the cluster.
-pub(super) struct Node {
-    pub(super) addr: Endpoint,
+struct Node {
+    addr: Endpoint,
     name: Name,
     /// `None` while the node is down.
-    pub(super) server: Option<Server>,
+    server: Option<Server>,
     /// Bumped whenever the server core is replaced: connections to an
     /// older instance are gone.
-    pub(super) instance: u64,
+    instance: u64,
     /// Bumped by every crash: timers of an earlier life are void.
-    pub(super) life: u64,
+    life: u64,
     /// Out of its `not_active` window (and up).
-    pub(super) active: bool,
+    active: bool,
     /// The instance refuses the clients' credential.
-    pub(super) bad_credential: bool,
+    bad_credential: bool,
 }
 
 /// The nodes, the impostor, and where the lock table is.
 pub(super) struct Cluster {
-    pub(super) nodes: Vec<Node>,
+    nodes: Vec<Node>,
     impostor: Server,
     impostor_addr: Endpoint,
-    pub(super) leader: Option<usize>,
+    leader: Option<usize>,
     transit: Option<LockTable>,
     template: Config,
+    rng: Rng,
+    /// A new leader starts with an empty table (the broken cluster of the
+    /// global checks' own test).
+    forget_lock_table: bool,
+    /// Notes are written for the log.
+    trace: bool,
 }
 
 impl Cluster {
-    /// `count` nodes; the first leads.
-    pub(super) fn new(params: &Params, count: usize, now: Time) -> Cluster {
+    /// `sim.nodes` nodes (at least one) made from `template`; the first
+    /// leads.
+    pub(super) fn new(template: &Config, sim: &SimConfig, rng: Rng, now: Time) -> Cluster {
+        let count = sim.nodes.max(1);
         let nodes: Vec<Node> = (0..count)
             .map(|i| Node {
                 addr: Endpoint::new(format!("n{i}:{}", 7000 + i)).expect("an address"),
@@ -71,7 +132,10 @@ impl Cluster {
             impostor_addr: Endpoint::new("rogue:6666").expect("an address"),
             leader: Some(0),
             transit: None,
-            template: params.server.clone(),
+            template: template.clone(),
+            rng,
+            forget_lock_table: sim.forget_lock_table,
+            trace: sim.trace,
         };
         let leader = cluster.nodes[0].addr.clone();
         for i in 0..count {
@@ -88,20 +152,19 @@ impl Cluster {
         cluster
     }
 
+    /// The nodes' addresses, in node order.
+    pub(super) fn addrs(&self) -> impl Iterator<Item = &Endpoint> {
+        self.nodes.iter().map(|n| &n.addr)
+    }
+
+    /// How many nodes there are.
+    pub(super) fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
     /// The impostor's address.
     pub(super) fn impostor_addr(&self) -> &Endpoint {
         &self.impostor_addr
-    }
-
-    /// A fresh server core for node `i`.
-    fn make(&self, i: usize, role: Role, bad_credential: bool, now: Time) -> Server {
-        let mut config = self.template.clone();
-        config.node_id = self.nodes[i].name.clone();
-        config.role = role;
-        if bad_credential {
-            config.credential = Some(Name::new("rotated").expect("an atom"));
-        }
-        Server::new(config, now).expect("the simulator's configs are valid")
     }
 
     /// Where a connect to `addr` goes.
@@ -160,6 +223,349 @@ impl Cluster {
         table.holders().next().map(|(k, h)| (k.clone(), h))
     }
 
+    // ----- faults and the cluster's own events ----------------------------
+
+    /// Injects a fault of a kind the cluster suffers.
+    pub(super) fn inject(&mut self, kind: FaultKind, now: Time, out: &mut Vec<Effect>) {
+        match kind {
+            FaultKind::Crash => {
+                let n = self.random_node();
+                if self.nodes[n].server.is_some() {
+                    let silent = self.rng.chance(1, 2);
+                    self.note(out, || format!("fault: n{n} crashes (silently: {silent})"));
+                    out.push(Effect::Fault(FaultKind::Crash));
+                    self.crash(n, silent, now, out);
+                }
+            }
+            FaultKind::Moved => self.move_leader(now, out),
+            FaultKind::NoLeader => self.step_down(now, out),
+            FaultKind::Vanished => {
+                if let Some(l) = self.leader {
+                    self.note(out, || format!("fault: the leader n{l} vanishes"));
+                    out.push(Effect::Fault(FaultKind::Vanished));
+                    self.crash(l, true, now, out);
+                }
+            }
+            FaultKind::Hint => {
+                if let Some(l) = self.leader {
+                    let addr = if self.rng.chance(1, 3) {
+                        self.impostor_addr.clone()
+                    } else {
+                        let n = self.random_node();
+                        self.nodes[n].addr.clone()
+                    };
+                    self.note(out, || format!("fault: the leader n{l} hints L {addr}"));
+                    out.push(Effect::Fault(FaultKind::Hint));
+                    if let Some(server) = self.server_mut(l) {
+                        server.announce_leader(now, addr);
+                    }
+                    self.drain(l, out);
+                }
+            }
+            FaultKind::NotActive => {
+                let n = self.random_node();
+                let node = &self.nodes[n];
+                if self.leader != Some(n) && node.server.is_some() && node.active {
+                    let window = millis_between(&mut self.rng, 100, 1_500);
+                    self.note(out, || format!("fault: n{n} is not active for {window:?}"));
+                    out.push(Effect::Fault(FaultKind::NotActive));
+                    let node = &mut self.nodes[n];
+                    node.active = false;
+                    let life = node.life;
+                    if let Some(server) = node.server.as_mut() {
+                        server.set_role(now, Role::NotActive);
+                    }
+                    self.drain(n, out);
+                    let at = now.saturating_add(window);
+                    out.push(Effect::At(at, Ev::Activate { node: n, life }));
+                }
+            }
+            FaultKind::AuthRefused => {
+                let n = self.random_node();
+                let node = &self.nodes[n];
+                if node.server.is_some() && !node.bad_credential {
+                    let window = millis_between(&mut self.rng, 200, 3_000);
+                    self.note(out, || {
+                        format!("fault: n{n} refuses the credential for {window:?}")
+                    });
+                    out.push(Effect::Fault(FaultKind::AuthRefused));
+                    self.replace_instance(n, true, now, out);
+                    let life = self.nodes[n].life;
+                    let at = now.saturating_add(window);
+                    out.push(Effect::At(at, Ev::FixCredential { node: n, life }));
+                }
+            }
+            FaultKind::Latency
+            | FaultKind::Split
+            | FaultKind::Reset
+            | FaultKind::Refused
+            | FaultKind::Restart
+            | FaultKind::Partition
+            | FaultKind::Busy => unreachable!("not a fault of the cluster's"),
+        }
+    }
+
+    /// One of the cluster's own events.
+    pub(super) fn handle(&mut self, ev: Ev, now: Time, out: &mut Vec<Effect>) {
+        match ev {
+            Ev::Restart { node } => self.restart(node, now, out),
+            Ev::Activate { node, life } => self.activate(node, life, now, out),
+            Ev::FixCredential { node, life } => self.fix_credential(node, life, now, out),
+            Ev::Elect => self.elect(now, out),
+        }
+    }
+
+    /// The leader steps down with `M <new>`; the lock table moves to the
+    /// new leader at once.
+    fn move_leader(&mut self, now: Time, out: &mut Vec<Effect>) {
+        let Some(old) = self.leader else {
+            return;
+        };
+        let candidates: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| i != old && self.is_candidate(i))
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let new = candidates[self.rng.up_to(candidates.len() as u64 - 1) as usize];
+        let addr = self.nodes[new].addr.clone();
+        self.note(out, || {
+            format!("fault: the leader n{old} moves to n{new} (M)")
+        });
+        out.push(Effect::Fault(FaultKind::Moved));
+        if self.rng.chance(1, 2) {
+            // "L addr: the leader is, or is about to be, addr."
+            if let Some(server) = self.server_mut(old) {
+                server.announce_leader(now, addr.clone());
+            }
+            self.drain(old, out);
+        }
+        self.take_table(old, Role::Follower { leader: addr }, now, out);
+        self.install_leader(new, now, out);
+    }
+
+    /// The leader steps down with `E no_leader`; a new one is elected after
+    /// a gap.
+    fn step_down(&mut self, now: Time, out: &mut Vec<Effect>) {
+        let Some(old) = self.leader else {
+            return;
+        };
+        self.note(out, || {
+            format!("fault: the leader n{old} steps down (E no_leader)")
+        });
+        out.push(Effect::Fault(FaultKind::NoLeader));
+        self.take_table(old, Role::NoLeader, now, out);
+        self.leaderless(now, out);
+    }
+
+    /// The leader `old` takes `role` and its lock table goes in transit.
+    fn take_table(&mut self, old: usize, role: Role, now: Time, out: &mut Vec<Effect>) {
+        let server = self.server_mut(old).expect("the leader is up");
+        server.set_role(now, role);
+        let table = server.take_lock_table(now);
+        self.drain(old, out);
+        self.transit = Some(table);
+        self.leader = None;
+    }
+
+    /// No node leads: the others are told, and a leader is elected after a
+    /// gap.
+    fn leaderless(&mut self, now: Time, out: &mut Vec<Effect>) {
+        self.set_follower_roles(now, out);
+        let gap = millis_between(&mut self.rng, 0, 1_000);
+        out.push(Effect::At(now.saturating_add(gap), Ev::Elect));
+    }
+
+    /// Node `n` crashes: its connections are reset, or, `silent`, go dead;
+    /// a leader's lock table survives it (replicated), and a new leader is
+    /// elected after a gap. It restarts later.
+    fn crash(&mut self, n: usize, silent: bool, now: Time, out: &mut Vec<Effect>) {
+        let Some(mut server) = self.nodes[n].server.take() else {
+            return;
+        };
+        if self.leader == Some(n) {
+            // What the crashed node would have sent is lost with it.
+            self.transit = Some(server.take_lock_table(now));
+            self.leader = None;
+            self.leaderless(now, out);
+        }
+        drop(server);
+        let node = &mut self.nodes[n];
+        out.push(Effect::Gone {
+            node: n,
+            instance: node.instance,
+            ending: Ending::Crash { silent },
+        });
+        node.instance += 1;
+        node.life += 1;
+        node.active = false;
+        node.bad_credential = false;
+        let downtime = millis_between(&mut self.rng, 100, 3_000);
+        let at = now.saturating_add(downtime);
+        out.push(Effect::At(at, Ev::Restart { node: n }));
+    }
+
+    /// A crashed node comes back, empty, `not_active` for a while.
+    fn restart(&mut self, n: usize, now: Time, out: &mut Vec<Effect>) {
+        if self.nodes[n].server.is_some() {
+            return;
+        }
+        let server = self.make(n, Role::NotActive, false, now);
+        let node = &mut self.nodes[n];
+        node.instance += 1;
+        node.server = Some(server);
+        node.active = false;
+        let life = node.life;
+        out.push(Effect::Fault(FaultKind::Restart));
+        let window = if self.rng.chance(1, 3) {
+            Duration::ZERO
+        } else {
+            out.push(Effect::Fault(FaultKind::NotActive));
+            millis_between(&mut self.rng, 50, 1_000)
+        };
+        self.note(out, || format!("n{n} restarts, not active for {window:?}"));
+        let at = now.saturating_add(window);
+        out.push(Effect::At(at, Ev::Activate { node: n, life }));
+    }
+
+    /// A node's `not_active` window ends.
+    fn activate(&mut self, n: usize, life: u64, now: Time, out: &mut Vec<Effect>) {
+        let node = &self.nodes[n];
+        if node.life != life || node.server.is_none() || node.active {
+            return;
+        }
+        self.note(out, || format!("n{n} is active"));
+        let role = self.follower_role();
+        let node = &mut self.nodes[n];
+        node.active = true;
+        if let Some(server) = node.server.as_mut() {
+            server.set_role(now, role);
+        }
+        self.drain(n, out);
+        if self.leader.is_none() {
+            self.elect(now, out);
+        }
+    }
+
+    /// A node refusing the credential gets the right one back.
+    fn fix_credential(&mut self, n: usize, life: u64, now: Time, out: &mut Vec<Effect>) {
+        let node = &self.nodes[n];
+        if node.life == life && node.server.is_some() && node.bad_credential {
+            self.note(out, || format!("n{n} takes the credential again"));
+            self.replace_instance(n, false, now, out);
+        }
+    }
+
+    /// Elects a leader among the nodes up and active, if none leads; it
+    /// gets the lock table in transit.
+    fn elect(&mut self, now: Time, out: &mut Vec<Effect>) {
+        if self.leader.is_some() {
+            return;
+        }
+        let candidates: Vec<usize> = (0..self.nodes.len())
+            .filter(|&i| self.is_candidate(i))
+            .collect();
+        if candidates.is_empty() {
+            return;
+        }
+        let new = candidates[self.rng.up_to(candidates.len() as u64 - 1) as usize];
+        self.install_leader(new, now, out);
+    }
+
+    fn is_candidate(&self, i: usize) -> bool {
+        let node = &self.nodes[i];
+        node.server.is_some() && node.active
+    }
+
+    /// Makes `new` the leader with the lock table in transit, and tells
+    /// every other active node.
+    fn install_leader(&mut self, new: usize, now: Time, out: &mut Vec<Effect>) {
+        self.note(out, || format!("n{new} leads"));
+        let mut table = self
+            .transit
+            .take()
+            .expect("without a leader the table is in transit");
+        if self.forget_lock_table {
+            // The broken cluster of the checks' own test: the grants and
+            // the token counter are lost.
+            table = LockTable::new();
+        }
+        let server = self.server_mut(new).expect("candidates are up");
+        server.install_lock_table(now, table);
+        server.set_role(now, Role::Leader);
+        self.leader = Some(new);
+        self.drain(new, out);
+        self.set_follower_roles(now, out);
+    }
+
+    /// Gives every active node but the leader the follower role of the
+    /// moment (`Follower { leader }` or `NoLeader`).
+    fn set_follower_roles(&mut self, now: Time, out: &mut Vec<Effect>) {
+        let role = self.follower_role();
+        for i in 0..self.nodes.len() {
+            if Some(i) == self.leader || !self.nodes[i].active {
+                continue;
+            }
+            if let Some(server) = self.nodes[i].server.as_mut() {
+                server.set_role(now, role.clone());
+            }
+            self.drain(i, out);
+        }
+    }
+
+    /// Replaces node `n`'s server core (a reconfiguration): a leader steps
+    /// down with `E not_active` and its lock table goes to the new core,
+    /// which leads on; connections still open on the old core are closed.
+    fn replace_instance(
+        &mut self,
+        n: usize,
+        bad_credential: bool,
+        now: Time,
+        out: &mut Vec<Effect>,
+    ) {
+        let was_leader = self.leader == Some(n);
+        let mut table = None;
+        if was_leader {
+            let server = self.server_mut(n).expect("the leader is up");
+            server.set_role(now, Role::NotActive);
+            table = Some(server.take_lock_table(now));
+            self.drain(n, out);
+        }
+        out.push(Effect::Gone {
+            node: n,
+            instance: self.nodes[n].instance,
+            ending: Ending::Replaced,
+        });
+        let role = if was_leader {
+            Role::Leader
+        } else if !self.nodes[n].active {
+            Role::NotActive
+        } else {
+            self.follower_role()
+        };
+        let mut server = self.make(n, role, bad_credential, now);
+        if let Some(table) = table {
+            server.install_lock_table(now, table);
+        }
+        let node = &mut self.nodes[n];
+        node.instance += 1;
+        node.server = Some(server);
+        node.bad_credential = bad_credential;
+    }
+
+    // ----- plumbing -------------------------------------------------------
+
+    /// A fresh server core for node `i`.
+    fn make(&self, i: usize, role: Role, bad_credential: bool, now: Time) -> Server {
+        let mut config = self.template.clone();
+        config.node_id = self.nodes[i].name.clone();
+        config.role = role;
+        if bad_credential {
+            config.credential = Some(Name::new("rotated").expect("an atom"));
+        }
+        Server::new(config, now).expect("the simulator's configs are valid")
+    }
+
     /// The role of a node that is up, active and does not lead.
     fn follower_role(&self) -> Role {
         match self.leader {
@@ -169,435 +575,29 @@ impl Cluster {
             None => Role::NoLeader,
         }
     }
-}
 
-impl World {
-    /// Injects a fault of a scheduled kind.
-    pub(super) fn inject(&mut self, kind: FaultKind) {
-        match kind {
-            FaultKind::Reset => self.reset_a_connection(),
-            FaultKind::Crash => {
-                let n = self.rng.up_to(self.cluster.nodes.len() as u64 - 1) as usize;
-                if self.cluster.nodes[n].server.is_some() {
-                    let vanish = self.rng.chance(1, 2);
-                    self.note(|| format!("fault: n{n} crashes (silently: {vanish})"));
-                    self.faults.bump(FaultKind::Crash);
-                    self.crash(n, vanish);
-                }
-            }
-            FaultKind::Partition => self.partition(),
-            FaultKind::Moved => self.move_leader(),
-            FaultKind::NoLeader => self.step_down(),
-            FaultKind::Vanished => {
-                if let Some(l) = self.cluster.leader {
-                    self.note(|| format!("fault: the leader n{l} vanishes"));
-                    self.faults.bump(FaultKind::Vanished);
-                    self.crash(l, true);
-                }
-            }
-            FaultKind::Hint => {
-                if let Some(l) = self.cluster.leader {
-                    let count = self.cluster.nodes.len() as u64;
-                    let addr = if self.rng.chance(1, 3) {
-                        self.cluster.impostor_addr().clone()
-                    } else {
-                        self.cluster.nodes[self.rng.up_to(count - 1) as usize]
-                            .addr
-                            .clone()
-                    };
-                    self.note(|| format!("fault: the leader n{l} hints L {addr}"));
-                    self.faults.bump(FaultKind::Hint);
-                    let now = self.now;
-                    if let Some(server) = self.cluster.server_mut(l) {
-                        server.announce_leader(now, addr);
-                    }
-                    self.drain_server(l);
-                }
-            }
-            FaultKind::NotActive => {
-                let n = self.rng.up_to(self.cluster.nodes.len() as u64 - 1) as usize;
-                let node = &self.cluster.nodes[n];
-                if self.cluster.leader != Some(n) && node.server.is_some() && node.active {
-                    let window = self.millis_between(100, 1_500);
-                    self.note(|| format!("fault: n{n} is not active for {window:?}"));
-                    self.faults.bump(FaultKind::NotActive);
-                    let now = self.now;
-                    let node = &mut self.cluster.nodes[n];
-                    node.active = false;
-                    let life = node.life;
-                    if let Some(server) = node.server.as_mut() {
-                        server.set_role(now, Role::NotActive);
-                    }
-                    self.drain_server(n);
-                    self.schedule_in(window, Ev::Activate { node: n, life });
-                }
-            }
-            FaultKind::AuthRefused => {
-                let n = self.rng.up_to(self.cluster.nodes.len() as u64 - 1) as usize;
-                let node = &self.cluster.nodes[n];
-                if node.server.is_some() && !node.bad_credential {
-                    let window = self.millis_between(200, 3_000);
-                    self.note(|| format!("fault: n{n} refuses the credential for {window:?}"));
-                    self.faults.bump(FaultKind::AuthRefused);
-                    self.replace_instance(n, true);
-                    let life = self.cluster.nodes[n].life;
-                    self.schedule_in(window, Ev::FixCredential { node: n, life });
-                }
-            }
-            FaultKind::Latency
-            | FaultKind::Split
-            | FaultKind::Refused
-            | FaultKind::Restart
-            | FaultKind::Busy => unreachable!("not a scheduled kind"),
-        }
+    fn random_node(&mut self) -> usize {
+        self.rng.up_to(self.nodes.len() as u64 - 1) as usize
     }
 
-    /// Resets one established connection: both sides learn it after a
-    /// delay, and the bytes in flight are lost.
-    fn reset_a_connection(&mut self) {
-        let open: Vec<u64> = self
-            .net
-            .links
-            .iter()
-            .filter(|(_, l)| l.is_established())
-            .map(|(&id, _)| id)
-            .collect();
-        if open.is_empty() {
-            return;
-        }
-        let id = open[self.rng.up_to(open.len() as u64 - 1) as usize];
-        self.note(|| format!("fault: link {id} is reset"));
-        self.faults.bump(FaultKind::Reset);
-        let link = self.net.links.get_mut(&id).expect("listed");
-        link.gen += 1;
-        let to_client = self.arrival(id, false);
-        let to_server = self.arrival(id, true);
-        self.schedule(to_client, Ev::ResetToClient { link: id });
-        self.schedule(to_server, Ev::ResetToServer { link: id });
-    }
-
-    /// Cuts a client off from one node, or from all, for a while. A short
-    /// partition delays the bytes until it heals; a long one cuts the
-    /// connections: the server side learns after [`MAX_DELAY`], the client
-    /// when the partition heals (if its own timers have not told it first).
-    fn partition(&mut self) {
-        let c = self.rng.up_to(self.clients.len().max(1) as u64 - 1) as usize;
-        let node = if self.rng.chance(1, 3) {
-            None
-        } else {
-            Some(self.rng.up_to(self.cluster.nodes.len() as u64 - 1) as usize)
-        };
-        let cut = self.rng.chance(1, 2);
-        let length = if cut {
-            self.millis_between(500, 3_000)
-        } else {
-            self.millis_between(50, super::net::DELAY_PARTITION.as_millis() as u64)
-        };
-        let until = self.now.saturating_add(length);
-        self.note(|| format!("fault: c{c} cut off from {node:?} for {length:?} (cut: {cut})"));
-        self.faults.bump(FaultKind::Partition);
-        self.net.heal(self.now);
-        let partition = super::net::Partition {
-            client: c,
-            node,
-            until,
-        };
-        self.net.partitions.push(partition);
-        if !cut {
-            return;
-        }
-        let cut_links: Vec<u64> = self
-            .net
-            .links
-            .iter()
-            .filter(|(_, l)| !l.is_done() && partition.covers(l.client, l.target))
-            .map(|(&id, _)| id)
-            .collect();
-        for id in cut_links {
-            let link = self.net.links.get_mut(&id).expect("listed");
-            link.gen += 1;
-            link.blackhole = true;
-            let (server_side, client_side) = (
-                link.sconn.is_some() && !link.server_closed,
-                !link.client_closed,
-            );
-            if server_side {
-                self.schedule_in(MAX_DELAY, Ev::ResetToServer { link: id });
-            }
-            if client_side {
-                self.schedule(until, Ev::ResetToClient { link: id });
-            }
-        }
-    }
-
-    /// The leader steps down with `M <new>`; the lock table moves to the
-    /// new leader at once.
-    fn move_leader(&mut self) {
-        let Some(old) = self.cluster.leader else {
+    /// Hands every action of node `n`'s server core to the world.
+    fn drain(&mut self, n: usize, out: &mut Vec<Effect>) {
+        let instance = self.instance(n);
+        let Some(server) = self.server_mut(n) else {
             return;
         };
-        let candidates: Vec<usize> = (0..self.cluster.nodes.len())
-            .filter(|&i| i != old && self.is_candidate(i))
-            .collect();
-        if candidates.is_empty() {
-            return;
-        }
-        let new = candidates[self.rng.up_to(candidates.len() as u64 - 1) as usize];
-        let addr = self.cluster.nodes[new].addr.clone();
-        self.note(|| format!("fault: the leader n{old} moves to n{new} (M)"));
-        self.faults.bump(FaultKind::Moved);
-        let now = self.now;
-        if self.rng.chance(1, 2) {
-            // "L addr: the leader is, or is about to be, addr."
-            if let Some(server) = self.cluster.server_mut(old) {
-                server.announce_leader(now, addr.clone());
-            }
-            self.drain_server(old);
-        }
-        let server = self.cluster.server_mut(old).expect("the leader is up");
-        server.set_role(now, Role::Follower { leader: addr });
-        let table = server.take_lock_table(now);
-        self.drain_server(old);
-        self.cluster.transit = Some(table);
-        self.cluster.leader = None;
-        self.install_leader(new);
-    }
-
-    /// The leader steps down with `E no_leader`; a new one is elected after
-    /// a gap.
-    fn step_down(&mut self) {
-        let Some(old) = self.cluster.leader else {
-            return;
-        };
-        self.note(|| format!("fault: the leader n{old} steps down (E no_leader)"));
-        self.faults.bump(FaultKind::NoLeader);
-        let now = self.now;
-        let server = self.cluster.server_mut(old).expect("the leader is up");
-        server.set_role(now, Role::NoLeader);
-        let table = server.take_lock_table(now);
-        self.drain_server(old);
-        self.cluster.transit = Some(table);
-        self.cluster.leader = None;
-        self.set_follower_roles();
-        let gap = self.millis_between(0, 1_000);
-        self.schedule_in(gap, Ev::Elect);
-    }
-
-    /// Node `n` crashes: its connections are reset, or silently dead; a
-    /// leader's lock table survives it (replicated), and a new leader is
-    /// elected after a gap. It restarts later.
-    fn crash(&mut self, n: usize, vanish: bool) {
-        let now = self.now;
-        let Some(mut server) = self.cluster.nodes[n].server.take() else {
-            return;
-        };
-        if self.cluster.leader == Some(n) {
-            // What the crashed node would have sent is lost with it.
-            self.cluster.transit = Some(server.take_lock_table(now));
-            self.cluster.leader = None;
-            self.set_follower_roles();
-            let gap = self.millis_between(0, 1_000);
-            self.schedule_in(gap, Ev::Elect);
-        }
-        drop(server);
-        let instance = self.cluster.nodes[n].instance;
-        let dead: Vec<u64> = self
-            .net
-            .links
-            .iter()
-            .filter(|(_, l)| {
-                l.target == Target::Node(n)
-                    && l.instance == instance
-                    && l.sconn.is_some()
-                    && !l.server_closed
-            })
-            .map(|(&id, _)| id)
-            .collect();
-        for id in dead {
-            let link = self.net.links.get_mut(&id).expect("listed");
-            link.gen += 1;
-            link.server_closed = true;
-            if vanish {
-                link.blackhole = true;
-            } else if !link.client_closed && !link.blackhole {
-                // (A link cut by a partition hears of it when the
-                // partition ends.)
-                let at = self.arrival(id, false);
-                self.schedule(at, Ev::ResetToClient { link: id });
-            }
-            self.reap(id);
-        }
-        let node = &mut self.cluster.nodes[n];
-        node.instance += 1;
-        node.life += 1;
-        node.active = false;
-        node.bad_credential = false;
-        let downtime = self.millis_between(100, 3_000);
-        self.schedule_in(downtime, Ev::Restart { node: n });
-    }
-
-    /// A crashed node comes back, empty, `not_active` for a while.
-    pub(super) fn restart(&mut self, n: usize) {
-        if self.cluster.nodes[n].server.is_some() {
-            return;
-        }
-        let now = self.now;
-        let server = self.cluster.make(n, Role::NotActive, false, now);
-        let node = &mut self.cluster.nodes[n];
-        node.instance += 1;
-        node.server = Some(server);
-        node.active = false;
-        let life = node.life;
-        self.faults.bump(FaultKind::Restart);
-        let window = if self.rng.chance(1, 3) {
-            Duration::ZERO
-        } else {
-            self.faults.bump(FaultKind::NotActive);
-            self.millis_between(50, 1_000)
-        };
-        self.note(|| format!("n{n} restarts, not active for {window:?}"));
-        self.schedule_in(window, Ev::Activate { node: n, life });
-    }
-
-    /// A node's `not_active` window ends.
-    pub(super) fn activate(&mut self, n: usize, life: u64) {
-        let node = &self.cluster.nodes[n];
-        if node.life != life || node.server.is_none() || node.active {
-            return;
-        }
-        self.note(|| format!("n{n} is active"));
-        let role = self.cluster.follower_role();
-        let now = self.now;
-        let node = &mut self.cluster.nodes[n];
-        node.active = true;
-        if let Some(server) = node.server.as_mut() {
-            server.set_role(now, role);
-        }
-        self.drain_server(n);
-        if self.cluster.leader.is_none() {
-            self.elect();
+        while let Some(action) = server.poll_action() {
+            out.push(Effect::Served {
+                node: n,
+                instance,
+                action,
+            });
         }
     }
 
-    /// A node refusing the credential gets the right one back.
-    pub(super) fn fix_credential(&mut self, n: usize, life: u64) {
-        let node = &self.cluster.nodes[n];
-        if node.life == life && node.server.is_some() && node.bad_credential {
-            self.note(|| format!("n{n} takes the credential again"));
-            self.replace_instance(n, false);
+    fn note(&self, out: &mut Vec<Effect>, line: impl FnOnce() -> String) {
+        if self.trace {
+            out.push(Effect::Note(line()));
         }
-    }
-
-    /// Elects a leader among the nodes up and active, if none leads; it
-    /// gets the lock table in transit.
-    pub(super) fn elect(&mut self) {
-        if self.cluster.leader.is_some() {
-            return;
-        }
-        let candidates: Vec<usize> = (0..self.cluster.nodes.len())
-            .filter(|&i| self.is_candidate(i))
-            .collect();
-        if candidates.is_empty() {
-            return;
-        }
-        let new = candidates[self.rng.up_to(candidates.len() as u64 - 1) as usize];
-        self.install_leader(new);
-    }
-
-    fn is_candidate(&self, i: usize) -> bool {
-        let node = &self.cluster.nodes[i];
-        node.server.is_some() && node.active
-    }
-
-    /// Makes `new` the leader with the lock table in transit, and tells
-    /// every other active node.
-    fn install_leader(&mut self, new: usize) {
-        self.note(|| format!("n{new} leads"));
-        let now = self.now;
-        let mut table = self
-            .cluster
-            .transit
-            .take()
-            .expect("without a leader the table is in transit");
-        if self.config.forget_lock_table {
-            // The broken cluster of the checks' own test: the grants and
-            // the token counter are lost.
-            table = LockTable::new();
-        }
-        let server = self.cluster.server_mut(new).expect("candidates are up");
-        server.install_lock_table(now, table);
-        server.set_role(now, Role::Leader);
-        self.cluster.leader = Some(new);
-        self.drain_server(new);
-        self.set_follower_roles();
-    }
-
-    /// Gives every active node but the leader the follower role of the
-    /// moment (`Follower { leader }` or `NoLeader`).
-    fn set_follower_roles(&mut self) {
-        let role = self.cluster.follower_role();
-        let now = self.now;
-        for i in 0..self.cluster.nodes.len() {
-            if Some(i) == self.cluster.leader || !self.cluster.nodes[i].active {
-                continue;
-            }
-            if let Some(server) = self.cluster.nodes[i].server.as_mut() {
-                server.set_role(now, role.clone());
-            }
-            self.drain_server(i);
-        }
-    }
-
-    /// Replaces node `n`'s server core (a reconfiguration): a leader steps
-    /// down with `E not_active` and its lock table goes to the new core,
-    /// which leads on; connections still open on the old core are closed.
-    fn replace_instance(&mut self, n: usize, bad_credential: bool) {
-        let now = self.now;
-        let was_leader = self.cluster.leader == Some(n);
-        let mut table = None;
-        if was_leader {
-            let server = self.cluster.server_mut(n).expect("the leader is up");
-            server.set_role(now, Role::NotActive);
-            table = Some(server.take_lock_table(now));
-            self.drain_server(n);
-        }
-        let old = self.cluster.nodes[n].instance;
-        let open: Vec<u64> = self
-            .net
-            .links
-            .iter()
-            .filter(|(_, l)| {
-                l.target == Target::Node(n)
-                    && l.instance == old
-                    && l.sconn.is_some()
-                    && !l.server_closed
-            })
-            .map(|(&id, _)| id)
-            .collect();
-        for id in open {
-            let link = self.net.links.get_mut(&id).expect("listed");
-            link.server_closed = true;
-            if !link.client_closed && !link.blackhole {
-                let gen = link.gen;
-                let at = self.arrival(id, false);
-                self.schedule(at, Ev::FinToClient { link: id, gen });
-            }
-            self.reap(id);
-        }
-        let role = if was_leader {
-            Role::Leader
-        } else if !self.cluster.nodes[n].active {
-            Role::NotActive
-        } else {
-            self.cluster.follower_role()
-        };
-        let mut server = self.cluster.make(n, role, bad_credential, now);
-        if let Some(table) = table {
-            server.install_lock_table(now, table);
-        }
-        let node = &mut self.cluster.nodes[n];
-        node.instance += 1;
-        node.server = Some(server);
-        node.bad_credential = bad_credential;
     }
 }

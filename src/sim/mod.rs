@@ -1,12 +1,13 @@
 //! The deterministic simulator (feature `sim`): many client cores and a
 //! cluster of server cores over a simulated network, driven by one virtual
-//! clock and one seeded generator, with faults, and checks after every
-//! step.
+//! clock and one seed, with faults, and checks after every step.
 //!
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | [`SimConfig`], [`run`], [`run_seeds`], the [`Report`] and its parts |
-//! | `world.rs` | the event loop: the clock, the schedule, stepping client cores under their [`Checker`](crate::testkit::Checker)s |
+//! | `world.rs` | the event loop: the clock, the schedule, the network's deliveries, stepping client cores under their [`Checker`](crate::testkit::Checker)s, carrying out what the cluster and the workload hand back |
+//! | `driven.rs` | the client a slot drives: a core, or a bad client around one |
+//! | `sabotage.rs` | the bad clients, one per `Sabotage` (feature `sabotage`) |
 //! | `net.rs` | connections: latency, answers split into chunks, resets, refusals, partitions |
 //! | `cluster.rs` | the server nodes: crashes and restarts, leadership moving with the lock table, hints, `not_active` windows, refused credentials |
 //! | `workload.rs` | what the embedders do: acquire, hold, write, release, cancel, abandon, shut down |
@@ -14,9 +15,10 @@
 //!
 //! # One seeded run
 //!
-//! A run ([`run`]) draws everything from its seed with one
-//! [`Rng`](crate::rng::Rng): the cluster's settings (window, queue limits,
-//! longest lease, credential), each client's settings (endpoints and
+//! A run ([`run`]) draws everything from its seed, with an
+//! [`Rng`](crate::rng::Rng) seeded with it and the generators it seeds for
+//! the cluster and the workload: the cluster's settings (window, queue
+//! limits, longest lease, credential), each client's settings (endpoints and
 //! allowlist, reserved slots, cancel and busy policies, answer grace), the
 //! rate of every fault, the workload, every latency and every chunk
 //! boundary. Nothing reads a clock or draws entropy: the same seed gives the
@@ -83,15 +85,19 @@
 //!
 //! # Showing that the checks can fail
 //!
-//! With the `sim` feature the client's [`Config`](crate::client::Config)
-//! has a hidden `sabotage` field (set through the hidden
-//! `SimConfig::sabotage`), each value breaking one rule with a minimal
-//! conditional in `src/client/`: matching answers by arrival order,
-//! resending an acquire after a close, acquires in the reserved slot,
-//! dropping the orphan release, taking hints from any address.
-//! `tests/sim.rs` shows each one caught, and within how many seeds; a
-//! hidden `SimConfig::forget_lock_table` does the same for the global
-//! checks, with a cluster whose new leader starts with an empty table.
+//! The client core carries no switch that breaks a rule. With the feature
+//! `sabotage` (which `cli` does not turn on), `SimConfig::sabotage` names a
+//! rule that every client breaks: its core, unmodified, runs inside a bad
+//! client that misbehaves the way a buggy one would, between the core and
+//! the network or the workload. It matches answers by arrival order,
+//! resends an acquire after a close, fills the reserved slots, drops the
+//! orphan release, or takes hints from any address (`sabotage.rs` says how
+//! each works). The checks see what the bad client does on the simulated
+//! wire and what it tells the workload, never what it shows the core, and
+//! hold it to the configuration the seed drew. `tests/sim.rs` shows each one
+//! caught, and within how many seeds; a hidden
+//! `SimConfig::forget_lock_table` does the same for the global checks, with
+//! a cluster whose new leader starts with an empty table.
 //!
 //! ```
 //! use ticketing::sim::{self, SimConfig};
@@ -106,35 +112,22 @@
 
 mod check;
 mod cluster;
+mod driven;
 mod net;
+#[cfg(feature = "sabotage")]
+mod sabotage;
 mod workload;
 mod world;
 
 use core::fmt;
 use core::time::Duration;
 
-/// One client rule broken on purpose (placeholder until the simulator's
-/// bad-client wrappers land: the core no longer carries sabotage).
-#[doc(hidden)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub enum Sabotage {
-    /// Every rule kept.
-    #[default]
-    None,
-    /// Match by arrival order.
-    MatchByArrival,
-    /// Resend an acquire after a close.
-    ResendAfterClose,
-    /// Acquires in the reserved slot.
-    UseReservedSlot,
-    /// Drop the orphan release.
-    DropOrphanRelease,
-    /// Take any hint.
-    AnyHint,
-}
+use crate::rng::Rng;
 pub use crate::testkit::Invariant;
 use crate::testkit::TraceHash;
 use crate::time::Time;
+#[cfg(feature = "sabotage")]
+pub use sabotage::{Sabotage, UnknownSabotage};
 
 /// What to simulate. [`SimConfig::default`] is what `cargo test` and
 /// `ticketing sim` run; everything else about a run comes from its seed.
@@ -155,10 +148,10 @@ pub struct SimConfig {
     pub faults: bool,
     /// Keep a readable log of the run in [`Report::log`] (default `false`).
     pub trace: bool,
-    /// A rule the clients break on purpose (default none), to show that the
-    /// checks catch it.
-    #[doc(hidden)]
-    pub sabotage: Sabotage,
+    /// A rule every client breaks on purpose (default none), to show that
+    /// the checks catch it (feature `sabotage`).
+    #[cfg(feature = "sabotage")]
+    pub sabotage: Option<Sabotage>,
     /// The cluster breaks its own promise on purpose: a new leader starts
     /// with an empty lock table (the grants and the token counter are
     /// lost), to show that the global checks catch it.
@@ -175,7 +168,8 @@ impl Default for SimConfig {
             calm_time: Duration::from_secs(15),
             faults: true,
             trace: false,
-            sabotage: Sabotage::None,
+            #[cfg(feature = "sabotage")]
+            sabotage: None,
             forget_lock_table: false,
         }
     }
@@ -205,36 +199,18 @@ impl SimConfig {
         if self.forget_lock_table {
             args.push_str(" --forget-lock-table");
         }
-        if let Some(name) = sabotage_name(self.sabotage) {
-            args.push_str(&format!(" --sabotage {name}"));
+        #[cfg(feature = "sabotage")]
+        if let Some(sabotage) = self.sabotage {
+            args.push_str(&format!(" --sabotage {sabotage}"));
         }
         args
     }
 }
 
-/// The name of a sabotage switch on the command line (`None` for
-/// [`Sabotage::None`]).
-#[doc(hidden)]
-pub fn sabotage_name(sabotage: Sabotage) -> Option<&'static str> {
-    match sabotage {
-        Sabotage::None => None,
-        Sabotage::MatchByArrival => Some("match-by-arrival"),
-        Sabotage::ResendAfterClose => Some("resend-after-close"),
-        Sabotage::UseReservedSlot => Some("use-reserved-slot"),
-        Sabotage::DropOrphanRelease => Some("drop-orphan-release"),
-        Sabotage::AnyHint => Some("any-hint"),
-    }
+/// A uniform draw in `lo..=hi` milliseconds.
+fn millis_between(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
+    Duration::from_millis(lo + rng.up_to(hi.saturating_sub(lo)))
 }
-
-/// Every sabotage switch but [`Sabotage::None`], with its name.
-#[doc(hidden)]
-pub const SABOTAGES: [Sabotage; 5] = [
-    Sabotage::MatchByArrival,
-    Sabotage::ResendAfterClose,
-    Sabotage::UseReservedSlot,
-    Sabotage::DropOrphanRelease,
-    Sabotage::AnyHint,
-];
 
 /// Runs one seed and reports it. Its [`Report::trace_hash`] is the hash of
 /// the run's trace: every byte written on the simulated wire, every

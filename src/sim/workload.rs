@@ -10,16 +10,23 @@
 //! expire); now and then a late write follows, as from a process that
 //! paused. At the end each client, maybe after releasing what it holds,
 //! shuts down with a random budget.
+//!
+//! The [`Workload`] is every client's embedder. It owns what they hold and
+//! draws what they do from a generator of its own. It calls no client: it
+//! is told of each client's outcomes, and each of its [`Ev`]ents and each
+//! grant it is handed gives back its [`Effect`]s in order (commands for the
+//! client, writes to the resources, what to schedule), which the world
+//! carries out.
 
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::world::{Ev, Step, World};
-use super::{FaultKind, Sabotage, SimConfig};
-use crate::client::{Backoff, BusyPolicy, CancelPolicy, Config, Grant, OpId};
+use super::{millis_between, FaultKind, SimConfig};
+use crate::client::{Backoff, BusyPolicy, CancelPolicy, Config, Grant, OpId, Outcome};
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
 use crate::server;
+use crate::time::Time;
 
 /// Wait budgets, in milliseconds.
 const WAITS_MS: [u64; 7] = [0, 0, 10, 100, 500, 2_000, 5_000];
@@ -110,7 +117,6 @@ pub(super) fn client_config(
     rng: &mut Rng,
     nodes: &[Endpoint],
     params: &Params,
-    sabotage: Sabotage,
 ) -> Config {
     let mut order: Vec<Endpoint> = nodes.to_vec();
     for i in (1..order.len()).rev() {
@@ -146,13 +152,71 @@ pub(super) fn client_config(
     config.backoff.redirect = Backoff::new(ms(50), ms(1_000));
     config.backoff.busy = Backoff::new(ms(10), ms(200));
     config.seed = rng.next_u64();
-    let _ = sabotage;
     config
+}
+
+/// Something an embedder has scheduled.
+#[derive(Debug)]
+pub(super) enum Ev {
+    /// A client's next spontaneous command.
+    Work { client: usize },
+    /// A client decides what to do with a grant it holds.
+    Fate { client: usize, no: u64 },
+    /// A client writes to a key's resource with a grant it holds.
+    Write { client: usize, no: u64 },
+    /// A late write, with a grant given up or past its validity.
+    Zombie { client: usize, key: Key, token: u64 },
+    /// A client shuts down.
+    Shutdown { client: usize },
+}
+
+impl Ev {
+    /// The client whose embedder scheduled it.
+    pub(super) fn client(&self) -> usize {
+        match *self {
+            Ev::Work { client }
+            | Ev::Fate { client, .. }
+            | Ev::Write { client, .. }
+            | Ev::Zombie { client, .. }
+            | Ev::Shutdown { client } => client,
+        }
+    }
+}
+
+/// What the world must do for one client's embedder, in order.
+#[derive(Debug)]
+pub(super) enum Effect {
+    /// Schedule `Ev` at a time.
+    At(Time, Ev),
+    /// Call the client.
+    Command(Command),
+    /// Write to `key`'s resource with `token`.
+    Write { key: Key, token: u64 },
+}
+
+/// A call an embedder makes to its client.
+#[derive(Debug)]
+pub(super) enum Command {
+    /// `acquire(key, owner, wait, lease)`; the owner is the acquire's own.
+    Acquire {
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    },
+    /// `cancel(op)`.
+    Cancel(OpId),
+    /// `release(grant)`.
+    Release(Grant),
+    /// `undeliverable(grant)`.
+    Undeliverable(Grant),
+    /// `shutdown(budget)`.
+    Shutdown(Duration),
 }
 
 /// What the embedder does with a grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Fate {
+enum Fate {
     Release,
     Abandon,
     Leak,
@@ -160,54 +224,131 @@ pub(super) enum Fate {
 
 /// A grant the embedder holds.
 #[derive(Debug, Clone)]
-pub(super) struct Held {
-    pub(super) grant: Grant,
+struct Held {
+    grant: Grant,
     fate: Fate,
 }
 
 /// One client's embedder.
 #[derive(Debug)]
-pub(super) struct Work {
+struct Embedder {
     /// The range of the interval between commands, in milliseconds.
-    pub(super) interval_ms: (u64, u64),
-    pub(super) next_owner: u64,
+    interval_ms: (u64, u64),
+    next_owner: u64,
     /// Acquires without an outcome yet (for cancelling one).
-    pub(super) open_acquires: BTreeSet<OpId>,
-    /// The embedder's releases without an outcome yet, with their token.
-    pub(super) release_ops: BTreeMap<OpId, u64>,
+    open_acquires: BTreeSet<OpId>,
     held: BTreeMap<u64, Held>,
     next_no: u64,
     release_at_shutdown: bool,
     budget: Duration,
+    /// It has told its client to shut down.
+    shut_down: bool,
+    /// Its client has finished.
+    finished: bool,
 }
 
-impl Work {
-    pub(super) fn draw(rng: &mut Rng) -> Work {
-        let lo = 20 + rng.up_to(200);
-        let hi = lo + rng.up_to(800);
-        Work {
-            interval_ms: (lo, hi),
-            next_owner: 0,
-            open_acquires: BTreeSet::new(),
-            release_ops: BTreeMap::new(),
-            held: BTreeMap::new(),
-            next_no: 0,
-            release_at_shutdown: rng.chance(1, 2),
-            budget: Duration::from_millis(pick(rng, &BUDGETS_MS)),
+/// Every client's embedder.
+pub(super) struct Workload {
+    rng: Rng,
+    keys: Vec<Key>,
+    embedders: Vec<Embedder>,
+    /// When the embedders stop their spontaneous commands and shut down.
+    work_end: Time,
+}
+
+impl Workload {
+    /// Embedders for `clients` clients, using `keys`, who start at `now`
+    /// and work until `work_end`; with the events to schedule first.
+    pub(super) fn new(
+        mut rng: Rng,
+        keys: Vec<Key>,
+        clients: usize,
+        now: Time,
+        work_end: Time,
+    ) -> (Workload, Vec<(Time, Ev)>) {
+        let mut first = Vec::new();
+        let embedders = (0..clients)
+            .map(|client| {
+                let lo = 20 + rng.up_to(200);
+                let hi = lo + rng.up_to(800);
+                let start = now.saturating_add(Duration::from_millis(rng.up_to(hi)));
+                first.push((start, Ev::Work { client }));
+                let stagger = Duration::from_millis(rng.up_to(1_000));
+                let shutdown = work_end.saturating_add(stagger);
+                first.push((shutdown, Ev::Shutdown { client }));
+                Embedder {
+                    interval_ms: (lo, hi),
+                    next_owner: 0,
+                    open_acquires: BTreeSet::new(),
+                    held: BTreeMap::new(),
+                    next_no: 0,
+                    release_at_shutdown: rng.chance(1, 2),
+                    budget: Duration::from_millis(pick(&mut rng, &BUDGETS_MS)),
+                    shut_down: false,
+                    finished: false,
+                }
+            })
+            .collect();
+        let workload = Workload {
+            rng,
+            keys,
+            embedders,
+            work_end,
+        };
+        (workload, first)
+    }
+
+    /// One of the embedders' own events, at `now`.
+    pub(super) fn handle(&mut self, ev: Ev, now: Time, out: &mut Vec<Effect>) {
+        match ev {
+            Ev::Work { client } => self.work(client, now, out),
+            Ev::Fate { client, no } => self.fate(client, no, now, out),
+            Ev::Write { client, no } => {
+                if let Some(held) = self.embedders[client].held.get(&no) {
+                    let (key, token) = (held.grant.key().clone(), held.grant.token());
+                    out.push(Effect::Write { key, token });
+                }
+            }
+            Ev::Zombie { key, token, .. } => out.push(Effect::Write { key, token }),
+            Ev::Shutdown { client } => self.shutdown(client, out),
         }
     }
-}
 
-impl World {
+    /// The client accepted an acquire of `client`'s embedder as `op`.
+    pub(super) fn acquired(&mut self, client: usize, op: OpId) {
+        self.embedders[client].open_acquires.insert(op);
+    }
+
+    /// The client told `client`'s embedder that `op` ended with `outcome`,
+    /// at `now`. The effects are writes and events to schedule, never a
+    /// command: the client is still being drained.
+    pub(super) fn outcome(
+        &mut self,
+        client: usize,
+        op: OpId,
+        outcome: &Outcome,
+        now: Time,
+        out: &mut Vec<Effect>,
+    ) {
+        self.embedders[client].open_acquires.remove(&op);
+        if let Outcome::Granted(grant) = outcome {
+            self.granted(client, grant.clone(), now, out);
+        }
+    }
+
+    /// `client`'s client has finished.
+    pub(super) fn finished(&mut self, client: usize) {
+        self.embedders[client].finished = true;
+    }
+
     fn random_key(&mut self) -> Key {
-        let keys = &self.params.keys;
-        keys[self.rng.up_to(keys.len() as u64 - 1) as usize].clone()
+        self.keys[self.rng.up_to(self.keys.len() as u64 - 1) as usize].clone()
     }
 
     /// A client's next spontaneous command.
-    pub(super) fn on_work(&mut self, c: usize) -> Step {
-        if self.now >= self.work_end || self.clients[c].shutdown_at.is_some() {
-            return Ok(());
+    fn work(&mut self, c: usize, now: Time, out: &mut Vec<Effect>) {
+        if now >= self.work_end || self.embedders[c].shut_down {
+            return;
         }
         let roll = self.rng.up_to(99);
         if roll < 70 {
@@ -225,36 +366,36 @@ impl World {
                 };
                 let wait = Duration::from_millis(pick(&mut self.rng, &WAITS_MS));
                 let lease = Duration::from_millis(pick(&mut self.rng, &LEASES_MS));
-                self.cmd_acquire(c, key, wait, lease)?;
+                let embedder = &mut self.embedders[c];
+                embedder.next_owner += 1;
+                let owner = Name::new(format!("c{c}.{}", embedder.next_owner)).expect("an atom");
+                out.push(Effect::Command(Command::Acquire {
+                    key,
+                    owner,
+                    wait,
+                    lease,
+                }));
             }
         } else if roll < 82 {
-            let open = &self.clients[c].work.open_acquires;
+            let open = &self.embedders[c].open_acquires;
             if !open.is_empty() {
                 let i = self.rng.up_to(open.len() as u64 - 1) as usize;
                 let op = *open.iter().nth(i).expect("in range");
-                self.cmd_cancel(c, op)?;
+                out.push(Effect::Command(Command::Cancel(op)));
             }
         }
-        let (lo, hi) = self.clients[c].work.interval_ms;
-        let next = self.millis_between(lo, hi);
-        self.schedule_in(next, Ev::Work { client: c });
-        Ok(())
+        let (lo, hi) = self.embedders[c].interval_ms;
+        let next = millis_between(&mut self.rng, lo, hi);
+        out.push(Effect::At(now.saturating_add(next), Ev::Work { client: c }));
     }
 
-    /// The embedder of `c` was handed `grant`: it holds it (checked for
-    /// mutual exclusion), writes with it at once, and decides when to give
-    /// it up.
-    pub(super) fn on_granted(&mut self, c: usize, grant: Grant) -> Step {
-        let now = self.now;
-        if let Err(failure) =
-            self.ledger
-                .hold(c, grant.key(), grant.token(), grant.valid_until(), now)
-        {
-            return Err(self.failure(failure));
-        }
-        if let Err(failure) = self.ledger.write(c, grant.key(), grant.token(), now) {
-            return Err(self.failure(failure));
-        }
+    /// The embedder of `c` was handed `grant`: it writes with it at once,
+    /// and decides when to give it up.
+    fn granted(&mut self, c: usize, grant: Grant, now: Time, out: &mut Vec<Effect>) {
+        out.push(Effect::Write {
+            key: grant.key().clone(),
+            token: grant.token(),
+        });
         let lease_ms = grant.lease().as_millis() as u64;
         let fate = match self.rng.up_to(99) {
             0..=69 => Fate::Release,
@@ -263,81 +404,62 @@ impl World {
         };
         // Held up to one and a half leases, or six seconds: long leases are
         // mostly given up early, so that their releases matter.
-        let hold = self.millis_between(0, (lease_ms + lease_ms / 2).min(6_000));
-        let work = &mut self.clients[c].work;
-        work.next_no += 1;
-        let no = work.next_no;
-        work.held.insert(no, Held { grant, fate });
-        self.schedule_in(hold, Ev::Fate { client: c, no });
+        let hold = millis_between(&mut self.rng, 0, (lease_ms + lease_ms / 2).min(6_000));
+        let embedder = &mut self.embedders[c];
+        embedder.next_no += 1;
+        let no = embedder.next_no;
+        embedder.held.insert(no, Held { grant, fate });
+        out.push(Effect::At(
+            now.saturating_add(hold),
+            Ev::Fate { client: c, no },
+        ));
         if self.rng.chance(1, 2) {
-            let at = self.rng.up_to(hold.as_millis() as u64);
-            self.schedule_in(Duration::from_millis(at), Ev::Write { client: c, no });
+            let write = Duration::from_millis(self.rng.up_to(hold.as_millis() as u64));
+            out.push(Effect::At(
+                now.saturating_add(write),
+                Ev::Write { client: c, no },
+            ));
         }
-        Ok(())
     }
 
     /// The embedder gives a grant up: releases it, hands it back, or lets
     /// it expire; maybe a late write follows.
-    pub(super) fn on_fate(&mut self, c: usize, no: u64) -> Step {
-        let Some(held) = self.clients[c].work.held.remove(&no) else {
-            return Ok(());
+    fn fate(&mut self, c: usize, no: u64, now: Time, out: &mut Vec<Effect>) {
+        let Some(held) = self.embedders[c].held.remove(&no) else {
+            return;
         };
-        if self.clients[c].finished {
-            return Ok(());
+        if self.embedders[c].finished {
+            return;
         }
+        let (key, token) = (held.grant.key().clone(), held.grant.token());
         match held.fate {
-            Fate::Release => self.cmd_release(c, &held.grant)?,
-            Fate::Abandon => self.cmd_undeliverable(c, &held.grant)?,
+            Fate::Release => out.push(Effect::Command(Command::Release(held.grant))),
+            Fate::Abandon => out.push(Effect::Command(Command::Undeliverable(held.grant))),
             Fate::Leak => {}
         }
         if self.rng.chance(1, 10) {
-            let later = self.millis_between(0, 2_000);
-            self.schedule_in(
-                later,
-                Ev::Zombie {
-                    client: c,
-                    key: held.grant.key().clone(),
-                    token: held.grant.token(),
-                },
-            );
-        }
-        Ok(())
-    }
-
-    /// A write with a grant the embedder still holds.
-    pub(super) fn on_write(&mut self, c: usize, no: u64) -> Step {
-        let Some(held) = self.clients[c].work.held.get(&no) else {
-            return Ok(());
-        };
-        let (key, token) = (held.grant.key().clone(), held.grant.token());
-        match self.ledger.write(c, &key, token, self.now) {
-            Ok(()) => Ok(()),
-            Err(failure) => Err(self.failure(failure)),
-        }
-    }
-
-    /// A late write.
-    pub(super) fn on_zombie(&mut self, c: usize, key: Key, token: u64) -> Step {
-        match self.ledger.write(c, &key, token, self.now) {
-            Ok(()) => Ok(()),
-            Err(failure) => Err(self.failure(failure)),
+            let later = millis_between(&mut self.rng, 0, 2_000);
+            let zombie = Ev::Zombie {
+                client: c,
+                key,
+                token,
+            };
+            out.push(Effect::At(now.saturating_add(later), zombie));
         }
     }
 
     /// The client shuts down, maybe releasing what it holds first.
-    pub(super) fn on_shutdown(&mut self, c: usize) -> Step {
-        if self.clients[c].finished {
-            return Ok(());
+    fn shutdown(&mut self, c: usize, out: &mut Vec<Effect>) {
+        let embedder = &mut self.embedders[c];
+        if embedder.finished {
+            return;
         }
-        if self.clients[c].work.release_at_shutdown {
-            let held: Vec<Held> = core::mem::take(&mut self.clients[c].work.held)
-                .into_values()
-                .collect();
-            for h in held {
-                self.cmd_release(c, &h.grant)?;
+        if embedder.release_at_shutdown {
+            for held in core::mem::take(&mut embedder.held).into_values() {
+                out.push(Effect::Command(Command::Release(held.grant)));
             }
         }
-        let budget = self.clients[c].work.budget;
-        self.cmd_shutdown(c, budget)
+        embedder.shut_down = true;
+        out.push(Effect::Command(Command::Shutdown(embedder.budget)));
     }
 }

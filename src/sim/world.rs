@@ -1,7 +1,8 @@
-//! The event loop: one virtual clock, one schedule, one generator.
+//! The event loop: one virtual clock, one schedule.
 //!
 //! The loop takes the earliest of: a server core's timer, a client core's
-//! timer, a scheduled event (a delivery, a workload command, a fault). At
+//! timer, a scheduled event (a delivery, a fault, an event the cluster or
+//! an embedder scheduled for itself). At
 //! equal times server timers come first, then client timers (in client
 //! order), then events (in the order they were scheduled), so the order is
 //! a function of the seed alone.
@@ -13,30 +14,40 @@
 //! [`end_step`](crate::testkit::Checker::end_step). Before bytes are handed
 //! to a client, its due timers are fired first, in the same step. After
 //! every event the global checks run.
+//!
+//! The world owns the clock, the schedule, the network, the clients and
+//! their checkers, and the ground truth of the global checks; it draws the
+//! network's randomness and the fault schedule from the seed's generator.
+//! The [`Cluster`] and the [`Workload`] own their state and generators of
+//! their own (seeded from the seed's): the world hands them their events,
+//! the faults due and the clients' outcomes, and carries out the effects
+//! they hand back, in their order. Nothing else acts on the world.
 
 use core::cmp::Ordering;
 use core::time::Duration;
-use std::collections::BinaryHeap;
+use std::collections::{BTreeMap, BinaryHeap};
 
 use bytes::Bytes;
 
 use super::check::{Failure, Ledger, OpInfo};
-use super::cluster::{Cluster, IMPOSTOR};
-use super::net::{LinkId, Net, Request, Target};
-use super::workload::{client_config, Params, Work};
-use super::{Check, FaultKind, Faults, Operations, Report, SimConfig, Violation};
+use super::cluster::{self, Cluster, Ending, IMPOSTOR};
+use super::driven::Driven;
+use super::net::{LinkId, Net, Partition, Request, Target, DELAY_PARTITION, MAX_DELAY};
+use super::workload::{self, client_config, Command, Params, Workload};
+use super::{millis_between, Check, FaultKind, Faults, Operations, Report, SimConfig, Violation};
 use crate::client::{
-    Action, Client, Config as ClientConfig, ConnId, Error as ClientError, Event, Grant, OpId,
-    Outcome, ReleaseResult, TransportEnd,
+    Action, Config as ClientConfig, ConnId, Error as ClientError, Event, Grant, OpId, Outcome,
+    ReleaseResult, TransportEnd,
 };
 use crate::names::{Key, Name};
 use crate::rng::Rng;
+use crate::server::Action as ServerAction;
 use crate::testkit::{Checker, InvariantViolation, TraceHash};
 use crate::time::Time;
 use crate::wire::{AnswerKind, ClientFrame, ServerFrame};
 
 /// What a step returns: a violation stops the run.
-pub(super) type Step = Result<(), Box<Violation>>;
+type Step = Result<(), Box<Violation>>;
 
 /// The most events one seed may take before it is declared stuck.
 const MAX_EVENTS: u64 = 20_000_000;
@@ -46,7 +57,7 @@ const WIND_DOWN: Duration = Duration::from_secs(120);
 
 /// Something scheduled to happen.
 #[derive(Debug)]
-pub(super) enum Ev {
+enum Ev {
     /// A connect reaches its target.
     ConnectArrive { link: LinkId, gen: u32 },
     /// The answer to a connect reaches the client.
@@ -63,26 +74,12 @@ pub(super) enum Ev {
     ResetToServer { link: LinkId },
     /// The client learns that the connection was reset.
     ResetToClient { link: LinkId },
-    /// A client's next spontaneous command.
-    Work { client: usize },
-    /// A client decides what to do with a grant it holds.
-    Fate { client: usize, no: u64 },
-    /// A client writes to a key's resource with a grant it holds.
-    Write { client: usize, no: u64 },
-    /// A late write, with a grant given up or past its validity.
-    Zombie { client: usize, key: Key, token: u64 },
-    /// A client shuts down.
-    Shutdown { client: usize },
     /// A fault of a scheduled kind is due.
     Fault(FaultKind),
-    /// A crashed node restarts.
-    Restart { node: usize },
-    /// A node's `not_active` window ends.
-    Activate { node: usize, life: u64 },
-    /// A node's credential is fixed.
-    FixCredential { node: usize, life: u64 },
-    /// The cluster elects a leader, if it has none.
-    Elect,
+    /// Something the cluster scheduled.
+    Cluster(cluster::Ev),
+    /// Something an embedder scheduled.
+    Workload(workload::Ev),
 }
 
 struct Scheduled {
@@ -112,44 +109,51 @@ impl Ord for Scheduled {
     }
 }
 
-/// One client core, its checker, and its embedder's state.
-pub(super) struct Slot {
-    pub(super) client: Client,
-    pub(super) checker: Checker,
-    pub(super) config: ClientConfig,
-    pub(super) work: Work,
-    pub(super) shutdown_at: Option<Time>,
-    pub(super) finished: bool,
+/// One client and its checker.
+struct Slot {
+    /// The client core, or a bad client around one (feature `sabotage`).
+    client: Driven,
+    /// Fed what the client does on the network and tells the workload.
+    checker: Checker,
+    /// The configuration the seed drew, which the checks hold the client
+    /// to (the core of a bad client may have another).
+    config: ClientConfig,
+    finished: bool,
     /// The core's `poll_timeout` after its latest step (it changes only
     /// when the core is called).
-    pub(super) next_timeout: Option<Time>,
+    next_timeout: Option<Time>,
     /// The deadline grace of an operation: `queue_grace + answer_grace +
     /// settle_margin`.
-    pub(super) op_grace: Duration,
+    op_grace: Duration,
     /// How long, once the cluster is healthy, a release under way may take.
-    pub(super) release_grace: Duration,
+    release_grace: Duration,
+    /// The embedder's releases without an outcome yet, with their token.
+    release_ops: BTreeMap<OpId, u64>,
 }
 
 /// The whole simulated world of one seed.
 pub(super) struct World {
-    pub(super) config: SimConfig,
-    pub(super) seed: u64,
-    pub(super) rng: Rng,
-    pub(super) now: Time,
+    config: SimConfig,
+    seed: u64,
+    /// The network's draws and the schedule of faults (the cluster and the
+    /// workload draw from generators of their own).
+    rng: Rng,
+    now: Time,
     heap: BinaryHeap<Scheduled>,
     seq: u64,
-    pub(super) clients: Vec<Slot>,
-    pub(super) cluster: Cluster,
-    pub(super) net: Net,
-    pub(super) ledger: Ledger,
-    pub(super) params: Params,
-    pub(super) ops: Operations,
-    pub(super) faults: Faults,
-    pub(super) trace: TraceHash,
-    pub(super) log: Option<Vec<String>>,
-    pub(super) faults_end: Time,
-    pub(super) work_end: Time,
-    pub(super) heal_at: Option<Time>,
+    clients: Vec<Slot>,
+    cluster: Cluster,
+    workload: Workload,
+    net: Net,
+    ledger: Ledger,
+    params: Params,
+    ops: Operations,
+    faults: Faults,
+    trace: TraceHash,
+    log: Option<Vec<String>>,
+    faults_end: Time,
+    work_end: Time,
+    heal_at: Option<Time>,
     events: u64,
 }
 
@@ -158,7 +162,7 @@ impl World {
         let mut rng = Rng::new(seed);
         let params = Params::draw(&mut rng, config);
         let now = Time::ZERO;
-        let cluster = Cluster::new(&params, config.nodes.max(1), now);
+        let cluster = Cluster::new(&params.server, config, Rng::new(rng.next_u64()), now);
         let faults_end = if config.faults {
             now.saturating_add(config.fault_time)
         } else {
@@ -167,14 +171,24 @@ impl World {
         let work_end = now
             .saturating_add(config.fault_time)
             .saturating_add(config.calm_time);
-        let addrs: Vec<_> = cluster.nodes.iter().map(|n| n.addr.clone()).collect();
+        let (workload, first) = Workload::new(
+            Rng::new(rng.next_u64()),
+            params.keys.clone(),
+            config.clients,
+            now,
+            work_end,
+        );
+        let addrs: Vec<_> = cluster.addrs().cloned().collect();
+        let hintable: Vec<_> = addrs
+            .iter()
+            .chain([cluster.impostor_addr()])
+            .cloned()
+            .collect();
         let clients = (0..config.clients)
             .map(|c| {
-                let client_config = client_config(c, &mut rng, &addrs, &params, config.sabotage);
-                let work = Work::draw(&mut rng);
+                let client_config = client_config(c, &mut rng, &addrs, &params);
                 let checker = Checker::new(&client_config, now);
-                let client = Client::new(client_config.clone(), now)
-                    .expect("the simulator's configs are valid");
+                let client = Driven::new(&client_config, config, &hintable, now);
                 let op_grace = client_config.queue_grace
                     + client_config.answer_grace
                     + client_config.settle_margin;
@@ -199,12 +213,11 @@ impl World {
                     client,
                     checker,
                     config: client_config,
-                    work,
-                    shutdown_at: None,
                     finished: false,
                     next_timeout: None,
                     op_grace,
                     release_grace,
+                    release_ops: BTreeMap::new(),
                 }
             })
             .collect();
@@ -217,6 +230,7 @@ impl World {
             seq: 0,
             clients,
             cluster,
+            workload,
             net: Net::default(),
             ledger: Ledger::default(),
             params,
@@ -229,13 +243,8 @@ impl World {
             heal_at: None,
             events: 0,
         };
-        for c in 0..world.clients.len() {
-            let (lo, hi) = world.clients[c].work.interval_ms;
-            let first = world.rng.up_to(hi.max(lo));
-            world.schedule_in(Duration::from_millis(first), Ev::Work { client: c });
-            let stagger = world.rng.up_to(1_000);
-            let at = work_end.saturating_add(Duration::from_millis(stagger));
-            world.schedule(at, Ev::Shutdown { client: c });
+        for (at, ev) in first {
+            world.schedule(at, Ev::Workload(ev));
         }
         if config.faults {
             for (kind, mean) in world.params.fault_means.clone() {
@@ -365,12 +374,7 @@ impl World {
 
     // ----- plumbing -------------------------------------------------------
 
-    pub(super) fn violation(
-        &self,
-        check: Check,
-        client: Option<usize>,
-        detail: String,
-    ) -> Box<Violation> {
+    fn violation(&self, check: Check, client: Option<usize>, detail: String) -> Box<Violation> {
         Box::new(Violation {
             seed: self.seed,
             at: self.now,
@@ -390,7 +394,7 @@ impl World {
         self.violation(Check::Invariant(v.invariant), Some(c), detail)
     }
 
-    pub(super) fn schedule(&mut self, at: Time, ev: Ev) {
+    fn schedule(&mut self, at: Time, ev: Ev) {
         self.seq += 1;
         self.heap.push(Scheduled {
             at: at.max(self.now),
@@ -399,11 +403,11 @@ impl World {
         });
     }
 
-    pub(super) fn schedule_in(&mut self, after: Duration, ev: Ev) {
+    fn schedule_in(&mut self, after: Duration, ev: Ev) {
         self.schedule(self.now.saturating_add(after), ev);
     }
 
-    pub(super) fn note(&mut self, what: impl FnOnce() -> String) {
+    fn note(&mut self, what: impl FnOnce() -> String) {
         if let Some(log) = &mut self.log {
             log.push(format!("{} {}", self.now, what()));
         }
@@ -415,13 +419,14 @@ impl World {
         self.trace.write_u64(a);
     }
 
-    pub(super) fn faults_on(&self) -> bool {
+    fn faults_on(&self) -> bool {
         self.config.faults && self.now < self.faults_end
     }
 
-    /// A uniform draw in `lo..=hi` milliseconds.
-    pub(super) fn millis_between(&mut self, lo: u64, hi: u64) -> Duration {
-        Duration::from_millis(lo + self.rng.up_to(hi.saturating_sub(lo)))
+    /// A failed global check, as a violation.
+    fn failure(&self, failure: Failure) -> Box<Violation> {
+        let (check, client, detail) = failure;
+        self.violation(check, client, detail)
     }
 
     // ----- the network ----------------------------------------------------
@@ -439,7 +444,7 @@ impl World {
 
     /// When a write on `link` made now arrives: after its delay, after a
     /// short partition that covers it, and after the writes before it.
-    pub(super) fn arrival(&mut self, id: LinkId, to_server: bool) -> Time {
+    fn arrival(&mut self, id: LinkId, to_server: bool) -> Time {
         let delay = self.delay();
         let now = self.now;
         let mut at = now.saturating_add(delay);
@@ -457,7 +462,7 @@ impl World {
         };
         at = at.max(*last);
         *last = at;
-        debug_assert!(at.saturating_duration_since(now) <= super::net::MAX_DELAY);
+        debug_assert!(at.saturating_duration_since(now) <= MAX_DELAY);
         at
     }
 
@@ -506,7 +511,7 @@ impl World {
         }
     }
 
-    pub(super) fn reap(&mut self, id: LinkId) {
+    fn reap(&mut self, id: LinkId) {
         self.net.reap(id, |t| match t {
             Target::Node(n) => n,
             _ => IMPOSTOR,
@@ -590,43 +595,161 @@ impl World {
     }
 
     /// Drains a server core's actions onto the network.
-    pub(super) fn drain_server(&mut self, n: usize) {
-        loop {
-            let Some(server) = self.cluster.server_mut(n) else {
-                return;
-            };
-            let Some(action) = server.poll_action() else {
-                return;
-            };
-            let instance = self.cluster.instance(n);
-            match action {
-                crate::server::Action::Send { conn, data } => {
-                    let Some(id) = self.net.of_server(n, instance, conn) else {
-                        continue;
-                    };
-                    if n != IMPOSTOR {
-                        self.observe_answers(n, id, &data);
-                    }
-                    let link = &self.net.links[&id];
-                    if link.client_closed || link.blackhole {
-                        continue;
-                    }
-                    self.send_segments(id, false, data);
+    fn drain_server(&mut self, n: usize) {
+        let instance = self.cluster.instance(n);
+        while let Some(action) = self.cluster.server_mut(n).and_then(|s| s.poll_action()) {
+            self.serve(n, instance, action);
+        }
+    }
+
+    /// An action of the server core of node `n` at `instance`, carried out
+    /// on the network.
+    fn serve(&mut self, n: usize, instance: u64, action: ServerAction) {
+        match action {
+            ServerAction::Send { conn, data } => {
+                let Some(id) = self.net.of_server(n, instance, conn) else {
+                    return;
+                };
+                if n != IMPOSTOR {
+                    self.observe_answers(n, id, &data);
                 }
-                crate::server::Action::Close { conn } => {
-                    let Some(id) = self.net.of_server(n, instance, conn) else {
-                        continue;
-                    };
-                    let link = self.net.links.get_mut(&id).expect("indexed");
-                    link.server_closed = true;
-                    let fin = !link.client_closed && !link.blackhole;
-                    let gen = link.gen;
-                    if fin {
-                        let at = self.arrival(id, false);
-                        self.schedule(at, Ev::FinToClient { link: id, gen });
-                    }
-                    self.reap(id);
+                let link = &self.net.links[&id];
+                if link.client_closed || link.blackhole {
+                    return;
                 }
+                self.send_segments(id, false, data);
+            }
+            ServerAction::Close { conn } => {
+                let Some(id) = self.net.of_server(n, instance, conn) else {
+                    return;
+                };
+                let link = self.net.links.get_mut(&id).expect("indexed");
+                link.server_closed = true;
+                let fin = !link.client_closed && !link.blackhole;
+                let gen = link.gen;
+                if fin {
+                    let at = self.arrival(id, false);
+                    self.schedule(at, Ev::FinToClient { link: id, gen });
+                }
+                self.reap(id);
+            }
+        }
+    }
+
+    /// The connections of node `n`'s server core at `instance` end with
+    /// it, as `ending` says.
+    fn connections_gone(&mut self, n: usize, instance: u64, ending: Ending) {
+        let gone: Vec<LinkId> = self
+            .net
+            .links
+            .iter()
+            .filter(|(_, l)| {
+                l.target == Target::Node(n)
+                    && l.instance == instance
+                    && l.sconn.is_some()
+                    && !l.server_closed
+            })
+            .map(|(&id, _)| id)
+            .collect();
+        for id in gone {
+            let link = self.net.links.get_mut(&id).expect("listed");
+            link.server_closed = true;
+            // (A link cut by a partition hears of it when the partition
+            // ends.)
+            let heard = !link.client_closed && !link.blackhole;
+            let ev = match ending {
+                Ending::Crash { silent } => {
+                    link.gen += 1;
+                    link.blackhole |= silent;
+                    (heard && !silent).then_some(Ev::ResetToClient { link: id })
+                }
+                Ending::Replaced => heard.then_some(Ev::FinToClient {
+                    link: id,
+                    gen: link.gen,
+                }),
+            };
+            if let Some(ev) = ev {
+                let at = self.arrival(id, false);
+                self.schedule(at, ev);
+            }
+            self.reap(id);
+        }
+    }
+
+    /// Resets one established connection: both sides learn it after a
+    /// delay, and the bytes in flight are lost.
+    fn reset_a_connection(&mut self) {
+        let open: Vec<LinkId> = self
+            .net
+            .links
+            .iter()
+            .filter(|(_, l)| l.is_established())
+            .map(|(&id, _)| id)
+            .collect();
+        if open.is_empty() {
+            return;
+        }
+        let id = open[self.rng.up_to(open.len() as u64 - 1) as usize];
+        self.note(|| format!("fault: link {id} is reset"));
+        self.faults.bump(FaultKind::Reset);
+        let link = self.net.links.get_mut(&id).expect("listed");
+        link.gen += 1;
+        let to_client = self.arrival(id, false);
+        let to_server = self.arrival(id, true);
+        self.schedule(to_client, Ev::ResetToClient { link: id });
+        self.schedule(to_server, Ev::ResetToServer { link: id });
+    }
+
+    /// Cuts a client off from one node, or from all, for a while. A short
+    /// partition delays the bytes until it heals; a long one cuts the
+    /// connections: the server side learns after [`MAX_DELAY`], the client
+    /// when the partition heals (if its own timers have not told it first).
+    fn partition(&mut self) {
+        let c = self.rng.up_to(self.clients.len().max(1) as u64 - 1) as usize;
+        let node = if self.rng.chance(1, 3) {
+            None
+        } else {
+            Some(self.rng.up_to(self.cluster.node_count() as u64 - 1) as usize)
+        };
+        let cut = self.rng.chance(1, 2);
+        let length = if cut {
+            millis_between(&mut self.rng, 500, 3_000)
+        } else {
+            millis_between(&mut self.rng, 50, DELAY_PARTITION.as_millis() as u64)
+        };
+        let until = self.now.saturating_add(length);
+        self.note(|| format!("fault: c{c} cut off from {node:?} for {length:?} (cut: {cut})"));
+        self.faults.bump(FaultKind::Partition);
+        self.net.heal(self.now);
+        let partition = Partition {
+            client: c,
+            node,
+            until,
+        };
+        self.net.partitions.push(partition);
+        if !cut {
+            return;
+        }
+        let cut_links: Vec<LinkId> = self
+            .net
+            .links
+            .iter()
+            .filter(|(_, l)| !l.is_done() && partition.covers(l.client, l.target))
+            .map(|(&id, _)| id)
+            .collect();
+        for id in cut_links {
+            let link = self.net.links.get_mut(&id).expect("listed");
+            link.gen += 1;
+            link.blackhole = true;
+            let (server_side, client_side) = (
+                link.sconn.is_some() && !link.server_closed,
+                !link.client_closed,
+            );
+            if server_side {
+                self.schedule_in(MAX_DELAY, Ev::ResetToServer { link: id });
+            }
+            if client_side {
+                self.schedule(until, Ev::ResetToClient { link: id });
             }
         }
     }
@@ -690,16 +813,20 @@ impl World {
             Ev::FinToClient { link, gen } => (6, *link, u64::from(*gen)),
             Ev::ResetToServer { link } => (7, *link, 0),
             Ev::ResetToClient { link } => (8, *link, 0),
-            Ev::Work { client } => (9, *client as u64, 0),
-            Ev::Fate { client, no } => (10, *client as u64, *no),
-            Ev::Write { client, no } => (11, *client as u64, *no),
-            Ev::Zombie { client, token, .. } => (12, *client as u64, *token),
-            Ev::Shutdown { client } => (13, *client as u64, 0),
+            Ev::Workload(ev) => match ev {
+                workload::Ev::Work { client } => (9, *client as u64, 0),
+                workload::Ev::Fate { client, no } => (10, *client as u64, *no),
+                workload::Ev::Write { client, no } => (11, *client as u64, *no),
+                workload::Ev::Zombie { client, token, .. } => (12, *client as u64, *token),
+                workload::Ev::Shutdown { client } => (13, *client as u64, 0),
+            },
             Ev::Fault(kind) => (14, kind.index() as u64, 0),
-            Ev::Restart { node } => (15, *node as u64, 0),
-            Ev::Activate { node, life } => (16, *node as u64, *life),
-            Ev::FixCredential { node, life } => (17, *node as u64, *life),
-            Ev::Elect => (18, 0, 0),
+            Ev::Cluster(ev) => match ev {
+                cluster::Ev::Restart { node } => (15, *node as u64, 0),
+                cluster::Ev::Activate { node, life } => (16, *node as u64, *life),
+                cluster::Ev::FixCredential { node, life } => (17, *node as u64, *life),
+                cluster::Ev::Elect => (18, 0, 0),
+            },
         };
         self.trace.write_u64(self.now.as_nanos());
         self.trace.write_u64(kind);
@@ -804,11 +931,12 @@ impl World {
                 self.trace_tag(b"reset-to-client", link);
                 self.client_input(c, Input::Closed(conn, TransportEnd::Error))
             }
-            Ev::Work { client } => self.on_work(client),
-            Ev::Fate { client, no } => self.on_fate(client, no),
-            Ev::Write { client, no } => self.on_write(client, no),
-            Ev::Zombie { client, key, token } => self.on_zombie(client, key, token),
-            Ev::Shutdown { client } => self.on_shutdown(client),
+            Ev::Workload(ev) => {
+                let c = ev.client();
+                let mut effects = Vec::new();
+                self.workload.handle(ev, self.now, &mut effects);
+                self.embedder_effects(c, effects)
+            }
             Ev::Fault(kind) => {
                 if self.faults_on() {
                     self.trace_tag(b"fault", kind as u64);
@@ -825,23 +953,65 @@ impl World {
                 }
                 Ok(())
             }
-            Ev::Restart { node } => {
-                self.restart(node);
-                Ok(())
-            }
-            Ev::Activate { node, life } => {
-                self.activate(node, life);
-                Ok(())
-            }
-            Ev::FixCredential { node, life } => {
-                self.fix_credential(node, life);
-                Ok(())
-            }
-            Ev::Elect => {
-                self.elect();
+            Ev::Cluster(ev) => {
+                let mut effects = Vec::new();
+                self.cluster.handle(ev, self.now, &mut effects);
+                self.cluster_effects(effects);
                 Ok(())
             }
         }
+    }
+
+    /// Injects a fault of a scheduled kind: the network's here, the
+    /// cluster's by the cluster.
+    fn inject(&mut self, kind: FaultKind) {
+        match kind {
+            FaultKind::Reset => self.reset_a_connection(),
+            FaultKind::Partition => self.partition(),
+            _ => {
+                let mut effects = Vec::new();
+                self.cluster.inject(kind, self.now, &mut effects);
+                self.cluster_effects(effects);
+            }
+        }
+    }
+
+    /// Carries out what the cluster did, in order.
+    fn cluster_effects(&mut self, effects: Vec<cluster::Effect>) {
+        for effect in effects {
+            match effect {
+                cluster::Effect::At(at, ev) => self.schedule(at, Ev::Cluster(ev)),
+                cluster::Effect::Served {
+                    node,
+                    instance,
+                    action,
+                } => self.serve(node, instance, action),
+                cluster::Effect::Gone {
+                    node,
+                    instance,
+                    ending,
+                } => self.connections_gone(node, instance, ending),
+                cluster::Effect::Fault(kind) => self.faults.bump(kind),
+                cluster::Effect::Note(line) => self.note(|| line),
+            }
+        }
+    }
+
+    /// Carries out what client `c`'s embedder does, in order: each command
+    /// is one checked step.
+    fn embedder_effects(&mut self, c: usize, effects: Vec<workload::Effect>) -> Step {
+        for effect in effects {
+            match effect {
+                workload::Effect::At(at, ev) => self.schedule(at, Ev::Workload(ev)),
+                workload::Effect::Write { key, token } => {
+                    if let Err(failure) = self.ledger.write(c, &key, token, self.now) {
+                        return Err(self.failure(failure));
+                    }
+                }
+                workload::Effect::Command(command) => self.command(c, command)?,
+            }
+        }
+        Ok(())
     }
 
     fn connect_arrive(&mut self, id: LinkId, gen: u32) -> Step {
@@ -956,19 +1126,20 @@ impl World {
 
     /// Drains the client, ends the checker's step, and finishes the
     /// checker when the client has shut down.
-    pub(super) fn end_client_step(&mut self, c: usize) -> Step {
+    fn end_client_step(&mut self, c: usize) -> Step {
         self.drain_client(c)?;
         let slot = &mut self.clients[c];
-        if let Err(v) = slot.checker.end_step(&slot.client) {
+        if let Err(v) = slot.checker.end_step(slot.client.core()) {
             return Err(self.checker_violation(c, v));
         }
         let slot = &mut self.clients[c];
         slot.next_timeout = slot.client.poll_timeout().filter(|&t| t < Time::MAX);
         if slot.client.is_finished() && !slot.finished {
             slot.finished = true;
-            if let Err(v) = slot.checker.finish(&slot.client) {
+            if let Err(v) = slot.checker.finish(slot.client.core()) {
                 return Err(self.checker_violation(c, v));
             }
+            self.workload.finished(c);
         }
         Ok(())
     }
@@ -1002,8 +1173,7 @@ impl World {
         match event {
             Event::Outcome { op, outcome } => {
                 self.ledger.op_ended(c, op);
-                self.clients[c].work.open_acquires.remove(&op);
-                let release_token = self.clients[c].work.release_ops.remove(&op);
+                let release_token = self.clients[c].release_ops.remove(&op);
                 let o = &mut self.ops;
                 match &outcome {
                     Outcome::Granted(_) => o.granted += 1,
@@ -1016,10 +1186,10 @@ impl World {
                     Outcome::NotHeld => o.not_held += 1,
                     Outcome::Lapsed => o.lapsed += 1,
                 }
-                match outcome {
-                    Outcome::Granted(grant) => self.on_granted(c, grant)?,
+                match &outcome {
+                    Outcome::Granted(grant) => self.hold(c, grant)?,
                     Outcome::Indeterminate { settles_by } => {
-                        self.ledger.indeterminate(c, op, settles_by)
+                        self.ledger.indeterminate(c, op, *settles_by)
                     }
                     Outcome::Lapsed => {
                         if let Some(token) = release_token {
@@ -1028,6 +1198,16 @@ impl World {
                     }
                     _ => {}
                 }
+                let mut effects = Vec::new();
+                self.workload
+                    .outcome(c, op, &outcome, self.now, &mut effects);
+                debug_assert!(
+                    !effects
+                        .iter()
+                        .any(|e| matches!(e, workload::Effect::Command(_))),
+                    "no command while the client is drained"
+                );
+                self.embedder_effects(c, effects)?;
             }
             Event::OrphanRelease { token, .. } => {
                 self.ops.orphan_releases += 1;
@@ -1067,18 +1247,32 @@ impl World {
 
     // ----- the embedder's commands, each one checked step -------------------
 
-    pub(super) fn cmd_acquire(
+    /// Gives client `c` a command of its embedder's.
+    fn command(&mut self, c: usize, command: Command) -> Step {
+        match command {
+            Command::Acquire {
+                key,
+                owner,
+                wait,
+                lease,
+            } => self.cmd_acquire(c, key, owner, wait, lease),
+            Command::Cancel(op) => self.cmd_cancel(c, op),
+            Command::Release(grant) => self.cmd_release(c, &grant),
+            Command::Undeliverable(grant) => self.cmd_undeliverable(c, &grant),
+            Command::Shutdown(budget) => self.cmd_shutdown(c, budget),
+        }
+    }
+
+    fn cmd_acquire(
         &mut self,
         c: usize,
         key: Key,
+        owner: Name,
         wait: Duration,
         lease: Duration,
     ) -> Step {
         let now = self.now;
         let slot = &mut self.clients[c];
-        slot.work.next_owner += 1;
-        let owner_text = format!("c{c}.{}", slot.work.next_owner);
-        let owner = Name::new(&owner_text).expect("an atom");
         let result = slot
             .client
             .acquire(now, key.clone(), owner.clone(), wait, lease);
@@ -1094,7 +1288,7 @@ impl World {
         match result {
             Ok(op) => {
                 let grace = self.clients[c].op_grace;
-                self.ledger.owner(c, owner_text, op);
+                self.ledger.owner(c, owner.as_str().to_owned(), op);
                 self.ledger.op_started(
                     c,
                     op,
@@ -1108,7 +1302,7 @@ impl World {
                         deadline: now.saturating_add(wait + lease + grace),
                     },
                 );
-                self.clients[c].work.open_acquires.insert(op);
+                self.workload.acquired(c, op);
             }
             Err(ClientError::Busy) => self.ops.refused += 1,
             Err(_) => {}
@@ -1116,7 +1310,7 @@ impl World {
         self.end_client_step(c)
     }
 
-    pub(super) fn cmd_release(&mut self, c: usize, grant: &Grant) -> Step {
+    fn cmd_release(&mut self, c: usize, grant: &Grant) -> Step {
         let now = self.now;
         let slot = &mut self.clients[c];
         let result = slot.client.release(now, grant);
@@ -1141,7 +1335,7 @@ impl World {
                     deadline: now.saturating_add(grant.lease() + grace),
                 },
             );
-            self.clients[c].work.release_ops.insert(op, grant.token());
+            self.clients[c].release_ops.insert(op, grant.token());
             let grace = self.clients[c].release_grace;
             self.ledger
                 .release_started(c, grant.token(), now, self.heal_at, grace);
@@ -1149,7 +1343,7 @@ impl World {
         self.end_client_step(c)
     }
 
-    pub(super) fn cmd_undeliverable(&mut self, c: usize, grant: &Grant) -> Step {
+    fn cmd_undeliverable(&mut self, c: usize, grant: &Grant) -> Step {
         let now = self.now;
         let slot = &mut self.clients[c];
         let result = slot.client.undeliverable(now, grant);
@@ -1167,7 +1361,7 @@ impl World {
         self.end_client_step(c)
     }
 
-    pub(super) fn cmd_cancel(&mut self, c: usize, op: OpId) -> Step {
+    fn cmd_cancel(&mut self, c: usize, op: OpId) -> Step {
         let now = self.now;
         let slot = &mut self.clients[c];
         let result = slot.client.cancel(now, op);
@@ -1178,7 +1372,7 @@ impl World {
         self.end_client_step(c)
     }
 
-    pub(super) fn cmd_shutdown(&mut self, c: usize, budget: Duration) -> Step {
+    fn cmd_shutdown(&mut self, c: usize, budget: Duration) -> Step {
         let now = self.now;
         let slot = &mut self.clients[c];
         let result = slot.client.shutdown(now, budget);
@@ -1187,17 +1381,23 @@ impl World {
         }
         self.note(|| format!("c{c} shutdown within {budget:?}: {result:?}"));
         if result.is_ok() {
-            self.clients[c].shutdown_at = Some(now);
             self.ledger
                 .shutdown_started(c, now, now.saturating_add(budget));
         }
         self.end_client_step(c)
     }
 
-    /// A failed global check, as a violation.
-    pub(super) fn failure(&self, failure: Failure) -> Box<Violation> {
-        let (check, client, detail) = failure;
-        self.violation(check, client, detail)
+    /// The embedder of `c` was handed `grant`: it holds it, checked for
+    /// mutual exclusion.
+    fn hold(&mut self, c: usize, grant: &Grant) -> Step {
+        let (key, token) = (grant.key(), grant.token());
+        match self
+            .ledger
+            .hold(c, key, token, grant.valid_until(), self.now)
+        {
+            Ok(()) => Ok(()),
+            Err(failure) => Err(self.failure(failure)),
+        }
     }
 }
 

@@ -13,7 +13,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
-use ticketing::sim::{self, Sabotage, SimConfig};
+#[cfg(feature = "sabotage")]
+use ticketing::sim::Sabotage;
+use ticketing::sim::{self, SimConfig};
 
 /// Options of `ticketing sim`.
 #[derive(ClapArgs)]
@@ -49,25 +51,13 @@ pub struct Args {
     /// Break one client rule on purpose, to see the checks catch it:
     /// match-by-arrival, resend-after-close, use-reserved-slot,
     /// drop-orphan-release, any-hint.
-    #[arg(long, value_parser = parse_sabotage)]
+    #[cfg(feature = "sabotage")]
+    #[arg(long)]
     sabotage: Option<Sabotage>,
     /// Break the cluster on purpose instead: a new leader starts with an
     /// empty lock table, to see the global checks catch it.
     #[arg(long, hide = true)]
     forget_lock_table: bool,
-}
-
-fn parse_sabotage(name: &str) -> Result<Sabotage, String> {
-    sim::SABOTAGES
-        .into_iter()
-        .find(|&s| sim::sabotage_name(s) == Some(name))
-        .ok_or_else(|| {
-            let names: Vec<&str> = sim::SABOTAGES
-                .into_iter()
-                .filter_map(sim::sabotage_name)
-                .collect();
-            format!("unknown sabotage {name:?}; one of: {}", names.join(", "))
-        })
 }
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
@@ -78,7 +68,10 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     config.calm_time = Duration::from_millis(args.calm_ms);
     config.faults = !args.no_faults;
     config.trace = args.trace;
-    config.sabotage = args.sabotage.unwrap_or_default();
+    #[cfg(feature = "sabotage")]
+    {
+        config.sabotage = args.sabotage;
+    }
     config.forget_lock_table = args.forget_lock_table;
     let jobs = args
         .jobs
