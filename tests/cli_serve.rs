@@ -274,3 +274,57 @@ fn max_lease_ms_caps_the_lease_in_g() {
         started.elapsed()
     );
 }
+
+#[test]
+fn handshake_timeout_ms_closes_a_connection_that_sends_no_h() {
+    let serve = Serve::start(&["--handshake-timeout-ms", "300"]);
+    let accepted = Instant::now();
+    let mut silent = Raw::connect(&serve.addr);
+    // Half an H is no H.
+    let mut partial = Raw::connect(&serve.addr);
+    partial.send("H 1 test");
+    // A connection that says H in time is served past the timeout.
+    let mut prompt = Raw::connect(&serve.addr);
+    prompt.hello();
+
+    silent.expect("E handshake_timeout");
+    silent.expect_closed("a connection without H");
+    let waited = accepted.elapsed();
+    partial.expect("E handshake_timeout");
+    partial.expect_closed("a connection with half an H");
+    assert!(
+        waited >= Duration::from_millis(300),
+        "closed {waited:?} after the accept, before the 300 ms timeout"
+    );
+    // Not a speed limit: the default of 10 s must not be what applied.
+    assert!(
+        waited < Duration::from_secs(5),
+        "closed {waited:?} after the accept: the option was not applied"
+    );
+    prompt.grant(1, "k", 0, 1000);
+
+    // The default is 10 s: a connection that stays silent for a second is
+    // still open, and is served once it speaks.
+    let serve = Serve::start(&[]);
+    let mut slow = Raw::connect(&serve.addr);
+    std::thread::sleep(Duration::from_secs(1));
+    slow.hello();
+    slow.grant(1, "k", 0, 1000);
+}
+
+#[test]
+fn a_handshake_timeout_of_0_is_refused_at_start() {
+    let out = cli::ticketing(
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--handshake-timeout-ms",
+            "0",
+        ],
+        WAIT,
+    );
+    assert_eq!(out.code, Some(1), "{out:?}");
+    assert!(out.stderr.contains("handshake_timeout"), "{out:?}");
+    assert!(!out.stderr.contains("listening on"), "{out:?}");
+}
