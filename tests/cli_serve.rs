@@ -2,7 +2,9 @@
 
 mod cli;
 
-use std::net::SocketAddr;
+use std::io::{ErrorKind, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::thread;
 use std::time::{Duration, Instant};
 
 use cli::{Raw, Serve, WAIT};
@@ -327,4 +329,124 @@ fn a_handshake_timeout_of_0_is_refused_at_start() {
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(out.stderr.contains("handshake_timeout"), "{out:?}");
     assert!(!out.stderr.contains("listening on"), "{out:?}");
+}
+
+/// A field of `/proc/<pid>/status` in kB, such as `VmRSS`.
+fn status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{status}"))
+}
+
+/// How much the flood sends at most: far more than the server may keep.
+const FLOOD: usize = 128 << 20;
+/// The most the server's resident memory may grow by while one connection
+/// floods it and reads nothing: 4 MiB. The server keeps at most
+/// `ticketing::serve::MAX_UNSENT` (256 KiB) of unsent answers for a
+/// connection plus the answers to one 64 KiB read (an answer to `R` is
+/// no longer than its request), about 0.5 MiB in all; the rest of the
+/// bound is slack for the allocator (0.6 MiB of growth was measured). A
+/// server that buffers without bound grows by more than it is sent (183
+/// MiB for the 128 MiB of this flood, measured before the fix).
+const RSS_GROWTH_BOUND_KB: u64 = 4 << 10;
+/// The least the flood must get out for the bound to mean something: 16
+/// times what the server may keep, the rest held by the kernel's socket
+/// buffers (about 9 MB on loopback here) until TCP pushes back.
+const FLOOD_AT_LEAST: usize = 4 << 20;
+
+/// Writes `R` requests to `stream` and reads nothing, until `FLOOD` bytes
+/// are out or the socket has taken nothing for 2 s in a row (the server
+/// stopped reading and TCP pushes back). Returns the bytes sent.
+fn flood(mut stream: TcpStream) -> usize {
+    stream
+        .set_write_timeout(Some(Duration::from_millis(500)))
+        .expect("write timeout");
+    let mut chunk = Vec::with_capacity(64 * 1024 + 32);
+    let mut id = 1u64;
+    let mut sent = 0;
+    let started = Instant::now();
+    while sent < FLOOD && started.elapsed() < Duration::from_secs(120) {
+        chunk.clear();
+        while chunk.len() < 64 * 1024 {
+            writeln!(chunk, "R {id} k 1").expect("format");
+            id += 1;
+        }
+        let mut at = 0;
+        let mut stuck_since = None::<Instant>;
+        while at < chunk.len() {
+            match stream.write(&chunk[at..]) {
+                Ok(n) => {
+                    at += n;
+                    sent += n;
+                    stuck_since = None;
+                }
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    let since = *stuck_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= Duration::from_secs(2) {
+                        return sent;
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(e) => panic!("flood: write after {sent} bytes: {e}"),
+            }
+        }
+    }
+    sent
+}
+
+#[test]
+fn a_client_that_never_reads_does_not_grow_the_server_and_others_are_served() {
+    let serve = Serve::start(&[]);
+    let pid = serve.pid();
+    let mut good = Raw::connect(&serve.addr);
+    good.hello();
+    good.grant(1, "warm-up", 0, 1000);
+
+    let mut flooder = TcpStream::connect(&serve.addr).expect("connect");
+    flooder.write_all(b"H 1 flooder -\n").expect("write H");
+    let mut w = [0u8; 12];
+    flooder.read_exact(&mut w).expect("read W");
+    assert_eq!(&w, b"W node-1 64\n");
+    let before = status_kb(pid, "VmRSS");
+    let flooding = thread::spawn(move || {
+        let sent = flood(flooder.try_clone().expect("clone"));
+        (sent, flooder)
+    });
+
+    // The other connection is answered all along, and the server's
+    // memory is watched.
+    let mut peak = before;
+    let mut id = 2u64;
+    while !flooding.is_finished() {
+        good.send(&format!("R {id} k 1\n"));
+        good.expect(&format!("N {id} R k"));
+        id += 1;
+        peak = peak.max(status_kb(pid, "VmRSS"));
+        thread::sleep(Duration::from_millis(20));
+    }
+    let (sent, flooder) = flooding.join().expect("the flood thread");
+    peak = peak.max(status_kb(pid, "VmRSS"));
+    good.send(&format!("R {id} k 1\n"));
+    good.expect(&format!("N {id} R k"));
+    let growth = peak.saturating_sub(before);
+    eprintln!(
+        "flooded {sent} bytes ({} MiB); VmRSS {before} kB before, peak {peak} kB, growth {growth} kB; \
+         {} round trips of the other connection meanwhile",
+        sent >> 20,
+        id - 2
+    );
+    assert!(
+        growth <= RSS_GROWTH_BOUND_KB,
+        "the server grew by {growth} kB while a connection that reads nothing sent {sent} bytes"
+    );
+    // The bound means something only if the flood was much larger.
+    assert!(
+        sent >= FLOOD_AT_LEAST,
+        "the flood got only {sent} bytes out"
+    );
+    drop(flooder);
 }

@@ -4,9 +4,17 @@
 //! One task owns the core, its timer, the listener and every connection's
 //! socket: it reads what a connection has, hands it to the core, and writes
 //! the core's answers at once, with no other task or channel in between.
-//! Reading is its own backpressure: the task reads only once the core has
-//! taken the last bytes, so a client that sends faster than the core answers
-//! is slowed by TCP, not buffered here. Every rule is the core's.
+//! Every rule is the core's; what is left here is what only the holder of
+//! the sockets can do, the parts of PROTOCOL.md 4 rule 10 about buffers
+//! and descriptors:
+//!
+//! - Reading is its own backpressure: the task reads only once the core has
+//!   taken the last bytes, so a client that sends faster than the core
+//!   answers is slowed by TCP, not buffered here.
+//! - A client that does not read its answers is not read from: once
+//!   [`MAX_UNSENT`] bytes of answers wait for its socket, the task stops
+//!   reading from it until they are down to half that, so TCP holds the
+//!   client back. Other connections are served as before.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -155,6 +163,15 @@ const ACCEPTS_PER_PASS: usize = 64;
 /// it yields to the runtime.
 const PASSES_PER_POLL: usize = 32;
 
+/// Bytes of answers waiting for one connection's socket at which the server
+/// stops reading from that connection; it reads again once they are down
+/// to half this. A client that keeps to its window never gets here with
+/// the default window (64 answers of at most 1024 bytes are 64 KiB), so
+/// only a client that does not read its answers is held back. What one
+/// connection makes the server keep is this plus the answers to one read,
+/// whatever it sends.
+pub const MAX_UNSENT: usize = 256 * 1024;
+
 /// The connections that have something for the server task (bytes to read,
 /// room to write, an end), and the task's waker.
 #[derive(Default)]
@@ -197,12 +214,20 @@ struct Link {
     out: VecDeque<Bytes>,
     /// Bytes of the front of `out` already written.
     written: usize,
+    /// Bytes in `out` not written yet.
+    unsent: usize,
+    /// Not read from, because its answers are not being read: `unsent`
+    /// reached [`MAX_UNSENT`] and is not yet down to half of it.
+    stalled: bool,
 }
 
 /// What a connection's turn at reading came to.
 enum Read {
     /// The socket has nothing more for now (or the core closed it).
     Dry,
+    /// Not read from until its answers drain ([`MAX_UNSENT`]); writing
+    /// them resumes it.
+    Stalled,
     /// The turn ended with bytes perhaps still waiting.
     More,
     /// The connection ended (end of stream, or an error).
@@ -223,7 +248,15 @@ impl Link {
             ready,
             out: VecDeque::new(),
             written: 0,
+            unsent: 0,
+            stalled: false,
         }
+    }
+
+    /// Queues `data` to be written.
+    fn push(&mut self, data: Bytes) {
+        self.unsent += data.len();
+        self.out.push_back(data);
     }
 
     /// Reads what the socket has, a few reads at most, handing every byte
@@ -238,6 +271,12 @@ impl Link {
         let mut cx = Context::from_waker(&self.waker);
         let mut took = false;
         for _ in 0..READS_PER_TURN {
+            // What the core has written for it and not handed out yet is
+            // on its way here: it counts.
+            if self.stalled || self.unsent + server.queued_bytes(conn) >= MAX_UNSENT {
+                self.stalled = true;
+                return (took, Read::Stalled);
+            }
             let mut filled = ReadBuf::new(buf);
             match Pin::new(&mut self.stream).poll_read(&mut cx, &mut filled) {
                 Poll::Pending => return (took, Read::Dry),
@@ -256,7 +295,8 @@ impl Link {
         (took, Read::More)
     }
 
-    /// Writes what is queued, as far as the socket takes it. `Err`: the
+    /// Writes what is queued, as far as the socket takes it, and resumes
+    /// reading a stalled connection once enough went out. `Err`: the
     /// connection is broken.
     fn flush(&mut self) -> io::Result<()> {
         let mut cx = Context::from_waker(&self.waker);
@@ -265,6 +305,7 @@ impl Link {
                 Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
                 Poll::Ready(Ok(n)) => {
                     self.written += n;
+                    self.unsent -= n;
                     if self.written == front.len() {
                         self.out.pop_front();
                         self.written = 0;
@@ -273,6 +314,11 @@ impl Link {
                 Poll::Ready(Err(e)) => return Err(e),
                 Poll::Pending => break,
             }
+        }
+        if self.stalled && self.unsent <= MAX_UNSENT / 2 {
+            self.stalled = false;
+            // Its bytes may have waited all along: read it on the next pass.
+            self.ready.wake_by_ref();
         }
         Ok(())
     }
@@ -399,7 +445,7 @@ impl Serving {
             let (took, read) = link.read(conn, &mut self.server, &mut self.buf, self.start);
             progress |= took;
             match read {
-                Read::Dry => {}
+                Read::Dry | Read::Stalled => {}
                 Read::More => link.ready.wake_by_ref(),
                 Read::Ended => {
                     progress = true;
@@ -470,7 +516,7 @@ impl Serving {
                         if link.out.is_empty() {
                             self.dirty.push(conn);
                         }
-                        link.out.push_back(data);
+                        link.push(data);
                     }
                 }
                 Action::Close { conn } => {

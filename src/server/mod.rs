@@ -500,6 +500,15 @@ impl Server {
         }
     }
 
+    /// How many bytes the server has written for `conn` that
+    /// [`poll_action`](Server::poll_action) has not handed out yet (0 for a
+    /// connection it does not have). A driver that stops reading from a
+    /// connection whose answers are not being read (rule 10) counts these
+    /// with the bytes it holds itself: they are on their way to it.
+    pub fn queued_bytes(&self, conn: ConnId) -> usize {
+        self.outbox.get(&conn).map_or(0, |out| out.buf.len())
+    }
+
     /// The node's current role.
     pub fn role(&self) -> &Role {
         &self.role
