@@ -15,6 +15,9 @@
 //!   [`MAX_UNSENT`] bytes of answers wait for its socket, the task stops
 //!   reading from it until they are down to half that, so TCP holds the
 //!   client back. Other connections are served as before.
+//! - A closed connection's last bytes are written by a task of its own,
+//!   for at most [`RETIRE_TIMEOUT`]: a peer that does not read them cannot
+//!   keep the socket and the bytes.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -172,6 +175,10 @@ const PASSES_PER_POLL: usize = 32;
 /// whatever it sends.
 pub const MAX_UNSENT: usize = 256 * 1024;
 
+/// How long a closed connection's last bytes may take to be written before
+/// the socket is closed without them.
+pub const RETIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// The connections that have something for the server task (bytes to read,
 /// room to write, an end), and the task's waker.
 #[derive(Default)]
@@ -325,7 +332,8 @@ impl Link {
 
     /// Lets the connection go: what is still queued is written by a task of
     /// its own (the server does not wait for a slow reader), then the socket
-    /// is shut down and closed.
+    /// is shut down and closed; after [`RETIRE_TIMEOUT`] it is closed with
+    /// whatever is left unwritten.
     fn retire(mut self) {
         if let Some(front) = self.out.front_mut() {
             let _ = front.split_to(self.written);
@@ -334,12 +342,16 @@ impl Link {
             mut stream, out, ..
         } = self;
         ::tokio::spawn(async move {
-            for data in out {
-                if stream.write_all(&data).await.is_err() {
-                    return;
+            let last_words = async {
+                for data in out {
+                    if stream.write_all(&data).await.is_err() {
+                        return;
+                    }
                 }
-            }
-            let _ = stream.shutdown().await;
+                let _ = stream.shutdown().await;
+            };
+            // Dropping the unfinished writes drops the socket too.
+            let _ = ::tokio::time::timeout(RETIRE_TIMEOUT, last_words).await;
         });
     }
 }
