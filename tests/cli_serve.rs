@@ -4,11 +4,14 @@ mod cli;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::os::unix::process::CommandExt;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use cli::{Raw, Serve, WAIT};
+use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::signal::Signal;
+use nix::unistd::{sysconf, SysconfVar};
 
 fn stops_with_status_0_on(sig: Signal) {
     let mut serve = Serve::start(&[]);
@@ -449,4 +452,87 @@ fn a_client_that_never_reads_does_not_grow_the_server_and_others_are_served() {
         "the flood got only {sent} bytes out"
     );
     drop(flooder);
+}
+
+/// The CPU time `pid` has used, user and system (`/proc/<pid>/stat`).
+fn cpu_time(pid: u32) -> Duration {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/stat: {e}"));
+    // Field 2, the command, is in parentheses and may hold spaces: count
+    // from after it. Field 3 is then the first; utime is 14, stime 15.
+    let after_name = &stat[stat.rfind(')').expect("(comm)") + 2..];
+    let fields: Vec<&str> = after_name.split(' ').collect();
+    let ticks = |field: usize| -> u64 {
+        fields[field - 3]
+            .parse()
+            .unwrap_or_else(|e| panic!("field {field} of {stat:?}: {e}"))
+    };
+    let per_second = sysconf(SysconfVar::CLK_TCK)
+        .expect("sysconf")
+        .expect("CLK_TCK") as u64;
+    Duration::from_millis((ticks(14) + ticks(15)) * 1000 / per_second)
+}
+
+/// How many descriptors `pid` has open.
+fn open_descriptors(pid: u32) -> u64 {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/fd: {e}"))
+        .count() as u64
+}
+
+#[test]
+fn out_of_descriptors_the_server_neither_spins_nor_stops_serving() {
+    const NOFILE: u64 = 64;
+    // No handshake timeout closes the connections it accepts meanwhile.
+    let serve = Serve::start_with(&["--handshake-timeout-ms", "600000"], |command| {
+        // SAFETY: setrlimit is a plain system call, safe between fork and
+        // exec.
+        unsafe {
+            command.pre_exec(|| {
+                setrlimit(Resource::RLIMIT_NOFILE, NOFILE, NOFILE).map_err(std::io::Error::from)
+            });
+        }
+    });
+    let pid = serve.pid();
+    let mut served = Raw::connect(&serve.addr);
+    served.hello();
+    let (token, _) = served.grant(1, "k", 0, 60_000);
+
+    // Twice as many connections as it may have descriptors: the kernel
+    // completes them all into the listen backlog, and the server accepts
+    // until accepting fails.
+    let waiting: Vec<TcpStream> = (0..2 * NOFILE)
+        .map(|_| TcpStream::connect(&serve.addr).expect("connect"))
+        .collect();
+    let deadline = Instant::now() + WAIT;
+    while open_descriptors(pid) < NOFILE {
+        assert!(
+            Instant::now() < deadline,
+            "the server has {} descriptors open, not the {NOFILE} it may",
+            open_descriptors(pid)
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+
+    // Connections wait, nothing is sent: the server must idle.
+    thread::sleep(Duration::from_millis(500));
+    let before = cpu_time(pid);
+    let measured = Instant::now();
+    thread::sleep(Duration::from_secs(2));
+    let used = cpu_time(pid).saturating_sub(before);
+    let over = measured.elapsed();
+    eprintln!("out of descriptors: {used:?} of CPU in {over:?} with no traffic");
+    assert!(
+        used < Duration::from_millis(300),
+        "the server used {used:?} of CPU in {over:?} with no traffic, out of descriptors"
+    );
+
+    // The connection it has is served all along.
+    served.send(&format!("R 2 k {token}\n"));
+    served.expect("D 2 R k");
+    // Once descriptors are free again, new connections are accepted.
+    drop(waiting);
+    let mut fresh = Raw::connect(&serve.addr);
+    fresh.hello();
+    fresh.grant(1, "k", 0, 1000);
 }

@@ -18,6 +18,10 @@
 //! - A closed connection's last bytes are written by a task of its own,
 //!   for at most [`RETIRE_TIMEOUT`]: a peer that does not read them cannot
 //!   keep the socket and the bytes.
+//! - Accepting that fails (out of descriptors, say) is tried again after a
+//!   pause, from [`ACCEPT_BACKOFF_MIN`] doubling to [`ACCEPT_BACKOFF_MAX`]
+//!   and back to the start after an accept that works, so the task neither
+//!   spins nor stops serving the connections it has.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -178,6 +182,12 @@ pub const MAX_UNSENT: usize = 256 * 1024;
 /// How long a closed connection's last bytes may take to be written before
 /// the socket is closed without them.
 pub const RETIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The first pause after accepting a connection failed.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(1);
+
+/// The longest pause after accepting failed again and again.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The connections that have something for the server task (bytes to read,
 /// room to write, an end), and the task's waker.
@@ -383,6 +393,11 @@ struct Serving {
     /// driver (a syscall), which would otherwise happen on every grant.
     sleep: Pin<Box<Sleep>>,
     armed: Option<Instant>,
+    /// After accepting failed: no accept is tried before this timer fires.
+    accept_pause: Pin<Box<Sleep>>,
+    accept_paused: bool,
+    /// The next pause if accepting fails again.
+    accept_backoff: Duration,
 }
 
 impl Serving {
@@ -421,24 +436,7 @@ impl Serving {
                 Poll::Pending => break,
             }
         }
-        for _ in 0..ACCEPTS_PER_PASS {
-            match self.listener.poll_accept(cx) {
-                Poll::Ready(Ok((stream, _))) => {
-                    let conn = self.server.handle_accept(self.now());
-                    self.links
-                        .insert(conn, Link::new(conn, stream, &self.ready));
-                    // Read it now: that also asks to be woken by its bytes.
-                    self.turn.push(conn);
-                    progress = true;
-                }
-                // Out of descriptors, say: try again on the next pass.
-                Poll::Ready(Err(_)) => {
-                    progress = true;
-                    break;
-                }
-                Poll::Pending => break,
-            }
-        }
+        progress |= self.accept(cx);
         self.turn.append(&mut lock(&self.ready.conns));
         let mut turn = std::mem::take(&mut self.turn);
         for &conn in &turn {
@@ -488,6 +486,50 @@ impl Serving {
             progress = true;
         }
         Some(progress)
+    }
+
+    /// Accepts what connections are waiting, unless accepting failed
+    /// lately; `true` if any was.
+    fn accept(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.accept_paused {
+            if self.accept_pause.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            self.accept_paused = false;
+        }
+        let mut accepted = false;
+        for _ in 0..ACCEPTS_PER_PASS {
+            match self.listener.poll_accept(cx) {
+                Poll::Ready(Ok((stream, _))) => {
+                    self.accept_backoff = ACCEPT_BACKOFF_MIN;
+                    let conn = self.server.handle_accept(self.now());
+                    self.links
+                        .insert(conn, Link::new(conn, stream, &self.ready));
+                    // Read it now: that also asks to be woken by its bytes.
+                    self.turn.push(conn);
+                    accepted = true;
+                }
+                // Out of descriptors, say. The connection waits in the
+                // backlog, and the listener stays ready: trying again at
+                // once would spin. Pause, longer each time in a row.
+                Poll::Ready(Err(_)) => {
+                    let pause = self.accept_backoff;
+                    self.accept_backoff = pause.saturating_mul(2).min(ACCEPT_BACKOFF_MAX);
+                    self.accept_pause
+                        .as_mut()
+                        .reset(::tokio::time::Instant::now() + pause);
+                    self.accept_paused = true;
+                    // Asks to be woken when it is over.
+                    if self.accept_pause.as_mut().poll(cx).is_ready() {
+                        self.accept_paused = false;
+                        cx.waker().wake_by_ref();
+                    }
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        accepted
     }
 
     /// Carries out a command of the handle; `false` to stop.
@@ -598,6 +640,9 @@ async fn run(
         buf: vec![0; READ_SIZE].into_boxed_slice(),
         sleep: Box::pin(::tokio::time::sleep_until(start.into())),
         armed: None,
+        accept_pause: Box::pin(::tokio::time::sleep_until(start.into())),
+        accept_paused: false,
+        accept_backoff: ACCEPT_BACKOFF_MIN,
     };
     poll_fn(|cx| serving.poll(cx)).await;
     serving.finish()

@@ -159,14 +159,21 @@ impl Serve {
     /// Starts `ticketing serve --listen 127.0.0.1:0 EXTRA...` and waits for
     /// `listening on ADDR`.
     pub fn start(extra: &[&str]) -> Serve {
-        let mut child = Command::new(BIN)
+        Serve::start_with(extra, |_| {})
+    }
+
+    /// The same, with `configure` applied to the command first (to set
+    /// resource limits, say).
+    pub fn start_with(extra: &[&str], configure: impl FnOnce(&mut Command)) -> Serve {
+        let mut command = Command::new(BIN);
+        command
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start ticketing serve");
+            .stderr(Stdio::piped());
+        configure(&mut command);
+        let mut child = command.spawn().expect("start ticketing serve");
         let mut stderr = Lines::new("serve stderr", child.stderr.take().expect("stderr"));
         let line = stderr.until("`listening on ADDR`", |l| l.starts_with("listening on "));
         let addr = line["listening on ".len()..].trim().to_string();
