@@ -573,3 +573,83 @@ fn shutdown_ends_the_session_without_end_of_input() {
         "{rest:?}"
     );
 }
+
+#[test]
+fn a_line_that_is_not_utf8_gets_an_error_and_the_client_goes_on() {
+    let serve = Serve::start(&[]);
+    let mut c = Client::start(&[&serve.addr], &[]);
+    c.event("connected");
+    c.send_bytes(b"\xff\xfe\xfd\n");
+    c.send_bytes(b"acquire a1 k me 0 1000 \xc3\n");
+    c.send("acquire a2 k me 0 1000");
+    let first = c.error();
+    assert!(first.contains("UTF-8"), "{first}");
+    let second = c.error();
+    assert!(
+        second.contains("UTF-8") && second.contains("acquire a1"),
+        "{second}"
+    );
+    c.granted("a2", "k");
+    // In that order, and stdin still open until now.
+    let kinds: Vec<&str> = c
+        .all
+        .iter()
+        .filter(|v| v["type"] != "event")
+        .map(|v| v["type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["error", "error", "outcome"], "{:?}", c.all);
+    assert_eq!(c.count(|v| v["tag"] == "a1"), 0, "the bad line ran nothing");
+    let rest = c.finish();
+    assert!(
+        !rest.iter().any(|v| v["type"] == "error"),
+        "nothing more was wrong: {rest:?}"
+    );
+}
+
+#[test]
+fn a_line_of_any_length_gets_one_error_and_is_not_kept() {
+    /// The line: 64 MiB without a newline.
+    const LONG: usize = 64 << 20;
+    /// The most the client's resident memory may grow by while it reads
+    /// the line: 8 MiB. It keeps at most 4 KiB of a line and reads through
+    /// an 8 KiB buffer; the rest is slack for the allocator. A client that
+    /// kept the line would grow by at least its 64 MiB.
+    const RSS_GROWTH_BOUND_KB: u64 = 8 << 10;
+
+    let serve = Serve::start(&[]);
+    let mut c = Client::start(&[&serve.addr], &[]);
+    c.event("connected");
+    let pid = c.pid();
+    let before = cli::status_kb(pid, "VmRSS");
+    let mut peak = before;
+    let chunk = vec![b'Z'; 1 << 20];
+    for _ in 0..LONG / chunk.len() {
+        c.send_bytes(&chunk);
+        peak = peak.max(cli::status_kb(pid, "VmRSS"));
+    }
+    c.send_bytes(b"\n");
+    c.send("acquire a1 k me 0 1000");
+    let message = c.error();
+    c.granted("a1", "k");
+    peak = peak.max(cli::status_kb(pid, "VmRSS"));
+    let growth = peak.saturating_sub(before);
+    eprintln!("a {LONG}-byte line: VmRSS {before} kB before, peak {peak} kB, growth {growth} kB");
+    assert!(
+        growth <= RSS_GROWTH_BOUND_KB,
+        "the client grew by {growth} kB reading a {LONG}-byte line"
+    );
+    assert!(message.contains("too long"), "{message}");
+    let quoted = message.matches('Z').count();
+    assert!(
+        quoted <= 100,
+        "the message quotes {quoted} bytes of the line: {}",
+        &message[..message.len().min(300)]
+    );
+    assert!(message.len() < 300, "{} bytes of message", message.len());
+    assert_eq!(c.count(|v| v["type"] == "error"), 1, "{:?}", c.all);
+    let rest = c.finish();
+    assert!(
+        !rest.iter().any(|v| v["type"] == "error"),
+        "one error for the line, no more: {rest:?}"
+    );
+}

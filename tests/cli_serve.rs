@@ -8,7 +8,7 @@ use std::os::unix::process::CommandExt;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use cli::{Raw, Serve, WAIT};
+use cli::{status_kb, Raw, Serve, WAIT};
 use nix::sys::resource::{setrlimit, Resource};
 use nix::sys::signal::Signal;
 use nix::unistd::{sysconf, SysconfVar};
@@ -332,17 +332,6 @@ fn a_handshake_timeout_of_0_is_refused_at_start() {
     assert_eq!(out.code, Some(1), "{out:?}");
     assert!(out.stderr.contains("handshake_timeout"), "{out:?}");
     assert!(!out.stderr.contains("listening on"), "{out:?}");
-}
-
-/// A field of `/proc/<pid>/status` in kB, such as `VmRSS`.
-fn status_kb(pid: u32, field: &str) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
-    status
-        .lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.trim().strip_suffix("kB")?.trim().parse().ok())
-        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{status}"))
 }
 
 /// How much the flood sends at most: far more than the server may keep.
