@@ -653,3 +653,55 @@ fn a_line_of_any_length_gets_one_error_and_is_not_kept() {
         "one error for the line, no more: {rest:?}"
     );
 }
+
+/// A server that accepts connections and never says a word.
+fn mute(_: &str) -> Vec<String> {
+    Vec::new()
+}
+
+#[test]
+fn a_handshake_that_gets_no_answer_closes_with_handshake_timeout() {
+    let fake = Fake::start(mute);
+    let mut c = Client::start(&[&fake.addr], &[]);
+    assert_eq!(c.event("connecting")["addr"], fake.addr.as_str());
+    // The client core's handshake timeout is 5 s.
+    let closed = c.event("closed");
+    assert_eq!(closed["reason"], "handshake_timeout", "{closed}");
+    assert_eq!(closed["addr"], fake.addr.as_str(), "{closed}");
+    assert_eq!(c.count(|v| v["event"] == "connected"), 0);
+    c.send("shutdown 200");
+    c.finish_without_closing_stdin();
+}
+
+#[test]
+fn a_connect_that_does_not_complete_closes_with_connect_timeout() {
+    // A listener with a backlog of 1 that never accepts: once its queue is
+    // full the kernel drops further SYNs, so a connect neither completes
+    // nor fails.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("a runtime");
+    let listener = runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+        socket.listen(1).expect("listen")
+    });
+    let addr = listener.local_addr().expect("addr");
+    let fillers: Vec<std::net::TcpStream> = (0..8)
+        .filter_map(|_| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
+        })
+        .collect();
+    assert!(!fillers.is_empty(), "the backlog takes some connections");
+    let addr = addr.to_string();
+    let mut c = Client::start(&[&addr], &[]);
+    assert_eq!(c.event("connecting")["addr"], addr.as_str());
+    // The client core's connect timeout is 5 s.
+    let closed = c.event("closed");
+    assert_eq!(closed["reason"], "connect_timeout", "{closed}");
+    assert_eq!(closed["addr"], addr.as_str(), "{closed}");
+    c.send("shutdown 200");
+    c.finish_without_closing_stdin();
+    drop((fillers, listener));
+}
