@@ -392,7 +392,7 @@ fn flood(mut stream: TcpStream) -> usize {
 
 #[test]
 fn a_client_that_never_reads_does_not_grow_the_server_and_others_are_served() {
-    let serve = Serve::start(&[]);
+    let mut serve = Serve::start(&[]);
     let pid = serve.pid();
     let mut good = Raw::connect(&serve.addr);
     good.hello();
@@ -440,6 +440,12 @@ fn a_client_that_never_reads_does_not_grow_the_server_and_others_are_served() {
         sent >= FLOOD_AT_LEAST,
         "the flood got only {sent} bytes out"
     );
+
+    // A connection that reads nothing does not keep the server from
+    // stopping cleanly.
+    serve.signal(Signal::SIGTERM);
+    let status = serve.wait_exit(WAIT);
+    assert_eq!(status.code(), Some(0), "serve after SIGTERM: {status}");
     drop(flooder);
 }
 
