@@ -277,7 +277,7 @@ impl Link {
     }
 
     /// Reads what the socket has, a few reads at most, handing every byte
-    /// to `server` as `conn`'s. `Ok(true)`: bytes went to the core.
+    /// to `server` as `conn`'s; `true` with it if bytes went to the core.
     fn read(
         &mut self,
         conn: ConnId,
@@ -290,7 +290,8 @@ impl Link {
         for _ in 0..READS_PER_TURN {
             // What the core has written for it and not handed out yet is
             // on its way here: it counts.
-            if self.stalled || self.unsent + server.queued_bytes(conn) >= MAX_UNSENT {
+            let waiting = self.unsent.saturating_add(server.queued_bytes(conn));
+            if self.stalled || waiting >= MAX_UNSENT {
                 self.stalled = true;
                 return (took, Read::Stalled);
             }
@@ -515,9 +516,11 @@ impl Serving {
                 Poll::Ready(Err(_)) => {
                     let pause = self.accept_backoff;
                     self.accept_backoff = pause.saturating_mul(2).min(ACCEPT_BACKOFF_MAX);
+                    let now = ::tokio::time::Instant::now();
+                    // At most a second later: it cannot overflow.
                     self.accept_pause
                         .as_mut()
-                        .reset(::tokio::time::Instant::now() + pause);
+                        .reset(now.checked_add(pause).unwrap_or(now));
                     self.accept_paused = true;
                     // Asks to be woken when it is over.
                     if self.accept_pause.as_mut().poll(cx).is_ready() {
