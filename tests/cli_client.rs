@@ -573,3 +573,135 @@ fn shutdown_ends_the_session_without_end_of_input() {
         "{rest:?}"
     );
 }
+
+#[test]
+fn a_line_that_is_not_utf8_gets_an_error_and_the_client_goes_on() {
+    let serve = Serve::start(&[]);
+    let mut c = Client::start(&[&serve.addr], &[]);
+    c.event("connected");
+    c.send_bytes(b"\xff\xfe\xfd\n");
+    c.send_bytes(b"acquire a1 k me 0 1000 \xc3\n");
+    c.send("acquire a2 k me 0 1000");
+    let first = c.error();
+    assert!(first.contains("UTF-8"), "{first}");
+    let second = c.error();
+    assert!(
+        second.contains("UTF-8") && second.contains("acquire a1"),
+        "{second}"
+    );
+    c.granted("a2", "k");
+    // In that order, and stdin still open until now.
+    let kinds: Vec<&str> = c
+        .all
+        .iter()
+        .filter(|v| v["type"] != "event")
+        .map(|v| v["type"].as_str().unwrap_or(""))
+        .collect();
+    assert_eq!(kinds, ["error", "error", "outcome"], "{:?}", c.all);
+    assert_eq!(c.count(|v| v["tag"] == "a1"), 0, "the bad line ran nothing");
+    let rest = c.finish();
+    assert!(
+        !rest.iter().any(|v| v["type"] == "error"),
+        "nothing more was wrong: {rest:?}"
+    );
+}
+
+#[test]
+fn a_line_of_any_length_gets_one_error_and_is_not_kept() {
+    /// The line: 64 MiB without a newline.
+    const LONG: usize = 64 << 20;
+    /// The most the client's resident memory may grow by while it reads
+    /// the line: 8 MiB. It keeps at most 4 KiB of a line and reads through
+    /// an 8 KiB buffer; the rest is slack for the allocator. A client that
+    /// kept the line would grow by at least its 64 MiB.
+    const RSS_GROWTH_BOUND_KB: u64 = 8 << 10;
+
+    let serve = Serve::start(&[]);
+    let mut c = Client::start(&[&serve.addr], &[]);
+    c.event("connected");
+    let pid = c.pid();
+    let before = cli::status_kb(pid, "VmRSS");
+    let mut peak = before;
+    let chunk = vec![b'Z'; 1 << 20];
+    for _ in 0..LONG / chunk.len() {
+        c.send_bytes(&chunk);
+        peak = peak.max(cli::status_kb(pid, "VmRSS"));
+    }
+    c.send_bytes(b"\n");
+    c.send("acquire a1 k me 0 1000");
+    let message = c.error();
+    c.granted("a1", "k");
+    peak = peak.max(cli::status_kb(pid, "VmRSS"));
+    let growth = peak.saturating_sub(before);
+    eprintln!("a {LONG}-byte line: VmRSS {before} kB before, peak {peak} kB, growth {growth} kB");
+    assert!(
+        growth <= RSS_GROWTH_BOUND_KB,
+        "the client grew by {growth} kB reading a {LONG}-byte line"
+    );
+    assert!(message.contains("too long"), "{message}");
+    let quoted = message.matches('Z').count();
+    assert!(
+        quoted <= 100,
+        "the message quotes {quoted} bytes of the line: {}",
+        &message[..message.len().min(300)]
+    );
+    assert!(message.len() < 300, "{} bytes of message", message.len());
+    assert_eq!(c.count(|v| v["type"] == "error"), 1, "{:?}", c.all);
+    let rest = c.finish();
+    assert!(
+        !rest.iter().any(|v| v["type"] == "error"),
+        "one error for the line, no more: {rest:?}"
+    );
+}
+
+/// A server that accepts connections and never says a word.
+fn mute(_: &str) -> Vec<String> {
+    Vec::new()
+}
+
+#[test]
+fn a_handshake_that_gets_no_answer_closes_with_handshake_timeout() {
+    let fake = Fake::start(mute);
+    let mut c = Client::start(&[&fake.addr], &[]);
+    assert_eq!(c.event("connecting")["addr"], fake.addr.as_str());
+    // The client core's handshake timeout is 5 s.
+    let closed = c.event("closed");
+    assert_eq!(closed["reason"], "handshake_timeout", "{closed}");
+    assert_eq!(closed["addr"], fake.addr.as_str(), "{closed}");
+    assert_eq!(c.count(|v| v["event"] == "connected"), 0);
+    c.send("shutdown 200");
+    c.finish_without_closing_stdin();
+}
+
+#[test]
+fn a_connect_that_does_not_complete_closes_with_connect_timeout() {
+    // A listener with a backlog of 1 that never accepts: once its queue is
+    // full the kernel drops further SYNs, so a connect neither completes
+    // nor fails.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .expect("a runtime");
+    let listener = runtime.block_on(async {
+        let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+        socket.bind("127.0.0.1:0".parse().unwrap()).expect("bind");
+        socket.listen(1).expect("listen")
+    });
+    let addr = listener.local_addr().expect("addr");
+    let fillers: Vec<std::net::TcpStream> = (0..8)
+        .filter_map(|_| {
+            std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).ok()
+        })
+        .collect();
+    assert!(!fillers.is_empty(), "the backlog takes some connections");
+    let addr = addr.to_string();
+    let mut c = Client::start(&[&addr], &[]);
+    assert_eq!(c.event("connecting")["addr"], addr.as_str());
+    // The client core's connect timeout is 5 s.
+    let closed = c.event("closed");
+    assert_eq!(closed["reason"], "connect_timeout", "{closed}");
+    assert_eq!(closed["addr"], addr.as_str(), "{closed}");
+    c.send("shutdown 200");
+    c.finish_without_closing_stdin();
+    drop((fillers, listener));
+}

@@ -2,7 +2,8 @@
 //!
 //! A seeded quickcheck property runs random multi-connection traffic
 //! (connects with and without `H`, acquires, releases, malformed frames,
-//! closes, role changes, leader announcements, timer jumps, and every byte
+//! closes, role changes, leader announcements, timer jumps, handshakes that
+//! come too late or never, and every byte
 //! stream cut at random places) through the server and through a small,
 //! obviously-correct model of the lock table written here with plain vectors
 //! and linear scans. After every step the bytes each connection got, the
@@ -128,6 +129,7 @@ struct Scenario {
     queue_limit: usize,
     max_waiters: usize,
     max_lease_ms: u64,
+    handshake_timeout_ms: u64,
     hint: bool,
     /// The server's hashing secret: what it answers must not depend on it.
     hash_key: u128,
@@ -141,6 +143,7 @@ impl Arbitrary for Scenario {
             queue_limit: below(g, 4) as usize,
             max_waiters: below(g, 6) as usize,
             max_lease_ms: *g.choose(&[1, 50, 150, 1000]).unwrap_or(&150),
+            handshake_timeout_ms: *g.choose(&[1, 40, 300, 10_000]).unwrap_or(&300),
             hint: bool::arbitrary(g),
             hash_key: u128::arbitrary(g),
             ops: Vec::arbitrary(g),
@@ -202,6 +205,8 @@ struct MWaiter {
 struct MConn {
     open: bool,
     ready: bool,
+    /// When it is closed if it is not `ready` by then.
+    hello_deadline: u64,
     unanswered: u64,
     closed_by_server: bool,
     out: String,
@@ -213,6 +218,7 @@ struct Model {
     queue_limit: usize,
     max_waiters: usize,
     max_lease_ms: u64,
+    handshake_timeout_ms: u64,
     role: MRole,
     hint: Option<String>,
     last_token: u64,
@@ -249,28 +255,37 @@ impl Model {
         }
     }
 
-    /// Every timer due by `now`, earliest first; an expiry before a wait
-    /// deadline at the same time; expiries by token, deadlines by arrival.
+    /// Every timer due by `now`, earliest first; at the same time an
+    /// expiry, then a wait deadline, then a handshake timeout; expiries by
+    /// token, deadlines by arrival, handshake timeouts by connection.
     fn advance(&mut self, now: u64) {
         loop {
             let expiry = (0..self.grants.len())
                 .filter(|&i| self.grants[i].expires <= now)
-                .min_by_key(|&i| (self.grants[i].expires, self.grants[i].token));
+                .min_by_key(|&i| (self.grants[i].expires, self.grants[i].token))
+                .map(|i| (self.grants[i].expires, 0, i));
             let deadline = (0..self.waiters.len())
                 .filter(|&i| self.waiters[i].deadline <= now)
-                .min_by_key(|&i| (self.waiters[i].deadline, i));
-            match (expiry, deadline) {
-                (Some(e), d)
-                    if d.map_or(true, |d| self.grants[e].expires <= self.waiters[d].deadline) =>
-                {
+                .min_by_key(|&i| (self.waiters[i].deadline, i))
+                .map(|i| (self.waiters[i].deadline, 1, i));
+            let hello = (0..self.conns.len())
+                .filter(|&c| {
+                    let c = &self.conns[c];
+                    c.open && !c.ready && c.hello_deadline <= now
+                })
+                .min_by_key(|&c| (self.conns[c].hello_deadline, c))
+                .map(|c| (self.conns[c].hello_deadline, 2, c));
+            match [expiry, deadline, hello].into_iter().flatten().min() {
+                Some((_, 0, e)) => {
                     let grant = self.grants.remove(e);
                     self.grant_next(&grant.key, grant.expires);
                 }
-                (_, Some(d)) => {
+                Some((_, 1, d)) => {
                     let w = self.waiters.remove(d);
                     self.answer(w.conn, &format!("T {} A {}", w.id, w.key));
                 }
-                _ => break,
+                Some((_, _, c)) => self.close(c, "E handshake_timeout"),
+                None => break,
             }
         }
     }
@@ -384,7 +399,12 @@ impl Model {
     fn next_deadline(&self) -> Option<u64> {
         let e = self.grants.iter().map(|g| g.expires);
         let d = self.waiters.iter().map(|w| w.deadline);
-        e.chain(d).min()
+        let h = self
+            .conns
+            .iter()
+            .filter(|c| c.open && !c.ready)
+            .map(|c| c.hello_deadline);
+        e.chain(d).chain(h).min()
     }
 }
 
@@ -419,6 +439,7 @@ impl Run {
         config.queue_limit = s.queue_limit;
         config.max_waiters = s.max_waiters;
         config.max_lease = Duration::from_millis(s.max_lease_ms);
+        config.handshake_timeout = Duration::from_millis(s.handshake_timeout_ms);
         config.hash_key = s.hash_key;
         let hint = s.hint.then(|| "hint:1".to_string());
         config.leader_hint = hint.as_ref().map(|h| Endpoint::new(h).unwrap());
@@ -429,6 +450,7 @@ impl Run {
                 queue_limit: s.queue_limit,
                 max_waiters: s.max_waiters,
                 max_lease_ms: s.max_lease_ms,
+                handshake_timeout_ms: s.handshake_timeout_ms,
                 role: MRole::Leader,
                 hint,
                 last_token: 0,
@@ -518,6 +540,9 @@ impl Run {
                 let model = self.model.conns.len();
                 self.model.conns.push(MConn {
                     open: true,
+                    hello_deadline: self
+                        .now
+                        .saturating_add(self.model.handshake_timeout_ms * MS),
                     ..MConn::default()
                 });
                 self.slots.insert(
@@ -808,6 +833,7 @@ fn the_traffic_reaches_every_rule() {
         "E bad_frame",
         "E hello_required",
         "E duplicate_hello",
+        "E handshake_timeout",
     ] {
         assert!(seen.contains(needle), "no {needle:?} in the traffic");
     }

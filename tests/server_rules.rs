@@ -6,7 +6,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use ticketing::server::{Action, Config, ConnId, Role, Server};
+use ticketing::server::{Action, Config, ConfigError, ConnId, Role, Server};
 use ticketing::{Endpoint, Name, Time};
 
 fn t(ms: u64) -> Time {
@@ -833,6 +833,230 @@ fn rule8_credentials_are_checked_before_the_role() {
     let b = h.accept();
     h.send(b, "H 1 c s3cret\n");
     assert_eq!(h.take(b), "M n2:1\n");
+}
+
+// ----- rule 10: the handshake timeout -------------------------------------
+
+/// The usual configuration with a handshake timeout of 500 ms.
+fn impatient() -> Harness {
+    let mut c = config();
+    c.handshake_timeout = Duration::from_millis(500);
+    Harness::new(c)
+}
+
+#[test]
+fn rule10_the_handshake_timeout_is_10_s_by_default_and_never_zero() {
+    let c = Config::new(Name::new("n1").unwrap());
+    assert_eq!(c.handshake_timeout, Duration::from_secs(10));
+    let mut h = Harness::new(c);
+    let a = h.accept();
+    assert_eq!(h.server.poll_timeout(), Some(t(10_000)));
+    h.at(9_999);
+    assert!(!h.closed(a));
+    h.at(10_000);
+    assert_eq!(h.take(a), "E handshake_timeout\n");
+    assert!(h.closed(a));
+
+    let mut zero = config();
+    zero.handshake_timeout = Duration::ZERO;
+    let refused = Server::new(zero, Time::ZERO).map(|_| ()).unwrap_err();
+    assert_eq!(refused, ConfigError::HandshakeTimeoutZero);
+    assert!(
+        refused.to_string().contains("handshake_timeout"),
+        "{refused}"
+    );
+}
+
+#[test]
+fn rule10_a_connection_without_h_is_closed_at_exactly_accept_plus_the_timeout() {
+    let mut h = impatient();
+    h.at(100);
+    let a = h.accept();
+    assert_eq!(h.server.poll_timeout(), Some(t(600)), "a's deadline");
+    h.at(300);
+    let b = h.accept();
+    assert_eq!(h.server.poll_timeout(), Some(t(600)), "a's comes first");
+    // One nanosecond before: nothing.
+    h.now = t(600).saturating_sub(Duration::from_nanos(1));
+    h.server.handle_timeout(h.now);
+    h.pump();
+    assert_eq!((h.take(a), h.closed(a)), (String::new(), false));
+    h.at(600);
+    assert_eq!(h.take(a), "E handshake_timeout\n");
+    assert!(h.closed(a) && !h.server.is_open(a));
+    assert!(!h.closed(b), "b's deadline is its own");
+    assert_eq!(h.server.poll_timeout(), Some(t(800)));
+    h.at(799);
+    assert!(!h.closed(b));
+    h.at(800);
+    assert_eq!(h.take(b), "E handshake_timeout\n");
+    assert!(h.closed(b));
+    assert_eq!(h.server.poll_timeout(), None, "no timer is left");
+    assert_eq!(h.server.connections(), 0);
+    // Bytes after the close are ignored.
+    h.send(a, "H 1 late -\n");
+    assert_eq!(h.take(a), "");
+}
+
+#[test]
+fn rule10_a_connection_that_sent_h_is_never_closed_by_the_timeout() {
+    let mut h = impatient();
+    let a = h.accept();
+    h.at(499);
+    assert_eq!(h.server.poll_timeout(), Some(t(500)), "a's deadline");
+    h.send(a, "H 1 a -\n");
+    assert_eq!(h.take(a), "W n1 4\n");
+    assert_eq!(
+        h.server.poll_timeout(),
+        None,
+        "the deadline went with the H"
+    );
+    for ms in [500, 501, 10_000, 1_000_000] {
+        h.at(ms);
+        assert!(!h.closed(a), "closed at {ms} ms");
+    }
+    h.send(a, "A 1 k o 0 10\n");
+    assert_eq!(h.take(a), "G 1 A k 1 10\n");
+
+    // A refused H ends the connection at once, and leaves no timer either.
+    let mut c = config();
+    c.handshake_timeout = Duration::from_millis(500);
+    c.role = Role::NotActive;
+    let mut h = Harness::new(c);
+    let b = h.accept();
+    assert_eq!(h.server.poll_timeout(), Some(t(500)), "b's deadline");
+    h.send(b, "H 1 b -\n");
+    assert_eq!(h.take(b), "E not_active\n");
+    assert!(h.closed(b));
+    assert_eq!(h.server.poll_timeout(), None);
+}
+
+#[test]
+fn rule10_an_h_that_arrives_at_the_deadline_is_too_late() {
+    let mut h = impatient();
+    let a = h.accept();
+    let b = h.accept();
+    // Both arrive at 500 ms: the timer that is due fires first.
+    h.now = t(500);
+    h.send(a, "H 1 a -\n");
+    assert_eq!(h.take(a), "E handshake_timeout\n");
+    assert!(h.closed(a));
+    assert_eq!(h.take(b), "E handshake_timeout\n");
+    assert!(h.closed(b), "every input fires the timers due at its time");
+}
+
+#[test]
+fn rule10_a_partial_h_does_not_count() {
+    let mut h = impatient();
+    let a = h.accept();
+    let b = h.accept();
+    h.at(100);
+    // All of `H` but its newline, and a request after an unfinished one.
+    h.send(a, "H 1 a -");
+    h.send(b, "H 1 b -\nA 1 k o 0 10");
+    assert_eq!(h.take(a), "");
+    assert_eq!(h.take(b), "W n1 4\n", "b's H was whole");
+    h.at(499);
+    h.send(a, " ");
+    assert!(!h.closed(a));
+    h.at(500);
+    assert_eq!(h.take(a), "E handshake_timeout\n");
+    assert!(h.closed(a));
+    // The newline that would have finished it changes nothing.
+    h.send(a, "\n");
+    assert_eq!(h.take(a), "");
+    // b's unfinished request is not a handshake matter.
+    assert!(!h.closed(b));
+    h.send(b, "\n");
+    assert_eq!(h.take(b), "G 1 A k 1 10\n");
+
+    // An H that comes byte by byte is whole when its newline is.
+    let c = h.accept();
+    let hello = "H 1 c -\n";
+    for (i, byte) in hello.bytes().enumerate() {
+        h.at(500 + 50 * i as u64);
+        h.server.handle_bytes(h.now, c, &[byte]);
+        h.pump();
+    }
+    assert_eq!(h.take(c), "W n1 4\n", "the newline came at 850 ms");
+    h.at(2_000);
+    assert!(!h.closed(c));
+}
+
+#[test]
+fn rule10_a_connection_that_ends_before_its_deadline_leaves_no_timer() {
+    let mut h = impatient();
+    let a = h.accept();
+    h.at(100);
+    assert_eq!(h.server.poll_timeout(), Some(t(500)), "a's deadline");
+    h.server.handle_closed(h.now, a);
+    h.pump();
+    assert_eq!(h.server.poll_timeout(), None);
+    h.at(1_000);
+    assert_eq!(h.take(a), "");
+    assert!(!h.closed(a), "the server does not close what ended");
+}
+
+/// All the actions after one late input, in order.
+fn drain(server: &mut Server) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    while let Some(action) = server.poll_action() {
+        out.push(match action {
+            Action::Send { conn, data } => (conn.get(), String::from_utf8(data.to_vec()).unwrap()),
+            Action::Close { conn } => (conn.get(), "<close>".to_string()),
+            other => panic!("unexpected action {other:?}"),
+        });
+    }
+    out
+}
+
+#[test]
+fn rule10_a_late_input_fires_handshake_timeouts_among_the_other_timers_in_time_order() {
+    let mut c = config();
+    c.handshake_timeout = Duration::from_millis(500);
+    let run = || {
+        let mut s = Server::new(c.clone(), Time::ZERO).unwrap();
+        // `holder` holds k until 1000 ms; `waiter` waits for it.
+        let holder = s.handle_accept(t(0));
+        let waiter = s.handle_accept(t(0));
+        s.handle_bytes(t(0), holder, b"H 1 h -\nA 1 k o 0 1000\n");
+        s.handle_bytes(t(0), waiter, b"H 1 w -\nA 1 k o 5000 10\n");
+        let early = s.handle_accept(t(400)); // closed at 900
+        let exact = s.handle_accept(t(500)); // closed at 1000, with the expiry
+        let late = s.handle_accept(t(700)); // closed at 1200
+        let before = drain(&mut s);
+        assert_eq!(
+            before,
+            [
+                (holder.get(), "W n1 4\nG 1 A k 1 1000\n".to_string()),
+                (waiter.get(), "W n1 4\n".to_string()),
+            ]
+        );
+        assert_eq!(s.poll_timeout(), Some(t(900)));
+        // The driver wakes late, once, at 2 s, with bytes from `holder`.
+        s.handle_bytes(t(2000), holder, b"R 2 k 2\n");
+        let after = drain(&mut s);
+        ((early, exact, late, waiter, holder), after)
+    };
+    let ((early, exact, late, waiter, holder), after) = run();
+    let timeout = "E handshake_timeout\n".to_string();
+    assert_eq!(
+        after,
+        [
+            (early.get(), timeout.clone()),
+            (early.get(), "<close>".to_string()),
+            // At 1000 ms the lease ends first, then the handshake timeout.
+            (waiter.get(), "G 1 A k 2 10\n".to_string()),
+            (exact.get(), timeout.clone()),
+            (exact.get(), "<close>".to_string()),
+            (late.get(), timeout),
+            (late.get(), "<close>".to_string()),
+            // The input itself last: `waiter`'s grant (token 2) had ended
+            // at 1010 ms.
+            (holder.get(), "N 2 R k\n".to_string()),
+        ]
+    );
+    assert_eq!(run().1, after, "deterministic");
 }
 
 // ----- tokens -------------------------------------------------------------

@@ -4,9 +4,24 @@
 //! One task owns the core, its timer, the listener and every connection's
 //! socket: it reads what a connection has, hands it to the core, and writes
 //! the core's answers at once, with no other task or channel in between.
-//! Reading is its own backpressure: the task reads only once the core has
-//! taken the last bytes, so a client that sends faster than the core answers
-//! is slowed by TCP, not buffered here. Every rule is the core's.
+//! Every rule is the core's; what is left here is what only the holder of
+//! the sockets can do, the parts of PROTOCOL.md 4 rule 10 about buffers
+//! and descriptors:
+//!
+//! - Reading is its own backpressure: the task reads only once the core has
+//!   taken the last bytes, so a client that sends faster than the core
+//!   answers is slowed by TCP, not buffered here.
+//! - A client that does not read its answers is not read from: once
+//!   [`MAX_UNSENT`] bytes of answers wait for its socket, the task stops
+//!   reading from it until they are down to half that, so TCP holds the
+//!   client back. Other connections are served as before.
+//! - A closed connection's last bytes are written by a task of its own,
+//!   for at most [`RETIRE_TIMEOUT`]: a peer that does not read them cannot
+//!   keep the socket and the bytes.
+//! - Accepting that fails (out of descriptors, say) is tried again after a
+//!   pause, from [`ACCEPT_BACKOFF_MIN`] doubling to [`ACCEPT_BACKOFF_MAX`]
+//!   and back to the start after an accept that works, so the task neither
+//!   spins nor stops serving the connections it has.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -155,6 +170,25 @@ const ACCEPTS_PER_PASS: usize = 64;
 /// it yields to the runtime.
 const PASSES_PER_POLL: usize = 32;
 
+/// Bytes of answers waiting for one connection's socket at which the server
+/// stops reading from that connection; it reads again once they are down
+/// to half this. A client that keeps to its window never gets here with
+/// the default window (64 answers of at most 1024 bytes are 64 KiB), so
+/// only a client that does not read its answers is held back. What one
+/// connection makes the server keep is this plus the answers to one read,
+/// whatever it sends.
+pub const MAX_UNSENT: usize = 256 * 1024;
+
+/// How long a closed connection's last bytes may take to be written before
+/// the socket is closed without them.
+pub const RETIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The first pause after accepting a connection failed.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(1);
+
+/// The longest pause after accepting failed again and again.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
 /// The connections that have something for the server task (bytes to read,
 /// room to write, an end), and the task's waker.
 #[derive(Default)]
@@ -197,12 +231,20 @@ struct Link {
     out: VecDeque<Bytes>,
     /// Bytes of the front of `out` already written.
     written: usize,
+    /// Bytes in `out` not written yet.
+    unsent: usize,
+    /// Not read from, because its answers are not being read: `unsent`
+    /// reached [`MAX_UNSENT`] and is not yet down to half of it.
+    stalled: bool,
 }
 
 /// What a connection's turn at reading came to.
 enum Read {
     /// The socket has nothing more for now (or the core closed it).
     Dry,
+    /// Not read from until its answers drain ([`MAX_UNSENT`]); writing
+    /// them resumes it.
+    Stalled,
     /// The turn ended with bytes perhaps still waiting.
     More,
     /// The connection ended (end of stream, or an error).
@@ -223,11 +265,19 @@ impl Link {
             ready,
             out: VecDeque::new(),
             written: 0,
+            unsent: 0,
+            stalled: false,
         }
     }
 
+    /// Queues `data` to be written.
+    fn push(&mut self, data: Bytes) {
+        self.unsent += data.len();
+        self.out.push_back(data);
+    }
+
     /// Reads what the socket has, a few reads at most, handing every byte
-    /// to `server` as `conn`'s. `Ok(true)`: bytes went to the core.
+    /// to `server` as `conn`'s; `true` with it if bytes went to the core.
     fn read(
         &mut self,
         conn: ConnId,
@@ -238,6 +288,13 @@ impl Link {
         let mut cx = Context::from_waker(&self.waker);
         let mut took = false;
         for _ in 0..READS_PER_TURN {
+            // What the core has written for it and not handed out yet is
+            // on its way here: it counts.
+            let waiting = self.unsent.saturating_add(server.queued_bytes(conn));
+            if self.stalled || waiting >= MAX_UNSENT {
+                self.stalled = true;
+                return (took, Read::Stalled);
+            }
             let mut filled = ReadBuf::new(buf);
             match Pin::new(&mut self.stream).poll_read(&mut cx, &mut filled) {
                 Poll::Pending => return (took, Read::Dry),
@@ -256,7 +313,8 @@ impl Link {
         (took, Read::More)
     }
 
-    /// Writes what is queued, as far as the socket takes it. `Err`: the
+    /// Writes what is queued, as far as the socket takes it, and resumes
+    /// reading a stalled connection once enough went out. `Err`: the
     /// connection is broken.
     fn flush(&mut self) -> io::Result<()> {
         let mut cx = Context::from_waker(&self.waker);
@@ -265,6 +323,7 @@ impl Link {
                 Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
                 Poll::Ready(Ok(n)) => {
                     self.written += n;
+                    self.unsent -= n;
                     if self.written == front.len() {
                         self.out.pop_front();
                         self.written = 0;
@@ -274,12 +333,18 @@ impl Link {
                 Poll::Pending => break,
             }
         }
+        if self.stalled && self.unsent <= MAX_UNSENT / 2 {
+            self.stalled = false;
+            // Its bytes may have waited all along: read it on the next pass.
+            self.ready.wake_by_ref();
+        }
         Ok(())
     }
 
     /// Lets the connection go: what is still queued is written by a task of
     /// its own (the server does not wait for a slow reader), then the socket
-    /// is shut down and closed.
+    /// is shut down and closed; after [`RETIRE_TIMEOUT`] it is closed with
+    /// whatever is left unwritten.
     fn retire(mut self) {
         if let Some(front) = self.out.front_mut() {
             let _ = front.split_to(self.written);
@@ -288,12 +353,16 @@ impl Link {
             mut stream, out, ..
         } = self;
         ::tokio::spawn(async move {
-            for data in out {
-                if stream.write_all(&data).await.is_err() {
-                    return;
+            let last_words = async {
+                for data in out {
+                    if stream.write_all(&data).await.is_err() {
+                        return;
+                    }
                 }
-            }
-            let _ = stream.shutdown().await;
+                let _ = stream.shutdown().await;
+            };
+            // Dropping the unfinished writes drops the socket too.
+            let _ = ::tokio::time::timeout(RETIRE_TIMEOUT, last_words).await;
         });
     }
 }
@@ -325,6 +394,11 @@ struct Serving {
     /// driver (a syscall), which would otherwise happen on every grant.
     sleep: Pin<Box<Sleep>>,
     armed: Option<Instant>,
+    /// After accepting failed: no accept is tried before this timer fires.
+    accept_pause: Pin<Box<Sleep>>,
+    accept_paused: bool,
+    /// The next pause if accepting fails again.
+    accept_backoff: Duration,
 }
 
 impl Serving {
@@ -363,24 +437,7 @@ impl Serving {
                 Poll::Pending => break,
             }
         }
-        for _ in 0..ACCEPTS_PER_PASS {
-            match self.listener.poll_accept(cx) {
-                Poll::Ready(Ok((stream, _))) => {
-                    let conn = self.server.handle_accept(self.now());
-                    self.links
-                        .insert(conn, Link::new(conn, stream, &self.ready));
-                    // Read it now: that also asks to be woken by its bytes.
-                    self.turn.push(conn);
-                    progress = true;
-                }
-                // Out of descriptors, say: try again on the next pass.
-                Poll::Ready(Err(_)) => {
-                    progress = true;
-                    break;
-                }
-                Poll::Pending => break,
-            }
-        }
+        progress |= self.accept(cx);
         self.turn.append(&mut lock(&self.ready.conns));
         let mut turn = std::mem::take(&mut self.turn);
         for &conn in &turn {
@@ -399,7 +456,7 @@ impl Serving {
             let (took, read) = link.read(conn, &mut self.server, &mut self.buf, self.start);
             progress |= took;
             match read {
-                Read::Dry => {}
+                Read::Dry | Read::Stalled => {}
                 Read::More => link.ready.wake_by_ref(),
                 Read::Ended => {
                     progress = true;
@@ -430,6 +487,52 @@ impl Serving {
             progress = true;
         }
         Some(progress)
+    }
+
+    /// Accepts what connections are waiting, unless accepting failed
+    /// lately; `true` if any was.
+    fn accept(&mut self, cx: &mut Context<'_>) -> bool {
+        if self.accept_paused {
+            if self.accept_pause.as_mut().poll(cx).is_pending() {
+                return false;
+            }
+            self.accept_paused = false;
+        }
+        let mut accepted = false;
+        for _ in 0..ACCEPTS_PER_PASS {
+            match self.listener.poll_accept(cx) {
+                Poll::Ready(Ok((stream, _))) => {
+                    self.accept_backoff = ACCEPT_BACKOFF_MIN;
+                    let conn = self.server.handle_accept(self.now());
+                    self.links
+                        .insert(conn, Link::new(conn, stream, &self.ready));
+                    // Read it now: that also asks to be woken by its bytes.
+                    self.turn.push(conn);
+                    accepted = true;
+                }
+                // Out of descriptors, say. The connection waits in the
+                // backlog, and the listener stays ready: trying again at
+                // once would spin. Pause, longer each time in a row.
+                Poll::Ready(Err(_)) => {
+                    let pause = self.accept_backoff;
+                    self.accept_backoff = pause.saturating_mul(2).min(ACCEPT_BACKOFF_MAX);
+                    let now = ::tokio::time::Instant::now();
+                    // At most a second later: it cannot overflow.
+                    self.accept_pause
+                        .as_mut()
+                        .reset(now.checked_add(pause).unwrap_or(now));
+                    self.accept_paused = true;
+                    // Asks to be woken when it is over.
+                    if self.accept_pause.as_mut().poll(cx).is_ready() {
+                        self.accept_paused = false;
+                        cx.waker().wake_by_ref();
+                    }
+                    break;
+                }
+                Poll::Pending => break,
+            }
+        }
+        accepted
     }
 
     /// Carries out a command of the handle; `false` to stop.
@@ -470,7 +573,7 @@ impl Serving {
                         if link.out.is_empty() {
                             self.dirty.push(conn);
                         }
-                        link.out.push_back(data);
+                        link.push(data);
                     }
                 }
                 Action::Close { conn } => {
@@ -540,6 +643,9 @@ async fn run(
         buf: vec![0; READ_SIZE].into_boxed_slice(),
         sleep: Box::pin(::tokio::time::sleep_until(start.into())),
         armed: None,
+        accept_pause: Box::pin(::tokio::time::sleep_until(start.into())),
+        accept_paused: false,
+        accept_backoff: ACCEPT_BACKOFF_MIN,
     };
     poll_fn(|cx| serving.poll(cx)).await;
     serving.finish()

@@ -65,6 +65,15 @@ pub struct Config {
     /// Sent as `L <addr>` right after every `W` (default none). Replaced by
     /// [`Server::announce_leader`](super::Server::announce_leader).
     pub leader_hint: Option<Endpoint>,
+    /// How long a connection may take to send a complete `H` after it was
+    /// accepted (default 10 s). One that has not by then is sent
+    /// `E handshake_timeout` and closed (rule 10), so that connections that
+    /// never speak cannot pile up. Any positive duration is allowed; one so
+    /// long that the deadline lies beyond [`Time::MAX`](crate::Time::MAX)
+    /// (584 years after the driver's origin) never fires. Zero is refused
+    /// ([`ConfigError::HandshakeTimeoutZero`]): it would close every
+    /// connection at its accept, before any byte could arrive.
+    pub handshake_timeout: Duration,
     /// The secret key of the lock table's hashing (default 0). Clients
     /// choose the keys: a server open to clients it does not trust sets
     /// this from entropy, as `ticketing serve` does, so that nobody can
@@ -85,6 +94,7 @@ impl core::fmt::Debug for Config {
             .field("credential", &self.credential.as_ref().map(|_| "<secret>"))
             .field("role", &self.role)
             .field("leader_hint", &self.leader_hint)
+            .field("handshake_timeout", &self.handshake_timeout)
             .finish_non_exhaustive()
     }
 }
@@ -101,6 +111,7 @@ impl Config {
             credential: None,
             role: Role::Leader,
             leader_hint: None,
+            handshake_timeout: Duration::from_secs(10),
             hash_key: 0,
         }
     }
@@ -116,6 +127,9 @@ impl Config {
         }
         if self.credential.as_ref().is_some_and(|c| c.as_str() == "-") {
             return Err(ConfigError::DashCredential);
+        }
+        if self.handshake_timeout.is_zero() {
+            return Err(ConfigError::HandshakeTimeoutZero);
         }
         Ok(())
     }
@@ -142,6 +156,10 @@ pub enum ConfigError {
     /// `-` on the wire means "no credential": it cannot be the one required.
     #[error("the credential cannot be \"-\" (it means no credential)")]
     DashCredential,
+    /// A handshake timeout of zero would close every connection before its
+    /// first byte.
+    #[error("handshake_timeout must be positive, got 0")]
+    HandshakeTimeoutZero,
 }
 
 #[cfg(test)]
@@ -164,6 +182,17 @@ mod tests {
         let mut c = config();
         c.credential = Some(Name::new("-").unwrap());
         assert_eq!(c.validate(), Err(ConfigError::DashCredential));
+        let mut c = config();
+        c.handshake_timeout = Duration::ZERO;
+        assert_eq!(c.validate(), Err(ConfigError::HandshakeTimeoutZero));
+        assert!(ConfigError::HandshakeTimeoutZero
+            .to_string()
+            .contains("handshake_timeout"));
+        let mut c = config();
+        c.handshake_timeout = Duration::from_nanos(1);
+        assert_eq!(c.validate(), Ok(()));
+        c.handshake_timeout = Duration::MAX;
+        assert_eq!(c.validate(), Ok(()));
         let mut c = config();
         c.max_lease = Duration::from_micros(2_500);
         assert_eq!(c.max_lease_ms(), 2);

@@ -19,14 +19,23 @@
 //! 6. the window: `Server::on_request`;
 //! 7. roles: `Server::on_hello`, [`Server::set_role`],
 //!    [`Server::announce_leader`];
-//! 8. credentials: `Server::on_hello`.
+//! 8. credentials: `Server::on_hello`;
+//! 9. renewal (`X`): not spoken by this server yet (it speaks version 1);
+//! 10. the handshake timeout: a deadline per connection from
+//!     [`Server::handle_accept`] until `Server::on_hello`, fired by
+//!     `Server::advance` ([`Config::handshake_timeout`]). The rest of rule
+//!     10 is about buffers and descriptors, which the core does not have:
+//!     the core hands every byte it writes to the driver at once, so what
+//!     a connection does not read is held by the driver, and the adapter
+//!     that runs the core on sockets (`ticketing::serve`) stops reading
+//!     from such a connection and backs off when accepting fails.
 
 mod action;
 mod config;
 mod table;
 
 use core::mem;
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::BytesMut;
 
@@ -64,6 +73,8 @@ enum Reason {
     UnsupportedVersion,
     /// More than `window` requests unanswered (rule 6).
     Window,
+    /// No complete `H` within the handshake timeout (rule 10).
+    HandshakeTimeout,
     /// The credential was refused (rule 8).
     AuthFailed,
     /// No leader is known (rule 7).
@@ -74,12 +85,13 @@ enum Reason {
 
 impl Reason {
     #[cfg(test)]
-    const ALL: [Reason; 8] = [
+    const ALL: [Reason; 9] = [
         Reason::BadFrame,
         Reason::HelloRequired,
         Reason::DuplicateHello,
         Reason::UnsupportedVersion,
         Reason::Window,
+        Reason::HandshakeTimeout,
         Reason::AuthFailed,
         Reason::NoLeader,
         Reason::NotActive,
@@ -92,6 +104,7 @@ impl Reason {
             Reason::DuplicateHello => "duplicate_hello",
             Reason::UnsupportedVersion => "unsupported_version",
             Reason::Window => "window",
+            Reason::HandshakeTimeout => "handshake_timeout",
             Reason::AuthFailed => "auth_failed",
             Reason::NoLeader => "no_leader",
             Reason::NotActive => "not_active",
@@ -102,8 +115,11 @@ impl Reason {
 /// Where a connection is in its life.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
-    /// Waiting for `H`.
-    Hello,
+    /// Waiting for `H`, until `deadline` (rule 10).
+    Hello {
+        /// When the connection is closed if no `H` was handled by then.
+        deadline: Time,
+    },
     /// `W` was sent; requests are served.
     Ready {
         /// Requests received and not answered yet.
@@ -153,9 +169,9 @@ enum Pending {
 ///      its `Close`). Answers for one connection are batched into one `Send`.
 ///   2. [`poll_timeout`](Server::poll_timeout): when to call
 ///      [`handle_timeout`](Server::handle_timeout) if nothing else happens
-///      first (the next lease expiry or wait deadline). It returns the time
-///      of the latest input while actions are still queued, so a driver
-///      that only watches it cannot stall.
+///      first (the next lease expiry, wait deadline or handshake timeout).
+///      It returns the time of the latest input while actions are still
+///      queued, so a driver that only watches it cannot stall.
 ///
 /// Time must not go backwards (an earlier time is taken as the latest one
 /// seen). Every input and command first fires the timers that are due at its
@@ -222,6 +238,9 @@ pub struct Server {
     now: Time,
     table: LockTable,
     conns: BTreeMap<ConnId, Conn>,
+    /// The handshake deadline of every connection still waiting for `H`,
+    /// earliest first (rule 10).
+    hellos: BTreeSet<(Time, ConnId)>,
     next_conn: u64,
     outbox: BTreeMap<ConnId, Outgoing>,
     pending: VecDeque<Pending>,
@@ -240,6 +259,7 @@ impl Server {
             config,
             now,
             conns: BTreeMap::new(),
+            hellos: BTreeSet::new(),
             next_conn: 1,
             outbox: BTreeMap::new(),
             pending: VecDeque::new(),
@@ -250,18 +270,23 @@ impl Server {
     // ----- inputs ---------------------------------------------------------
 
     /// A connection was accepted. Quote the returned id in every input about
-    /// it. The server says nothing until the client's `H`.
+    /// it. The server says nothing until the client's `H`. If no complete
+    /// `H` has been handled by `now + handshake_timeout`
+    /// ([`Config::handshake_timeout`]), the connection is sent
+    /// `E handshake_timeout` and closed at that time (rule 10).
     pub fn handle_accept(&mut self, now: Time) -> ConnId {
         self.advance(now);
         let conn = ConnId(self.next_conn);
         self.next_conn += 1;
+        let deadline = self.now.saturating_add(self.config.handshake_timeout);
         self.conns.insert(
             conn,
             Conn {
                 reader: LineReader::new(),
-                phase: Phase::Hello,
+                phase: Phase::Hello { deadline },
             },
         );
+        self.hellos.insert((deadline, conn));
         conn
     }
 
@@ -299,15 +324,14 @@ impl Server {
     /// their leases run out (rule 5). Nothing more is sent to it.
     pub fn handle_closed(&mut self, now: Time, conn: ConnId) {
         self.advance(now);
-        if self.conns.remove(&conn).is_some() {
-            self.table.drop_conn(conn);
+        if self.forget(conn) {
             self.outbox.remove(&conn);
         }
     }
 
-    /// Time passed: fires every lease expiry and wait deadline due at or
-    /// before `now`. Calling it early, or more often than needed, is
-    /// harmless.
+    /// Time passed: fires every lease expiry, wait deadline and handshake
+    /// timeout due at or before `now`. Calling it early, or more often than
+    /// needed, is harmless.
     pub fn handle_timeout(&mut self, now: Time) {
         self.advance(now);
     }
@@ -424,15 +448,19 @@ impl Server {
     }
 
     /// When the driver must call [`handle_timeout`](Server::handle_timeout)
-    /// at the latest: the next lease expiry or wait deadline, or the time of
-    /// the latest input while actions are queued. `None` when nothing is
-    /// due, ever, without new input.
+    /// at the latest: the next lease expiry, wait deadline or handshake
+    /// timeout, or the time of the latest input while actions are queued.
+    /// `None` when nothing is due, ever, without new input.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Time> {
         if !self.pending.is_empty() {
             return Some(self.now);
         }
-        self.table.next_deadline()
+        let hello = self.hellos.first().map(|&(at, _)| at);
+        match (self.table.next_deadline(), hello) {
+            (Some(table), Some(hello)) => Some(table.min(hello)),
+            (table, hello) => table.or(hello),
+        }
     }
 
     // ----- introspection --------------------------------------------------
@@ -467,9 +495,18 @@ impl Server {
     /// was accepted.
     pub fn unanswered(&self, conn: ConnId) -> Option<u64> {
         match self.conns.get(&conn)?.phase {
-            Phase::Hello => None,
+            Phase::Hello { .. } => None,
             Phase::Ready { unanswered } => Some(unanswered),
         }
+    }
+
+    /// How many bytes the server has written for `conn` that
+    /// [`poll_action`](Server::poll_action) has not handed out yet (0 for a
+    /// connection it does not have). A driver that stops reading from a
+    /// connection whose answers are not being read (rule 10) counts these
+    /// with the bytes it holds itself: they are on their way to it.
+    pub fn queued_bytes(&self, conn: ConnId) -> usize {
+        self.outbox.get(&conn).map_or(0, |out| out.buf.len())
     }
 
     /// The node's current role.
@@ -494,10 +531,24 @@ impl Server {
 
     // ----- internals ------------------------------------------------------
 
-    /// Fires the table's timers up to `now` and delivers their answers.
+    /// Fires every timer due by `now`, each at its own time and in time
+    /// order: the table's (whose answers are delivered) and the handshake
+    /// timeouts. At equal times the table's come first, and handshake
+    /// timeouts among themselves in connection order. (A connection still
+    /// waiting for `H` has nothing in the table, so the order only fixes
+    /// the order of the actions.)
     fn advance(&mut self, now: Time) {
         self.now = self.now.max(now);
         let mut replies = mem::take(&mut self.replies);
+        while let Some(&(at, conn)) = self.hellos.first() {
+            if at > self.now {
+                break;
+            }
+            self.hellos.pop_first();
+            self.table.advance(at, &mut replies);
+            self.deliver(&mut replies);
+            self.close(conn, Some(Farewell::Error(Reason::HandshakeTimeout)));
+        }
         self.table.advance(self.now, &mut replies);
         self.deliver(&mut replies);
         self.replies = replies;
@@ -534,14 +585,14 @@ impl Server {
         match (phase, frame) {
             (None, _) => Ok(()),
             (
-                Some(Phase::Hello),
+                Some(Phase::Hello { .. }),
                 ClientFrame::Hello {
                     version,
                     credential,
                     ..
                 },
             ) => self.on_hello(conn, version, credential),
-            (Some(Phase::Hello), _) => Err(Farewell::Error(Reason::HelloRequired)),
+            (Some(Phase::Hello { .. }), _) => Err(Farewell::Error(Reason::HelloRequired)),
             (Some(Phase::Ready { .. }), ClientFrame::Hello { .. }) => {
                 Err(Farewell::Error(Reason::DuplicateHello))
             }
@@ -590,6 +641,9 @@ impl Server {
             );
         }
         if let Some(c) = self.conns.get_mut(&conn) {
+            if let Phase::Hello { deadline } = c.phase {
+                self.hellos.remove(&(deadline, conn));
+            }
             c.phase = Phase::Ready { unanswered: 0 };
         }
         Ok(())
@@ -705,10 +759,22 @@ impl Server {
             }
             None => {}
         }
-        self.conns.remove(&conn);
-        self.table.drop_conn(conn);
+        self.forget(conn);
         self.outbox.entry(conn).or_default();
         self.pending.push_back(Pending::Close(conn));
+    }
+
+    /// Forgets `conn`, its handshake deadline and its waiting acquires
+    /// (rule 5); `false` if it was not open.
+    fn forget(&mut self, conn: ConnId) -> bool {
+        let Some(c) = self.conns.remove(&conn) else {
+            return false;
+        };
+        if let Phase::Hello { deadline } = c.phase {
+            self.hellos.remove(&(deadline, conn));
+        }
+        self.table.drop_conn(conn);
+        true
     }
 
     /// Closes, after `E not_active`, every connection with an acquire

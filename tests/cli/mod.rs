@@ -54,6 +54,17 @@ pub fn wait_exit(child: &mut Child, within: Duration, what: &str) -> ExitStatus 
     }
 }
 
+/// A field of `/proc/<pid>/status` in kB, such as `VmRSS`.
+pub fn status_kb(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_else(|e| panic!("/proc/{pid}/status: {e}"));
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|rest| rest.trim().strip_suffix("kB")?.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{status}"))
+}
+
 /// An address nobody listens on: a port the OS just handed out, closed
 /// again. On 127.0.0.3, where none of the servers of these tests listen
 /// (they all take 127.0.0.1), so the port cannot be taken by one of them.
@@ -159,14 +170,21 @@ impl Serve {
     /// Starts `ticketing serve --listen 127.0.0.1:0 EXTRA...` and waits for
     /// `listening on ADDR`.
     pub fn start(extra: &[&str]) -> Serve {
-        let mut child = Command::new(BIN)
+        Serve::start_with(extra, |_| {})
+    }
+
+    /// The same, with `configure` applied to the command first (to set
+    /// resource limits, say).
+    pub fn start_with(extra: &[&str], configure: impl FnOnce(&mut Command)) -> Serve {
+        let mut command = Command::new(BIN);
+        command
             .args(["serve", "--listen", "127.0.0.1:0"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start ticketing serve");
+            .stderr(Stdio::piped());
+        configure(&mut command);
+        let mut child = command.spawn().expect("start ticketing serve");
         let mut stderr = Lines::new("serve stderr", child.stderr.take().expect("stderr"));
         let line = stderr.until("`listening on ADDR`", |l| l.starts_with("listening on "));
         let addr = line["listening on ".len()..].trim().to_string();
@@ -392,6 +410,19 @@ impl Client {
         let stdin = self.stdin.as_mut().expect("stdin is still open");
         writeln!(stdin, "{line}").unwrap_or_else(|e| panic!("write {line:?}: {e}"));
         stdin.flush().expect("flush");
+    }
+
+    /// Writes `bytes` to stdin as they are (add the `\n` yourself).
+    pub fn send_bytes(&mut self, bytes: &[u8]) {
+        let stdin = self.stdin.as_mut().expect("stdin is still open");
+        stdin
+            .write_all(bytes)
+            .and_then(|()| stdin.flush())
+            .unwrap_or_else(|e| panic!("write {} bytes to the client: {e}", bytes.len()));
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
     }
 
     fn parse(line: &str) -> Value {

@@ -15,10 +15,11 @@ use serde_json::{json, Value};
 use ticketing::client::{self as core, Event, Grant, Outcome, ReleaseResult};
 use ticketing::tokio::{Canceller, Handle, RequestError};
 use ticketing::{Key, Name, Time};
-use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::io::BufReader;
 use tokio::sync::mpsc;
 
 use crate::common::{client_config, ClientOptions};
+use crate::input::{self, quote, Lines};
 
 /// Options of `ticketing client` (CLI.md).
 #[derive(ClapArgs)]
@@ -77,14 +78,15 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
         }
     };
     let tag = |i: usize| -> Result<String, String> {
-        Name::new(words[i]).map_err(|e| format!("bad tag {:?}: {e}", words[i]))?;
+        Name::new(words[i]).map_err(|e| format!("bad tag {}: {e}", quote(words[i])))?;
         Ok(words[i].to_string())
     };
-    let key = |i: usize| Key::new(words[i]).map_err(|e| format!("bad key {:?}: {e}", words[i]));
+    let key =
+        |i: usize| Key::new(words[i]).map_err(|e| format!("bad key {}: {e}", quote(words[i])));
     let number = |i: usize, what: &str| {
         words[i]
             .parse::<u64>()
-            .map_err(|_| format!("bad {what} {:?}: not a number", words[i]))
+            .map_err(|_| format!("bad {what} {}: not a number", quote(words[i])))
     };
     let parsed = match words[0] {
         "acquire" => {
@@ -92,7 +94,8 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
             Line::Acquire {
                 tag: tag(1)?,
                 key: key(2)?,
-                owner: Name::new(words[3]).map_err(|e| format!("bad owner {:?}: {e}", words[3]))?,
+                owner: Name::new(words[3])
+                    .map_err(|e| format!("bad owner {}: {e}", quote(words[3])))?,
                 wait: Duration::from_millis(number(4, "WAIT_MS")?),
                 lease: Duration::from_millis(number(5, "LEASE_MS")?),
             }
@@ -130,7 +133,7 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
                 budget: Duration::from_millis(number(1, "BUDGET_MS")?),
             }
         }
-        other => return Err(format!("unknown command {other:?}")),
+        other => return Err(format!("unknown command {}", quote(other))),
     };
     Ok(Some(parsed))
 }
@@ -160,7 +163,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut tags: HashMap<String, Tagged> = HashMap::new();
     let mut open = 0usize;
-    let mut input = BufReader::new(tokio::io::stdin()).lines();
+    // Each line is read whatever it holds, keeping at most `MAX_LINE` bytes
+    // of it: a bad line is an error to print, never the end of the input.
+    let mut input = Lines::new(BufReader::new(tokio::io::stdin()));
     let mut shutdown: Option<Duration> = None;
 
     // The session: commands until a shutdown (or end of input), then the
@@ -172,8 +177,11 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             // causes, and the output keeps that order.
             biased;
             Some(event) = notices.recv() => notice(&event),
-            line = input.next_line(), if shutdown.is_none() => match line {
-                Ok(Some(line)) => match parse(&line) {
+            line = input.next(), if shutdown.is_none() => match line {
+                Ok(Some(input::Line::Bad(message))) => {
+                    emit(json!({"type": "error", "message": message}));
+                }
+                Ok(Some(input::Line::Text(line))) => match parse(&line) {
                     Ok(None) => {}
                     Ok(Some(Line::Shutdown { budget })) => shutdown = Some(budget),
                     Ok(Some(command)) => {
@@ -225,7 +233,7 @@ fn start(
 ) -> Result<(), String> {
     let fresh = |tags: &HashMap<String, Tagged>, tag: &str| {
         if tags.contains_key(tag) {
-            Err(format!("tag {tag:?} is already used"))
+            Err(format!("tag {} is already used", quote(tag)))
         } else {
             Ok(())
         }
@@ -266,13 +274,13 @@ fn start(
             // A release ignores cancellation; an ended acquire has nothing
             // left to cancel.
             Some(_) => {}
-            None => return Err(format!("no operation tagged {tag:?}")),
+            None => return Err(format!("no operation tagged {}", quote(&tag))),
         },
         Line::Abandon { tag } => {
             let grant = take_grant(tags, &tag)?;
             handle
                 .undeliverable(grant)
-                .map_err(|e| format!("abandon {tag}: {e}"))?;
+                .map_err(|e| format!("abandon {}: {e}", quote(&tag)))?;
         }
         Line::Shutdown { .. } => unreachable!("handled by the session"),
     }
@@ -281,12 +289,15 @@ fn start(
 
 fn take_grant(tags: &mut HashMap<String, Tagged>, tag: &str) -> Result<Grant, String> {
     match tags.get_mut(tag) {
-        Some(Tagged::Granted(grant)) => grant
-            .take()
-            .ok_or_else(|| format!("the grant of {tag:?} was already released or abandoned")),
-        Some(Tagged::Acquiring(_)) => Err(format!("acquire {tag:?} has no outcome yet")),
-        Some(Tagged::Done) => Err(format!("{tag:?} holds no grant")),
-        None => Err(format!("no operation tagged {tag:?}")),
+        Some(Tagged::Granted(grant)) => grant.take().ok_or_else(|| {
+            format!(
+                "the grant of {} was already released or abandoned",
+                quote(tag)
+            )
+        }),
+        Some(Tagged::Acquiring(_)) => Err(format!("acquire {} has no outcome yet", quote(tag))),
+        Some(Tagged::Done) => Err(format!("{} holds no grant", quote(tag))),
+        None => Err(format!("no operation tagged {}", quote(tag))),
     }
 }
 

@@ -4,6 +4,7 @@
 mod client;
 mod common;
 mod demo;
+mod input;
 mod run;
 mod serve;
 mod sim;

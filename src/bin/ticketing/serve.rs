@@ -49,6 +49,10 @@ pub struct Args {
     /// The leader a follower redirects to.
     #[arg(long, value_name = "ADDR", required_if_eq("role", "follower"))]
     leader: Option<Endpoint>,
+    /// Close a connection that has sent no whole H this long after it was
+    /// accepted, in milliseconds (at least 1).
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    handshake_timeout_ms: u64,
 }
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
@@ -59,6 +63,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     config.max_lease = Duration::from_millis(args.max_lease_ms);
     config.credential = args.credential;
     config.leader_hint = args.leader_hint;
+    config.handshake_timeout = Duration::from_millis(args.handshake_timeout_ms);
     config.hash_key = secret();
     config.role = match (args.role, args.leader) {
         (RoleArg::Leader, _) => Role::Leader,
