@@ -338,7 +338,7 @@ fn a_handshake_timeout_of_0_is_refused_at_start() {
 const FLOOD: usize = 128 << 20;
 /// The most the server's resident memory may grow by while one connection
 /// floods it and reads nothing: 4 MiB. The server keeps at most
-/// `ticketing::serve::MAX_UNSENT` (256 KiB) of unsent answers for a
+/// `server::Config::max_unwritten` (256 KiB) of unwritten answers for a
 /// connection plus the answers to one 64 KiB read (an answer to `R` is
 /// no longer than its request), about 0.5 MiB in all; the rest of the
 /// bound is slack for the allocator (0.6 MiB of growth was measured). A

@@ -1229,3 +1229,51 @@ fn arbitrary_bytes_never_panic_and_end_only_their_connection() {
     assert_eq!(h.server.connections(), 1);
     assert_eq!(h.server.lock_table().waiters(), 0);
 }
+
+#[test]
+fn rule10_a_connection_whose_answers_are_not_written_is_not_read_from_until_they_drain() {
+    // Answers to `R` are 11 bytes here ("N 1 R k\n" grows with the id);
+    // a limit of 1024 bytes is reached after about a hundred of them.
+    let mut c = config();
+    c.window = 1_000_000;
+    c.max_unwritten = 1024;
+    let mut h = Harness::new(c);
+    let a = h.accept();
+    h.send(a, "H 1 c1 -\n");
+    let b = h.accept();
+    h.send(b, "H 1 c2 -\n");
+    assert_eq!(h.take(b), "W n1 1000000\n");
+    let welcome = h.take(a).len();
+    assert!(h.server.is_reading(a) && h.server.is_reading(b));
+    // The driver takes every Send but reports none of it written.
+    let mut sent = welcome;
+    let mut id = 0;
+    while h.server.is_reading(a) {
+        id += 1;
+        h.send(a, &format!("R {id} k 5\n"));
+        sent += h.take(a).len();
+    }
+    assert!(
+        sent >= 1024,
+        "not read from only once 1024 bytes wait: {sent}"
+    );
+    assert!(sent < 1024 + 32, "held back at once: {sent}");
+    // The other connection is read from, and answered, as before.
+    assert!(h.server.is_reading(b));
+    h.send(b, "R 1 k 5\n");
+    assert_eq!(h.take(b), "N 1 R k\n");
+    // Half written is not enough to read again; more than half is.
+    h.server.handle_written(h.now, a, sent / 2 - 1);
+    assert!(
+        !h.server.is_reading(a),
+        "at {} of 1024 bytes",
+        sent - (sent / 2 - 1)
+    );
+    h.server
+        .handle_written(h.now, a, sent - 512 - (sent / 2 - 1));
+    assert!(h.server.is_reading(a), "down to half");
+    // A connection the server does not have is not read from.
+    h.send(a, "X\n");
+    assert!(h.closed(a));
+    assert!(!h.server.is_reading(a));
+}

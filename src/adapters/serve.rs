@@ -11,10 +11,10 @@
 //! - Reading is its own backpressure: the task reads only once the core has
 //!   taken the last bytes, so a client that sends faster than the core
 //!   answers is slowed by TCP, not buffered here.
-//! - A client that does not read its answers is not read from: once
-//!   [`MAX_UNSENT`] bytes of answers wait for its socket, the task stops
-//!   reading from it until they are down to half that, so TCP holds the
-//!   client back. Other connections are served as before.
+//! - A client that does not read its answers is not read from while the
+//!   core says so ([`Server::is_reading`], from the written bytes the task
+//!   reports): TCP holds the client back. Other connections are served as
+//!   before.
 //! - A closed connection's last bytes are written by a task of its own,
 //!   for at most [`RETIRE_TIMEOUT`]: a peer that does not read them cannot
 //!   keep the socket and the bytes.
@@ -170,15 +170,6 @@ const ACCEPTS_PER_PASS: usize = 64;
 /// it yields to the runtime.
 const PASSES_PER_POLL: usize = 32;
 
-/// Bytes of answers waiting for one connection's socket at which the server
-/// stops reading from that connection; it reads again once they are down
-/// to half this. A client that keeps to its window never gets here with
-/// the default window (64 answers of at most 1024 bytes are 64 KiB), so
-/// only a client that does not read its answers is held back. What one
-/// connection makes the server keep is this plus the answers to one read,
-/// whatever it sends.
-pub const MAX_UNSENT: usize = 256 * 1024;
-
 /// How long a closed connection's last bytes may take to be written before
 /// the socket is closed without them.
 pub const RETIRE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -231,10 +222,8 @@ struct Link {
     out: VecDeque<Bytes>,
     /// Bytes of the front of `out` already written.
     written: usize,
-    /// Bytes in `out` not written yet.
-    unsent: usize,
-    /// Not read from, because its answers are not being read: `unsent`
-    /// reached [`MAX_UNSENT`] and is not yet down to half of it.
+    /// Not read from: the core said so ([`Server::is_reading`]). Writing
+    /// its answers resumes it.
     stalled: bool,
 }
 
@@ -242,8 +231,8 @@ struct Link {
 enum Read {
     /// The socket has nothing more for now (or the core closed it).
     Dry,
-    /// Not read from until its answers drain ([`MAX_UNSENT`]); writing
-    /// them resumes it.
+    /// Not read from until its answers drain ([`Server::is_reading`]);
+    /// writing them resumes it.
     Stalled,
     /// The turn ended with bytes perhaps still waiting.
     More,
@@ -265,14 +254,12 @@ impl Link {
             ready,
             out: VecDeque::new(),
             written: 0,
-            unsent: 0,
             stalled: false,
         }
     }
 
     /// Queues `data` to be written.
     fn push(&mut self, data: Bytes) {
-        self.unsent += data.len();
         self.out.push_back(data);
     }
 
@@ -288,10 +275,7 @@ impl Link {
         let mut cx = Context::from_waker(&self.waker);
         let mut took = false;
         for _ in 0..READS_PER_TURN {
-            // What the core has written for it and not handed out yet is
-            // on its way here: it counts.
-            let waiting = self.unsent.saturating_add(server.queued_bytes(conn));
-            if self.stalled || waiting >= MAX_UNSENT {
+            if !server.is_reading(conn) {
                 self.stalled = true;
                 return (took, Read::Stalled);
             }
@@ -313,17 +297,18 @@ impl Link {
         (took, Read::More)
     }
 
-    /// Writes what is queued, as far as the socket takes it, and resumes
-    /// reading a stalled connection once enough went out. `Err`: the
-    /// connection is broken.
-    fn flush(&mut self) -> io::Result<()> {
+    /// Writes what is queued, as far as the socket takes it, telling the
+    /// core what was written, and resumes reading a stalled connection once
+    /// the core says so. `Err`: the connection is broken.
+    fn flush(&mut self, conn: ConnId, server: &mut Server, start: Instant) -> io::Result<()> {
         let mut cx = Context::from_waker(&self.waker);
+        let mut written = 0;
         while let Some(front) = self.out.front() {
             match Pin::new(&mut self.stream).poll_write(&mut cx, &front[self.written..]) {
                 Poll::Ready(Ok(0)) => return Err(io::ErrorKind::WriteZero.into()),
                 Poll::Ready(Ok(n)) => {
+                    written += n;
                     self.written += n;
-                    self.unsent -= n;
                     if self.written == front.len() {
                         self.out.pop_front();
                         self.written = 0;
@@ -333,7 +318,10 @@ impl Link {
                 Poll::Pending => break,
             }
         }
-        if self.stalled && self.unsent <= MAX_UNSENT / 2 {
+        if written > 0 {
+            server.handle_written(time_since(start), conn, written);
+        }
+        if self.stalled && server.is_reading(conn) {
             self.stalled = false;
             // Its bytes may have waited all along: read it on the next pass.
             self.ready.wake_by_ref();
@@ -594,7 +582,7 @@ impl Serving {
                 let Some(link) = self.links.get_mut(&conn) else {
                     continue;
                 };
-                if link.flush().is_err() {
+                if link.flush(conn, &mut self.server, self.start).is_err() {
                     self.links.remove(&conn);
                     self.server.handle_closed(self.now(), conn);
                     broken = true;

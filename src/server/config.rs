@@ -74,6 +74,14 @@ pub struct Config {
     /// ([`ConfigError::HandshakeTimeoutZero`]): it would close every
     /// connection at its accept, before any byte could arrive.
     pub handshake_timeout: Duration,
+    /// How many bytes of a connection's answers may wait to be written to
+    /// its transport before the server stops reading from it (rule 10;
+    /// default 256 KiB): [`Server::is_reading`](super::Server::is_reading)
+    /// turns false there and true again at half of it. A client that keeps
+    /// to its window never gets near it (64 answers of at most 1024 bytes
+    /// are 64 KiB). At least 1024 bytes (one frame), else
+    /// [`ConfigError::MaxUnwrittenTooSmall`].
+    pub max_unwritten: usize,
     /// The secret key of the lock table's hashing (default 0). Clients
     /// choose the keys: a server open to clients it does not trust sets
     /// this from entropy, as `ticketing serve` does, so that nobody can
@@ -95,6 +103,7 @@ impl core::fmt::Debug for Config {
             .field("role", &self.role)
             .field("leader_hint", &self.leader_hint)
             .field("handshake_timeout", &self.handshake_timeout)
+            .field("max_unwritten", &self.max_unwritten)
             .finish_non_exhaustive()
     }
 }
@@ -112,6 +121,7 @@ impl Config {
             role: Role::Leader,
             leader_hint: None,
             handshake_timeout: Duration::from_secs(10),
+            max_unwritten: 256 * 1024,
             hash_key: 0,
         }
     }
@@ -130,6 +140,11 @@ impl Config {
         }
         if self.handshake_timeout.is_zero() {
             return Err(ConfigError::HandshakeTimeoutZero);
+        }
+        if self.max_unwritten < crate::wire::MAX_FRAME {
+            return Err(ConfigError::MaxUnwrittenTooSmall {
+                max_unwritten: self.max_unwritten,
+            });
         }
         Ok(())
     }
@@ -160,6 +175,12 @@ pub enum ConfigError {
     /// first byte.
     #[error("handshake_timeout must be positive, got 0")]
     HandshakeTimeoutZero,
+    /// `max_unwritten` must hold one frame at least.
+    #[error("max_unwritten must be at least 1024 bytes, got {max_unwritten}")]
+    MaxUnwrittenTooSmall {
+        /// The value configured.
+        max_unwritten: usize,
+    },
 }
 
 #[cfg(test)]
@@ -192,6 +213,16 @@ mod tests {
         c.handshake_timeout = Duration::from_nanos(1);
         assert_eq!(c.validate(), Ok(()));
         c.handshake_timeout = Duration::MAX;
+        assert_eq!(c.validate(), Ok(()));
+        let mut c = config();
+        c.max_unwritten = 1023;
+        assert_eq!(
+            c.validate(),
+            Err(ConfigError::MaxUnwrittenTooSmall {
+                max_unwritten: 1023
+            })
+        );
+        c.max_unwritten = 1024;
         assert_eq!(c.validate(), Ok(()));
         let mut c = config();
         c.max_lease = Duration::from_micros(2_500);

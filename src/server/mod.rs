@@ -21,14 +21,13 @@
 //!    [`Server::announce_leader`];
 //! 8. credentials: `Server::on_hello`;
 //! 9. renewal (`X`): not spoken by this server yet (it speaks version 1);
-//! 10. the handshake timeout: a deadline per connection from
-//!     [`Server::handle_accept`] until `Server::on_hello`, fired by
-//!     `Server::advance` ([`Config::handshake_timeout`]). The rest of rule
-//!     10 is about buffers and descriptors, which the core does not have:
-//!     the core hands every byte it writes to the driver at once, so what
-//!     a connection does not read is held by the driver, and the adapter
-//!     that runs the core on sockets (`ticketing::serve`) stops reading
-//!     from such a connection and backs off when accepting fails.
+//! 10. a connection whose answers are not read is not read from:
+//!     [`Server::is_reading`], from what [`Server::handle_written`] reports
+//!     ([`Config::max_unwritten`]); the handshake timeout: a deadline per
+//!     connection from [`Server::handle_accept`] until `Server::on_hello`,
+//!     fired by `Server::advance` ([`Config::handshake_timeout`]). Running
+//!     out of descriptors is the adapter's to survive (`ticketing::serve`
+//!     backs off when accepting fails): the core has none.
 
 mod action;
 mod config;
@@ -130,6 +129,12 @@ enum Phase {
 struct Conn {
     reader: LineReader,
     phase: Phase,
+    /// Bytes handed out in `Send` actions that the driver has not reported
+    /// written (rule 10).
+    unwritten: usize,
+    /// Not to be read from until its unwritten answers are down to half
+    /// of `Config::max_unwritten` (rule 10).
+    held_back: bool,
 }
 
 /// Bytes waiting to be handed out for one connection.
@@ -284,6 +289,8 @@ impl Server {
             Conn {
                 reader: LineReader::new(),
                 phase: Phase::Hello { deadline },
+                unwritten: 0,
+                held_back: false,
             },
         );
         self.hellos.insert((deadline, conn));
@@ -326,6 +333,22 @@ impl Server {
         self.advance(now);
         if self.forget(conn) {
             self.outbox.remove(&conn);
+        }
+    }
+
+    /// The driver wrote `n` more bytes of the `Send` actions of `conn` to
+    /// its transport. A driver that reports this learns from
+    /// [`is_reading`](Server::is_reading) when to stop reading from a
+    /// connection whose answers are not being read (rule 10).
+    pub fn handle_written(&mut self, now: Time, conn: ConnId, n: usize) {
+        self.advance(now);
+        let queued = self.queued_bytes(conn);
+        let max = self.config.max_unwritten;
+        if let Some(c) = self.conns.get_mut(&conn) {
+            c.unwritten = c.unwritten.saturating_sub(n);
+            if c.held_back && c.unwritten.saturating_add(queued) <= max / 2 {
+                c.held_back = false;
+            }
         }
     }
 
@@ -421,10 +444,14 @@ impl Server {
                     };
                     out.queued = false;
                     if !out.buf.is_empty() {
-                        return Some(Action::Send {
-                            conn,
-                            data: out.buf.split().freeze(),
-                        });
+                        let data = out.buf.split().freeze();
+                        if let Some(c) = self.conns.get_mut(&conn) {
+                            c.unwritten = c.unwritten.saturating_add(data.len());
+                            if c.unwritten >= self.config.max_unwritten {
+                                c.held_back = true;
+                            }
+                        }
+                        return Some(Action::Send { conn, data });
                     }
                 }
                 Pending::Close(conn) => {
@@ -500,12 +527,24 @@ impl Server {
         }
     }
 
+    /// Whether the driver should read from `conn` (rule 10): not once its
+    /// answers not yet written to the transport (those in `Send` actions
+    /// not reported by [`handle_written`](Server::handle_written), and
+    /// those not handed out yet) reach [`Config::max_unwritten`], until
+    /// they are down to half of it; so TCP holds back a client that does
+    /// not read its answers, and the server does not buffer for it without
+    /// bound. `false` for a connection the server does not have. A driver
+    /// that never reports written bytes must not ask.
+    pub fn is_reading(&self, conn: ConnId) -> bool {
+        self.conns.get(&conn).is_some_and(|c| {
+            let waiting = c.unwritten.saturating_add(self.queued_bytes(conn));
+            !c.held_back && waiting < self.config.max_unwritten
+        })
+    }
+
     /// How many bytes the server has written for `conn` that
-    /// [`poll_action`](Server::poll_action) has not handed out yet (0 for a
-    /// connection it does not have). A driver that stops reading from a
-    /// connection whose answers are not being read (rule 10) counts these
-    /// with the bytes it holds itself: they are on their way to it.
-    pub fn queued_bytes(&self, conn: ConnId) -> usize {
+    /// [`poll_action`](Server::poll_action) has not handed out yet.
+    fn queued_bytes(&self, conn: ConnId) -> usize {
         self.outbox.get(&conn).map_or(0, |out| out.buf.len())
     }
 
