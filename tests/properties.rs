@@ -116,15 +116,22 @@ enum FrameCase {
     Moved(String),
     Error(String),
     Leader(String),
-    Answer(u64, String, u8, u64, u64),
+    Answer(u64, String, u8, u64, u64, u64),
     Hello(u64, String, String),
     Acquire(u64, String, String, u64, u64),
     Release(u64, String, u64),
+    Renew(u64, String, u64, u64),
 }
 
 impl Arbitrary for FrameCase {
     fn arbitrary(g: &mut Gen) -> FrameCase {
-        match below(g, 8) {
+        match below(g, 9) {
+            8 => FrameCase::Renew(
+                number(g),
+                atom_text(g, MAX_ATOM),
+                number(g),
+                number(g).max(1),
+            ),
             0 => FrameCase::Welcome(atom_text(g, MAX_ATOM), number(g).max(2)),
             1 => FrameCase::Moved(addr_text(g)),
             2 => FrameCase::Error(atom_text(g, MAX_ATOM)),
@@ -132,9 +139,10 @@ impl Arbitrary for FrameCase {
             4 => FrameCase::Answer(
                 number(g),
                 atom_text(g, MAX_ATOM),
-                u8::arbitrary(g) % 5,
+                u8::arbitrary(g) % 8,
                 number(g),
                 number(g).max(1),
+                number(g),
             ),
             5 => FrameCase::Hello(number(g), atom_text(g, MAX_ATOM), atom_text(g, MAX_ATOM)),
             6 => FrameCase::Acquire(
@@ -149,15 +157,25 @@ impl Arbitrary for FrameCase {
     }
 }
 
-fn answer_kind(kind: u8, token: u64, lease: u64) -> AnswerKind {
+fn answer_kind(kind: u8, token: u64, lease: u64, waited: u64) -> AnswerKind {
+    let lease_ms = std::num::NonZeroU64::new(lease).unwrap();
     match kind {
+        // Version 1 and version 2 grants.
         0 => AnswerKind::Granted {
             token,
-            lease_ms: std::num::NonZeroU64::new(lease).unwrap(),
+            lease_ms,
+            waited_ms: None,
+        },
+        5 => AnswerKind::Granted {
+            token,
+            lease_ms,
+            waited_ms: Some(waited),
         },
         1 => AnswerKind::TimedOut,
         2 => AnswerKind::Busy,
         3 => AnswerKind::Released,
+        6 => AnswerKind::Renewed { token, lease_ms },
+        7 => AnswerKind::Gone,
         _ => AnswerKind::NotHeld,
     }
 }
@@ -179,11 +197,13 @@ fn frame_round_trip(case: &FrameCase) -> Result<(), String> {
         FrameCase::Leader(addr) => Some(ServerFrame::Leader {
             addr: Addr::new(addr).unwrap(),
         }),
-        FrameCase::Answer(id, key, kind, token, lease) => Some(ServerFrame::Answer(Answer {
-            id: *id,
-            key: Atom::new(key).unwrap(),
-            kind: answer_kind(*kind, *token, *lease),
-        })),
+        FrameCase::Answer(id, key, kind, token, lease, waited) => {
+            Some(ServerFrame::Answer(Answer {
+                id: *id,
+                key: Atom::new(key).unwrap(),
+                kind: answer_kind(*kind, *token, *lease, *waited),
+            }))
+        }
         _ => None,
     };
     if let Some(frame) = server {
@@ -215,6 +235,12 @@ fn frame_round_trip(case: &FrameCase) -> Result<(), String> {
             id: *id,
             key: Atom::new(key).unwrap(),
             token: *token,
+        },
+        FrameCase::Renew(id, key, token, lease) => ClientFrame::Renew {
+            id: *id,
+            key: Atom::new(key).unwrap(),
+            token: *token,
+            lease_ms: std::num::NonZeroU64::new(*lease).unwrap(),
         },
         _ => unreachable!("server frames handled above"),
     };
@@ -339,10 +365,10 @@ fn encode_case(case: &FrameCase, out: &mut Vec<u8>) {
             addr: Addr::new(addr).unwrap(),
         }
         .encode(out),
-        FrameCase::Answer(id, key, kind, token, l) => ServerFrame::Answer(Answer {
+        FrameCase::Answer(id, key, kind, token, l, waited) => ServerFrame::Answer(Answer {
             id: *id,
             key: Atom::new(key).unwrap(),
-            kind: answer_kind(*kind, *token, *l),
+            kind: answer_kind(*kind, *token, *l, *waited),
         })
         .encode(out),
         FrameCase::Hello(version, id, cred) => ClientFrame::Hello {
@@ -363,6 +389,13 @@ fn encode_case(case: &FrameCase, out: &mut Vec<u8>) {
             id: *id,
             key: Atom::new(key).unwrap(),
             token: *token,
+        }
+        .encode(out),
+        FrameCase::Renew(id, key, token, l) => ClientFrame::Renew {
+            id: *id,
+            key: Atom::new(key).unwrap(),
+            token: *token,
+            lease_ms: lease(*l),
         }
         .encode(out),
     }
@@ -841,7 +874,9 @@ fn model_server_is_legal(script: &ServerScript) -> Result<(), String> {
                                 return Err(format!("answer names another op or key: {a:?}"));
                             }
                             match a.kind {
-                                AnswerKind::Granted { token, lease_ms } => {
+                                AnswerKind::Granted {
+                                    token, lease_ms, ..
+                                } => {
                                     if lease_ms.get() > asked.min(script.max_lease_ms) {
                                         return Err(format!("lease {lease_ms} above {asked}"));
                                     }

@@ -82,7 +82,12 @@ impl Client {
     fn on_acquire_answer(&mut self, handle: Handle, kind: AnswerKind) {
         let acquire = self.acquires.get(handle).expect("matched");
         match (acquire.phase, kind) {
-            (AcquirePhase::Abandoned, AnswerKind::Granted { token, lease_ms }) => {
+            (
+                AcquirePhase::Abandoned,
+                AnswerKind::Granted {
+                    token, lease_ms, ..
+                },
+            ) => {
                 // An abandoned waiter's answer is claimed; its grant goes
                 // back by exact token, unless the embedder holds it.
                 let acquire = self.acquires.remove(handle).expect("matched");
@@ -94,12 +99,15 @@ impl Client {
             (AcquirePhase::Abandoned, _) => {
                 self.acquires.remove(handle);
             }
-            (_, AnswerKind::Granted { token, lease_ms }) => self.grant(handle, token, lease_ms),
+            (
+                _,
+                AnswerKind::Granted {
+                    token, lease_ms, ..
+                },
+            ) => self.grant(handle, token, lease_ms),
             (_, AnswerKind::TimedOut) => self.end_acquire(handle, Outcome::TimedOut { sent: true }),
             (_, AnswerKind::Busy) => self.on_busy(handle),
-            (_, AnswerKind::Released | AnswerKind::NotHeld) => {
-                unreachable!("matched as an acquire")
-            }
+            (_, _) => unreachable!("matched as an acquire"),
         }
     }
 
@@ -167,7 +175,10 @@ impl Client {
     /// embedder was not given, that grant is released by its exact token: a
     /// grant the embedder holds is never released behind its back.
     pub(crate) fn stray_answer(&mut self, answer: &Answer<'_>) {
-        if let AnswerKind::Granted { token, lease_ms } = answer.kind {
+        if let AnswerKind::Granted {
+            token, lease_ms, ..
+        } = answer.kind
+        {
             let key = Key::from(answer.key);
             if !self.is_known_grant(&key, token) {
                 let until = self.expires_by(lease_ms);

@@ -728,9 +728,11 @@ impl Server {
                     .table
                     .acquire(self.now, &limits, conn, id, key, wait_ms, lease_ms)
                 {
-                    Acquired::Granted { token, lease_ms } => {
-                        AnswerKind::Granted { token, lease_ms }
-                    }
+                    Acquired::Granted { token, lease_ms } => AnswerKind::Granted {
+                        token,
+                        lease_ms,
+                        waited_ms: None,
+                    },
                     Acquired::TimedOut => AnswerKind::TimedOut,
                     Acquired::Busy => AnswerKind::Busy,
                     Acquired::Queued => {
@@ -760,6 +762,8 @@ impl Server {
                 self.replies = replies;
             }
             ClientFrame::Hello { .. } => return Err(Farewell::Error(Reason::DuplicateHello)),
+            // Version 1 has no renewal.
+            ClientFrame::Renew { .. } => return Err(Farewell::Error(Reason::BadFrame)),
         }
         Ok(())
     }

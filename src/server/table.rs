@@ -480,6 +480,7 @@ impl LockTable {
             kind: AnswerKind::Granted {
                 token,
                 lease_ms: waiter.lease_ms,
+                waited_ms: None,
             },
         });
     }

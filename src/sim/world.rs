@@ -767,7 +767,12 @@ impl World {
             let client = link.client;
             let request = link.requests.remove(&answer.id);
             match (answer.kind, request) {
-                (AnswerKind::Granted { token, lease_ms }, Some(Request::Acquire { op })) => {
+                (
+                    AnswerKind::Granted {
+                        token, lease_ms, ..
+                    },
+                    Some(Request::Acquire { op }),
+                ) => {
                     let key = Key::from(answer.key);
                     let expires_at = self
                         .cluster

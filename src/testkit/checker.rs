@@ -879,7 +879,9 @@ impl Checker {
                 acq.unanswered = false;
                 let abandoned = rec.outcome.is_some();
                 match a.kind {
-                    AnswerKind::Granted { token, lease_ms } => {
+                    AnswerKind::Granted {
+                        token, lease_ms, ..
+                    } => {
                         let lease = Duration::from_millis(lease_ms.get());
                         let lease_end = now.saturating_add(lease);
                         if abandoned {
@@ -928,7 +930,10 @@ impl Checker {
     /// being released must be released by its exact token.
     fn stray(&mut self, a: Answer<'_>) {
         self.stats.strays += 1;
-        if let AnswerKind::Granted { token, lease_ms } = a.kind {
+        if let AnswerKind::Granted {
+            token, lease_ms, ..
+        } = a.kind
+        {
             let key = a.key.as_str();
             if self.holds(key, token) || self.releasing(key, token) {
                 return;
@@ -1127,6 +1132,10 @@ impl Checker {
                 );
                 self.check_window(&text)
             }
+            ClientFrame::Renew { .. } => self.fail(
+                Invariant::Protocol,
+                format!("{text}: a renewal on version 1"),
+            ),
             ClientFrame::Release { id, key, token } => {
                 if !c.hello || c.window.is_none() {
                     return self.fail(Invariant::Window, format!("{text} sent before W"));

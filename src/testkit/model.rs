@@ -124,6 +124,7 @@ impl Reply {
             ReplyKind::Granted { token, lease_ms } => AnswerKind::Granted {
                 token,
                 lease_ms: core::num::NonZeroU64::new(lease_ms.max(1)).expect("non-zero"),
+                waited_ms: None,
             },
             ReplyKind::TimedOut => AnswerKind::TimedOut,
             ReplyKind::Busy => AnswerKind::Busy,
@@ -446,6 +447,7 @@ impl ModelServer {
                 ..
             } => self.acquire(conn, id, key.as_str(), wait_ms, lease_ms.get()),
             ClientFrame::Release { id, key, token } => self.release(conn, id, key.as_str(), token),
+            ClientFrame::Renew { .. } => return Err(format!("{frame} on version 1")),
             ClientFrame::Hello { .. } => unreachable!("handled above"),
         }
         Ok(())

@@ -7,16 +7,19 @@ use bytes::BytesMut;
 
 use super::atom::{Addr, Atom};
 
-/// The protocol version this crate speaks.
+/// The protocol version this crate's client speaks.
 pub const VERSION: u64 = 1;
 
-/// The op an answer answers: `A` (acquire) or `R` (release).
+/// The op an answer answers: `A` (acquire), `R` (release) or `X` (renew).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
 pub enum Op {
     /// `A`: acquire.
     Acquire,
     /// `R`: release.
     Release,
+    /// `X`: renew (version 2).
+    Renew,
 }
 
 impl Op {
@@ -25,6 +28,7 @@ impl Op {
         match self {
             Op::Acquire => b'A',
             Op::Release => b'R',
+            Op::Renew => b'X',
         }
     }
 }
@@ -85,17 +89,35 @@ pub enum ClientFrame<'a> {
         /// The fencing token of the grant.
         token: u64,
     },
+    /// `X <id> <key> <token> <lease_ms>` (version 2): renew exactly the
+    /// grant with this token so that it lasts at least `lease_ms` more.
+    Renew {
+        /// Request id.
+        id: u64,
+        /// The lock.
+        key: Atom<'a>,
+        /// The fencing token of the grant.
+        token: u64,
+        /// The lease asked for, from when the server handles the request.
+        lease_ms: NonZeroU64,
+    },
 }
 
-/// What an answer says, besides its id, op and key.
+/// What an answer says, besides its id, op and key. Each kind answers one
+/// op ([`AnswerKind::op`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum AnswerKind {
-    /// `G`: granted, with the fencing token and the lease actually given.
+    /// `G <id> A ...`: granted, with the fencing token, the lease actually
+    /// given and (version 2) how long the acquire waited in the queue.
     Granted {
         /// The fencing token.
         token: u64,
         /// The lease in milliseconds, never more than asked.
         lease_ms: NonZeroU64,
+        /// Milliseconds the acquire waited in the key's queue, rounded
+        /// down: present on version 2, absent on version 1.
+        waited_ms: Option<u64>,
     },
     /// `T`: not granted within `wait_ms`.
     TimedOut,
@@ -103,27 +125,40 @@ pub enum AnswerKind {
     Busy,
     /// `D`: released.
     Released,
-    /// `N`: no grant of that key has that token.
+    /// `N <id> R ...`: no grant of that key has that token.
     NotHeld,
+    /// `G <id> X ...` (version 2): renewed; the grant with that token lasts
+    /// at least `lease_ms` from when the server handled the request.
+    Renewed {
+        /// The fencing token, the renewal's.
+        token: u64,
+        /// The lease in milliseconds, never more than asked.
+        lease_ms: NonZeroU64,
+    },
+    /// `N <id> X ...` (version 2): no grant of that key has that token; it
+    /// is gone and no renewal can bring it back.
+    Gone,
 }
 
 impl AnswerKind {
-    /// The op this kind answers: `G`, `T`, `B` answer `A`; `D`, `N` answer `R`.
+    /// The op this kind answers: `G` with a waited time, `T`, `B` answer
+    /// `A`; `D`, `N` answer `R`; a renewal's `G` and `N` answer `X`.
     pub const fn op(self) -> Op {
         match self {
             AnswerKind::Granted { .. } | AnswerKind::TimedOut | AnswerKind::Busy => Op::Acquire,
             AnswerKind::Released | AnswerKind::NotHeld => Op::Release,
+            AnswerKind::Renewed { .. } | AnswerKind::Gone => Op::Renew,
         }
     }
 
     /// The kind's letter on the wire.
     pub const fn letter(self) -> u8 {
         match self {
-            AnswerKind::Granted { .. } => b'G',
+            AnswerKind::Granted { .. } | AnswerKind::Renewed { .. } => b'G',
             AnswerKind::TimedOut => b'T',
             AnswerKind::Busy => b'B',
             AnswerKind::Released => b'D',
-            AnswerKind::NotHeld => b'N',
+            AnswerKind::NotHeld | AnswerKind::Gone => b'N',
         }
     }
 }
@@ -405,6 +440,24 @@ impl ClientFrame<'_> {
                     },
                 );
             }
+            ClientFrame::Renew {
+                id,
+                key,
+                token,
+                lease_ms,
+            } => {
+                encode_with(
+                    out,
+                    b'X',
+                    Line::longest(4, key.as_bytes().len(), 3),
+                    |line| {
+                        line.number(id);
+                        line.field(key.as_bytes());
+                        line.number(token);
+                        line.number(lease_ms.get());
+                    },
+                );
+            }
         }
     }
 }
@@ -455,14 +508,28 @@ impl ServerFrame<'_> {
                 );
             }
             ServerFrame::Answer(Answer { id, key, kind }) => {
-                let longest = Line::longest(4, 1 + key.as_bytes().len(), 3);
+                let longest = Line::longest(6, 1 + key.as_bytes().len(), 4);
                 encode_with(out, kind.letter(), longest, |line| {
                     line.number(id);
                     line.field(&[kind.op().letter()]);
                     line.field(key.as_bytes());
-                    if let AnswerKind::Granted { token, lease_ms } = kind {
-                        line.number(token);
-                        line.number(lease_ms.get());
+                    match kind {
+                        AnswerKind::Granted {
+                            token,
+                            lease_ms,
+                            waited_ms,
+                        } => {
+                            line.number(token);
+                            line.number(lease_ms.get());
+                            if let Some(waited_ms) = waited_ms {
+                                line.number(waited_ms);
+                            }
+                        }
+                        AnswerKind::Renewed { token, lease_ms } => {
+                            line.number(token);
+                            line.number(lease_ms.get());
+                        }
+                        _ => {}
                     }
                 });
             }
@@ -555,9 +622,10 @@ mod tests {
             kind: AnswerKind::Granted {
                 token: u64::MAX,
                 lease_ms: NonZeroU64::MAX,
+                waited_ms: Some(u64::MAX),
             },
         })
         .encode(&mut out);
-        assert_eq!(out.len(), 1 + 1 + 20 + 2 + 1 + 250 + 2 * 21 + 1);
+        assert_eq!(out.len(), 1 + 1 + 20 + 2 + 1 + 250 + 3 * 21 + 1);
     }
 }

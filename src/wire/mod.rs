@@ -21,19 +21,24 @@
 //! use ticketing::wire::{Answer, AnswerKind, Atom, ServerFrame};
 //! use std::num::NonZeroU64;
 //!
-//! let line = b"G 42 A printer 7 30000";
+//! // A grant on version 2: token 7, a lease of 30 s, after 120 ms in the queue.
+//! let line = b"G 42 A printer 7 30000 120";
 //! let frame = ServerFrame::parse(line).unwrap();
 //! assert_eq!(
 //!     frame,
 //!     ServerFrame::Answer(Answer {
 //!         id: 42,
 //!         key: Atom::new("printer").unwrap(),
-//!         kind: AnswerKind::Granted { token: 7, lease_ms: NonZeroU64::new(30000).unwrap() },
+//!         kind: AnswerKind::Granted {
+//!             token: 7,
+//!             lease_ms: NonZeroU64::new(30000).unwrap(),
+//!             waited_ms: Some(120),
+//!         },
 //!     })
 //! );
 //! let mut out = Vec::new();
 //! frame.encode(&mut out);
-//! assert_eq!(out, b"G 42 A printer 7 30000\n");
+//! assert_eq!(out, b"G 42 A printer 7 30000 120\n");
 //!
 //! // Every framing rule is a typed error.
 //! assert!(ServerFrame::parse(b"G 042 A printer 7 30000").is_err()); // leading zero

@@ -339,6 +339,11 @@ impl<'a> Reader<'a> {
         Ok(value)
     }
 
+    /// Whether another field follows.
+    fn has_more(&self) -> bool {
+        self.at < self.line.len()
+    }
+
     /// The next field, an op letter.
     #[inline(always)]
     fn op(&mut self) -> Result<Op, FrameError> {
@@ -346,6 +351,7 @@ impl<'a> Reader<'a> {
         let op = match self.line[self.at] {
             b'A' => Some(Op::Acquire),
             b'R' => Some(Op::Release),
+            b'X' => Some(Op::Renew),
             _ => None,
         };
         match (op, self.line.get(self.at + 1)) {
@@ -408,6 +414,20 @@ impl<'a> ClientFrame<'a> {
                 let token = r.number("token")?;
                 ClientFrame::Release { id, key, token }
             }
+            b'X' => {
+                r.expect(5);
+                let id = r.number("id")?;
+                let key = r.atom("key")?;
+                let token = r.number("token")?;
+                let lease_ms = r.number("lease_ms")?;
+                r.end()?;
+                return Ok(ClientFrame::Renew {
+                    id,
+                    key,
+                    token,
+                    lease_ms: NonZeroU64::new(lease_ms).ok_or(FrameError::ZeroLease)?,
+                });
+            }
             kind => return Err(unknown_kind(&[kind])),
         };
         r.end()?;
@@ -447,6 +467,7 @@ impl<'a> ServerFrame<'a> {
                 r.end()?;
                 return Ok(ServerFrame::Error { reason });
             }
+            // Six fields, or seven for a grant of an acquire on version 2.
             b'G' => r.expect(6),
             b'T' | b'B' | b'D' | b'N' => r.expect(4),
             _ => return Err(unknown_kind(&[kind])),
@@ -454,19 +475,31 @@ impl<'a> ServerFrame<'a> {
         let id = r.number("id")?;
         let op = r.op()?;
         let key = r.atom("key")?;
-        let answer = match kind {
-            b'G' => {
+        let answer = match (kind, op) {
+            (b'G', _) => {
                 let token = r.number("token")?;
                 let lease_ms = r.number("lease_ms")?;
+                let waited_ms = if op == Op::Acquire && r.has_more() {
+                    r.expect(7);
+                    Some(r.number("waited_ms")?)
+                } else {
+                    None
+                };
                 r.end()?;
-                AnswerKind::Granted {
-                    token,
-                    lease_ms: NonZeroU64::new(lease_ms).ok_or(FrameError::ZeroLease)?,
+                let lease_ms = NonZeroU64::new(lease_ms).ok_or(FrameError::ZeroLease)?;
+                match op {
+                    Op::Renew => AnswerKind::Renewed { token, lease_ms },
+                    _ => AnswerKind::Granted {
+                        token,
+                        lease_ms,
+                        waited_ms,
+                    },
                 }
             }
-            b'T' => AnswerKind::TimedOut,
-            b'B' => AnswerKind::Busy,
-            b'D' => AnswerKind::Released,
+            (b'T', _) => AnswerKind::TimedOut,
+            (b'B', _) => AnswerKind::Busy,
+            (b'D', _) => AnswerKind::Released,
+            (_, Op::Renew) => AnswerKind::Gone,
             _ => AnswerKind::NotHeld,
         };
         r.end()?;

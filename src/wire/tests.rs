@@ -27,15 +27,46 @@ fn every_valid_frame_round_trips_byte_for_byte() {
         "B 2 A k".into(),
         "D 3 R k".into(),
         "N 4 R !~".into(),
+        // Version 2.
+        format!("G 5 A k 7 30000 {max}"),
+        "G 6 A k 7 30000 0".into(),
+        format!("G {max} X k {max} 1"),
+        "N 8 X k".into(),
     ] {
         assert_eq!(server(&line).as_deref(), Ok(line.as_str()));
     }
+    assert_eq!(
+        ServerFrame::parse(b"G 5 A k 7 30000 12"),
+        Ok(ServerFrame::Answer(Answer {
+            id: 5,
+            key: Atom::new("k").unwrap(),
+            kind: AnswerKind::Granted {
+                token: 7,
+                lease_ms: core::num::NonZeroU64::new(30000).unwrap(),
+                waited_ms: Some(12),
+            }
+        }))
+    );
+    assert_eq!(
+        ServerFrame::parse(b"G 6 X k 7 30000"),
+        Ok(ServerFrame::Answer(Answer {
+            id: 6,
+            key: Atom::new("k").unwrap(),
+            kind: AnswerKind::Renewed {
+                token: 7,
+                lease_ms: core::num::NonZeroU64::new(30000).unwrap(),
+            }
+        }))
+    );
     for line in [
         "H 1 client-a -".to_string(),
         "H 7 c secret".into(),
         format!("A {max} k o 0 {max}"),
         "A 1 k o 5000 1".into(),
         "R 9 k 0".into(),
+        "H 2 c -".into(),
+        format!("X {max} k {max} {max}"),
+        "X 1 k 0 1".into(),
     ] {
         assert_eq!(client(&line).as_deref(), Ok(line.as_str()));
     }
@@ -211,12 +242,14 @@ fn framing_rule_field_counts() {
         ("E", 'E', 2, 1),
         ("E a b", 'E', 2, 3),
         ("G 1 A k 5", 'G', 6, 5),
-        ("G 1 A k 5 5 5", 'G', 6, 7),
+        ("G 1 X k 5 5 5", 'G', 6, 7),
+        ("G 1 A k 5 5 5 5", 'G', 7, 8),
+        ("N 1 X k 5", 'N', 4, 5),
         ("T 1 A", 'T', 4, 3),
         ("B 1 A k x", 'B', 4, 5),
         ("D 1 R", 'D', 4, 3),
         ("N 1 R k 5", 'N', 4, 5),
-        ("G 1 A k 5 5 5 5 5 5 5 5", 'G', 6, 8),
+        ("G 1 A k 5 5 5 5 5 5 5 5", 'G', 7, 8),
     ] {
         assert_eq!(
             server(line),
@@ -234,6 +267,14 @@ fn framing_rule_field_counts() {
             kind: 'A',
             expected: 6,
             found: 5
+        })
+    );
+    assert_eq!(
+        client("X 1 k 5"),
+        Err(FrameError::FieldCount {
+            kind: 'X',
+            expected: 5,
+            found: 4
         })
     );
 }
@@ -281,14 +322,28 @@ fn framing_rule_kind_op_pairings() {
             "{line}"
         );
     }
-    assert_eq!(server("T 1 X k"), Err(FrameError::BadOp));
+    for (line, kind, op) in [
+        ("T 1 X k", 'T', 'X'),
+        ("B 1 X k", 'B', 'X'),
+        ("D 1 X k", 'D', 'X'),
+    ] {
+        assert_eq!(
+            server(line),
+            Err(FrameError::BadPairing { kind, op }),
+            "{line}"
+        );
+    }
+    assert_eq!(server("T 1 Y k"), Err(FrameError::BadOp));
     assert_eq!(server("T 1 AR k"), Err(FrameError::BadOp));
 }
 
 #[test]
 fn framing_rule_lease_and_window_minimums() {
     assert_eq!(server("G 1 A k 5 0"), Err(FrameError::ZeroLease));
+    assert_eq!(server("G 1 A k 5 0 0"), Err(FrameError::ZeroLease));
+    assert_eq!(server("G 1 X k 5 0"), Err(FrameError::ZeroLease));
     assert_eq!(client("A 1 k o 5 0"), Err(FrameError::ZeroLease));
+    assert_eq!(client("X 1 k 5 0"), Err(FrameError::ZeroLease));
     assert_eq!(
         server("W n 1"),
         Err(FrameError::WindowTooSmall { window: 1 })
