@@ -1017,3 +1017,33 @@ fn a_sent_release_without_an_answer_within_the_grace_closes_and_is_resent() {
     h.feed("D 2 R k\n");
     assert_eq!(h.take_outcomes(), vec![(release, Outcome::Released)]);
 }
+
+#[test]
+fn a_tls_handshake_that_fails_closes_with_its_reason_and_backs_off_like_a_failed_connect() {
+    let (mut h, _) = ready_with(config3(), 4);
+    h.feed("L c:3\n");
+    transport_ends(&mut h, TransportEnd::Eof);
+    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+    let conn = reconnect_at(&mut h, until, "c:3");
+    let mark = h.actions.len();
+    let detail = ticketing::Name::new("unknown_ca").unwrap();
+    h.client.handle_tls_failed(h.now, conn, detail);
+    h.pump();
+    let events = h.take_events();
+    assert_eq!(closed(&events), one_closed("c:3", "tls:unknown_ca"));
+    assert_eq!(close_actions(&h, mark), vec![], "nothing to close");
+    assert_eq!(
+        h.client.leader_hint(),
+        None,
+        "a hint that fails is forgotten"
+    );
+    let until = the_backoff(&events, BackoffCause::Transport);
+    assert_jittered(h.now, until, step(50, 5_000, 1), "the second in a row");
+    reconnect_at(&mut h, until, "b:2");
+    // Once connected, the same input is a transport failure.
+    let conn = h.connect();
+    h.client
+        .handle_tls_failed(h.now, conn, ticketing::Name::new("late").unwrap());
+    h.pump();
+    assert_eq!(closed(&h.take_events()), one_closed("b:2", "io"));
+}

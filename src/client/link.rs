@@ -277,7 +277,7 @@ impl Client {
             self.link.state = state;
             return;
         };
-        if reason != CloseReason::ConnectFailed {
+        if !matches!(reason, CloseReason::ConnectFailed | CloseReason::Tls(_)) {
             self.actions.push_back(Action::Close { conn: conn.id });
         }
         self.events.push_back(Event::Closed {
@@ -306,6 +306,7 @@ impl Client {
             // Our own decisions: the connection itself was fine.
             CloseReason::Cancel | CloseReason::Shutdown => None,
             CloseReason::ConnectFailed
+            | CloseReason::Tls(_)
             | CloseReason::ConnectTimeout
             | CloseReason::HandshakeTimeout
             | CloseReason::Eof

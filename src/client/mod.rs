@@ -376,6 +376,18 @@ impl Client {
         });
     }
 
+    /// The TLS handshake of the connect attempt `conn` failed, for the
+    /// reason `detail` (closed as [`CloseReason::Tls`]): the client backs
+    /// off as for a failed connect, and forgets the leader hint if that is
+    /// where it was connecting.
+    pub fn handle_tls_failed(&mut self, now: Time, conn: ConnId, detail: Name) {
+        self.step(now, |client| match client.link.current(conn) {
+            Some(Phase::Connecting { .. }) => client.close(CloseReason::Tls(detail)),
+            Some(_) => client.close(CloseReason::Io),
+            None => {}
+        });
+    }
+
     /// Bytes arrived on `conn`, in any chunking. Every frame in them is
     /// handled in order, until one closes the connection; the rest of the
     /// bytes are then ignored.

@@ -368,6 +368,10 @@ pub enum CloseReason {
     ConnectFailed,
     /// The connect attempt took longer than the connect timeout.
     ConnectTimeout,
+    /// The TLS handshake of the connect attempt failed (an unknown CA, a
+    /// wrong name, an expired certificate, a peer that does not speak TLS,
+    /// one that stalls): the connector says why, as an atom.
+    Tls(Name),
     /// No handshake answer within the handshake timeout.
     HandshakeTimeout,
     /// `M`: another node leads.
@@ -397,6 +401,7 @@ impl fmt::Display for CloseReason {
             CloseReason::Io => f.write_str("io"),
             CloseReason::ConnectFailed => f.write_str("connect_failed"),
             CloseReason::ConnectTimeout => f.write_str("connect_timeout"),
+            CloseReason::Tls(detail) => write!(f, "tls:{detail}"),
             CloseReason::HandshakeTimeout => f.write_str("handshake_timeout"),
             CloseReason::Moved => f.write_str("moved"),
             CloseReason::NoLeader => f.write_str("no_leader"),
