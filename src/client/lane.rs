@@ -65,7 +65,7 @@ impl Client {
     /// first, with its answer grace armed.
     fn send_release(&mut self, handle: Handle) {
         let id = self.next_request_id();
-        self.pending.insert(id, Request::Release(handle));
+        self.pending.insert(id, Request::Release(handle).op());
         let release = self.holds.get_mut(handle).and_then(Hold::release_mut);
         let release = release.expect("queued releases are stored");
         // Its deadline fired before any poll could get here, and only
@@ -88,7 +88,7 @@ impl Client {
     /// deadline armed.
     fn send_acquire(&mut self, handle: Handle) {
         let id = self.next_request_id();
-        self.pending.insert(id, Request::Acquire(handle));
+        self.pending.insert(id, Request::Acquire(handle).op());
         self.acquires_in_flight += 1;
         let acquire = self
             .acquires
@@ -98,19 +98,15 @@ impl Client {
         acquire.phase = AcquirePhase::Sent;
         acquire.sent_at = self.now;
         acquire.attempts += 1;
-        let wait_ms = acquire.wire_wait_ms();
         ClientFrame::Acquire {
             id,
             key: acquire.key.to_wire(),
             owner: acquire.owner.to_wire(),
-            wait_ms,
+            wait_ms: acquire.wire_wait_ms(),
             lease_ms: acquire.lease_ms,
         }
         .encode(&mut self.out);
-        let deadline = self
-            .now
-            .saturating_add_millis(wait_ms)
-            .saturating_add(self.config.answer_grace);
+        let deadline = acquire.answer_deadline(self.config.answer_grace);
         self.acquires.set_timer(handle, deadline);
     }
 

@@ -370,8 +370,8 @@ impl Client {
     fn settle_on_close(&mut self) {
         self.acquires_in_flight = 0;
         let mut releases = Vec::new();
-        for (_, request) in self.pending.drain() {
-            match request {
+        for (_, op) in self.pending.drain() {
+            match Request::of(op) {
                 Request::Acquire(handle) => {
                     let acquire = self.acquires.get(handle).expect("in flight");
                     if acquire.phase == AcquirePhase::Abandoned {

@@ -24,7 +24,7 @@ impl Client {
     /// advances the request's operation. `Err` closes the connection.
     pub(crate) fn on_answer(&mut self, answer: Answer<'_>) -> Result<(), CloseReason> {
         let id = answer.id;
-        let Some(request) = self.pending.remove(id) else {
+        let Some(request) = self.pending.remove(id).map(Request::of) else {
             // Never sent, or already answered: a second answer to one id.
             self.stray_answer(&answer);
             return Err(CloseReason::Protocol(Violation::UnknownId { id }));
@@ -64,7 +64,7 @@ impl Client {
         if let Some(violation) = violation {
             // The matched request stays in flight: the close treats it as
             // sent and unanswered.
-            self.pending.insert(id, request);
+            self.pending.insert(id, request.op());
             self.stray_answer(&answer);
             return Err(CloseReason::Protocol(violation));
         }

@@ -66,18 +66,38 @@ pub use outcome::{
 
 use self::link::{Link, LinkState, Phase};
 use self::operations::{Acquire, Held, Hold};
-use self::outcome::Issuer;
+use self::outcome::{Issuer, OpKind};
 use self::store::{Fifo, Handle, Pending, Slab};
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
 use crate::time::Time;
 use crate::wire::LineReader;
 
-/// A request in flight: which operation's attempt it is.
+/// A request in flight: which operation's attempt it is. The pending
+/// table keeps it as that operation's id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Request {
     Acquire(Handle),
     Release(Handle),
+}
+
+impl Request {
+    /// The operation the request is an attempt of.
+    fn op(self) -> OpId {
+        match self {
+            Request::Acquire(handle) => OpId::of(OpKind::Acquire, handle),
+            Request::Release(handle) => OpId::of(OpKind::Release, handle),
+        }
+    }
+
+    /// The request whose operation is `op` (one the pending table holds).
+    fn of(op: OpId) -> Request {
+        match op.parts() {
+            Some((OpKind::Acquire, handle)) => Request::Acquire(handle),
+            Some((OpKind::Release, handle)) => Request::Release(handle),
+            _ => unreachable!("only acquires and releases are sent"),
+        }
+    }
 }
 
 /// What a due timer belongs to.
@@ -205,8 +225,9 @@ pub struct Client {
     /// Grants the embedder holds, and releases (the embedder's, and the
     /// client's own for orphaned grants).
     holds: Slab<Hold>,
-    /// The requests in flight on the connection.
-    pending: Pending<Request>,
+    /// The requests in flight on the connection: the operation whose
+    /// attempt each is.
+    pending: Pending<OpId>,
     /// Acquires waiting to be sent.
     queue: Fifo,
     /// The release lane: releases waiting to be sent.

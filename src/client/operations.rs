@@ -52,6 +52,14 @@ impl Acquire {
     pub(crate) fn wire_wait_ms(&self) -> u64 {
         self.budget_end.millis_since(self.sent_at)
     }
+
+    /// When a sent attempt must have been answered: its send time plus
+    /// the `wait_ms` it was sent with plus the answer grace.
+    pub(crate) fn answer_deadline(&self, answer_grace: Duration) -> Time {
+        self.sent_at
+            .saturating_add_millis(self.wire_wait_ms())
+            .saturating_add(answer_grace)
+    }
 }
 
 /// A release: the embedder's, or one the client issued for an orphaned

@@ -21,18 +21,19 @@
 //! Most deadlines are "now plus a duration that is the same for every
 //! entry of its kind" (an answer's grace, a lease), so the timers of one
 //! kind, armed one after another, come in deadline order. A slab keeps a
-//! few first-in first-out *lanes* of timers, each in deadline order: a new
-//! timer joins the lane whose last deadline is the latest not after its
-//! own, and only a timer that fits no lane goes into a binary heap. The
-//! kinds sort themselves into lanes; nobody tells the slab which is which.
+//! few *lanes* of timers, each a list in deadline order threaded through
+//! the slots: a new timer joins the lane whose last deadline is the latest
+//! not after its own, and only a timer that fits no lane goes into a binary
+//! heap. The kinds sort themselves into lanes; nobody tells the slab which
+//! is which. Arming and disarming a lane timer is linking and unlinking
+//! one node; the earliest deadline is the least of the lanes' first ones
+//! and the heap's top, kept up to date, so it is always exact. Timers due
+//! at one moment fire in slot order, whatever lanes they are in.
 //!
-//! Setting a timer again, or clearing it, does not look for its old entry:
-//! the slot's stamp changes, and an entry whose stamp is not its slot's is
-//! dead. Dead entries are dropped when they reach the front of their lane
-//! or the top of the heap (the fronts are kept live, so the earliest
-//! deadline is always exact), and all at once when they outnumber half the
-//! live ones. Timers due at one moment fire in slot order, whatever lanes
-//! they are in.
+//! The heap does not look for a timer it holds when the timer is set again
+//! or cleared: the slot's stamp changes, and an entry whose stamp is not
+//! its slot's is dead, dropped when it reaches the top and all at once when
+//! the dead outnumber half the live.
 
 use core::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
@@ -78,7 +79,7 @@ impl Handle {
     }
 }
 
-/// A timer: live while `stamp` is its slot's.
+/// A timer in the heap: live while `stamp` is its slot's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 struct Timer {
     at: Time,
@@ -88,152 +89,180 @@ struct Timer {
 
 /// How many lanes a slab's timers have.
 const LANES: usize = 4;
-/// Where a timer is, in the low bits of its stamp: `NOWHERE` (none is
-/// armed), lane `i` as `i + 1`, or the heap.
-const PLACE_BITS: u32 = 3;
-const PLACE_MASK: u32 = (1 << PLACE_BITS) - 1;
-const NOWHERE: u32 = 0;
-const HEAP: u32 = LANES as u32 + 1;
-const PLACES: usize = LANES + 2;
+/// No slot: the end of a lane.
+const NIL: u32 = u32::MAX;
+
+/// Where a slot's timer is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Place {
+    /// No timer is armed.
+    Nowhere,
+    /// In this lane.
+    Lane(u8),
+    /// In the heap, as the entry with the node's stamp.
+    Heap,
+}
+
+/// A slot's timer: its deadline, where it is, and its neighbours in its
+/// lane.
+#[derive(Debug, Clone, Copy)]
+struct Node {
+    at: Time,
+    place: Place,
+    prev: u32,
+    next: u32,
+    /// The stamp of its heap entry; it only ever goes up, so no dead entry
+    /// of the slot can look live again.
+    stamp: u32,
+}
+
+const UNARMED: Node = Node {
+    at: Time::ZERO,
+    place: Place::Nowhere,
+    prev: NIL,
+    next: NIL,
+    stamp: 0,
+};
+
+/// A lane: the first and last slot of a list in deadline order.
+#[derive(Debug, Clone, Copy)]
+struct Lane {
+    head: u32,
+    tail: u32,
+    /// The last deadline, while the lane is not empty.
+    last: Time,
+}
+
+const EMPTY_LANE: Lane = Lane {
+    head: NIL,
+    tail: NIL,
+    last: Time::ZERO,
+};
 
 /// The timers of a slab, one per slot at most.
-#[derive(Default)]
 struct Timers {
-    /// Per slot: where its armed timer is (the low bits) and a number that
-    /// goes up with every change (the high bits), so that no dead entry of
-    /// the slot can look live again. An entry is live while its stamp is
-    /// its slot's.
-    stamps: Vec<u32>,
-    /// Each in non-decreasing deadline order.
-    lanes: [VecDeque<Timer>; LANES],
+    nodes: Vec<Node>,
+    lanes: [Lane; LANES],
     heap: BinaryHeap<Reverse<Timer>>,
-    /// Per place: live entries, and dead ones.
-    live: [usize; PLACES],
-    dead: [usize; PLACES],
-    /// The earliest live deadline: the least of the lanes' fronts and the
-    /// heap's top, found again when one of them changes.
+    /// Live and dead entries of the heap.
+    heap_live: usize,
+    heap_dead: usize,
+    /// The earliest armed deadline.
     earliest: Option<Time>,
+}
+
+impl Default for Timers {
+    fn default() -> Timers {
+        Timers {
+            nodes: Vec::new(),
+            lanes: [EMPTY_LANE; LANES],
+            heap: BinaryHeap::new(),
+            heap_live: 0,
+            heap_dead: 0,
+            earliest: None,
+        }
+    }
 }
 
 impl Timers {
     fn is_live(&self, timer: &Timer) -> bool {
-        self.stamps[timer.slot as usize] == timer.stamp
+        let node = &self.nodes[timer.slot as usize];
+        node.place == Place::Heap && node.stamp == timer.stamp
     }
 
     /// Arms `slot`'s timer at `at`, replacing the one armed before.
-    #[inline]
     fn arm(&mut self, slot: u32, at: Time) {
-        if self.stamps[slot as usize] & PLACE_MASK != NOWHERE {
-            self.disarm(slot);
+        self.disarm(slot);
+        match self.lane_for(at) {
+            Some(lane) => self.link(slot, at, lane),
+            None => {
+                let node = &mut self.nodes[slot as usize];
+                node.stamp = node.stamp.wrapping_add(1);
+                node.place = Place::Heap;
+                node.at = at;
+                let stamp = node.stamp;
+                self.heap.push(Reverse(Timer { at, slot, stamp }));
+                self.heap_live += 1;
+            }
         }
-        let place = self.place_for(at);
-        let stamp =
-            (self.stamps[slot as usize] & !PLACE_MASK).wrapping_add(1 << PLACE_BITS) | place;
-        self.stamps[slot as usize] = stamp;
-        let timer = Timer { at, slot, stamp };
-        if place == HEAP {
-            self.heap.push(Reverse(timer));
-        } else {
-            self.lanes[place as usize - 1].push_back(timer);
-        }
-        self.live[place as usize] += 1;
         if self.earliest.map_or(true, |earliest| at < earliest) {
             self.earliest = Some(at);
         }
     }
 
-    /// Where a timer due at `at` goes: the lane whose last deadline is the
-    /// latest not after `at`, an empty lane if none, else the heap.
-    fn place_for(&self, at: Time) -> u32 {
-        let mut best = HEAP;
-        let mut best_last = Time::ZERO;
-        let mut empty = HEAP;
+    /// The lane a timer due at `at` joins: the one whose last deadline is
+    /// the latest not after `at`, else an empty one, else none (the heap).
+    fn lane_for(&self, at: Time) -> Option<usize> {
+        let mut best: Option<(usize, Time)> = None;
+        let mut empty = None;
         for (index, lane) in self.lanes.iter().enumerate() {
-            match lane.back() {
-                Some(last) if last.at <= at && (best == HEAP || last.at > best_last) => {
-                    best = index as u32 + 1;
-                    best_last = last.at;
-                }
-                None if empty == HEAP => empty = index as u32 + 1,
-                _ => {}
+            if lane.tail == NIL {
+                empty = empty.or(Some(index));
+            } else if lane.last <= at && best.map_or(true, |(_, last)| lane.last > last) {
+                best = Some((index, lane.last));
             }
         }
-        if best == HEAP {
-            empty
+        best.map(|(index, _)| index).or(empty)
+    }
+
+    /// Appends `slot`, due at `at`, to `lane`.
+    fn link(&mut self, slot: u32, at: Time, lane: usize) {
+        let tail = self.lanes[lane].tail;
+        self.nodes[slot as usize] = Node {
+            at,
+            place: Place::Lane(lane as u8),
+            prev: tail,
+            next: NIL,
+            stamp: self.nodes[slot as usize].stamp,
+        };
+        if tail == NIL {
+            self.lanes[lane].head = slot;
         } else {
-            best
+            self.nodes[tail as usize].next = slot;
         }
+        self.lanes[lane].tail = slot;
+        self.lanes[lane].last = at;
     }
 
     /// Disarms `slot`'s timer, if armed.
-    #[inline]
     fn disarm(&mut self, slot: u32) {
-        let stamp = self.stamps[slot as usize];
-        let place = stamp & PLACE_MASK;
-        if place == NOWHERE {
-            return;
-        }
-        self.stamps[slot as usize] = stamp & !PLACE_MASK;
-        let at = place as usize;
-        self.live[at] -= 1;
-        self.dead[at] += 1;
-        let is_it = |t: &Timer| t.stamp == stamp && t.slot == slot;
-        if place == HEAP {
-            if self.heap.peek().is_some_and(|Reverse(top)| is_it(top)) {
-                self.settle_heap();
-                self.earliest = self.find_earliest();
-            }
-        } else {
-            let lane = place as usize - 1;
-            if self.lanes[lane].back().is_some_and(is_it) {
-                // Armed last (most often just now): gone at once.
-                self.lanes[lane].pop_back();
-                self.dead[at] -= 1;
-                self.settle_back(lane);
-                if self.lanes[lane].is_empty() {
-                    // It was the front too.
+        let node = self.nodes[slot as usize];
+        match node.place {
+            Place::Nowhere => {}
+            Place::Lane(lane) => {
+                let lane = usize::from(lane);
+                if node.prev == NIL {
+                    self.lanes[lane].head = node.next;
+                } else {
+                    self.nodes[node.prev as usize].next = node.next;
+                }
+                if node.next == NIL {
+                    self.lanes[lane].tail = node.prev;
+                    if node.prev != NIL {
+                        self.lanes[lane].last = self.nodes[node.prev as usize].at;
+                    }
+                } else {
+                    self.nodes[node.next as usize].prev = node.prev;
+                }
+                self.nodes[slot as usize].place = Place::Nowhere;
+                if node.prev == NIL {
+                    // It was first in its lane.
                     self.earliest = self.find_earliest();
                 }
-            } else if self.lanes[lane].front().is_some_and(is_it) {
-                self.lanes[lane].pop_front();
-                self.dead[at] -= 1;
-                self.settle_front(lane);
-                self.earliest = self.find_earliest();
+            }
+            Place::Heap => {
+                self.nodes[slot as usize].place = Place::Nowhere;
+                self.heap_live -= 1;
+                self.heap_dead += 1;
+                let top = self.heap.peek().map(|Reverse(top)| top.slot);
+                if top == Some(slot) {
+                    self.settle_heap();
+                    self.earliest = self.find_earliest();
+                } else if self.heap_dead > self.heap_live / 2 + 64 {
+                    self.sweep_heap();
+                }
             }
         }
-        if self.dead[at] > self.live[at] / 2 + 64 {
-            self.sweep(place);
-        }
-    }
-
-    /// Drops the dead entries at the front of `lane`.
-    #[inline]
-    fn settle_front(&mut self, lane: usize) {
-        let stamps = &self.stamps;
-        let queue = &mut self.lanes[lane];
-        while let Some(front) = queue.front() {
-            if stamps[front.slot as usize] == front.stamp {
-                return;
-            }
-            queue.pop_front();
-            self.dead[lane + 1] -= 1;
-        }
-        give_back(queue);
-    }
-
-    /// Drops the dead entries at the back of `lane`.
-    #[inline]
-    fn settle_back(&mut self, lane: usize) {
-        let stamps = &self.stamps;
-        let queue = &mut self.lanes[lane];
-        while let Some(back) = queue.back() {
-            if stamps[back.slot as usize] == back.stamp {
-                return;
-            }
-            queue.pop_back();
-            self.dead[lane + 1] -= 1;
-        }
-        give_back(queue);
     }
 
     /// Drops the dead entries at the top of the heap.
@@ -243,47 +272,37 @@ impl Timers {
                 break;
             }
             self.heap.pop();
-            self.dead[HEAP as usize] -= 1;
+            self.heap_dead -= 1;
         }
     }
 
-    /// Drops every dead entry of `place`.
-    fn sweep(&mut self, place: u32) {
-        let stamps = &self.stamps;
-        let live = |timer: &Timer| stamps[timer.slot as usize] == timer.stamp;
-        if place == HEAP {
-            self.heap.retain(|Reverse(timer)| live(timer));
-            if self.heap.capacity() > 2 * self.heap.len() + 64 {
-                self.heap
-                    .shrink_to(self.heap.len() + self.heap.len() / 8 + 64);
-            }
-        } else {
-            // The live ones moved down over the dead, in place.
-            let lane = &mut self.lanes[place as usize - 1];
-            let timers = lane.make_contiguous();
-            let mut kept = 0;
-            for at in 0..timers.len() {
-                if live(&timers[at]) {
-                    timers[kept] = timers[at];
-                    kept += 1;
-                }
-            }
-            lane.truncate(kept);
-            if lane.capacity() > 2 * lane.len() + 64 {
-                lane.shrink_to(lane.len() + lane.len() / 8 + 64);
-            }
+    /// Drops every dead entry of the heap.
+    #[cold]
+    fn sweep_heap(&mut self) {
+        let nodes = &self.nodes;
+        self.heap.retain(|Reverse(timer)| {
+            let node = &nodes[timer.slot as usize];
+            node.place == Place::Heap && node.stamp == timer.stamp
+        });
+        if self.heap.capacity() > 2 * self.heap.len() + 64 {
+            self.heap
+                .shrink_to(self.heap.len() + self.heap.len() / 8 + 64);
         }
-        self.dead[place as usize] = 0;
+        self.heap_dead = 0;
     }
 
-    /// The least of the lanes' fronts and the heap's top.
+    /// The least of the lanes' first deadlines and the heap's top.
     fn find_earliest(&self) -> Option<Time> {
-        let fronts = self.lanes.iter().filter_map(|lane| lane.front());
-        let top = self.heap.peek().map(|Reverse(top)| top);
-        fronts.chain(top).map(|timer| timer.at).min()
+        let heads = self
+            .lanes
+            .iter()
+            .filter(|lane| lane.head != NIL)
+            .map(|lane| self.nodes[lane.head as usize].at);
+        let top = self.heap.peek().map(|Reverse(top)| top.at);
+        heads.chain(top).min()
     }
 
-    /// The earliest live deadline.
+    /// The earliest armed deadline.
     fn next(&self) -> Option<Time> {
         debug_assert_eq!(self.earliest, self.find_earliest());
         self.earliest
@@ -294,38 +313,38 @@ impl Timers {
     fn pop_due(&mut self, now: Time) -> Option<u32> {
         let at = self.next().filter(|&at| at <= now)?;
         // Every lane timer due at `at` joins the heap, which orders them by
-        // slot; the live ones at the fronts are all there are at `at`.
+        // slot; in a lane they are the first ones.
         for lane in 0..LANES {
-            while let Some(&front) = self.lanes[lane].front() {
-                if front.at != at {
+            loop {
+                let head = self.lanes[lane].head;
+                if head == NIL || self.nodes[head as usize].at != at {
                     break;
                 }
-                self.lanes[lane].pop_front();
-                self.live[lane + 1] -= 1;
-                let stamp = (front.stamp & !PLACE_MASK) | HEAP;
-                self.stamps[front.slot as usize] = stamp;
-                self.heap.push(Reverse(Timer { stamp, ..front }));
-                self.live[HEAP as usize] += 1;
-                self.settle_front(lane);
+                self.disarm(head);
+                let node = &mut self.nodes[head as usize];
+                node.stamp = node.stamp.wrapping_add(1);
+                node.place = Place::Heap;
+                node.at = at;
+                let stamp = node.stamp;
+                self.heap.push(Reverse(Timer {
+                    at,
+                    slot: head,
+                    stamp,
+                }));
+                self.heap_live += 1;
             }
         }
-        let Reverse(timer) = *self.heap.peek().expect("a timer is due");
-        self.disarm(timer.slot);
+        let Reverse(first) = *self.heap.peek().expect("a timer is due");
+        self.disarm(first.slot);
         self.earliest = self.find_earliest();
-        Some(timer.slot)
+        Some(first.slot)
     }
 
-    /// The deadline armed for `slot` (a scan: for tests).
+    /// The deadline armed for `slot`.
     #[cfg(test)]
     fn armed_at(&self, slot: u32) -> Option<Time> {
-        let stamp = self.stamps[slot as usize];
-        let mut all = self
-            .lanes
-            .iter()
-            .flatten()
-            .chain(self.heap.iter().map(|Reverse(t)| t));
-        all.find(|t| t.slot == slot && t.stamp == stamp && stamp & PLACE_MASK != NOWHERE)
-            .map(|t| t.at)
+        let node = &self.nodes[slot as usize];
+        (node.place != Place::Nowhere).then_some(node.at)
     }
 }
 
@@ -370,14 +389,14 @@ impl<T> Slab<T> {
             // An eighth more at a time: never much more memory than in use.
             let more = self.slots.len() / 8 + 16;
             self.slots.reserve_exact(more);
-            self.timers.stamps.reserve_exact(more);
+            self.timers.nodes.reserve_exact(more);
         }
         let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 entries");
         self.slots.push(Slot {
             value: Some(value),
             gen: 0,
         });
-        self.timers.stamps.push(0);
+        self.timers.nodes.push(UNARMED);
         Handle { slot, gen: 0 }
     }
 
@@ -701,19 +720,26 @@ mod tests {
                     }
                 }
             }
-            // Dead timers never outnumber the live ones by much, and the
-            // counts are true.
+            // Dead heap entries never outnumber the live ones by much, and
+            // the lanes are in deadline order with every armed timer once.
             let t = &slab.timers;
-            for place in 1..PLACES {
-                assert!(t.dead[place] <= t.live[place] / 2 + 64, "place {place}");
-                let len = if place == HEAP as usize {
-                    t.heap.len()
-                } else {
-                    t.lanes[place - 1].len()
-                };
-                assert_eq!(len, t.live[place] + t.dead[place], "place {place}");
+            assert!(t.heap_dead <= t.heap_live / 2 + 64);
+            assert_eq!(t.heap.len(), t.heap_live + t.heap_dead);
+            let mut in_lanes = 0;
+            for lane in &t.lanes {
+                let (mut at, mut last) = (lane.head, None);
+                while at != NIL {
+                    let node = &t.nodes[at as usize];
+                    assert!(last.map_or(true, |last| last <= node.at), "in order");
+                    last = Some(node.at);
+                    in_lanes += 1;
+                    at = node.next;
+                }
+                if lane.tail != NIL {
+                    assert_eq!(Some(lane.last), last);
+                }
             }
-            assert_eq!(t.live.iter().sum::<usize>(), armed.len());
+            assert_eq!(in_lanes + t.heap_live, armed.len());
         }
     }
 
