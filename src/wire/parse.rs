@@ -71,10 +71,13 @@ fn digit_run(word: u64) -> usize {
     outside(word, b'0', b'9').trailing_zeros() as usize / 8
 }
 
-/// The value of the first `len` (`1..=8`) bytes of `word`, all digits, the
+/// The value of the first `len` (`0..=8`) bytes of `word`, all digits, the
 /// first one most significant.
 #[inline(always)]
 fn digits_value(word: u64, len: usize) -> u64 {
+    if len == 0 {
+        return 0;
+    }
     // The digits moved to the top of the word behind zeros, then combined
     // two, four and eight digits at a time.
     let digits = (word << (8 * (8 - len))) & (0x0F * ONES);
@@ -101,6 +104,34 @@ const SCALES: [u64; 9] = [
 /// Eight at a time while eight bytes are there to read.
 #[inline(always)]
 fn leading_digits(bytes: &[u8]) -> (u64, usize, bool) {
+    // The usual number: fewer than eight digits, read in one word, or at
+    // the end of the line one at a time.
+    match bytes.get(..8) {
+        Some(chunk) => {
+            let word = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
+            let run = digit_run(word);
+            if run < 8 {
+                return (digits_value(word, run), run, false);
+            }
+        }
+        None => {
+            let mut value = 0;
+            for (len, &byte) in bytes.iter().enumerate() {
+                let digit = byte.wrapping_sub(b'0');
+                if digit > 9 {
+                    return (value, len, false);
+                }
+                value = value * 10 + u64::from(digit);
+            }
+            return (value, bytes.len(), false);
+        }
+    }
+    long_digits(bytes)
+}
+
+/// [`leading_digits`] for any number of digits.
+#[inline(never)]
+fn long_digits(bytes: &[u8]) -> (u64, usize, bool) {
     let mut value: u64 = 0;
     let mut len = 0;
     let mut overflow = false;
@@ -174,10 +205,22 @@ fn bad_byte(at: usize, byte: u8) -> Option<FrameError> {
     }
 }
 
-/// A line being read from the left, field by field.
+/// What a field of a frame is.
+#[derive(Clone, Copy)]
+enum FieldKind {
+    Number(&'static str),
+    Atom(&'static str),
+}
+
+/// A line being read from the left, field by field. Each field is read on
+/// the way a valid line takes, with as few checks as that needs; the first
+/// one that fails hands the field to [`Reader::fault`], which finds what
+/// rule it breaks. (The reader is `Copy`, and what explains a fault takes a
+/// copy of it, so that the way a valid line takes keeps it in registers.)
+#[derive(Clone, Copy)]
 struct Reader<'a> {
     line: &'a [u8],
-    /// Where the next byte to read is.
+    /// Where the field read last ends: at a space, or the line's end.
     at: usize,
     /// Fields read so far.
     fields: usize,
@@ -193,21 +236,29 @@ impl<'a> Reader<'a> {
         let Some(&kind) = line.first() else {
             return Err(FrameError::EmptyLine);
         };
-        let mut reader = Reader {
+        let reader = Reader {
             line,
-            at: 0,
-            fields: 0,
+            at: 1,
+            fields: 1,
             kind,
             expected: 0,
         };
-        let len = atom_run(line);
-        reader.stop(len, |_| {})?;
-        if len != 1 {
-            return Err(unknown_kind(&line[..len]));
+        if (0x21..=0x7e).contains(&kind) && matches!(line.get(1), None | Some(b' ')) {
+            return Ok(reader);
         }
-        reader.at = 1;
-        reader.fields = 1;
-        Ok(reader)
+        Err(Reader::kind_fault(reader))
+    }
+
+    /// What is wrong with a first field that is not one atom byte.
+    #[cold]
+    #[inline(never)]
+    fn kind_fault(self) -> FrameError {
+        let len = atom_run(self.line);
+        match self.line.get(len) {
+            Some(b' ') if len == 0 => FrameError::EmptyField { index: 0 },
+            Some(&byte) if byte != b' ' => bad_byte(len, byte).expect("not an atom byte"),
+            _ => unknown_kind(&self.line[..len]),
+        }
     }
 
     /// The frame is of `kind`, with `expected` fields.
@@ -216,40 +267,105 @@ impl<'a> Reader<'a> {
         self.expected = expected;
     }
 
-    /// The fault where a field that ran to `end` stopped, if it stopped
-    /// at a byte that cannot follow it; `other` names the fault of a
-    /// printable byte that is neither a space nor in the field.
+    /// Whether another field follows.
     #[inline(always)]
-    fn stop(&self, end: usize, other: impl FnOnce(u8)) -> Result<(), FrameError> {
-        match self.line.get(end) {
-            None | Some(b' ') if end > self.at => Ok(()),
-            None => Err(FrameError::EmptyField { index: self.fields }),
-            Some(b' ') => Err(FrameError::EmptyField { index: self.fields }),
-            Some(&byte) => match bad_byte(end, byte) {
-                Some(fault) => Err(fault),
-                None => {
-                    other(byte);
-                    Ok(())
-                }
-            },
-        }
+    fn has_more(&self) -> bool {
+        self.at < self.line.len()
     }
 
-    /// Steps over the space before the next field, which must be there:
-    /// too few fields, or an empty one, otherwise.
+    /// The next field, an atom.
     #[inline(always)]
-    fn field(&mut self) -> Result<(), FrameError> {
-        match self.line.get(self.at) {
-            None => Err(self.count_fault(self.fields)),
-            Some(_) => {
-                // Only a space ends a field well; it was checked there.
-                self.at += 1;
-                if matches!(self.line.get(self.at), None | Some(b' ')) {
-                    return Err(FrameError::EmptyField { index: self.fields });
-                }
+    fn atom(&mut self, field: &'static str) -> Result<Atom<'a>, FrameError> {
+        let start = self.at + 1;
+        if let Some(rest) = self.line.get(start..) {
+            let len = atom_run(rest);
+            let end = start + len;
+            if len > 0 && len <= MAX_ATOM && matches!(self.line.get(end), None | Some(b' ')) {
+                self.at = end;
                 self.fields += 1;
-                Ok(())
+                return Ok(Atom::from_checked(&self.line[start..end]));
             }
+        }
+        Err(Reader::fault(*self, FieldKind::Atom(field)))
+    }
+
+    /// The next field, a canonical decimal `u64`: `0` or `[1-9][0-9]*`, no
+    /// sign, no overflow.
+    #[inline(always)]
+    fn number(&mut self, field: &'static str) -> Result<u64, FrameError> {
+        let start = self.at + 1;
+        if let Some(rest) = self.line.get(start..) {
+            let (value, len, overflow) = leading_digits(rest);
+            let end = start + len;
+            let canonical = len == 1 || (len > 1 && rest[0] != b'0');
+            if canonical && !overflow && matches!(self.line.get(end), None | Some(b' ')) {
+                self.at = end;
+                self.fields += 1;
+                return Ok(value);
+            }
+        }
+        Err(Reader::fault(*self, FieldKind::Number(field)))
+    }
+
+    /// The next field, an op letter.
+    #[inline(always)]
+    fn op(&mut self) -> Result<Op, FrameError> {
+        let start = self.at + 1;
+        let op = match self.line.get(start) {
+            Some(b'A') => Some(Op::Acquire),
+            Some(b'R') => Some(Op::Release),
+            Some(b'X') => Some(Op::Renew),
+            _ => None,
+        };
+        if let Some(op) = op {
+            if matches!(self.line.get(start + 1), None | Some(b' ')) {
+                self.at = start + 1;
+                self.fields += 1;
+                return Ok(op);
+            }
+        }
+        // Its bytes are judged first, then its letter.
+        let atom = self.atom("op")?;
+        debug_assert!(!matches!(atom.as_bytes(), b"A" | b"R" | b"X"));
+        Err(FrameError::BadOp)
+    }
+
+    /// What rule the next field, of kind `what`, breaks: there is none (too
+    /// few fields), it is empty, a byte in it or right after it cannot be
+    /// there, or its text is not what its kind must be.
+    #[cold]
+    #[inline(never)]
+    fn fault(self, what: FieldKind) -> FrameError {
+        if self.at >= self.line.len() {
+            return self.count_fault(self.fields);
+        }
+        let start = self.at + 1;
+        if matches!(self.line.get(start), None | Some(b' ')) {
+            return FrameError::EmptyField { index: self.fields };
+        }
+        let rest = &self.line[start..];
+        let (len, stops) = match what {
+            FieldKind::Atom(_) => (atom_run(rest), None),
+            // A number stops at its first byte that is not a digit.
+            FieldKind::Number(field) => {
+                let (_, digits, _) = leading_digits(rest);
+                (digits, Some(FrameError::NotANumber { field }))
+            }
+        };
+        let end = start + len;
+        if let Some(&byte) = self.line.get(end) {
+            if byte != b' ' {
+                return bad_byte(end, byte)
+                    .or(stops)
+                    .expect("an atom stops at a space or a bad byte");
+            }
+        }
+        match what {
+            FieldKind::Atom(field) => FrameError::AtomTooLong { field, len },
+            FieldKind::Number(field) if len > 1 && rest[0] == b'0' => {
+                FrameError::LeadingZero { field }
+            }
+            FieldKind::Number(field) => FrameError::Overflow { field },
         }
     }
 
@@ -269,12 +385,13 @@ impl<'a> Reader<'a> {
         if self.at == self.line.len() {
             return Ok(());
         }
-        Err(self.past_the_end())
+        Err(Reader::past_the_end(*self))
     }
 
     /// What is wrong with the fields past the frame's last one.
     #[cold]
-    fn past_the_end(&self) -> FrameError {
+    #[inline(never)]
+    fn past_the_end(self) -> FrameError {
         let rest = &self.line[self.at..];
         let mut fields = self.fields;
         let mut after_space = false;
@@ -295,76 +412,6 @@ impl<'a> Reader<'a> {
             after_space = byte == b' ';
         }
         self.count_fault(fields)
-    }
-
-    /// The next field, an atom.
-    #[inline(always)]
-    fn atom(&mut self, field: &'static str) -> Result<Atom<'a>, FrameError> {
-        self.field()?;
-        self.atom_here(field)
-    }
-
-    /// The atom that starts where the reader is.
-    #[inline(always)]
-    fn atom_here(&mut self, field: &'static str) -> Result<Atom<'a>, FrameError> {
-        let start = self.at;
-        let len = atom_run(&self.line[start..]);
-        self.stop(start + len, |_| {})?;
-        if len > MAX_ATOM {
-            return Err(FrameError::AtomTooLong { field, len });
-        }
-        self.at = start + len;
-        Ok(Atom::from_checked(&self.line[start..start + len]))
-    }
-
-    /// The next field, a canonical decimal `u64`: `0` or `[1-9][0-9]*`, no
-    /// sign, no overflow.
-    #[inline(always)]
-    fn number(&mut self, field: &'static str) -> Result<u64, FrameError> {
-        self.field()?;
-        let start = self.at;
-        let (value, len, overflow) = leading_digits(&self.line[start..]);
-        let mut not_a_number = len == 0;
-        self.stop(start + len, |_| not_a_number = true)?;
-        if not_a_number {
-            return Err(FrameError::NotANumber { field });
-        }
-        if len > 1 && self.line[start] == b'0' {
-            return Err(FrameError::LeadingZero { field });
-        }
-        if overflow {
-            return Err(FrameError::Overflow { field });
-        }
-        self.at = start + len;
-        Ok(value)
-    }
-
-    /// Whether another field follows.
-    fn has_more(&self) -> bool {
-        self.at < self.line.len()
-    }
-
-    /// The next field, an op letter.
-    #[inline(always)]
-    fn op(&mut self) -> Result<Op, FrameError> {
-        self.field()?;
-        let op = match self.line[self.at] {
-            b'A' => Some(Op::Acquire),
-            b'R' => Some(Op::Release),
-            b'X' => Some(Op::Renew),
-            _ => None,
-        };
-        match (op, self.line.get(self.at + 1)) {
-            (Some(op), None | Some(b' ')) => {
-                self.at += 1;
-                Ok(op)
-            }
-            _ => {
-                // Its bytes are judged first, then its letter.
-                self.atom_here("op")?;
-                Err(FrameError::BadOp)
-            }
-        }
     }
 }
 
