@@ -466,6 +466,7 @@ impl<T> Slab<T> {
     }
 
     /// Disarms the entry's timer, if armed.
+    #[cfg(test)]
     pub(crate) fn clear_timer(&mut self, handle: Handle) {
         if self.contains(handle) {
             self.timers.disarm(handle.slot);
