@@ -187,11 +187,28 @@ impl Client {
     pub(crate) fn read(&mut self, conn: ConnId, data: &[u8]) {
         let mut reader = mem::take(&mut self.reader);
         let mut input = data;
-        while let Some(line) = reader.next_line(&mut input) {
-            let frame = line.and_then(ServerFrame::parse);
-            let verdict = frame
-                .map_err(|e: FrameError| CloseReason::Protocol(Violation::Framing(e)))
-                .and_then(|frame| self.on_frame(frame));
+        loop {
+            // A good line that lies whole in `input` is read where it is;
+            // anything else goes through the reader, which buffers a line
+            // cut by the end of `input` and tells which rule a bad one
+            // breaks.
+            let frame = match reader.at_line_start() {
+                true => ServerFrame::parse_leading(input),
+                false => None,
+            };
+            let verdict = match frame {
+                Some((frame, len)) => {
+                    input = &input[len..];
+                    self.on_frame(frame)
+                }
+                None => match reader.next_line(&mut input) {
+                    Some(line) => line
+                        .and_then(ServerFrame::parse)
+                        .map_err(|e: FrameError| CloseReason::Protocol(Violation::Framing(e)))
+                        .and_then(|frame| self.on_frame(frame)),
+                    None => break,
+                },
+            };
             if let Err(reason) = verdict {
                 self.close(reason);
                 break;

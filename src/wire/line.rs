@@ -101,6 +101,12 @@ impl LineReader {
         }
     }
 
+    /// Whether the next line starts at the next byte of input: nothing of
+    /// an unfinished line is buffered, and no over-long line was met.
+    pub(crate) fn at_line_start(&self) -> bool {
+        !self.failed && self.buffered() == 0
+    }
+
     /// Forgets everything, including a failure, keeping the buffer's memory
     /// for the next connection.
     pub fn reset(&mut self) {

@@ -236,14 +236,14 @@ impl<'a> Reader<'a> {
         let Some(&kind) = line.first() else {
             return Err(FrameError::EmptyLine);
         };
-        let reader = Reader {
+        let mut reader = Reader {
             line,
             at: 1,
             fields: 1,
             kind,
             expected: 0,
         };
-        if (0x21..=0x7e).contains(&kind) && matches!(line.get(1), None | Some(b' ')) {
+        if (0x21..=0x7e).contains(&kind) && reader.ends_field(1) {
             return Ok(reader);
         }
         Err(Reader::kind_fault(reader))
@@ -267,6 +267,21 @@ impl<'a> Reader<'a> {
         self.expected = expected;
     }
 
+    /// Whether a field that runs to `end` ends there: at a space, or at
+    /// the end of the line, which is the end of `line` or its first `\n`
+    /// (`line` is then cut there, so that nothing past it is read).
+    #[inline(always)]
+    fn ends_field(&mut self, end: usize) -> bool {
+        match self.line.get(end) {
+            None | Some(b' ') => true,
+            Some(b'\n') => {
+                self.line = &self.line[..end];
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
     /// Whether another field follows.
     #[inline(always)]
     fn has_more(&self) -> bool {
@@ -280,7 +295,7 @@ impl<'a> Reader<'a> {
         if let Some(rest) = self.line.get(start..) {
             let len = atom_run(rest);
             let end = start + len;
-            if len > 0 && len <= MAX_ATOM && matches!(self.line.get(end), None | Some(b' ')) {
+            if len > 0 && len <= MAX_ATOM && self.ends_field(end) {
                 self.at = end;
                 self.fields += 1;
                 return Ok(Atom::from_checked(&self.line[start..end]));
@@ -298,7 +313,7 @@ impl<'a> Reader<'a> {
             let (value, len, overflow) = leading_digits(rest);
             let end = start + len;
             let canonical = len == 1 || (len > 1 && rest[0] != b'0');
-            if canonical && !overflow && matches!(self.line.get(end), None | Some(b' ')) {
+            if canonical && !overflow && self.ends_field(end) {
                 self.at = end;
                 self.fields += 1;
                 return Ok(value);
@@ -318,7 +333,7 @@ impl<'a> Reader<'a> {
             _ => None,
         };
         if let Some(op) = op {
-            if matches!(self.line.get(start + 1), None | Some(b' ')) {
+            if self.ends_field(start + 1) {
                 self.at = start + 1;
                 self.fields += 1;
                 return Ok(op);
@@ -485,6 +500,25 @@ impl<'a> ClientFrame<'a> {
 impl<'a> ServerFrame<'a> {
     /// Parses one line, without its `\n`, as a frame a client receives.
     pub fn parse(line: &'a [u8]) -> Result<ServerFrame<'a>, FrameError> {
+        Self::read(line).map(|(frame, _)| frame)
+    }
+
+    /// The frame at the start of `bytes`, which holds its whole line and
+    /// its `\n`, and the length of that line with it; `None` for a line
+    /// that is not whole in `bytes`, or breaks a rule (the caller then
+    /// cuts the line off with a [`LineReader`](super::LineReader), which
+    /// also judges its length, and [`ServerFrame::parse`]s it, to learn
+    /// which). Valid lines that lie whole in what was read are read in
+    /// place, without a pass to find their end first.
+    pub(crate) fn parse_leading(bytes: &'a [u8]) -> Option<(ServerFrame<'a>, usize)> {
+        let (frame, end) = Self::read(bytes).ok()?;
+        (end < super::MAX_FRAME && bytes.get(end) == Some(&b'\n')).then_some((frame, end + 1))
+    }
+
+    /// Reads the frame at the start of `line`, which ends at the end of
+    /// `line` or at a `\n`, and where it ends.
+    #[inline(always)]
+    fn read(line: &'a [u8]) -> Result<(ServerFrame<'a>, usize), FrameError> {
         let mut r = Reader::new(line)?;
         let kind = r.kind;
         match kind {
@@ -494,7 +528,7 @@ impl<'a> ServerFrame<'a> {
                 let window = r.number("window")?;
                 r.end()?;
                 let window = Window::new(window).ok_or(FrameError::WindowTooSmall { window })?;
-                return Ok(ServerFrame::Welcome { node, window });
+                return Ok((ServerFrame::Welcome { node, window }, r.at));
             }
             b'M' | b'L' => {
                 r.expect(2);
@@ -502,17 +536,18 @@ impl<'a> ServerFrame<'a> {
                 r.end()?;
                 let addr = Addr::new(addr.as_str())
                     .map_err(|_| FrameError::BadAddress { field: "addr" })?;
-                return Ok(if kind == b'M' {
+                let frame = if kind == b'M' {
                     ServerFrame::Moved { addr }
                 } else {
                     ServerFrame::Leader { addr }
-                });
+                };
+                return Ok((frame, r.at));
             }
             b'E' => {
                 r.expect(2);
                 let reason = r.atom("reason")?;
                 r.end()?;
-                return Ok(ServerFrame::Error { reason });
+                return Ok((ServerFrame::Error { reason }, r.at));
             }
             // Six fields, or seven for a grant of an acquire on version 2.
             b'G' => r.expect(6),
@@ -556,11 +591,12 @@ impl<'a> ServerFrame<'a> {
                 op: char::from(op.letter()),
             });
         }
-        Ok(ServerFrame::Answer(Answer {
+        let frame = ServerFrame::Answer(Answer {
             id,
             key,
             kind: answer,
-        }))
+        });
+        Ok((frame, r.at))
     }
 }
 
@@ -634,5 +670,54 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_line_read_in_place_is_read_as_the_line_reader_and_parse_read_it() {
+        // Good lines of every kind, each byte then replaced by bytes that
+        // end or break fields, followed by nothing, a `\n`, or more lines.
+        let lines: [&[u8]; 9] = [
+            b"W node-1 16",
+            b"L 10.0.0.2:7000",
+            b"M 10.0.0.2:7000",
+            b"E no_leader",
+            b"G 7 A key 3 500",
+            b"G 18446744073709551615 A key 3 500 12",
+            b"N 9 R key 3 reason",
+            b"G 7 X key 3 500",
+            b"B 2 A key 1",
+        ];
+        let swaps = [b'\n', b' ', b'0', b'A', b'X', 0x00, 0xff];
+        let tails: [&[u8]; 4] = [b"", b"\n", b"\nW n 1\n", b"\n\n"];
+        let mut cases = 0;
+        for line in lines {
+            let mut variants = vec![line.to_vec()];
+            for at in 0..line.len() {
+                for swap in swaps {
+                    let mut v = line.to_vec();
+                    v[at] = swap;
+                    variants.push(v);
+                }
+            }
+            for variant in variants {
+                for tail in tails {
+                    let mut bytes = variant.clone();
+                    bytes.extend_from_slice(tail);
+                    let mut reader = crate::wire::LineReader::new();
+                    let mut input = &bytes[..];
+                    let slowly = match reader.next_line(&mut input) {
+                        Some(Ok(line)) => ServerFrame::parse(line)
+                            .ok()
+                            .map(|f| (f.to_string(), bytes.len() - input.len())),
+                        _ => None,
+                    };
+                    let in_place =
+                        ServerFrame::parse_leading(&bytes).map(|(f, n)| (f.to_string(), n));
+                    assert_eq!(in_place, slowly, "{:?}", String::from_utf8_lossy(&bytes));
+                    cases += 1;
+                }
+            }
+        }
+        assert!(cases > 1000);
     }
 }
