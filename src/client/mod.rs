@@ -576,11 +576,27 @@ impl Client {
         next
     }
 
+    /// The earliest timer due at or before `target`, if one is: what
+    /// [`Client::next_timer`] gives, when it is due, found without ordering
+    /// the timers when none is.
+    #[inline]
+    fn next_due(&self, target: Time) -> Option<(Time, Due)> {
+        let due = |at: Option<Time>| at.is_some_and(|at| at <= target);
+        let any = due(self.acquires.next_deadline())
+            | due(self.holds.next_deadline())
+            | due(self.link.deadline())
+            | due(self.shutdown);
+        match any {
+            true => self.next_timer().filter(|&(at, _)| at <= target),
+            false => None,
+        }
+    }
+
     /// Fires everything due at or before `now`, in deadline order, each at
     /// its own time.
     fn advance(&mut self, now: Time) {
         let target = now.max(self.now);
-        while let Some((at, due)) = self.next_timer().filter(|&(at, _)| at <= target) {
+        while let Some((at, due)) = self.next_due(target) {
             self.now = self.now.max(at);
             match due {
                 Due::Acquire => {

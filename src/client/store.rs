@@ -130,6 +130,8 @@ const UNARMED: Node = Node {
 struct Lane {
     head: u32,
     tail: u32,
+    /// The first deadline ([`Time::MAX`] while the lane is empty).
+    first: Time,
     /// The last deadline, while the lane is not empty.
     last: Time,
 }
@@ -137,6 +139,7 @@ struct Lane {
 const EMPTY_LANE: Lane = Lane {
     head: NIL,
     tail: NIL,
+    first: Time::MAX,
     last: Time::ZERO,
 };
 
@@ -186,17 +189,23 @@ impl Timers {
 
     /// The lane a timer due at `at` joins: the one whose last deadline is
     /// the latest not after `at`, else an empty one, else none (the heap).
+    #[inline(always)]
     fn lane_for(&self, at: Time) -> Option<usize> {
-        let mut best: Option<(usize, Time)> = None;
-        let mut empty = None;
+        // No lane: `LANES`.
+        let (mut best, mut empty) = (LANES, LANES);
+        let mut best_last = Time::ZERO;
         for (index, lane) in self.lanes.iter().enumerate() {
             if lane.tail == NIL {
-                empty = empty.or(Some(index));
-            } else if lane.last <= at && best.map_or(true, |(_, last)| lane.last > last) {
-                best = Some((index, lane.last));
+                if empty == LANES {
+                    empty = index;
+                }
+            } else if lane.last <= at && (best == LANES || lane.last > best_last) {
+                best = index;
+                best_last = lane.last;
             }
         }
-        best.map(|(index, _)| index).or(empty)
+        let lane = if best < LANES { best } else { empty };
+        (lane < LANES).then_some(lane)
     }
 
     /// Puts `slot`'s timer, due at `at`, into the heap.
@@ -220,6 +229,7 @@ impl Timers {
         };
         if tail == NIL {
             self.lanes[lane].head = slot;
+            self.lanes[lane].first = at;
         } else {
             self.nodes[tail as usize].next = slot;
         }
@@ -250,7 +260,14 @@ impl Timers {
         if node.prev == NIL {
             // It was first in its lane.
             self.lanes[lane].head = node.next;
-            self.earliest = self.find_earliest();
+            self.lanes[lane].first = match node.next {
+                NIL => Time::MAX,
+                next => self.nodes[next as usize].at,
+            };
+            // Only the earliest timer's going moves the earliest deadline.
+            if self.earliest == Some(node.at) {
+                self.earliest = self.find_earliest();
+            }
         } else {
             self.nodes[node.prev as usize].next = node.next;
         }
@@ -299,15 +316,18 @@ impl Timers {
     }
 
     /// The least of the lanes' first deadlines and the heap's top.
-    #[inline(never)]
+    #[inline]
     fn find_earliest(&self) -> Option<Time> {
-        let heads = self
+        let top = self.heap.peek().map_or(Time::MAX, |Reverse(top)| top.at);
+        let first = self
             .lanes
             .iter()
-            .filter(|lane| lane.head != NIL)
-            .map(|lane| self.nodes[lane.head as usize].at);
-        let top = self.heap.peek().map(|Reverse(top)| top.at);
-        heads.chain(top).min()
+            .fold(top, |first, lane| first.min(lane.first));
+        // `Time::MAX` is a deadline too, or that none is armed.
+        if first == Time::MAX && self.heap.is_empty() && self.lanes.iter().all(|l| l.head == NIL) {
+            return None;
+        }
+        Some(first)
     }
 
     /// The earliest armed deadline.
