@@ -32,6 +32,9 @@ use crate::time::Time;
 pub(crate) trait Transport: Send + Unpin + 'static {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>>;
+    /// Writes out what the stream holds of what it was given (a TLS
+    /// stream's records).
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
 /// A timer of the runtime.
@@ -495,6 +498,7 @@ pub(crate) fn new<D: Dial, K: Clock>(
             stream: None,
             writes: VecDeque::new(),
             written: 0,
+            unflushed: false,
         },
         clock: K::new(),
         buf: vec![0; 16 * 1024].into_boxed_slice(),
@@ -539,6 +543,9 @@ struct DriverIo<D: Dial> {
     writes: VecDeque<Bytes>,
     /// Bytes of the front write already written.
     written: usize,
+    /// Written bytes the stream still holds: flushed on every pass until
+    /// it has none.
+    unflushed: bool,
 }
 
 impl<D: Dial> Io for DriverIo<D> {
@@ -560,6 +567,7 @@ impl<D: Dial> Io for DriverIo<D> {
             self.stream = None;
             self.writes.clear();
             self.written = 0;
+            self.unflushed = false;
         }
     }
 }
@@ -730,6 +738,19 @@ impl<D: Dial, K: Clock> Driver<D, K> {
                     return true;
                 }
                 Poll::Pending => break,
+            }
+        }
+        if progress || self.io.unflushed {
+            match stream.poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.io.unflushed = false,
+                Poll::Ready(Err(_)) => {
+                    let now = self.shell.now();
+                    self.shell
+                        .client()
+                        .handle_transport_closed(now, conn, TransportEnd::Error);
+                    return true;
+                }
+                Poll::Pending => self.io.unflushed = true,
             }
         }
         progress

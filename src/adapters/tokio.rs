@@ -124,6 +124,10 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Transport for Stream<S>
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.0).poll_write(cx, buf)
     }
+
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
+    }
 }
 
 struct TokioClock {
