@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::adapters::shell::{Command, Io, Notices, OpResult, Reply, RequestError, Shell};
+use crate::adapters::tls;
 use crate::client::{Client, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd};
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
@@ -632,7 +633,7 @@ impl<D: Dial, K: Clock> Driver<D, K> {
                         self.io.stream = Some((conn, stream));
                         self.shell.client().handle_connected(now, conn);
                     }
-                    Err(_) => self.shell.client().handle_connect_failed(now, conn),
+                    Err(e) => tls::connect_failed(self.shell.client(), now, conn, &e),
                 }
                 progress = true;
             }

@@ -23,8 +23,9 @@
 //!   and back to the start after an accept that works, so the task neither
 //!   spins nor stops serving the connections it has.
 //!
-//! Connections come from a [`Listener`] (a tokio `TcpListener`, or one of
-//! the embedder's own).
+//! Connections come from a [`Listener`]: a tokio `TcpListener`, or (feature
+//! `tls`) a `TlsListener` that speaks TLS on each, its handshake bounded by
+//! the core's handshake timeout.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -44,6 +45,8 @@ use ::tokio::time::Sleep;
 use bytes::Bytes;
 
 use crate::adapters::driver::{lock, register};
+#[cfg(feature = "tls")]
+pub use crate::adapters::tls::serve::{TlsListener, TlsServerStream};
 use crate::names::Endpoint;
 use crate::server::{Action, ConnId, LockTable, Role, Server};
 use crate::time::Time;

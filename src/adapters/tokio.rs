@@ -43,6 +43,8 @@ use crate::names::Endpoint;
 
 pub use crate::adapters::driver::{Acquire, Canceller, Handle};
 pub use crate::adapters::shell::RequestError;
+#[cfg(feature = "tls")]
+pub use crate::adapters::tls::tokio::TlsConnector;
 
 /// Opens connections for the client: TCP, TLS, a Unix socket, anything
 /// that reads and writes bytes.
