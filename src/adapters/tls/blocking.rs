@@ -15,7 +15,8 @@
 //!   session until they are on the socket. The reader, whose processing
 //!   may make records of its own (an alert, a key update's answer), never
 //!   waits for it: if the writer holds it, the writer sends them too, after
-//!   its own, so a reader is never stuck behind a peer that does not read.
+//!   its own, so the reader is never held up by a writer blocked on a peer
+//!   that does not read.
 
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
