@@ -1,7 +1,8 @@
 //! End-to-end lock-and-unlock pairs per second: the tokio adapter over ONE
 //! loopback TCP connection against `ticketing serve` running in another
-//! process. `benches/e2e.sh` runs it beside the Redis lock benchmark of
-//! `shared/bench/redis-lock` and prints both in one table.
+//! process, or over ONE TLS connection (`--tls-ca`). `benches/e2e.sh` runs
+//! it beside the Redis lock benchmark of `shared/bench/redis-lock`, plain
+//! and over TLS, and prints them side by side.
 //!
 //! The methodology is the Redis benchmark's, step for step:
 //!
@@ -23,18 +24,22 @@
 //!
 //! ```text
 //! e2e --addr 127.0.0.1:PORT [--secs 5] [--warmup 1] [--keys 1000] [--conc 1,16,256]
+//!     [--tls-ca FILE]      # over TLS, trusting the CA certificate of FILE
+//! e2e --make-certs DIR     # DIR/ca.pem, and server.pem/.key for 127.0.0.1
 //! ```
 //!
 //! Without `--addr` (as under a plain `cargo bench`) it only says how to run
 //! it. Prints one human line per level, then one `RESULT` line per level for
-//! scripts: `RESULT ticketing C pairs_per_s acq_p50_us acq_p99_us
-//! pair_p50_us pair_p99_us acquires_per_s contended_pct busy errors`.
+//! scripts: `RESULT NAME C pairs_per_s acq_p50_us acq_p99_us pair_p50_us
+//! pair_p99_us acquires_per_s contended_pct busy errors`, NAME being
+//! `ticketing`, or `ticketing-tls` over TLS.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ticketing::client::{Config, Outcome};
-use ticketing::tokio::{Handle, TcpConnector};
+use ticketing::tls::ClientTls;
+use ticketing::tokio::{Handle, TcpConnector, TlsConnector};
 use ticketing::{Endpoint, Key, Name};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -45,6 +50,8 @@ struct Opts {
     warmup: f64,
     keys: usize,
     conc: Vec<usize>,
+    tls_ca: Option<String>,
+    make_certs: Option<String>,
 }
 
 fn parse_args() -> Opts {
@@ -54,6 +61,8 @@ fn parse_args() -> Opts {
         warmup: 1.0,
         keys: 1000,
         conc: vec![1, 16, 256],
+        tls_ca: None,
+        make_certs: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -67,6 +76,8 @@ fn parse_args() -> Opts {
             "--secs" => o.secs = v.parse().expect("--secs"),
             "--warmup" => o.warmup = v.parse().expect("--warmup"),
             "--keys" => o.keys = v.parse().expect("--keys"),
+            "--tls-ca" => o.tls_ca = Some(v),
+            "--make-certs" => o.make_certs = Some(v),
             "--conc" => {
                 o.conc = v
                     .split(',')
@@ -186,10 +197,14 @@ async fn run_task(
     st
 }
 
-async fn bench_level(o: &Opts, addr: &str, conc: usize) -> Row {
+async fn bench_level(o: &Opts, addr: &str, tls: Option<&ClientTls>, conc: usize) -> Row {
     let endpoint = Endpoint::new(addr).expect("--addr is not an endpoint");
     let config = Config::new([endpoint], Name::new("e2e-bench").expect("name"));
-    let handle = ticketing::tokio::spawn(config, TcpConnector).expect("config");
+    let handle = match tls {
+        Some(tls) => ticketing::tokio::spawn(config, TlsConnector::new(tls.clone())),
+        None => ticketing::tokio::spawn(config, TcpConnector),
+    }
+    .expect("config");
     // Connect and warm the path before the clock starts (the Redis bench
     // connects, loads its script and flushes before its clock starts).
     let probe = Key::new("e2e-probe").expect("key");
@@ -254,9 +269,47 @@ async fn bench_level(o: &Opts, addr: &str, conc: usize) -> Row {
     }
 }
 
+/// Writes `ca.pem`, and `server.pem` and `server.key` for 127.0.0.1 signed
+/// by it, into `dir`: what `ticketing serve --tls-cert --tls-key` and
+/// `e2e --tls-ca` take.
+fn make_certs(dir: &str) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let dir = std::path::Path::new(dir);
+    std::fs::create_dir_all(dir).expect("--make-certs: create the directory");
+    let mut ca = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca, KeyPair::generate().expect("a key")).expect("a CA");
+    let key = KeyPair::generate().expect("a key");
+    let server = CertificateParams::new(vec!["127.0.0.1".to_string()])
+        .and_then(|params| params.signed_by(&key, &ca))
+        .expect("a server certificate");
+    for (file, pem) in [
+        ("ca.pem", ca.pem()),
+        ("server.pem", server.pem()),
+        ("server.key", key.serialize_pem()),
+    ] {
+        std::fs::write(dir.join(file), pem).expect("--make-certs: write");
+    }
+}
+
 #[tokio::main]
 async fn main() {
     let o = parse_args();
+    if let Some(dir) = &o.make_certs {
+        make_certs(dir);
+        return;
+    }
+    let tls = o.tls_ca.as_ref().map(|ca| {
+        ClientTls::builder()
+            .ca_file(ca)
+            .and_then(|b| b.build())
+            .expect("--tls-ca")
+    });
+    let name = if tls.is_some() {
+        "ticketing-tls"
+    } else {
+        "ticketing"
+    };
     let Some(addr) = o.addr.clone() else {
         // `cargo bench` runs every bench: this one needs a server in
         // another process, which benches/e2e.sh starts.
@@ -265,13 +318,18 @@ async fn main() {
     };
     let workers = tokio::runtime::Handle::current().metrics().num_workers();
     println!(
-        "# e2e: ticketing tokio adapter -> `ticketing serve` at {}, {}s window (+{}s warmup), K={} keys (random), tokio workers={}",
-        addr, o.secs, o.warmup, o.keys, workers
+        "# e2e: ticketing tokio adapter -> `ticketing serve` at {}{}, {}s window (+{}s warmup), K={} keys (random), tokio workers={}",
+        addr,
+        if tls.is_some() { " over TLS" } else { "" },
+        o.secs,
+        o.warmup,
+        o.keys,
+        workers
     );
     for &c in &o.conc {
-        let r = bench_level(&o, &addr, c).await;
+        let r = bench_level(&o, &addr, tls.as_ref(), c).await;
         println!(
-            "ticketing C={} {:.0}/s acq p50 {:.0}us p99 {:.0}us | pair p50/p99 {:.0}/{:.0} us; A/s {:.0}; contended {:.1}%; busy {}; rel_miss {}; err {}",
+            "{name} C={} {:.0}/s acq p50 {:.0}us p99 {:.0}us | pair p50/p99 {:.0}/{:.0} us; A/s {:.0}; contended {:.1}%; busy {}; rel_miss {}; err {}",
             r.conc,
             r.pairs_per_s,
             r.acq.0,
@@ -285,7 +343,7 @@ async fn main() {
             r.errors
         );
         println!(
-            "RESULT ticketing {} {:.0} {:.1} {:.1} {:.1} {:.1} {:.0} {:.2} {} {}",
+            "RESULT {name} {} {:.0} {:.1} {:.1} {:.1} {:.1} {:.0} {:.2} {} {}",
             r.conc,
             r.pairs_per_s,
             r.acq.0,

@@ -23,7 +23,8 @@
 //!   draw entropy: the same inputs at the same times give the same bytes.
 //! * Adapters (each behind a feature, none in the defaults): `tokio`,
 //!   `futures_io` (smol, async-std), `blocking` (a driver thread over
-//!   `std::net`), and `serve` (the server core on tokio and TCP).
+//!   `std::net`), and `serve` (the server core on tokio and TCP); `tls`
+//!   puts TLS on each of them.
 //! * `sim` — a deterministic simulator of many clients and a failing
 //!   cluster; `testkit` — the invariant checker, a model server and the
 //!   fuzz entry points.
@@ -37,6 +38,7 @@
 //! | `futures-io` | `ticketing::futures_io`: the adapter for smol and async-std | futures-io, futures-channel, async-io |
 //! | `blocking` | `ticketing::blocking`: the blocking adapter | — |
 //! | `server` | `ticketing::serve`: the server core on tokio and TCP | tokio |
+//! | `tls` | `ticketing::tls`, a `TlsConnector` in each client adapter, `serve::TlsListener` (rustls with ring) | rustls, tokio-rustls, futures-rustls |
 //! | `fuzzing` | `ticketing::testkit` | arbitrary |
 //! | `sim` | `ticketing::sim` | arbitrary |
 //! | `sabotage` | `ticketing::sim::Sabotage`: bad clients, to show that the simulator's checks catch them (never in `cli`) | arbitrary |
@@ -63,6 +65,13 @@ pub use adapters::blocking;
 pub use adapters::futures_io;
 #[cfg(feature = "server")]
 pub use adapters::serve;
+#[cfg(any(
+    feature = "tls",
+    feature = "tokio",
+    feature = "futures-io",
+    feature = "blocking"
+))]
+pub use adapters::tls;
 #[cfg(feature = "tokio")]
 pub use adapters::tokio;
 

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use ticketing::client::{Config, Grant, Outcome};
-use ticketing::futures_io::{Acquire, Handle, RequestError, TcpConnector};
+use ticketing::futures_io::{Acquire, Connector, Handle, RequestError, TcpConnector};
 use ticketing::{Key, Name};
 
 struct AsyncStd;
@@ -33,14 +33,12 @@ impl tcp::Adapter for AsyncStd {
     }
 
     fn connect(config: Config) -> (Handle, tcp::NoticeRx) {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let (handle, driver) =
-            ticketing::futures_io::client_with_notices(config, TcpConnector, move |event| {
-                let _ = tx.send(event);
-            })
-            .expect("a valid client configuration");
-        async_std::task::spawn(driver);
-        (handle, rx)
+        start(config, TcpConnector)
+    }
+
+    #[cfg(feature = "tls")]
+    fn connect_tls(config: Config, tls: ticketing::tls::ClientTls) -> (Handle, tcp::NoticeRx) {
+        start(config, ticketing::futures_io::TlsConnector::new(tls))
     }
 
     fn acquire(
@@ -84,6 +82,12 @@ impl tcp::Adapter for AsyncStd {
         let client = client.clone();
         async move { client.shutdown(budget).await }
     }
+}
+
+fn start(config: Config, connector: impl Connector) -> (Handle, tcp::NoticeRx) {
+    tcp::futures_io_client(config, connector, |driver| {
+        async_std::task::spawn(driver);
+    })
 }
 
 tcp::adapter_tests!(AsyncStd);

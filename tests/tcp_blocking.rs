@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;
 
-use ticketing::blocking::{Handle, PendingAcquire, RequestError, TcpConnector};
+use ticketing::blocking::{Connector, Handle, PendingAcquire, RequestError, TcpConnector};
 use ticketing::client::{Config, Grant, Outcome};
 use ticketing::{Key, Name};
 
@@ -76,13 +76,12 @@ impl tcp::Adapter for Blocking {
     }
 
     fn connect(config: Config) -> (Handle, tcp::NoticeRx) {
-        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        let handle =
-            ticketing::blocking::connect_with_notices(config, TcpConnector, move |event| {
-                let _ = tx.send(event);
-            })
-            .expect("a valid client configuration");
-        (handle, rx)
+        start(config, TcpConnector)
+    }
+
+    #[cfg(feature = "tls")]
+    fn connect_tls(config: Config, tls: ticketing::tls::ClientTls) -> (Handle, tcp::NoticeRx) {
+        start(config, ticketing::blocking::TlsConnector::new(tls))
     }
 
     fn acquire(
@@ -127,6 +126,15 @@ impl tcp::Adapter for Blocking {
         let client = client.clone();
         off_thread(move || client.shutdown(budget))
     }
+}
+
+fn start(config: Config, connector: impl Connector) -> (Handle, tcp::NoticeRx) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let handle = ticketing::blocking::connect_with_notices(config, connector, move |event| {
+        let _ = tx.send(event);
+    })
+    .expect("a valid client configuration");
+    (handle, rx)
 }
 
 tcp::adapter_tests!(Blocking);

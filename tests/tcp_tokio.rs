@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use ticketing::client::{Config, Grant, Outcome};
-use ticketing::tokio::{Acquire, Handle, RequestError, TcpConnector};
+use ticketing::tokio::{Acquire, Connector, Handle, RequestError, TcpConnector};
 use ticketing::{Key, Name};
 
 struct Tokio;
@@ -38,8 +38,12 @@ impl tcp::Adapter for Tokio {
     }
 
     fn connect(config: Config) -> (Handle, tcp::NoticeRx) {
-        ticketing::tokio::spawn_with_notices(config, TcpConnector)
-            .expect("a valid client configuration")
+        start(config, TcpConnector)
+    }
+
+    #[cfg(feature = "tls")]
+    fn connect_tls(config: Config, tls: ticketing::tls::ClientTls) -> (Handle, tcp::NoticeRx) {
+        start(config, ticketing::tokio::TlsConnector::new(tls))
     }
 
     fn acquire(
@@ -83,6 +87,10 @@ impl tcp::Adapter for Tokio {
         let client = client.clone();
         async move { client.shutdown(budget).await }
     }
+}
+
+fn start(config: Config, connector: impl Connector) -> (Handle, tcp::NoticeRx) {
+    ticketing::tokio::spawn_with_notices(config, connector).expect("a valid client configuration")
 }
 
 tcp::adapter_tests!(Tokio);

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::adapters::shell::{Command, Io, OpResult, Reply, Shell};
+use crate::adapters::tls;
 use crate::client::{
     Client, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
 };
@@ -42,6 +43,8 @@ use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 
 pub use crate::adapters::shell::RequestError;
+#[cfg(feature = "tls")]
+pub use crate::adapters::tls::blocking::{TlsConnector, TlsStream};
 
 /// A blocking byte stream the adapter can read on one thread while it
 /// writes on another.
@@ -592,7 +595,7 @@ fn drive<C: Connector>(
                     }
                 }
             }
-            Ok(Msg::Connected(conn, Err(_))) => shell.client().handle_connect_failed(now, conn),
+            Ok(Msg::Connected(conn, Err(e))) => tls::connect_failed(shell.client(), now, conn, &e),
             Ok(Msg::Bytes(conn, data)) => shell.client().handle_bytes(now, conn, &data),
             Ok(Msg::Ended(conn, end)) => shell.client().handle_transport_closed(now, conn, end),
             Err(RecvTimeoutError::Timeout) => {

@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::adapters::shell::{Command, Io, Notices, OpResult, Reply, RequestError, Shell};
+use crate::adapters::tls;
 use crate::client::{Client, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd};
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
@@ -32,6 +33,9 @@ use crate::time::Time;
 pub(crate) trait Transport: Send + Unpin + 'static {
     fn poll_read(&mut self, cx: &mut Context<'_>, buf: &mut [u8]) -> Poll<io::Result<usize>>;
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>>;
+    /// Writes out what the stream holds of what it was given (a TLS
+    /// stream's records).
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
 /// A timer of the runtime.
@@ -495,6 +499,7 @@ pub(crate) fn new<D: Dial, K: Clock>(
             stream: None,
             writes: VecDeque::new(),
             written: 0,
+            unflushed: false,
         },
         clock: K::new(),
         buf: vec![0; 16 * 1024].into_boxed_slice(),
@@ -539,6 +544,9 @@ struct DriverIo<D: Dial> {
     writes: VecDeque<Bytes>,
     /// Bytes of the front write already written.
     written: usize,
+    /// Written bytes the stream still holds: flushed on every pass until
+    /// it has none.
+    unflushed: bool,
 }
 
 impl<D: Dial> Io for DriverIo<D> {
@@ -560,6 +568,7 @@ impl<D: Dial> Io for DriverIo<D> {
             self.stream = None;
             self.writes.clear();
             self.written = 0;
+            self.unflushed = false;
         }
     }
 }
@@ -624,7 +633,7 @@ impl<D: Dial, K: Clock> Driver<D, K> {
                         self.io.stream = Some((conn, stream));
                         self.shell.client().handle_connected(now, conn);
                     }
-                    Err(_) => self.shell.client().handle_connect_failed(now, conn),
+                    Err(e) => tls::connect_failed(self.shell.client(), now, conn, &e),
                 }
                 progress = true;
             }
@@ -730,6 +739,19 @@ impl<D: Dial, K: Clock> Driver<D, K> {
                     return true;
                 }
                 Poll::Pending => break,
+            }
+        }
+        if progress || self.io.unflushed {
+            match stream.poll_flush(cx) {
+                Poll::Ready(Ok(())) => self.io.unflushed = false,
+                Poll::Ready(Err(_)) => {
+                    let now = self.shell.now();
+                    self.shell
+                        .client()
+                        .handle_transport_closed(now, conn, TransportEnd::Error);
+                    return true;
+                }
+                Poll::Pending => self.io.unflushed = true,
             }
         }
         progress

@@ -13,6 +13,7 @@
 //! | `driver` | the poll-driven driver future and the cloneable handle shared by the tokio and futures-io adapters |
 //! | `tokio`, `futures_io`, `blocking` | the client adapters |
 //! | `serve` | the server core on tokio and TCP |
+//! | `tls` | TLS for all of them (feature `tls`): the connectors, the listener, and what a failed handshake is called |
 //!
 //! [`Time`]: crate::Time
 
@@ -26,5 +27,12 @@ pub mod futures_io;
 pub mod serve;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) mod shell;
+#[cfg(any(
+    feature = "tls",
+    feature = "tokio",
+    feature = "futures-io",
+    feature = "blocking"
+))]
+pub mod tls;
 #[cfg(feature = "tokio")]
 pub mod tokio;

@@ -22,6 +22,10 @@
 //!   pause, from [`ACCEPT_BACKOFF_MIN`] doubling to [`ACCEPT_BACKOFF_MAX`]
 //!   and back to the start after an accept that works, so the task neither
 //!   spins nor stops serving the connections it has.
+//!
+//! Connections come from a [`Listener`]: a tokio `TcpListener`, or (feature
+//! `tls`) a `TlsListener` that speaks TLS on each, its handshake bounded by
+//! the core's handshake timeout.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -41,6 +45,8 @@ use ::tokio::time::Sleep;
 use bytes::Bytes;
 
 use crate::adapters::driver::{lock, register};
+#[cfg(feature = "tls")]
+pub use crate::adapters::tls::serve::{TlsListener, TlsServerStream};
 use crate::names::Endpoint;
 use crate::server::{Action, ConnId, LockTable, Role, Server};
 use crate::time::Time;
@@ -128,15 +134,44 @@ impl ServerHandle {
     }
 }
 
+/// Where a server's connections come from.
+pub trait Listener: Send + 'static {
+    /// An accepted connection.
+    type Stream: AsyncRead + AsyncWrite + Send + Unpin + 'static;
+
+    /// The next connection, if one is waiting; else asks to be woken when
+    /// one is.
+    fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<Self::Stream>>;
+
+    /// The address it listens on.
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+}
+
+/// Plain TCP, with `TCP_NODELAY` set.
+impl Listener for TcpListener {
+    type Stream = TcpStream;
+
+    fn poll_accept(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<TcpStream>> {
+        TcpListener::poll_accept(self, cx).map_ok(|(stream, _)| {
+            let _ = stream.set_nodelay(true);
+            stream
+        })
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        TcpListener::local_addr(self)
+    }
+}
+
 /// Starts serving `server` on `listener`; the core's time counts from now.
-pub fn spawn(listener: TcpListener, server: Server) -> io::Result<ServerHandle> {
+pub fn spawn<L: Listener>(listener: L, server: Server) -> io::Result<ServerHandle> {
     spawn_with_origin(listener, server, Instant::now())
 }
 
 /// Starts serving `server` on `listener`, its time counting from `origin`.
 /// Servers that hand a lock table to each other must share an origin.
-pub fn spawn_with_origin(
-    listener: TcpListener,
+pub fn spawn_with_origin<L: Listener>(
+    listener: L,
     server: Server,
     origin: Instant,
 ) -> io::Result<ServerHandle> {
@@ -214,8 +249,8 @@ impl Wake for ConnWaker {
 }
 
 /// An accepted connection.
-struct Link {
-    stream: TcpStream,
+struct Link<S> {
+    stream: S,
     ready: Arc<ConnWaker>,
     waker: Waker,
     /// What the core said to it that the socket has not taken yet.
@@ -225,6 +260,9 @@ struct Link {
     /// Not read from: the core said so ([`Server::is_reading`]). Writing
     /// its answers resumes it.
     stalled: bool,
+    /// Written bytes the stream holds (a TLS stream's records that the
+    /// socket did not take yet): flushed once the socket has room.
+    unflushed: bool,
 }
 
 /// What a connection's turn at reading came to.
@@ -240,9 +278,8 @@ enum Read {
     Ended,
 }
 
-impl Link {
-    fn new(conn: ConnId, stream: TcpStream, ready: &Arc<Ready>) -> Link {
-        let _ = stream.set_nodelay(true);
+impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Link<S> {
+    fn new(conn: ConnId, stream: S, ready: &Arc<Ready>) -> Link<S> {
         let ready = Arc::new(ConnWaker {
             conn,
             queued: AtomicBool::new(false),
@@ -255,6 +292,7 @@ impl Link {
             out: VecDeque::new(),
             written: 0,
             stalled: false,
+            unflushed: false,
         }
     }
 
@@ -318,6 +356,13 @@ impl Link {
                 Poll::Pending => break,
             }
         }
+        if written > 0 || self.unflushed {
+            match Pin::new(&mut self.stream).poll_flush(&mut cx) {
+                Poll::Ready(Ok(())) => self.unflushed = false,
+                Poll::Ready(Err(e)) => return Err(e),
+                Poll::Pending => self.unflushed = true,
+            }
+        }
         if written > 0 {
             server.handle_written(time_since(start), conn, written);
         }
@@ -361,12 +406,12 @@ fn time_since(start: Instant) -> Time {
 }
 
 /// The server task's state.
-struct Serving {
+struct Serving<L: Listener> {
     server: Server,
     start: Instant,
-    listener: TcpListener,
+    listener: L,
     control: mpsc::UnboundedReceiver<Control>,
-    links: HashMap<ConnId, Link>,
+    links: HashMap<ConnId, Link<L::Stream>>,
     ready: Arc<Ready>,
     /// The connections to read (and flush) in this pass.
     turn: Vec<ConnId>,
@@ -389,7 +434,7 @@ struct Serving {
     accept_backoff: Duration,
 }
 
-impl Serving {
+impl<L: Listener> Serving<L> {
     fn now(&self) -> Time {
         time_since(self.start)
     }
@@ -433,7 +478,7 @@ impl Serving {
                 continue;
             };
             link.ready.queued.store(false, Ordering::Release);
-            if !link.out.is_empty() {
+            if !link.out.is_empty() || link.unflushed {
                 // Woken, perhaps, by room to write.
                 self.dirty.push(conn);
             }
@@ -489,7 +534,7 @@ impl Serving {
         let mut accepted = false;
         for _ in 0..ACCEPTS_PER_PASS {
             match self.listener.poll_accept(cx) {
-                Poll::Ready(Ok((stream, _))) => {
+                Poll::Ready(Ok(stream)) => {
                     self.accept_backoff = ACCEPT_BACKOFF_MIN;
                     let conn = self.server.handle_accept(self.now());
                     self.links
@@ -611,8 +656,8 @@ impl Serving {
     }
 }
 
-async fn run(
-    listener: TcpListener,
+async fn run<L: Listener>(
+    listener: L,
     server: Server,
     control: mpsc::UnboundedReceiver<Control>,
     start: Instant,

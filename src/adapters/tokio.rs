@@ -43,6 +43,8 @@ use crate::names::Endpoint;
 
 pub use crate::adapters::driver::{Acquire, Canceller, Handle};
 pub use crate::adapters::shell::RequestError;
+#[cfg(feature = "tls")]
+pub use crate::adapters::tls::tokio::TlsConnector;
 
 /// Opens connections for the client: TCP, TLS, a Unix socket, anything
 /// that reads and writes bytes.
@@ -123,6 +125,10 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Transport for Stream<S>
 
     fn poll_write(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
         Pin::new(&mut self.0).poll_write(cx, buf)
+    }
+
+    fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.0).poll_flush(cx)
     }
 }
 

@@ -370,6 +370,8 @@ pub struct Client {
     child: Child,
     stdin: Option<ChildStdin>,
     out: Lines,
+    /// Its standard error, when captured ([`Client::start_capturing`]).
+    pub stderr: Option<Lines>,
     /// Every JSON object printed so far, in order.
     pub all: Vec<Value>,
     /// Printed and not yet claimed by a `wait_for`.
@@ -378,8 +380,18 @@ pub struct Client {
 }
 
 impl Client {
-    /// `ticketing client --endpoint E... EXTRA...`.
+    /// `ticketing client --endpoint E... EXTRA...`, its standard error
+    /// the test's.
     pub fn start(endpoints: &[&str], extra: &[&str]) -> Client {
+        Client::spawn(endpoints, extra, false)
+    }
+
+    /// The same, its standard error captured in [`Client::stderr`].
+    pub fn start_capturing(endpoints: &[&str], extra: &[&str]) -> Client {
+        Client::spawn(endpoints, extra, true)
+    }
+
+    fn spawn(endpoints: &[&str], extra: &[&str], capture: bool) -> Client {
         let mut cmd = Command::new(BIN);
         cmd.arg("client");
         for e in endpoints {
@@ -390,15 +402,24 @@ impl Client {
             .args(extra)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+            .stderr(if capture {
+                Stdio::piped()
+            } else {
+                Stdio::inherit()
+            })
             .spawn()
             .expect("start ticketing client");
         let stdin = child.stdin.take();
         let out = Lines::new("client stdout", child.stdout.take().expect("stdout"));
+        let stderr = child
+            .stderr
+            .take()
+            .map(|pipe| Lines::new("client stderr", pipe));
         Client {
             child,
             stdin,
             out,
+            stderr,
             all: Vec::new(),
             backlog: Vec::new(),
             started: Instant::now(),

@@ -10,6 +10,9 @@
 //! client talks to the server through a [`Tap`]: a TCP relay that records
 //! every frame the client sent, per connection.
 //!
+//! With the feature `tls`, the scenarios of `tls.rs` run on every adapter
+//! too, over TLS with certificates made for the test (`tests/pki`).
+//!
 //! Every wait is bounded by [`within`], which fails the test naming what it
 //! was waiting for. Sleeps only stand for work inside a critical section;
 //! every other wait is for an event: a notice, an outcome, or bytes seen on
@@ -33,6 +36,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio::sync::watch;
+
+#[cfg(feature = "tls")]
+#[path = "../pki/mod.rs"]
+pub mod pki;
+#[cfg(feature = "tls")]
+pub mod tls;
 
 /// The notices of one client, as every adapter hands them to the tests.
 pub type NoticeRx = UnboundedReceiver<Event>;
@@ -58,6 +67,9 @@ pub trait Adapter: 'static {
     fn sleep(d: Duration) -> impl Future<Output = ()> + Send + 'static;
     /// Starts a client that connects in the background, with its notices.
     fn connect(config: Config) -> (Self::Client, NoticeRx);
+    /// The same, over TLS: the adapter's `TlsConnector` with `tls`.
+    #[cfg(feature = "tls")]
+    fn connect_tls(config: Config, tls: ticketing::tls::ClientTls) -> (Self::Client, NoticeRx);
     /// The adapter's own acquire call.
     fn acquire(
         client: &Self::Client,
@@ -137,6 +149,9 @@ macro_rules! adapter_tests {
         fn window_of_two_lets_the_release_pass_a_waiting_acquire() {
             $crate::tcp::window_of_two::<$adapter>();
         }
+
+        #[cfg(feature = "tls")]
+        $crate::tcp::tls::tls_tests!($adapter);
     };
 }
 pub(crate) use adapter_tests;
@@ -318,15 +333,24 @@ impl Lab {
             conns: Mutex::new(Vec::new()),
             seen,
         });
+        let (listener, addr) = self.listen("the tap").await;
+        self.rt.spawn(relay(listener, upstream, Arc::clone(&log)));
+        Tap { addr, log }
+    }
+
+    /// A listener on a fresh loopback port, on the lab's runtime, and its
+    /// address.
+    async fn listen(&self, what: &str) -> (TcpListener, SocketAddr) {
         let listener = self
             .rt
             .spawn(TcpListener::bind("127.0.0.1:0"))
             .await
             .expect("the lab runtime runs")
-            .expect("bind the tap");
-        let addr = listener.local_addr().expect("the tap's address");
-        self.rt.spawn(relay(listener, upstream, Arc::clone(&log)));
-        Tap { addr, log }
+            .unwrap_or_else(|e| panic!("bind {what}: {e}"));
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|e| panic!("the address of {what}: {e}"));
+        (listener, addr)
     }
 }
 
@@ -489,6 +513,24 @@ pub fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
 }
 
+/// Starts a futures-io client with its notices; `spawn` runs its driver.
+#[cfg(feature = "futures-io")]
+#[allow(dead_code)] // in the crates of the other adapters
+pub fn futures_io_client<C: ticketing::futures_io::Connector>(
+    config: Config,
+    connector: C,
+    spawn: impl FnOnce(ticketing::futures_io::Driver<C>),
+) -> (ticketing::futures_io::Handle, NoticeRx) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let (handle, driver) =
+        ticketing::futures_io::client_with_notices(config, connector, move |event| {
+            let _ = tx.send(event);
+        })
+        .expect("a valid client configuration");
+    spawn(driver);
+    (handle, rx)
+}
+
 /// A client of the endpoint, with the defaults of PROTOCOL.md.
 pub fn client_config(endpoint: &Endpoint, id: &str) -> Config {
     Config::new([endpoint.clone()], name(id))
@@ -534,6 +576,37 @@ async fn release<A: Adapter>(client: &A::Client, grant: &Grant) {
     assert!(
         matches!(outcome, Ok(Outcome::Released)),
         "{what}: {outcome:?}"
+    );
+}
+
+/// Waits for the first close, which must be for `reason`, with no welcome
+/// before it.
+async fn refused_as<A: Adapter>(notices: &mut Notices, ep: &Endpoint, reason: CloseReason) {
+    let (closed, before) = notices.until::<A>("the refusal", is_closed).await;
+    let want = Event::Closed {
+        addr: ep.clone(),
+        reason,
+    };
+    assert_eq!(closed, want, "[{}]", A::NAME);
+    assert!(
+        !before.iter().any(is_connected),
+        "[{}] no handshake was accepted: {before:?}",
+        A::NAME
+    );
+}
+
+/// Every handshake is refused: a try-lock waits for a connection for its
+/// queue grace and ends without being sent.
+async fn try_lock_unwelcomed<A: Adapter>(client: &A::Client) {
+    let outcome = within::<A, _>(
+        "a try-lock while every attempt is refused",
+        A::acquire(client, key("k"), name("me"), Duration::ZERO, LONG_LEASE),
+    )
+    .await;
+    assert!(
+        matches!(outcome, Ok(Outcome::TimedOut { sent: false })),
+        "[{}] nothing is asked without a welcome: {outcome:?}",
+        A::NAME
     );
 }
 
@@ -1008,18 +1081,7 @@ pub fn wrong_credential<A: Adapter>() {
         let (client, notices) = A::connect(config);
         let mut notices = Notices::new(notices);
 
-        let (closed, before) = notices.until::<A>("the refusal", is_closed).await;
-        assert_eq!(
-            closed,
-            Event::Closed {
-                addr: ep.clone(),
-                reason: CloseReason::AuthFailed
-            }
-        );
-        assert!(
-            !before.iter().any(is_connected),
-            "no handshake was accepted: {before:?}"
-        );
+        refused_as::<A>(&mut notices, &ep, CloseReason::AuthFailed).await;
         assert_eq!(
             notices.next::<A>("the AuthFailed notice").await,
             Event::AuthFailed { addr: ep.clone() }
@@ -1035,17 +1097,7 @@ pub fn wrong_credential<A: Adapter>() {
             ),
             "an auth_failed backoff: {backoff:?}"
         );
-        // Every handshake is refused, so a try-lock waits for a connection
-        // for its queue grace and ends without being sent.
-        let outcome = within::<A, _>(
-            "a try-lock while refused",
-            A::acquire(&client, key("k"), name("me"), Duration::ZERO, LONG_LEASE),
-        )
-        .await;
-        assert!(
-            matches!(outcome, Ok(Outcome::TimedOut { sent: false })),
-            "nothing is asked without a welcome: {outcome:?}"
-        );
+        try_lock_unwelcomed::<A>(&client).await;
         shutdown::<A>(&client).await;
 
         let mut config = client_config(&ep, "c2");

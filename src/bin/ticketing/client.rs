@@ -18,7 +18,7 @@ use ticketing::{Key, Name, Time};
 use tokio::io::BufReader;
 use tokio::sync::mpsc;
 
-use crate::common::{client_config, ClientOptions};
+use crate::common::{spawn_client, ClientOptions};
 use crate::input::{self, quote, Lines};
 
 /// Options of `ticketing client` (CLI.md).
@@ -157,9 +157,7 @@ struct Done {
 }
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
-    let config = client_config(&args.client)?;
-    let (handle, mut notices) =
-        ticketing::tokio::spawn_with_notices(config, ticketing::tokio::TcpConnector)?;
+    let (handle, mut notices) = spawn_client(&args.client)?;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut tags: HashMap<String, Tagged> = HashMap::new();
     let mut open = 0usize;

@@ -1,9 +1,18 @@
-//! Options and configuration shared by the subcommands that run a client.
+//! Options and configuration shared by the subcommands that run a client,
+//! and the parser of credentials, which never echoes one.
 
+use std::error::Error;
+use std::ffi::OsStr;
+use std::path::PathBuf;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use clap::builder::TypedValueParser;
+use clap::error::ErrorKind;
 use clap::{Args as ClapArgs, ValueEnum};
 use ticketing::client::{BusyPolicy, CancelPolicy, Config};
+use ticketing::tls::{ClientTls, Identity};
+use ticketing::tokio::{Handle, Notices, TcpConnector, TlsConnector};
+use ticketing::wire::MAX_ATOM;
 use ticketing::{Endpoint, Name};
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -31,7 +40,7 @@ pub struct ClientOptions {
     #[arg(long, value_name = "ID", default_value = "ticketing-cli")]
     pub client_id: Name,
     /// Sent in the handshake.
-    #[arg(long, value_name = "C")]
+    #[arg(long, value_name = "C", value_parser = Secret, allow_hyphen_values = true)]
     pub credential: Option<Name>,
     /// Window slots kept for releases.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -51,10 +60,91 @@ pub struct ClientOptions {
     /// Seed of the backoff jitter (default: from the clock and process id).
     #[arg(long, value_name = "N")]
     pub seed: Option<u64>,
+    #[command(flatten)]
+    pub tls: TlsOptions,
+}
+
+/// How a client speaks TLS (CLI.md): with `--tls-ca`, only TLS.
+#[derive(ClapArgs)]
+pub struct TlsOptions {
+    /// Speak only TLS, trusting the CA certificates of FILE (PEM).
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+    /// The name the servers' certificates must be for (default: the host
+    /// part of each address).
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    pub tls_server_name: Option<String>,
+    /// Present the certificate chain of FILE (PEM) to servers that ask for
+    /// one (mutual TLS).
+    #[arg(long, value_name = "FILE", requires_all = ["tls_ca", "tls_key"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+impl TlsOptions {
+    /// The client's TLS, if it speaks TLS.
+    fn client_tls(&self) -> Result<Option<ClientTls>, Box<dyn Error>> {
+        let Some(ca) = &self.tls_ca else {
+            return Ok(None);
+        };
+        let mut builder = ClientTls::builder().ca_file(ca)?;
+        if let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) {
+            builder = builder.identity(Identity::from_pem_files(cert, key)?);
+        }
+        let mut tls = builder.build()?;
+        if let Some(name) = &self.tls_server_name {
+            tls = tls.server_name(name)?;
+        }
+        Ok(Some(tls))
+    }
+}
+
+/// Starts the client of the options on the current runtime, over TLS if
+/// asked: its handle and its notices.
+pub fn spawn_client(o: &ClientOptions) -> Result<(Handle, Notices), Box<dyn Error>> {
+    let config = client_config(o)?;
+    let tls = o.tls.client_tls()?;
+    if config.credential.is_some() && tls.is_none() {
+        eprintln!("ticketing: warning: --credential without --tls-ca: the credential crosses the network in the clear");
+    }
+    let spawned = match tls {
+        Some(tls) => ticketing::tokio::spawn_with_notices(config, TlsConnector::new(tls)),
+        None => ticketing::tokio::spawn_with_notices(config, TcpConnector),
+    };
+    Ok(spawned?)
+}
+
+/// Parses a credential (an atom) without ever showing it: clap's own
+/// message for a bad value quotes the value.
+#[derive(Clone, Copy)]
+pub struct Secret;
+
+impl TypedValueParser for Secret {
+    type Value = Name;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &OsStr,
+    ) -> Result<Name, clap::Error> {
+        value
+            .to_str()
+            .and_then(|v| Name::new(v).ok())
+            .ok_or_else(|| {
+                let arg = arg.map_or_else(|| "the credential".to_owned(), ToString::to_string);
+                let message = format!(
+                    "the value of {arg} is not an atom (1 to {MAX_ATOM} printable ASCII bytes, no spaces); it is not shown\n"
+                );
+                clap::Error::raw(ErrorKind::ValueValidation, message).with_cmd(cmd)
+            })
+    }
 }
 
 /// The client core's configuration from the options.
-pub fn client_config(o: &ClientOptions) -> Result<Config, Box<dyn std::error::Error>> {
+fn client_config(o: &ClientOptions) -> Result<Config, Box<dyn Error>> {
     let mut config = Config::new(o.endpoints.iter().cloned(), o.client_id.clone());
     config.allow = o.allow.clone();
     config.credential = o.credential.clone();

@@ -15,13 +15,13 @@ use std::time::{Duration, Instant};
 use clap::Args as ClapArgs;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use ticketing::client::{Grant, Outcome};
-use ticketing::tokio::Handle;
+use ticketing::client::{Event, Grant, Outcome};
+use ticketing::tokio::{Handle, Notices};
 use ticketing::{Key, Name};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::common::{client_config, ClientOptions};
+use crate::common::{spawn_client, ClientOptions};
 
 /// Options of `ticketing run` (CLI.md).
 #[derive(ClapArgs)]
@@ -55,8 +55,7 @@ const CANNOT_START: u8 = 127;
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
-    let config = client_config(&args.client)?;
-    let handle = ticketing::tokio::spawn(config, ticketing::tokio::TcpConnector)?;
+    let (handle, mut notices) = spawn_client(&args.client)?;
     let owner = match args.owner {
         Some(owner) => owner,
         None => Name::new(format!("run-{}", std::process::id()))?,
@@ -87,10 +86,16 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             return stop(&handle, NOT_ACQUIRED).await;
         }
         other => {
-            eprintln!("ticketing run: {} not acquired: {other:?}", args.key);
+            eprintln!(
+                "ticketing run: {} not acquired: {other:?}{}",
+                args.key,
+                last_close(&mut notices)
+            );
             return stop(&handle, NOT_ACQUIRED).await;
         }
     };
+    // Nothing reads the notices from here on: they are not kept.
+    drop(notices);
 
     let status = supervise(&handle, &grant, &args.command, &mut sigint, &mut sigterm).await;
     match handle.release(&grant).await {
@@ -107,6 +112,18 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         ),
     }
     stop(&handle, status).await
+}
+
+/// Why the last connection (or attempt) closed, if one did, as a clause
+/// for a message: what an acquire that never got a connection waited for.
+fn last_close(notices: &mut Notices) -> String {
+    let mut last = None;
+    while let Ok(event) = notices.try_recv() {
+        if let Event::Closed { addr, reason } = event {
+            last = Some(format!(" (the last connection to {addr} closed: {reason})"));
+        }
+    }
+    last.unwrap_or_default()
 }
 
 /// Runs the command while the grant is valid; returns the exit status.

@@ -1,12 +1,18 @@
 //! `ticketing serve`: the reference server until SIGINT or SIGTERM.
 
 use std::error::Error;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args as ClapArgs, ValueEnum};
+use ticketing::serve::TlsListener;
 use ticketing::server::{Config, Role, Server};
+use ticketing::tls::{Identity, ServerTls};
 use ticketing::{Endpoint, Name, Time};
+use tokio::net::TcpListener;
+
+use crate::common::Secret;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum RoleArg {
@@ -26,7 +32,7 @@ pub struct Args {
     #[arg(long, default_value = "node-1")]
     node_id: Name,
     /// Credential clients must present (default: any).
-    #[arg(long)]
+    #[arg(long, value_parser = Secret, allow_hyphen_values = true)]
     credential: Option<Name>,
     /// Requests a client may have unanswered.
     #[arg(long, default_value_t = 64)]
@@ -53,9 +59,34 @@ pub struct Args {
     /// accepted, in milliseconds (at least 1).
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     handshake_timeout_ms: u64,
+    /// Speak only TLS, presenting the certificate chain of FILE (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Refuse, before their H, clients without a certificate that the CA
+    /// certificates of FILE (PEM) signed.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
+}
+
+impl Args {
+    /// The server's TLS, if it speaks TLS.
+    fn tls(&self) -> Result<Option<ServerTls>, Box<dyn Error>> {
+        let (Some(cert), Some(key)) = (&self.tls_cert, &self.tls_key) else {
+            return Ok(None);
+        };
+        let mut builder = ServerTls::builder().identity(Identity::from_pem_files(cert, key)?);
+        if let Some(ca) = &self.tls_client_ca {
+            builder = builder.client_ca_file(ca)?;
+        }
+        Ok(Some(builder.build()?))
+    }
 }
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
+    let tls = args.tls()?;
     let mut config = Config::new(args.node_id);
     config.window = args.window;
     config.queue_limit = args.queue_limit;
@@ -76,7 +107,11 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     // sent as soon as that line is seen must stop the server cleanly.
     let stop = stop_signal()?;
     let core = Server::new(config, Time::ZERO)?;
-    let handle = ticketing::serve::bind(&args.listen, core).await?;
+    let listener = TcpListener::bind(&args.listen).await?;
+    let handle = match tls {
+        Some(tls) => ticketing::serve::spawn(TlsListener::new(listener, tls), core)?,
+        None => ticketing::serve::spawn(listener, core)?,
+    };
     eprintln!("listening on {}", handle.local_addr());
     stop.await;
     handle.stop().await?;

@@ -1,0 +1,271 @@
+//! TLS for the client adapters and the server (feature `tls`, on rustls
+//! with its ring provider).
+//!
+//! TLS lives in connectors and a listener; the adapters and the cores do
+//! not know it is there:
+//!
+//! - [`ClientTls`]: what a client trusts (a root store, or the CA
+//!   certificates of a PEM file), the [`Identity`] it presents if the
+//!   server asks for one (mutual TLS), the name it expects (by default the
+//!   host part of each address), and how long a handshake may take.
+//! - Each client adapter has a `TlsConnector` over its TCP connector (or
+//!   any other): `ticketing::tokio::TlsConnector`,
+//!   `ticketing::futures_io::TlsConnector`, `ticketing::blocking::TlsConnector`.
+//! - [`ServerTls`] and `ticketing::serve::TlsListener`: the server's
+//!   certificate, and the CA whose certificates it requires of clients.
+//!
+//! ```no_run
+//! # #[cfg(feature = "tokio")]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use ticketing::client::Config;
+//! use ticketing::tls::{ClientTls, Identity};
+//! use ticketing::tokio::{spawn, TlsConnector};
+//! use ticketing::{Endpoint, Name};
+//!
+//! let tls = ClientTls::builder()
+//!     .ca_file("ca.pem")?
+//!     .identity(Identity::from_pem_files("client.pem", "client.key")?) // mutual TLS
+//!     .build()?;
+//! let config = Config::new([Endpoint::new("locks.internal:7878")?], Name::new("worker-1")?);
+//! let handle = spawn(config, TlsConnector::new(tls))?;
+//! # Ok(()) }
+//! ```
+//!
+//! # Failures
+//!
+//! A handshake that fails ends the connect attempt: the connector returns
+//! an [`io::Error`] that carries a [`TlsFailure`], and the adapter hands it
+//! to the core as [`Client::handle_tls_failed`], which closes with
+//! [`CloseReason::Tls`] (shown as `tls:<detail>`, the detail being
+//! [`TlsFailure::detail`]) and backs off as for a failed connect. A
+//! connector of your own (another TLS stack, say) reports its failures the
+//! same way: return `io::Error::from(TlsFailure::...)`. [`TlsFailure`] is
+//! there whenever a client adapter is, with or without the feature `tls`.
+//!
+//! A handshake that stalls is bounded by the connector
+//! ([`ClientTls::handshake_timeout`], 3 s by default): shorter than the
+//! core's connect timeout (5 s by default), so that a peer that accepted
+//! the connection and then never spoke TLS is named for what it is,
+//! `tls:handshake_timeout`, rather than `connect_timeout`, which would send
+//! whoever reads it to look at the network. The core's connect timeout
+//! still bounds the whole attempt, whatever a connector does: set it below
+//! the handshake timeout and it fires first, as `connect_timeout`.
+//!
+//! With TLS 1.3, a client learns that the server refused its certificate
+//! only after its own side of the handshake is done (that is how TLS 1.3
+//! works): the refusal arrives as the connection ends before the server's
+//! `W`, and the core reports it as it does any transport that fails then
+//! (`io`). The server never reads a byte from such a client: it refuses it
+//! before its `H`.
+//!
+//! [`Client::handle_tls_failed`]: crate::client::Client::handle_tls_failed
+//! [`CloseReason::Tls`]: crate::client::CloseReason::Tls
+
+use std::borrow::Cow;
+use std::io;
+
+/// Defines a client adapter's `TlsConnector`: a connector of the adapter
+/// (its `TcpConnector` by default) and a [`ClientTls`]. With `async`, also
+/// the adapter's `Connector` on it: the inner connection, then the
+/// handshake of the rustls wrapper crate named, bounded by the timer
+/// function named (`sleep(duration)`).
+#[cfg(feature = "tls")]
+#[allow(unused_macros)] // with no client adapter
+macro_rules! tls_connector {
+    ($(#[$doc:meta])* async: $rustls:ident, $sleep:path) => {
+        tls_connector! { $(#[$doc])* }
+
+        impl<C: Connector> Connector for TlsConnector<C> {
+            type Stream = $rustls::client::TlsStream<C::Stream>;
+
+            async fn connect(&self, addr: Endpoint) -> std::io::Result<Self::Stream> {
+                let name = self.tls.server_name_for(&addr)?;
+                let stream = self.inner.connect(addr).await?;
+                let tls = $rustls::TlsConnector::from(std::sync::Arc::clone(&self.tls.config));
+                bounded(tls.connect(name, stream), $sleep(self.tls.handshake_timeout)).await
+            }
+        }
+    };
+    ($(#[$doc:meta])*) => {
+        $(#[$doc])*
+        #[derive(Clone, Debug)]
+        pub struct TlsConnector<C = TcpConnector> {
+            inner: C,
+            tls: ClientTls,
+        }
+
+        impl TlsConnector {
+            /// TLS over TCP.
+            pub fn new(tls: ClientTls) -> TlsConnector {
+                TlsConnector::over(TcpConnector, tls)
+            }
+        }
+
+        impl<C> TlsConnector<C> {
+            /// TLS over the streams of `inner`.
+            pub fn over(inner: C, tls: ClientTls) -> TlsConnector<C> {
+                TlsConnector { inner, tls }
+            }
+        }
+    };
+}
+
+#[cfg(all(feature = "tls", feature = "blocking"))]
+pub(crate) mod blocking;
+#[cfg(feature = "tls")]
+mod config;
+#[cfg(all(feature = "tls", feature = "futures-io"))]
+pub(crate) mod futures_io;
+#[cfg(all(
+    feature = "tls",
+    any(feature = "tokio", feature = "futures-io", feature = "blocking")
+))]
+mod handshake;
+#[cfg(all(feature = "tls", feature = "server"))]
+pub(crate) mod serve;
+#[cfg(all(feature = "tls", feature = "tokio"))]
+pub(crate) mod tokio;
+
+#[cfg(feature = "tls")]
+pub use config::{ClientTls, ClientTlsBuilder, Identity, ServerTls, ServerTlsBuilder, TlsError};
+#[cfg(all(feature = "tls", any(feature = "tokio", feature = "futures-io")))]
+pub(crate) use handshake::bounded;
+#[cfg(all(feature = "tls", feature = "blocking"))]
+pub(crate) use handshake::handshake_error;
+/// The rustls this crate is built with, for embedders that make their own
+/// [`rustls::ClientConfig`] or [`rustls::ServerConfig`].
+#[cfg(feature = "tls")]
+pub use rustls;
+
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+use crate::client::{Client, ConnId};
+use crate::names::Name;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+use crate::time::Time;
+
+/// Why a TLS handshake failed, as a connector tells the adapter. Carried
+/// in the [`io::Error`] a connector returns (`io::Error::from(failure)`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsFailure {
+    /// The peer's certificate does not lead to a CA this side trusts.
+    #[error("the peer's certificate is not signed by a trusted CA")]
+    UnknownCa,
+    /// The server's certificate is not for the name asked for.
+    #[error("the server's certificate is not for the name asked for")]
+    NameMismatch,
+    /// The peer's certificate has expired.
+    #[error("the peer's certificate has expired")]
+    Expired,
+    /// The peer's certificate is not valid yet.
+    #[error("the peer's certificate is not valid yet")]
+    NotYetValid,
+    /// The peer's certificate is unusable otherwise (a bad signature or
+    /// encoding, a wrong purpose, revoked), or it sent none.
+    #[error("the peer's certificate is not acceptable")]
+    BadCertificate,
+    /// The peer answered with something that is not TLS (a plain-TCP
+    /// server, say).
+    #[error("the peer does not speak TLS")]
+    NotTls,
+    /// The peer closed the connection during the handshake.
+    #[error("the peer closed the connection during the TLS handshake")]
+    Eof,
+    /// The handshake took longer than the connector allows.
+    #[error("the TLS handshake took too long")]
+    HandshakeTimeout,
+    /// The name to check the server's certificate against is neither a
+    /// DNS name nor an IP address.
+    #[error("the server name is neither a DNS name nor an IP address")]
+    BadServerName,
+    /// The peer refused the handshake with this TLS alert (its name in
+    /// snake case, such as `handshake_failure` or `protocol_version`).
+    #[error("the peer refused the TLS handshake: {0}")]
+    Alert(Name),
+    /// The handshake failed for another reason.
+    #[error("the TLS handshake failed")]
+    Failed,
+}
+
+impl TlsFailure {
+    /// The atom in the close reason `tls:<detail>`: `unknown_ca`,
+    /// `name_mismatch`, `expired`, `not_yet_valid`, `bad_certificate`,
+    /// `not_tls`, `eof`, `handshake_timeout`, `bad_server_name`,
+    /// `alert_<name>`, `handshake_failed`.
+    pub fn detail(&self) -> Cow<'static, str> {
+        Cow::Borrowed(match self {
+            TlsFailure::UnknownCa => "unknown_ca",
+            TlsFailure::NameMismatch => "name_mismatch",
+            TlsFailure::Expired => "expired",
+            TlsFailure::NotYetValid => "not_yet_valid",
+            TlsFailure::BadCertificate => "bad_certificate",
+            TlsFailure::NotTls => "not_tls",
+            TlsFailure::Eof => "eof",
+            TlsFailure::HandshakeTimeout => "handshake_timeout",
+            TlsFailure::BadServerName => "bad_server_name",
+            TlsFailure::Alert(name) => return Cow::Owned(format!("alert_{name}")),
+            TlsFailure::Failed => "handshake_failed",
+        })
+    }
+
+    /// The failure an I/O error carries, if it carries one.
+    pub fn of(error: &io::Error) -> Option<&TlsFailure> {
+        error.get_ref()?.downcast_ref()
+    }
+}
+
+impl From<TlsFailure> for io::Error {
+    fn from(failure: TlsFailure) -> io::Error {
+        let kind = match failure {
+            TlsFailure::HandshakeTimeout => io::ErrorKind::TimedOut,
+            TlsFailure::Eof => io::ErrorKind::UnexpectedEof,
+            TlsFailure::BadServerName => io::ErrorKind::InvalidInput,
+            _ => io::ErrorKind::InvalidData,
+        };
+        io::Error::new(kind, failure)
+    }
+}
+
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+/// Hands a failed connect attempt to the core: as a TLS failure, with its
+/// detail, if `error` carries one, else as a failed connect.
+pub(crate) fn connect_failed(client: &mut Client, now: Time, conn: ConnId, error: &io::Error) {
+    // Every detail is an atom; were one ever not, the attempt still fails.
+    match TlsFailure::of(error).and_then(|f| Name::new(f.detail()).ok()) {
+        Some(detail) => client.handle_tls_failed(now, conn, detail),
+        None => client.handle_connect_failed(now, conn),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_detail_is_an_atom_and_survives_an_io_error() {
+        let alert = TlsFailure::Alert(Name::new("protocol_version").expect("an atom"));
+        let all = [
+            TlsFailure::UnknownCa,
+            TlsFailure::NameMismatch,
+            TlsFailure::Expired,
+            TlsFailure::NotYetValid,
+            TlsFailure::BadCertificate,
+            TlsFailure::NotTls,
+            TlsFailure::Eof,
+            TlsFailure::HandshakeTimeout,
+            TlsFailure::BadServerName,
+            alert,
+            TlsFailure::Failed,
+        ];
+        for failure in all {
+            assert!(Name::new(failure.detail()).is_ok(), "{failure:?}");
+            let error = io::Error::from(failure.clone());
+            assert_eq!(TlsFailure::of(&error), Some(&failure));
+        }
+        assert_eq!(
+            TlsFailure::Alert(Name::new("protocol_version").expect("an atom")).detail(),
+            "alert_protocol_version"
+        );
+        assert_eq!(TlsFailure::of(&io::Error::other("refused")), None);
+    }
+}
