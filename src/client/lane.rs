@@ -8,18 +8,11 @@
 //! `window - reserved` of them are in flight, so a window full of acquires
 //! waiting for key K still has room for the release of K.
 
-use bytes::{Bytes, BytesMut};
-
 use super::operations::{AcquirePhase, Hold, ReleasePhase};
 use super::outcome::{Action, ConnId, ReleaseResult};
 use super::store::Handle;
 use super::{Client, Request};
 use crate::wire::ClientFrame;
-
-/// The send buffer's capacity kept across sends: more than steady traffic
-/// writes between two polls. A burst that grew it further gives the memory
-/// back with its send.
-const SEND_BUFFER_KEPT: usize = 256 * 1024;
 
 impl Client {
     /// How many acquires may be in flight with this window: all but the
@@ -78,7 +71,7 @@ impl Client {
             key: release.key.to_wire(),
             token: release.token,
         }
-        .encode(&mut self.out);
+        .encode(self.out.writer());
         let deadline = self.now.saturating_add(self.config.answer_grace);
         self.holds.set_timer(handle, deadline);
     }
@@ -105,21 +98,14 @@ impl Client {
             wait_ms: acquire.wire_wait_ms(),
             lease_ms: acquire.lease_ms,
         }
-        .encode(&mut self.out);
+        .encode(self.out.writer());
         let deadline = acquire.answer_deadline(self.config.answer_grace);
         self.acquires.set_timer(handle, deadline);
     }
 
     /// Takes what was encoded as one send action.
     pub(crate) fn take_send(&mut self, conn: ConnId) -> Option<Action> {
-        if self.out.is_empty() {
-            return None;
-        }
-        let burst = self.out.capacity() > SEND_BUFFER_KEPT;
-        let data: Bytes = self.out.split().freeze();
-        if burst {
-            self.out = BytesMut::new();
-        }
+        let data = self.out.take()?;
         Some(Action::Send { conn, data })
     }
 

@@ -160,7 +160,7 @@ impl Client {
                         .as_ref()
                         .map_or(Atom::trusted("-"), Name::to_wire),
                 }
-                .encode(&mut self.out);
+                .encode(self.out.writer());
             }
         }
     }

@@ -56,8 +56,6 @@ mod store;
 use core::time::Duration;
 use std::collections::VecDeque;
 
-use bytes::BytesMut;
-
 pub use config::{Backoff, Backoffs, BusyPolicy, CancelPolicy, Config, ConfigError};
 pub use outcome::{
     Action, BackoffCause, CloseReason, ConnId, Error, Event, Grant, InFlight, OpId, OpenOperations,
@@ -67,7 +65,7 @@ pub use outcome::{
 use self::link::{Link, LinkState, Phase};
 use self::operations::{Acquire, Held, Hold};
 use self::outcome::{Issuer, OpKind};
-use self::store::{Fifo, Handle, Pending, Slab};
+use self::store::{Fifo, Handle, Pending, SendBuffer, Slab};
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
 use crate::time::Time;
@@ -244,7 +242,7 @@ pub struct Client {
     actions: VecDeque<Action>,
     events: VecDeque<Event>,
     /// Requests encoded and not yet handed out.
-    out: BytesMut,
+    out: SendBuffer,
     reader: LineReader,
     /// The shutdown deadline, once shutting down.
     shutdown: Option<Time>,
@@ -277,7 +275,7 @@ impl Client {
             link: Link::new(),
             actions: VecDeque::new(),
             events: VecDeque::new(),
-            out: BytesMut::new(),
+            out: SendBuffer::default(),
             reader: LineReader::new(),
             shutdown: None,
             finishing: false,

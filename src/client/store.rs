@@ -21,24 +21,30 @@
 //! Most deadlines are "now plus a duration that is the same for every
 //! entry of its kind" (an answer's grace, a lease), so the timers of one
 //! kind, armed one after another, come in deadline order. A slab keeps a
-//! few *lanes* of timers, each a list in deadline order threaded through
-//! the slots: a new timer joins the lane whose last deadline is the latest
-//! not after its own, and only a timer that fits no lane goes into a binary
-//! heap. The kinds sort themselves into lanes; nobody tells the slab which
-//! is which. Arming and disarming a lane timer is linking and unlinking
-//! one node; the earliest deadline is the least of the lanes' first ones
-//! and the heap's top, kept up to date, so it is always exact. Timers due
-//! at one moment fire in slot order, whatever lanes they are in.
+//! few *lanes* of timers, each a queue in deadline order: a new timer joins
+//! the lane whose last deadline is the latest not after its own, and only
+//! a timer that fits no lane goes into a binary heap. The kinds sort
+//! themselves into lanes; nobody tells the slab which is which.
 //!
-//! The heap does not look for a timer it holds when the timer is set again
-//! or cleared: an entry is live while its slot's timer is in the heap with
-//! the entry's deadline (one left over from a timer set again to the same
-//! deadline is that timer's twin, harmless: whichever comes first fires it),
-//! and the others are dropped when they reach the top, and all at once when
-//! they outnumber half the live.
+//! A timer that is disarmed, or set again, is not looked for: its entry
+//! stays where it is, dead (each slot stamps its timer anew whenever it is
+//! armed, and an entry is live while its stamp is its slot's), and is
+//! dropped when it comes to the front, or with every dead entry of its
+//! lane once they outnumber the live ones. So arming is a push and
+//! disarming touches the slot alone, never a neighbour: with thousands of
+//! requests in flight and answers in any order, the memory an answer
+//! touches is what the answer is about. A lane's first entry is always
+//! live, so the earliest deadline, the least of the lanes' first ones and
+//! the heap's top, is always exact. Timers due at one moment fire in slot
+//! order, whatever lanes they are in.
+//!
+//! A slot keeps its entry, generation and timer side by side, in one place
+//! in memory.
 
 use core::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+
+use bytes::{Bytes, BytesMut};
 
 use crate::hash::IdMap;
 use crate::time::Time;
@@ -81,18 +87,8 @@ impl Handle {
     }
 }
 
-/// A timer in the heap: live while its slot's timer is in the heap, due
-/// at `at`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-struct Timer {
-    at: Time,
-    slot: u32,
-}
-
 /// How many lanes a slab's timers have.
 const LANES: usize = 4;
-/// No slot: the end of a lane.
-const NIL: u32 = u32::MAX;
 
 /// Where a slot's timer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -105,60 +101,66 @@ enum Place {
     Heap,
 }
 
-/// What a slab keeps of a slot besides its entry: its generation, and its
-/// timer: the deadline, where it is, and its neighbours in its lane.
-#[derive(Debug, Clone, Copy)]
-struct Node {
-    at: Time,
-    place: Place,
-    prev: u32,
-    next: u32,
+/// One slot: its entry, its generation, and its timer, side by side, so
+/// that an entry and all that is known of it are in one place in memory.
+struct Slot<T> {
+    value: Option<T>,
     /// Bumped whenever the slot is emptied.
     gen: u32,
+    /// Bumped whenever the timer is armed: the lane or heap entry made
+    /// then carries it, and is live while the slot's timer is still that
+    /// one. Before it comes round to a value again, every dead entry goes
+    /// (see [`Slab::stamp`]), so no dead entry can ever pass for live.
+    stamp: u16,
+    place: Place,
+    /// The timer's deadline, while armed.
+    at: Time,
 }
 
-const UNARMED: Node = Node {
-    at: Time::ZERO,
-    place: Place::Nowhere,
-    prev: NIL,
-    next: NIL,
-    gen: 0,
-};
+/// An entry of a lane: slot `slot`'s timer as armed with `stamp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Armed {
+    slot: u32,
+    stamp: u16,
+}
 
-/// A lane: the first and last slot of a list in deadline order.
-#[derive(Debug, Clone, Copy)]
+/// A lane: timers in the order of their deadlines, oldest first, some of
+/// them dead (disarmed or set again since); its first one is always live.
+#[derive(Debug, Default)]
 struct Lane {
-    head: u32,
-    tail: u32,
-    /// The first deadline ([`Time::MAX`] while the lane is empty).
+    entries: VecDeque<Armed>,
+    /// The live entries.
+    live: usize,
+    /// The first entry's deadline (meaningless while the lane is empty).
     first: Time,
-    /// The last deadline, while the lane is not empty.
+    /// The last entry's deadline (meaningless while the lane is empty).
     last: Time,
 }
 
-const EMPTY_LANE: Lane = Lane {
-    head: NIL,
-    tail: NIL,
-    first: Time::MAX,
-    last: Time::ZERO,
-};
+/// The heap's entries: `(deadline, slot, stamp)`, so that timers due at
+/// one moment come out in slot order.
+type HeapEntry = Reverse<(Time, u32, u16)>;
 
-/// The timers of a slab, one per slot at most.
-struct Timers {
-    nodes: Vec<Node>,
+/// Entries of type `T`, each with one timer.
+pub(crate) struct Slab<T> {
+    slots: Vec<Slot<T>>,
+    free: Vec<u32>,
+    len: usize,
     lanes: [Lane; LANES],
-    heap: BinaryHeap<Reverse<Timer>>,
-    /// Live entries of the heap (the others are dead, or twins).
+    heap: BinaryHeap<HeapEntry>,
+    /// Live entries of the heap.
     heap_live: usize,
     /// The earliest armed deadline.
     earliest: Option<Time>,
 }
 
-impl Default for Timers {
-    fn default() -> Timers {
-        Timers {
-            nodes: Vec::new(),
-            lanes: [EMPTY_LANE; LANES],
+impl<T> Default for Slab<T> {
+    fn default() -> Slab<T> {
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+            len: 0,
+            lanes: Default::default(),
             heap: BinaryHeap::new(),
             heap_live: 0,
             earliest: None,
@@ -166,25 +168,181 @@ impl Default for Timers {
     }
 }
 
-impl Timers {
-    fn is_live(&self, timer: &Timer) -> bool {
-        let node = &self.nodes[timer.slot as usize];
-        node.place == Place::Heap && node.at == timer.at
+impl<T> Slab<T> {
+    /// Stores `value`, with no timer.
+    pub(crate) fn insert(&mut self, value: T) -> Handle {
+        self.len += 1;
+        if let Some(slot) = self.free.pop() {
+            let entry = &mut self.slots[slot as usize];
+            entry.value = Some(value);
+            return Handle {
+                slot,
+                gen: entry.gen,
+            };
+        }
+        if self.slots.len() == self.slots.capacity() {
+            // An eighth more at a time: never much more memory than in use.
+            self.slots.reserve_exact(self.slots.len() / 8 + 16);
+        }
+        let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 entries");
+        self.slots.push(Slot {
+            value: Some(value),
+            gen: 0,
+            stamp: 0,
+            place: Place::Nowhere,
+            at: Time::ZERO,
+        });
+        Handle { slot, gen: 0 }
     }
+
+    /// The slot `handle` names, while its entry is stored.
+    #[inline]
+    fn slot(&self, handle: Handle) -> Option<&Slot<T>> {
+        let slot = self.slots.get(handle.slot as usize)?;
+        (slot.gen == handle.gen && slot.value.is_some()).then_some(slot)
+    }
+
+    /// Whether `handle`'s entry is stored.
+    pub(crate) fn contains(&self, handle: Handle) -> bool {
+        self.slot(handle).is_some()
+    }
+
+    /// The entry, if stored.
+    pub(crate) fn get(&self, handle: Handle) -> Option<&T> {
+        self.slot(handle)?.value.as_ref()
+    }
+
+    /// The entry, if stored.
+    pub(crate) fn get_mut(&mut self, handle: Handle) -> Option<&mut T> {
+        let slot = self.slots.get_mut(handle.slot as usize)?;
+        if slot.gen != handle.gen {
+            return None;
+        }
+        slot.value.as_mut()
+    }
+
+    /// Takes the entry out, with its timer.
+    pub(crate) fn remove(&mut self, handle: Handle) -> Option<T> {
+        self.slot(handle)?;
+        self.disarm(handle.slot);
+        let slot = &mut self.slots[handle.slot as usize];
+        slot.gen = slot.gen.wrapping_add(1);
+        let value = slot.value.take();
+        self.free.push(handle.slot);
+        self.len -= 1;
+        value
+    }
+
+    /// How many entries are stored.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Every entry, in slot order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (Handle, &T)> + '_ {
+        self.slots.iter().enumerate().filter_map(|(at, slot)| {
+            let handle = Handle {
+                slot: at as u32,
+                gen: slot.gen,
+            };
+            Some((handle, slot.value.as_ref()?))
+        })
+    }
+
+    /// The handles of every entry, in slot order.
+    pub(crate) fn handles(&self) -> Vec<Handle> {
+        self.iter().map(|(handle, _)| handle).collect()
+    }
+
+    /// Arms the entry's timer at `at`, replacing the one armed before.
+    pub(crate) fn set_timer(&mut self, handle: Handle, at: Time) {
+        if self.contains(handle) {
+            self.arm(handle.slot, at);
+        }
+    }
+
+    /// Disarms the entry's timer, if armed.
+    #[cfg(test)]
+    pub(crate) fn clear_timer(&mut self, handle: Handle) {
+        if self.contains(handle) {
+            self.disarm(handle.slot);
+        }
+    }
+
+    /// The earliest armed deadline.
+    pub(crate) fn next_deadline(&self) -> Option<Time> {
+        debug_assert_eq!(self.earliest, self.find_earliest());
+        self.earliest
+    }
+
+    /// The entry whose timer is due first at `now` (its deadline at or
+    /// before it), its timer disarmed; deadlines tie in slot order.
+    pub(crate) fn pop_due(&mut self, now: Time) -> Option<Handle> {
+        let at = self.next_deadline().filter(|&at| at <= now)?;
+        // Every lane timer due at `at` joins the heap, which orders them by
+        // slot; in a lane they are the first ones.
+        for lane in 0..LANES {
+            while self.lanes[lane].live > 0 && self.lanes[lane].first == at {
+                let Armed { slot, .. } = self.lanes[lane].entries[0];
+                self.disarm(slot);
+                self.push_heap(slot, at);
+            }
+        }
+        let Reverse((_, slot, _)) = *self.heap.peek().expect("a timer is due");
+        self.disarm(slot);
+        self.earliest = self.find_earliest();
+        Some(Handle {
+            slot,
+            gen: self.slots[slot as usize].gen,
+        })
+    }
+
+    /// The entry's armed deadline (for tests).
+    #[cfg(test)]
+    pub(crate) fn timer(&self, handle: Handle) -> Option<Time> {
+        let slot = self.slot(handle)?;
+        (slot.place != Place::Nowhere).then_some(slot.at)
+    }
+
+    // ----- the timers -----------------------------------------------------
 
     /// Arms `slot`'s timer at `at`, replacing the one armed before.
     #[inline]
     fn arm(&mut self, slot: u32, at: Time) {
-        if self.nodes[slot as usize].place != Place::Nowhere {
-            self.disarm(slot);
-        }
+        self.disarm(slot);
         match self.lane_for(at) {
-            Some(lane) => self.link(slot, at, lane),
+            Some(lane) => self.push_lane(slot, at, lane),
             None => self.push_heap(slot, at),
         }
         if self.earliest.map_or(true, |earliest| at < earliest) {
             self.earliest = Some(at);
         }
+    }
+
+    /// A new stamp for `slot`'s timer, disarmed, armed at `at` in `place`.
+    #[inline]
+    fn stamp(&mut self, slot: u32, at: Time, place: Place) -> u16 {
+        let stamp = self.slots[slot as usize].stamp.wrapping_add(1);
+        if stamp == 0 {
+            // The stamps of this slot come round: its dead entries go
+            // first, while they can still be told from live ones.
+            self.sweep();
+        }
+        let slot = &mut self.slots[slot as usize];
+        slot.stamp = stamp;
+        slot.place = place;
+        slot.at = at;
+        stamp
+    }
+
+    /// Drops every dead entry, of every lane and of the heap.
+    #[cold]
+    fn sweep(&mut self) {
+        for index in 0..LANES {
+            self.sweep_lane(index);
+        }
+        self.sweep_heap();
     }
 
     /// The lane a timer due at `at` joins: the one whose last deadline is
@@ -195,7 +353,7 @@ impl Timers {
         let (mut best, mut empty) = (LANES, LANES);
         let mut best_last = Time::ZERO;
         for (index, lane) in self.lanes.iter().enumerate() {
-            if lane.tail == NIL {
+            if lane.live == 0 {
                 if empty == LANES {
                     empty = index;
                 }
@@ -208,89 +366,132 @@ impl Timers {
         (lane < LANES).then_some(lane)
     }
 
+    /// Appends `slot`'s timer, due at `at`, to `lane`.
+    #[inline]
+    fn push_lane(&mut self, slot: u32, at: Time, index: usize) {
+        let stamp = self.stamp(slot, at, Place::Lane(index as u8));
+        let lane = &mut self.lanes[index];
+        if lane.live == 0 {
+            lane.first = at;
+        }
+        if lane.entries.len() == lane.entries.capacity() {
+            // An eighth more at a time, as the slots grow.
+            let more = lane.entries.len() / 8 + 16;
+            lane.entries.reserve_exact(more);
+        }
+        lane.entries.push_back(Armed { slot, stamp });
+        lane.live += 1;
+        lane.last = at;
+    }
+
     /// Puts `slot`'s timer, due at `at`, into the heap.
     fn push_heap(&mut self, slot: u32, at: Time) {
-        let node = &mut self.nodes[slot as usize];
-        node.place = Place::Heap;
-        node.at = at;
-        self.heap.push(Reverse(Timer { at, slot }));
+        let stamp = self.stamp(slot, at, Place::Heap);
+        self.heap.push(Reverse((at, slot, stamp)));
         self.heap_live += 1;
     }
 
-    /// Appends `slot`, due at `at`, to `lane`.
-    fn link(&mut self, slot: u32, at: Time, lane: usize) {
-        let tail = self.lanes[lane].tail;
-        self.nodes[slot as usize] = Node {
-            at,
-            place: Place::Lane(lane as u8),
-            prev: tail,
-            next: NIL,
-            gen: self.nodes[slot as usize].gen,
-        };
-        if tail == NIL {
-            self.lanes[lane].head = slot;
-            self.lanes[lane].first = at;
-        } else {
-            self.nodes[tail as usize].next = slot;
-        }
-        self.lanes[lane].tail = slot;
-        self.lanes[lane].last = at;
-    }
-
-    /// Disarms `slot`'s timer, if armed.
+    /// Whether `entry` of lane `lane` is its slot's timer now.
     #[inline]
+    fn is_live(slots: &[Slot<T>], entry: Armed, lane: usize) -> bool {
+        let slot = &slots[entry.slot as usize];
+        slot.stamp == entry.stamp && slot.place == Place::Lane(lane as u8)
+    }
+
+    /// Disarms `slot`'s timer, if armed. Its lane or heap entry stays
+    /// behind, dead, unless it was first.
+    #[inline(always)]
     fn disarm(&mut self, slot: u32) {
-        let node = self.nodes[slot as usize];
-        let Place::Lane(lane) = node.place else {
-            if node.place == Place::Heap {
-                self.disarm_heap(slot);
-            }
+        let entry = &mut self.slots[slot as usize];
+        let (place, stamp, at) = (entry.place, entry.stamp, entry.at);
+        if place == Place::Nowhere {
             return;
-        };
-        let lane = usize::from(lane);
-        self.nodes[slot as usize].place = Place::Nowhere;
-        if node.next == NIL {
-            self.lanes[lane].tail = node.prev;
-            if node.prev != NIL {
-                self.lanes[lane].last = self.nodes[node.prev as usize].at;
-            }
-        } else {
-            self.nodes[node.next as usize].prev = node.prev;
         }
-        if node.prev == NIL {
-            // It was first in its lane.
-            self.lanes[lane].head = node.next;
-            self.lanes[lane].first = match node.next {
-                NIL => Time::MAX,
-                next => self.nodes[next as usize].at,
-            };
-            // Only the earliest timer's going moves the earliest deadline.
-            if self.earliest == Some(node.at) {
-                self.earliest = self.find_earliest();
+        entry.place = Place::Nowhere;
+        match place {
+            Place::Lane(index) => {
+                let index = usize::from(index);
+                let lane = &mut self.lanes[index];
+                lane.live -= 1;
+                let first = lane.entries.front() == Some(&Armed { slot, stamp });
+                if first || lane.live == 0 || lane.entries.len() > 2 * lane.live + 64 {
+                    self.tidy_lane(index);
+                }
             }
-        } else {
-            self.nodes[node.prev as usize].next = node.next;
+            _ => self.disarm_in_heap(slot, stamp, at),
+        }
+        // Only the earliest timer's going moves the earliest deadline.
+        if self.earliest == Some(at) {
+            self.earliest = self.find_earliest();
         }
     }
 
-    /// Disarms `slot`'s timer, in the heap.
+    /// After a timer of lane `index` was disarmed: empties a lane with no
+    /// live entry, drops the dead ones at its front, or all of them once
+    /// they outnumber the live ones.
+    #[inline(never)]
+    fn tidy_lane(&mut self, index: usize) {
+        let lane = &mut self.lanes[index];
+        if lane.live == 0 {
+            lane.entries.clear();
+            give_back(&mut lane.entries);
+        } else if lane.entries.len() > 2 * lane.live + 64 {
+            self.sweep_lane(index);
+            self.settle_lane(index);
+        } else {
+            self.settle_lane(index);
+        }
+    }
+
+    /// Disarms `slot`'s timer, armed with `stamp` at `at` in the heap.
     #[cold]
-    fn disarm_heap(&mut self, slot: u32) {
-        self.nodes[slot as usize].place = Place::Nowhere;
+    fn disarm_in_heap(&mut self, slot: u32, stamp: u16, at: Time) {
         self.heap_live -= 1;
-        let top = self.heap.peek().map(|Reverse(top)| top.slot);
-        if top == Some(slot) {
+        if self.heap.peek() == Some(&Reverse((at, slot, stamp))) {
             self.settle_heap();
-            self.earliest = self.find_earliest();
         } else if self.heap.len() > self.heap_live + self.heap_live / 2 + 64 {
             self.sweep_heap();
         }
     }
 
+    /// Drops the dead entries at the front of a lane that has live ones.
+    fn settle_lane(&mut self, index: usize) {
+        let lane = &mut self.lanes[index];
+        while let Some(&front) = lane.entries.front() {
+            if Self::is_live(&self.slots, front, index) {
+                lane.first = self.slots[front.slot as usize].at;
+                return;
+            }
+            lane.entries.pop_front();
+        }
+        unreachable!("a lane with live entries has a live first one");
+    }
+
+    /// Drops every dead entry of a lane.
+    #[cold]
+    fn sweep_lane(&mut self, index: usize) {
+        let slots = &self.slots;
+        let lane = &mut self.lanes[index];
+        lane.entries
+            .retain(|&entry| Self::is_live(slots, entry, index));
+        // What a burst left behind goes back; the working size stays.
+        if lane.entries.capacity() > 4 * lane.entries.len() + KEPT_WHEN_EMPTY {
+            lane.entries
+                .shrink_to(2 * lane.entries.len() + KEPT_WHEN_EMPTY);
+        }
+    }
+
+    /// Whether `entry` of the heap is its slot's timer now.
+    fn is_live_in_heap(slots: &[Slot<T>], entry: &HeapEntry) -> bool {
+        let Reverse((at, slot, stamp)) = *entry;
+        let slot = &slots[slot as usize];
+        slot.stamp == stamp && slot.place == Place::Heap && slot.at == at
+    }
+
     /// Drops the dead entries at the top of the heap.
     fn settle_heap(&mut self) {
-        while let Some(Reverse(top)) = self.heap.peek() {
-            if self.is_live(top) {
+        while let Some(top) = self.heap.peek() {
+            if Self::is_live_in_heap(&self.slots, top) {
                 break;
             }
             self.heap.pop();
@@ -300,17 +501,11 @@ impl Timers {
     /// Drops every dead entry of the heap.
     #[cold]
     fn sweep_heap(&mut self) {
-        let nodes = &self.nodes;
+        let slots = &self.slots;
         let mut entries = core::mem::take(&mut self.heap).into_vec();
-        entries.retain(|Reverse(timer)| {
-            let node = &nodes[timer.slot as usize];
-            node.place == Place::Heap && node.at == timer.at
-        });
-        // One entry per timer: a twin goes.
-        entries.sort_unstable();
-        entries.dedup();
-        if entries.capacity() > 2 * entries.len() + 64 {
-            entries.shrink_to(entries.len() + entries.len() / 8 + 64);
+        entries.retain(|entry| Self::is_live_in_heap(slots, entry));
+        if entries.capacity() > 4 * entries.len() + KEPT_WHEN_EMPTY {
+            entries.shrink_to(2 * entries.len() + KEPT_WHEN_EMPTY);
         }
         self.heap = BinaryHeap::from(entries);
     }
@@ -318,201 +513,13 @@ impl Timers {
     /// The least of the lanes' first deadlines and the heap's top.
     #[inline]
     fn find_earliest(&self) -> Option<Time> {
-        let top = self.heap.peek().map_or(Time::MAX, |Reverse(top)| top.at);
-        let first = self
+        let top = self.heap.peek().map(|Reverse((at, _, _))| *at);
+        let firsts = self
             .lanes
             .iter()
-            .fold(top, |first, lane| first.min(lane.first));
-        // `Time::MAX` is a deadline too, or that none is armed.
-        if first == Time::MAX && self.heap.is_empty() && self.lanes.iter().all(|l| l.head == NIL) {
-            return None;
-        }
-        Some(first)
-    }
-
-    /// The earliest armed deadline.
-    fn next(&self) -> Option<Time> {
-        debug_assert_eq!(self.earliest, self.find_earliest());
-        self.earliest
-    }
-
-    /// The slot whose timer is due first at `now`, its timer disarmed;
-    /// deadlines tie in slot order.
-    fn pop_due(&mut self, now: Time) -> Option<u32> {
-        let at = self.next().filter(|&at| at <= now)?;
-        // Every lane timer due at `at` joins the heap, which orders them by
-        // slot; in a lane they are the first ones.
-        for lane in 0..LANES {
-            loop {
-                let head = self.lanes[lane].head;
-                if head == NIL || self.nodes[head as usize].at != at {
-                    break;
-                }
-                self.disarm(head);
-                self.push_heap(head, at);
-            }
-        }
-        let Reverse(first) = *self.heap.peek().expect("a timer is due");
-        self.disarm(first.slot);
-        self.earliest = self.find_earliest();
-        Some(first.slot)
-    }
-
-    /// The deadline armed for `slot`.
-    #[cfg(test)]
-    fn armed_at(&self, slot: u32) -> Option<Time> {
-        let node = &self.nodes[slot as usize];
-        (node.place != Place::Nowhere).then_some(node.at)
-    }
-}
-
-/// Entries of type `T`, each with one timer.
-pub(crate) struct Slab<T> {
-    slots: Vec<Option<T>>,
-    free: Vec<u32>,
-    len: usize,
-    timers: Timers,
-}
-
-impl<T> Default for Slab<T> {
-    fn default() -> Slab<T> {
-        Slab {
-            slots: Vec::new(),
-            free: Vec::new(),
-            len: 0,
-            timers: Timers::default(),
-        }
-    }
-}
-
-impl<T> Slab<T> {
-    /// Stores `value`, with no timer.
-    pub(crate) fn insert(&mut self, value: T) -> Handle {
-        self.len += 1;
-        if let Some(slot) = self.free.pop() {
-            self.slots[slot as usize] = Some(value);
-            return Handle {
-                slot,
-                gen: self.timers.nodes[slot as usize].gen,
-            };
-        }
-        if self.slots.len() == self.slots.capacity() {
-            // An eighth more at a time: never much more memory than in use.
-            let more = self.slots.len() / 8 + 16;
-            self.slots.reserve_exact(more);
-            self.timers.nodes.reserve_exact(more);
-        }
-        let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 entries");
-        self.slots.push(Some(value));
-        self.timers.nodes.push(UNARMED);
-        Handle { slot, gen: 0 }
-    }
-
-    /// Whether `handle` names the entry in its slot now.
-    fn is_current(&self, handle: Handle) -> bool {
-        self.timers
-            .nodes
-            .get(handle.slot as usize)
-            .is_some_and(|node| node.gen == handle.gen)
-    }
-
-    /// Whether `handle`'s entry is stored.
-    pub(crate) fn contains(&self, handle: Handle) -> bool {
-        self.get(handle).is_some()
-    }
-
-    /// The entry, if stored.
-    pub(crate) fn get(&self, handle: Handle) -> Option<&T> {
-        if !self.is_current(handle) {
-            return None;
-        }
-        self.slots[handle.slot as usize].as_ref()
-    }
-
-    /// The entry, if stored.
-    pub(crate) fn get_mut(&mut self, handle: Handle) -> Option<&mut T> {
-        if !self.is_current(handle) {
-            return None;
-        }
-        self.slots[handle.slot as usize].as_mut()
-    }
-
-    /// Takes the entry out, with its timer.
-    pub(crate) fn remove(&mut self, handle: Handle) -> Option<T> {
-        if !self.is_current(handle) {
-            return None;
-        }
-        let value = self.slots[handle.slot as usize].take()?;
-        self.timers.disarm(handle.slot);
-        let node = &mut self.timers.nodes[handle.slot as usize];
-        node.gen = node.gen.wrapping_add(1);
-        self.free.push(handle.slot);
-        self.len -= 1;
-        Some(value)
-    }
-
-    /// How many entries are stored.
-    #[cfg(test)]
-    pub(crate) fn len(&self) -> usize {
-        self.len
-    }
-
-    /// Every entry, in slot order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = (Handle, &T)> + '_ {
-        let nodes = &self.timers.nodes;
-        self.slots
-            .iter()
-            .enumerate()
-            .filter_map(move |(slot, entry)| {
-                let value = entry.as_ref()?;
-                let handle = Handle {
-                    slot: slot as u32,
-                    gen: nodes[slot].gen,
-                };
-                Some((handle, value))
-            })
-    }
-
-    /// The handles of every entry, in slot order.
-    pub(crate) fn handles(&self) -> Vec<Handle> {
-        self.iter().map(|(handle, _)| handle).collect()
-    }
-
-    /// Arms the entry's timer at `at`, replacing the one armed before.
-    pub(crate) fn set_timer(&mut self, handle: Handle, at: Time) {
-        if self.contains(handle) {
-            self.timers.arm(handle.slot, at);
-        }
-    }
-
-    /// Disarms the entry's timer, if armed.
-    #[cfg(test)]
-    pub(crate) fn clear_timer(&mut self, handle: Handle) {
-        if self.contains(handle) {
-            self.timers.disarm(handle.slot);
-        }
-    }
-
-    /// The earliest armed deadline.
-    pub(crate) fn next_deadline(&self) -> Option<Time> {
-        self.timers.next()
-    }
-
-    /// The entry whose timer is due first at `now` (its deadline at or
-    /// before it), its timer disarmed; deadlines tie in slot order.
-    pub(crate) fn pop_due(&mut self, now: Time) -> Option<Handle> {
-        let slot = self.timers.pop_due(now)?;
-        Some(Handle {
-            slot,
-            gen: self.timers.nodes[slot as usize].gen,
-        })
-    }
-
-    /// The entry's armed deadline (a scan: for tests).
-    #[cfg(test)]
-    pub(crate) fn timer(&self, handle: Handle) -> Option<Time> {
-        self.get(handle)?;
-        self.timers.armed_at(handle.slot)
+            .filter(|lane| lane.live > 0)
+            .map(|lane| lane.first);
+        firsts.chain(top).min()
     }
 }
 
@@ -573,6 +580,44 @@ impl Fifo {
         if self.handles.len() > 2 * self.waiting + 64 {
             self.handles.retain(|&handle| slab.contains(handle));
         }
+    }
+}
+
+/// What a send buffer keeps of its capacity after a burst.
+const SEND_BUFFER_KEPT: usize = 256 * 1024;
+/// The room a send buffer makes at once when it starts filling again.
+const SEND_BUFFER_ROOM: usize = 64 * 1024;
+
+/// The bytes encoded and not yet handed out, taken as one send at a time.
+#[derive(Default)]
+pub(crate) struct SendBuffer {
+    out: BytesMut,
+}
+
+impl SendBuffer {
+    /// The buffer to encode the next frame into. An empty one first makes
+    /// room for many frames: once the sends taken from it are dropped, that
+    /// takes its memory back without copying any byte, where running out
+    /// of room later would copy what it holds.
+    pub(crate) fn writer(&mut self) -> &mut BytesMut {
+        if self.out.is_empty() {
+            self.out.reserve(SEND_BUFFER_ROOM);
+        }
+        &mut self.out
+    }
+
+    /// Everything encoded so far, if anything; a buffer that a burst made
+    /// large is let go with it.
+    pub(crate) fn take(&mut self) -> Option<Bytes> {
+        if self.out.is_empty() {
+            return None;
+        }
+        let burst = self.out.capacity() > SEND_BUFFER_KEPT;
+        let data = self.out.split().freeze();
+        if burst {
+            self.out = BytesMut::new();
+        }
+        Some(data)
     }
 }
 
@@ -731,6 +776,35 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
 
+    /// Dead entries never outnumber the live ones by much, every lane's
+    /// live entries are in deadline order behind a live first one, and the
+    /// live entries are as many as the counts say.
+    fn assert_sound<T>(slab: &Slab<T>) {
+        let t = slab;
+        assert!(t.heap.len() <= t.heap_live + t.heap_live / 2 + 64);
+        for (index, lane) in t.lanes.iter().enumerate() {
+            assert!(lane.entries.len() <= 2 * lane.live + 64);
+            let live: Vec<Time> = lane
+                .entries
+                .iter()
+                .filter(|&&entry| Slab::is_live(&t.slots, entry, index))
+                .map(|entry| t.slots[entry.slot as usize].at)
+                .collect();
+            assert_eq!(live.len(), lane.live);
+            assert!(live.windows(2).all(|w| w[0] <= w[1]), "in order");
+            if let Some(&front) = lane.entries.front() {
+                assert!(Slab::is_live(&t.slots, front, index), "a live first one");
+                assert_eq!(live[0], lane.first);
+            }
+        }
+        let in_heap = t
+            .heap
+            .iter()
+            .filter(|e| Slab::is_live_in_heap(&t.slots, e))
+            .count();
+        assert_eq!(in_heap, t.heap_live);
+    }
+
     /// Random inserts, removals, timers set, cleared and fired, and
     /// lookups, compared step by step with a `BTreeMap` of entries and a
     /// `BTreeSet` of `(deadline, slot)`.
@@ -834,26 +908,76 @@ mod tests {
                     }
                 }
             }
-            // Dead heap entries never outnumber the live ones by much, and
-            // the lanes are in deadline order with every armed timer once.
-            let t = &slab.timers;
-            assert!(t.heap.len() <= t.heap_live + t.heap_live / 2 + 64);
-            let mut in_lanes = 0;
-            for lane in &t.lanes {
-                let (mut at, mut last) = (lane.head, None);
-                while at != NIL {
-                    let node = &t.nodes[at as usize];
-                    assert!(last.map_or(true, |last| last <= node.at), "in order");
-                    last = Some(node.at);
-                    in_lanes += 1;
-                    at = node.next;
-                }
-                if lane.tail != NIL {
-                    assert_eq!(Some(lane.last), last);
-                }
-            }
-            assert_eq!(in_lanes + t.heap_live, armed.len());
+            assert_sound(&slab);
+            let in_lanes: usize = slab.lanes.iter().map(|lane| lane.live).sum();
+            assert_eq!(in_lanes + slab.heap_live, armed.len());
         }
+    }
+
+    /// Timers set again and again behind a first one that stays, in lanes
+    /// and in the heap, leave dead entries that are swept before they pile
+    /// up, and the timers still fire as armed.
+    #[test]
+    fn timers_set_again_behind_the_first_are_swept() {
+        let mut rng = Rng::new(7);
+        let mut slab: Slab<u32> = Slab::default();
+        let mut armed: BTreeMap<u32, Time> = BTreeMap::new();
+        let handles: Vec<Handle> = (0..200).map(|i| slab.insert(i)).collect();
+        // Deadlines that go down, so that past four lanes they go to the
+        // heap, and a first one that never moves.
+        for (i, &handle) in handles.iter().enumerate() {
+            let at = Time::from_nanos(if i == 0 { 1 } else { 1_000_000 - 10 * i as u64 });
+            slab.set_timer(handle, at);
+            armed.insert(handle.slot(), at);
+        }
+        let (mut swept_lane, mut swept_heap) = (false, false);
+        for round in 0..20_000u64 {
+            let handle = handles[1 + rng.up_to(198) as usize];
+            let at = Time::from_nanos(2_000_000 + round);
+            slab.set_timer(handle, at);
+            armed.insert(handle.slot(), at);
+            assert_sound(&slab);
+            let lanes: usize = slab.lanes.iter().map(|l| l.entries.len()).sum();
+            let live: usize = slab.lanes.iter().map(|l| l.live).sum();
+            // Dead entries were there, and are gone.
+            swept_lane |= round > 1_000 && lanes < live + 10;
+            swept_heap |= slab.heap_live > 0 && slab.heap.len() < 140;
+            assert_eq!(slab.next_deadline(), Some(Time::from_nanos(1)));
+        }
+        assert!(swept_lane && swept_heap);
+        let mut expected: Vec<(Time, u32)> = armed.iter().map(|(&s, &at)| (at, s)).collect();
+        expected.sort();
+        let fired: Vec<(Time, u32)> = std::iter::from_fn(|| {
+            let handle = slab.pop_due(Time::MAX)?;
+            Some((armed[&handle.slot()], handle.slot()))
+        })
+        .collect();
+        assert_eq!(fired, expected);
+        assert_eq!(slab.next_deadline(), None);
+    }
+
+    /// A slot's stamps come round after 2^16 arms: a dead entry of its
+    /// first arm, left in a lane behind a first timer that never moves,
+    /// must not pass for live when the stamp it carries comes again.
+    #[test]
+    fn a_dead_entry_never_passes_for_live_when_stamps_come_round() {
+        let mut slab: Slab<()> = Slab::default();
+        let (first, other) = (slab.insert(()), slab.insert(()));
+        let at = Time::from_nanos;
+        slab.set_timer(first, at(1));
+        // Behind `first` in its lane, then moved to another lane, leaving
+        // a dead entry behind.
+        slab.set_timer(other, at(10));
+        for _ in 0..u32::from(u16::MAX) {
+            slab.set_timer(other, at(5));
+        }
+        // Its stamps have come round: back into the first lane.
+        slab.set_timer(other, at(20));
+        assert_sound(&slab);
+        assert_eq!(slab.pop_due(Time::MAX), Some(first));
+        assert_eq!(slab.pop_due(Time::MAX), Some(other));
+        assert_eq!(slab.pop_due(Time::MAX), None);
+        assert_sound(&slab);
     }
 
     /// Random pushes at both ends, pops, and entries leaving early,
