@@ -26,17 +26,18 @@
 //! a timer that fits no lane goes into a binary heap. The kinds sort
 //! themselves into lanes; nobody tells the slab which is which.
 //!
-//! A timer that is disarmed, or set again, is not looked for: its entry
-//! stays where it is, dead (each slot stamps its timer anew whenever it is
-//! armed, and an entry is live while its stamp is its slot's), and is
-//! dropped when it comes to the front, or with every dead entry of its
-//! lane once they outnumber the live ones. So arming is a push and
-//! disarming touches the slot alone, never a neighbour: with thousands of
-//! requests in flight and answers in any order, the memory an answer
-//! touches is what the answer is about. A lane's first entry is always
-//! live, so the earliest deadline, the least of the lanes' first ones and
-//! the heap's top, is always exact. Timers due at one moment fire in slot
-//! order, whatever lanes they are in.
+//! A timer in a lane has a position there, and its slot knows it. A timer
+//! that is disarmed, or set again, leaves its position marked dead, and no
+//! other entry is looked at: dead positions at either end of a lane are
+//! dropped at once, and when they crowd a lane (answers come in any order,
+//! so some timers outlive many that were armed after them) the oldest live
+//! timers move to the heap and the dead ones before them go. So arming is a
+//! push and disarming touches the slot and its position alone: with
+//! thousands of requests in flight and answers in any order, the memory an
+//! answer touches is what the answer is about. A lane's first entry is
+//! always live, so the earliest deadline, the least of the lanes' first
+//! ones and the heap's top, is always exact. Timers due at one moment fire
+//! in slot order, whatever lanes they are in.
 //!
 //! A slot keeps its entry, generation and timer side by side, in one place
 //! in memory.
@@ -90,15 +91,56 @@ impl Handle {
 /// How many lanes a slab's timers have.
 const LANES: usize = 4;
 
+/// Positions in a lane count modulo this, a power of two, and a lane holds
+/// at most this many entries, so that the positions in a lane are
+/// distinct. Small under test, so that the tests go round it.
+const POSITIONS: u32 = if cfg!(test) { 1 << 9 } else { 1 << 29 };
+
+/// What a lane keeps at a position whose timer was disarmed, or set again.
+const DEAD: u32 = u32::MAX;
+
 /// Where a slot's timer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
     /// No timer is armed.
     Nowhere,
-    /// In this lane.
-    Lane(u8),
+    /// At a position of this lane.
+    Lane(usize),
     /// In the heap.
     Heap,
+}
+
+/// Where a slot's timer is, in one word: the place in the top three bits,
+/// below them its position in its lane, or its stamp in the heap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Mark(u32);
+
+impl Mark {
+    const NOWHERE: Mark = Mark(0);
+    const HEAP: u32 = 7;
+
+    fn lane(lane: usize, position: u32) -> Mark {
+        debug_assert!(lane < LANES && position < POSITIONS);
+        Mark((lane as u32 + 1) << 29 | position)
+    }
+
+    fn heap(stamp: u32) -> Mark {
+        debug_assert!(stamp < POSITIONS);
+        Mark(Mark::HEAP << 29 | stamp)
+    }
+
+    fn place(self) -> Place {
+        match self.0 >> 29 {
+            0 => Place::Nowhere,
+            Mark::HEAP => Place::Heap,
+            lane => Place::Lane(lane as usize - 1),
+        }
+    }
+
+    /// The position in the lane, or the stamp in the heap.
+    fn position(self) -> u32 {
+        self.0 & ((1 << 29) - 1)
+    }
 }
 
 /// One slot: its entry, its generation, and its timer, side by side, so
@@ -107,39 +149,110 @@ struct Slot<T> {
     value: Option<T>,
     /// Bumped whenever the slot is emptied.
     gen: u32,
-    /// Bumped whenever the timer is armed: the lane or heap entry made
-    /// then carries it, and is live while the slot's timer is still that
-    /// one. Before it comes round to a value again, every dead entry goes
-    /// (see [`Slab::stamp`]), so no dead entry can ever pass for live.
-    stamp: u16,
-    place: Place,
+    mark: Mark,
     /// The timer's deadline, while armed.
     at: Time,
 }
 
-/// An entry of a lane: slot `slot`'s timer as armed with `stamp`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Armed {
-    slot: u32,
-    stamp: u16,
-}
-
-/// A lane: timers in the order of their deadlines, oldest first, some of
-/// them dead (disarmed or set again since); its first one is always live.
+/// A lane: timers in the order of their deadlines, oldest first, each at
+/// a position that counts up from the first one's. A timer disarmed, or
+/// set again, leaves its position [`DEAD`]; the first and the last
+/// positions are always live.
 #[derive(Debug, Default)]
 struct Lane {
-    entries: VecDeque<Armed>,
+    /// The slot of each position from `base` on, or [`DEAD`]; the first
+    /// `head` of them are gone.
+    entries: Vec<u32>,
+    head: usize,
+    /// The position of `entries[0]`.
+    base: u32,
     /// The live entries.
     live: usize,
     /// The first entry's deadline (meaningless while the lane is empty).
     first: Time,
-    /// The last entry's deadline (meaningless while the lane is empty).
+    /// No live entry's deadline is after this one (meaningless while the
+    /// lane is empty).
     last: Time,
+}
+
+impl Lane {
+    /// The entries from the first on.
+    fn len(&self) -> usize {
+        self.entries.len() - self.head
+    }
+
+    /// Where position `position` is in `entries`.
+    fn index(&self, position: u32) -> usize {
+        (position.wrapping_sub(self.base) & (POSITIONS - 1)) as usize
+    }
+
+    /// The first entry's slot, if any.
+    fn front(&self) -> Option<u32> {
+        self.entries.get(self.head).copied()
+    }
+
+    /// Whether the lane can take one more entry: its positions stay
+    /// distinct.
+    fn has_room(&self) -> bool {
+        self.entries.len() < POSITIONS as usize
+    }
+
+    /// Appends `slot`, returning its position.
+    #[inline]
+    fn push(&mut self, slot: u32) -> u32 {
+        if self.entries.len() == self.entries.capacity() {
+            self.make_room();
+        }
+        let position = self.base.wrapping_add(self.entries.len() as u32) & (POSITIONS - 1);
+        self.entries.push(slot);
+        position
+    }
+
+    /// Room for one more entry: the space of the entries gone, if they are
+    /// at least half of them, else an eighth more memory (as the slots
+    /// grow).
+    #[cold]
+    fn make_room(&mut self) {
+        if 2 * self.head >= self.entries.len() {
+            self.entries.drain(..self.head);
+            self.base = self.base.wrapping_add(self.head as u32) & (POSITIONS - 1);
+            self.head = 0;
+            // What a burst left behind goes back; the working size stays.
+            if self.entries.capacity() > 4 * self.entries.len() + KEPT_WHEN_EMPTY {
+                self.entries
+                    .shrink_to(2 * self.entries.len() + KEPT_WHEN_EMPTY);
+            }
+        } else {
+            let more = self.entries.len() / 8 + 16;
+            self.entries.reserve_exact(more);
+        }
+    }
+
+    /// Drops the first entry.
+    fn pop_front(&mut self) {
+        self.head += 1;
+    }
+
+    /// Drops every entry, and what a burst made the lane grow to.
+    fn clear(&mut self) {
+        self.base = self.base.wrapping_add(self.entries.len() as u32) & (POSITIONS - 1);
+        self.entries.clear();
+        self.head = 0;
+        if self.entries.capacity() > KEPT_WHEN_EMPTY {
+            self.entries.shrink_to(KEPT_WHEN_EMPTY);
+        }
+    }
+
+    /// Whether dead entries outnumber the live ones so much that the oldest
+    /// live ones should make way.
+    fn crowded(&self) -> bool {
+        self.len() > 4 * self.live + 64
+    }
 }
 
 /// The heap's entries: `(deadline, slot, stamp)`, so that timers due at
 /// one moment come out in slot order.
-type HeapEntry = Reverse<(Time, u32, u16)>;
+type HeapEntry = Reverse<(Time, u32, u32)>;
 
 /// Entries of type `T`, each with one timer.
 pub(crate) struct Slab<T> {
@@ -147,9 +260,15 @@ pub(crate) struct Slab<T> {
     free: Vec<u32>,
     len: usize,
     lanes: [Lane; LANES],
+    /// The lanes: first the `busy` ones, those with live entries, latest
+    /// last deadline first; then the empty ones.
+    order: [usize; LANES],
+    busy: usize,
     heap: BinaryHeap<HeapEntry>,
     /// Live entries of the heap.
     heap_live: usize,
+    /// The stamp of the next timer to enter the heap.
+    stamp: u32,
     /// The earliest armed deadline.
     earliest: Option<Time>,
 }
@@ -161,8 +280,11 @@ impl<T> Default for Slab<T> {
             free: Vec::new(),
             len: 0,
             lanes: Default::default(),
+            order: core::array::from_fn(|lane| lane),
+            busy: 0,
             heap: BinaryHeap::new(),
             heap_live: 0,
+            stamp: 0,
             earliest: None,
         }
     }
@@ -188,8 +310,7 @@ impl<T> Slab<T> {
         self.slots.push(Slot {
             value: Some(value),
             gen: 0,
-            stamp: 0,
-            place: Place::Nowhere,
+            mark: Mark::NOWHERE,
             at: Time::ZERO,
         });
         Handle { slot, gen: 0 }
@@ -284,7 +405,7 @@ impl<T> Slab<T> {
         // slot; in a lane they are the first ones.
         for lane in 0..LANES {
             while self.lanes[lane].live > 0 && self.lanes[lane].first == at {
-                let Armed { slot, .. } = self.lanes[lane].entries[0];
+                let slot = self.lanes[lane].front().expect("live");
                 self.disarm(slot);
                 self.push_heap(slot, at);
             }
@@ -302,7 +423,7 @@ impl<T> Slab<T> {
     #[cfg(test)]
     pub(crate) fn timer(&self, handle: Handle) -> Option<Time> {
         let slot = self.slot(handle)?;
-        (slot.place != Place::Nowhere).then_some(slot.at)
+        (slot.mark != Mark::NOWHERE).then_some(slot.at)
     }
 
     // ----- the timers -----------------------------------------------------
@@ -312,7 +433,7 @@ impl<T> Slab<T> {
     fn arm(&mut self, slot: u32, at: Time) {
         self.disarm(slot);
         match self.lane_for(at) {
-            Some(lane) => self.push_lane(slot, at, lane),
+            Some(rank) => self.push_lane(slot, at, rank),
             None => self.push_heap(slot, at),
         }
         if self.earliest.map_or(true, |earliest| at < earliest) {
@@ -320,105 +441,84 @@ impl<T> Slab<T> {
         }
     }
 
-    /// A new stamp for `slot`'s timer, disarmed, armed at `at` in `place`.
-    #[inline]
-    fn stamp(&mut self, slot: u32, at: Time, place: Place) -> u16 {
-        let stamp = self.slots[slot as usize].stamp.wrapping_add(1);
-        if stamp == 0 {
-            // The stamps of this slot come round: its dead entries go
-            // first, while they can still be told from live ones.
-            self.sweep();
-        }
-        let slot = &mut self.slots[slot as usize];
-        slot.stamp = stamp;
-        slot.place = place;
-        slot.at = at;
-        stamp
-    }
-
-    /// Drops every dead entry, of every lane and of the heap.
-    #[cold]
-    fn sweep(&mut self) {
-        for index in 0..LANES {
-            self.sweep_lane(index);
-        }
-        self.sweep_heap();
-    }
-
-    /// The lane a timer due at `at` joins: the one whose last deadline is
-    /// the latest not after `at`, else an empty one, else none (the heap).
+    /// The rank in `order` of the lane a timer due at `at` joins: the one
+    /// whose last deadline is the latest not after `at`, else an empty
+    /// one, else none (the heap). A full lane takes none.
     #[inline(always)]
     fn lane_for(&self, at: Time) -> Option<usize> {
-        // No lane: `LANES`.
-        let (mut best, mut empty) = (LANES, LANES);
-        let mut best_last = Time::ZERO;
-        for (index, lane) in self.lanes.iter().enumerate() {
-            if lane.live == 0 {
-                if empty == LANES {
-                    empty = index;
-                }
-            } else if lane.last <= at && (best == LANES || lane.last > best_last) {
-                best = index;
-                best_last = lane.last;
+        for (rank, &index) in self.order[..self.busy].iter().enumerate() {
+            let lane = &self.lanes[index];
+            if lane.last <= at && lane.has_room() {
+                return Some(rank);
             }
         }
-        let lane = if best < LANES { best } else { empty };
-        (lane < LANES).then_some(lane)
+        (self.busy < LANES).then_some(self.busy)
     }
 
-    /// Appends `slot`'s timer, due at `at`, to `lane`.
+    /// Appends `slot`'s timer, due at `at`, to the lane of rank `rank`.
     #[inline]
-    fn push_lane(&mut self, slot: u32, at: Time, index: usize) {
-        let stamp = self.stamp(slot, at, Place::Lane(index as u8));
+    fn push_lane(&mut self, slot: u32, at: Time, rank: usize) {
+        let index = self.order[rank];
         let lane = &mut self.lanes[index];
         if lane.live == 0 {
             lane.first = at;
+            self.busy += 1;
         }
-        if lane.entries.len() == lane.entries.capacity() {
-            // An eighth more at a time, as the slots grow.
-            let more = lane.entries.len() / 8 + 16;
-            lane.entries.reserve_exact(more);
-        }
-        lane.entries.push_back(Armed { slot, stamp });
+        let position = lane.push(slot);
         lane.live += 1;
         lane.last = at;
+        let slot = &mut self.slots[slot as usize];
+        slot.mark = Mark::lane(index, position);
+        slot.at = at;
+        // Its last deadline went up: it may pass lanes whose last ones it
+        // now follows (only a full lane, or an empty one, can be passed).
+        let mut rank = rank;
+        while rank > 0 && self.lanes[self.order[rank - 1]].last < at {
+            self.order.swap(rank - 1, rank);
+            rank -= 1;
+        }
+    }
+
+    /// Lane `index` has no live entry any more: it is cleared, and ranked
+    /// with the empty ones.
+    #[cold]
+    fn lane_emptied(&mut self, index: usize) {
+        self.lanes[index].clear();
+        let rank = self.order[..self.busy]
+            .iter()
+            .position(|&lane| lane == index)
+            .expect("a busy lane");
+        self.order[rank..self.busy].rotate_left(1);
+        self.busy -= 1;
     }
 
     /// Puts `slot`'s timer, due at `at`, into the heap.
     fn push_heap(&mut self, slot: u32, at: Time) {
-        let stamp = self.stamp(slot, at, Place::Heap);
+        let stamp = self.stamp;
+        self.stamp = (stamp + 1) & (POSITIONS - 1);
+        if self.stamp == 0 {
+            // The stamps come round: the dead entries go first, while they
+            // can still be told from live ones.
+            self.sweep_heap();
+        }
         self.heap.push(Reverse((at, slot, stamp)));
         self.heap_live += 1;
+        let slot = &mut self.slots[slot as usize];
+        slot.mark = Mark::heap(stamp);
+        slot.at = at;
     }
 
-    /// Whether `entry` of lane `lane` is its slot's timer now.
-    #[inline]
-    fn is_live(slots: &[Slot<T>], entry: Armed, lane: usize) -> bool {
-        let slot = &slots[entry.slot as usize];
-        slot.stamp == entry.stamp && slot.place == Place::Lane(lane as u8)
-    }
-
-    /// Disarms `slot`'s timer, if armed. Its lane or heap entry stays
-    /// behind, dead, unless it was first.
+    /// Disarms `slot`'s timer, if armed. Its lane position is left dead,
+    /// its heap entry stays behind, dead, unless it was first.
     #[inline(always)]
     fn disarm(&mut self, slot: u32) {
         let entry = &mut self.slots[slot as usize];
-        let (place, stamp, at) = (entry.place, entry.stamp, entry.at);
-        if place == Place::Nowhere {
-            return;
-        }
-        entry.place = Place::Nowhere;
-        match place {
-            Place::Lane(index) => {
-                let index = usize::from(index);
-                let lane = &mut self.lanes[index];
-                lane.live -= 1;
-                let first = lane.entries.front() == Some(&Armed { slot, stamp });
-                if first || lane.live == 0 || lane.entries.len() > 2 * lane.live + 64 {
-                    self.tidy_lane(index);
-                }
-            }
-            _ => self.disarm_in_heap(slot, stamp, at),
+        let (mark, at) = (entry.mark, entry.at);
+        entry.mark = Mark::NOWHERE;
+        match mark.place() {
+            Place::Nowhere => return,
+            Place::Lane(index) => self.disarm_in_lane(index, mark.position()),
+            Place::Heap => self.disarm_in_heap(slot, mark.position(), at),
         }
         // Only the earliest timer's going moves the earliest deadline.
         if self.earliest == Some(at) {
@@ -426,18 +526,61 @@ impl<T> Slab<T> {
         }
     }
 
-    /// After a timer of lane `index` was disarmed: empties a lane with no
-    /// live entry, drops the dead ones at its front, or all of them once
-    /// they outnumber the live ones.
-    #[inline(never)]
-    fn tidy_lane(&mut self, index: usize) {
+    /// Leaves `position` of lane `index` dead, then drops the dead entries
+    /// at either end, or lets the oldest live entries make way when the
+    /// dead ones crowd the lane.
+    #[inline]
+    fn disarm_in_lane(&mut self, index: usize, position: u32) {
         let lane = &mut self.lanes[index];
+        let at = lane.index(position);
+        lane.entries[at] = DEAD;
+        lane.live -= 1;
         if lane.live == 0 {
-            lane.entries.clear();
-            give_back(&mut lane.entries);
-        } else if lane.entries.len() > 2 * lane.live + 64 {
-            self.sweep_lane(index);
+            self.lane_emptied(index);
+            return;
+        }
+        if at == lane.head {
             self.settle_lane(index);
+        } else if at + 1 == lane.entries.len() {
+            while lane.entries.last() == Some(&DEAD) {
+                lane.entries.pop();
+            }
+        }
+        if self.lanes[index].crowded() {
+            self.make_way(index);
+        }
+    }
+
+    /// Drops the dead entries at the front of a lane that has live ones.
+    fn settle_lane(&mut self, index: usize) {
+        let lane = &mut self.lanes[index];
+        while let Some(slot) = lane.front() {
+            if slot != DEAD {
+                lane.first = self.slots[slot as usize].at;
+                return;
+            }
+            lane.pop_front();
+        }
+        unreachable!("a lane with live entries has a live first one");
+    }
+
+    /// Moves the oldest live entries of a crowded lane into the heap, and
+    /// drops the dead ones among them, until the lane is no longer much
+    /// longer than its live entries.
+    #[cold]
+    fn make_way(&mut self, index: usize) {
+        while self.lanes[index].len() > 3 * self.lanes[index].live + 32 {
+            let lane = &mut self.lanes[index];
+            let slot = lane.front().expect("longer than the target");
+            lane.pop_front();
+            if slot != DEAD {
+                lane.live -= 1;
+                let at = self.slots[slot as usize].at;
+                self.push_heap(slot, at);
+            }
+        }
+        if self.lanes[index].live == 0 {
+            self.lane_emptied(index);
         } else {
             self.settle_lane(index);
         }
@@ -445,7 +588,7 @@ impl<T> Slab<T> {
 
     /// Disarms `slot`'s timer, armed with `stamp` at `at` in the heap.
     #[cold]
-    fn disarm_in_heap(&mut self, slot: u32, stamp: u16, at: Time) {
+    fn disarm_in_heap(&mut self, slot: u32, stamp: u32, at: Time) {
         self.heap_live -= 1;
         if self.heap.peek() == Some(&Reverse((at, slot, stamp))) {
             self.settle_heap();
@@ -454,38 +597,11 @@ impl<T> Slab<T> {
         }
     }
 
-    /// Drops the dead entries at the front of a lane that has live ones.
-    fn settle_lane(&mut self, index: usize) {
-        let lane = &mut self.lanes[index];
-        while let Some(&front) = lane.entries.front() {
-            if Self::is_live(&self.slots, front, index) {
-                lane.first = self.slots[front.slot as usize].at;
-                return;
-            }
-            lane.entries.pop_front();
-        }
-        unreachable!("a lane with live entries has a live first one");
-    }
-
-    /// Drops every dead entry of a lane.
-    #[cold]
-    fn sweep_lane(&mut self, index: usize) {
-        let slots = &self.slots;
-        let lane = &mut self.lanes[index];
-        lane.entries
-            .retain(|&entry| Self::is_live(slots, entry, index));
-        // What a burst left behind goes back; the working size stays.
-        if lane.entries.capacity() > 4 * lane.entries.len() + KEPT_WHEN_EMPTY {
-            lane.entries
-                .shrink_to(2 * lane.entries.len() + KEPT_WHEN_EMPTY);
-        }
-    }
-
     /// Whether `entry` of the heap is its slot's timer now.
     fn is_live_in_heap(slots: &[Slot<T>], entry: &HeapEntry) -> bool {
         let Reverse((at, slot, stamp)) = *entry;
         let slot = &slots[slot as usize];
-        slot.stamp == stamp && slot.place == Place::Heap && slot.at == at
+        slot.mark == Mark::heap(stamp) && slot.at == at
     }
 
     /// Drops the dead entries at the top of the heap.
@@ -514,15 +630,12 @@ impl<T> Slab<T> {
     #[inline]
     fn find_earliest(&self) -> Option<Time> {
         let top = self.heap.peek().map(|Reverse((at, _, _))| *at);
-        let firsts = self
-            .lanes
+        let firsts = self.order[..self.busy]
             .iter()
-            .filter(|lane| lane.live > 0)
-            .map(|lane| lane.first);
+            .map(|&lane| self.lanes[lane].first);
         firsts.chain(top).min()
     }
 }
-
 /// A first-in first-out queue of entries waiting their turn. An entry may
 /// leave its slab while it waits (it was cancelled, or timed out): its
 /// handle then stays in the queue, is skipped when it comes to the front,
@@ -776,25 +889,41 @@ mod tests {
     use super::*;
     use crate::rng::Rng;
 
-    /// Dead entries never outnumber the live ones by much, every lane's
-    /// live entries are in deadline order behind a live first one, and the
-    /// live entries are as many as the counts say.
+    /// Dead entries never outnumber the live ones by much; every lane's
+    /// live entries are in deadline order, at the positions their slots
+    /// say, between a live first and a live last one; the heap's live
+    /// entries are as many as it counts; and every armed slot is in one of
+    /// them.
     fn assert_sound<T>(slab: &Slab<T>) {
         let t = slab;
         assert!(t.heap.len() <= t.heap_live + t.heap_live / 2 + 64);
+        let mut armed = 0;
+        let busy: Vec<usize> = t.order[..t.busy].to_vec();
+        assert!(busy
+            .windows(2)
+            .all(|w| t.lanes[w[0]].last >= t.lanes[w[1]].last));
+        let mut ranked = t.order.to_vec();
+        ranked.sort_unstable();
+        assert_eq!(ranked, (0..LANES).collect::<Vec<_>>());
         for (index, lane) in t.lanes.iter().enumerate() {
-            assert!(lane.entries.len() <= 2 * lane.live + 64);
-            let live: Vec<Time> = lane
-                .entries
-                .iter()
-                .filter(|&&entry| Slab::is_live(&t.slots, entry, index))
-                .map(|entry| t.slots[entry.slot as usize].at)
-                .collect();
+            assert_eq!(busy.contains(&index), lane.live > 0);
+            assert!(!lane.crowded() && lane.entries.len() <= POSITIONS as usize);
+            let mut live = Vec::new();
+            for (at, &slot) in lane.entries.iter().enumerate().skip(lane.head) {
+                if slot != DEAD {
+                    let position = (lane.base + at as u32) & (POSITIONS - 1);
+                    let slot = &t.slots[slot as usize];
+                    assert_eq!(slot.mark, Mark::lane(index, position));
+                    live.push(slot.at);
+                }
+            }
             assert_eq!(live.len(), lane.live);
+            armed += live.len();
             assert!(live.windows(2).all(|w| w[0] <= w[1]), "in order");
-            if let Some(&front) = lane.entries.front() {
-                assert!(Slab::is_live(&t.slots, front, index), "a live first one");
+            if let (Some(front), Some(&back)) = (lane.front(), lane.entries.last()) {
+                assert!(front != DEAD && back != DEAD, "live at both ends");
                 assert_eq!(live[0], lane.first);
+                assert!(live[live.len() - 1] <= lane.last);
             }
         }
         let in_heap = t
@@ -803,6 +932,9 @@ mod tests {
             .filter(|e| Slab::is_live_in_heap(&t.slots, e))
             .count();
         assert_eq!(in_heap, t.heap_live);
+        armed += in_heap;
+        let marked = t.slots.iter().filter(|s| s.mark != Mark::NOWHERE).count();
+        assert_eq!(marked, armed, "every armed slot is in a lane or the heap");
     }
 
     /// Random inserts, removals, timers set, cleared and fired, and
@@ -931,16 +1063,17 @@ mod tests {
             armed.insert(handle.slot(), at);
         }
         let (mut swept_lane, mut swept_heap) = (false, false);
+        let mut before = 0;
         for round in 0..20_000u64 {
             let handle = handles[1 + rng.up_to(198) as usize];
             let at = Time::from_nanos(2_000_000 + round);
             slab.set_timer(handle, at);
             armed.insert(handle.slot(), at);
             assert_sound(&slab);
-            let lanes: usize = slab.lanes.iter().map(|l| l.entries.len()).sum();
-            let live: usize = slab.lanes.iter().map(|l| l.live).sum();
+            let lanes: usize = slab.lanes.iter().map(Lane::len).sum();
             // Dead entries were there, and are gone.
-            swept_lane |= round > 1_000 && lanes < live + 10;
+            swept_lane |= lanes + 100 < before;
+            before = lanes;
             swept_heap |= slab.heap_live > 0 && slab.heap.len() < 140;
             assert_eq!(slab.next_deadline(), Some(Time::from_nanos(1)));
         }
@@ -956,27 +1089,81 @@ mod tests {
         assert_eq!(slab.next_deadline(), None);
     }
 
-    /// A slot's stamps come round after 2^16 arms: a dead entry of its
-    /// first arm, left in a lane behind a first timer that never moves,
-    /// must not pass for live when the stamp it carries comes again.
+    /// The heap's stamps come round after `POSITIONS` timers entered it:
+    /// a dead entry left deep in the heap must not pass for live when its
+    /// slot is armed again at its deadline with the stamp it carries.
     #[test]
     fn a_dead_entry_never_passes_for_live_when_stamps_come_round() {
         let mut slab: Slab<()> = Slab::default();
-        let (first, other) = (slab.insert(()), slab.insert(()));
         let at = Time::from_nanos;
-        slab.set_timer(first, at(1));
-        // Behind `first` in its lane, then moved to another lane, leaving
-        // a dead entry behind.
-        slab.set_timer(other, at(10));
-        for _ in 0..u32::from(u16::MAX) {
-            slab.set_timer(other, at(5));
+        // Deadlines that go down: one in each lane, then the heap, with
+        // enough live timers there that its dead entries are not swept.
+        let many: Vec<Handle> = (0..700).map(|_| slab.insert(())).collect();
+        for (i, &handle) in many.iter().enumerate() {
+            slab.set_timer(handle, at(10_000 - i as u64));
         }
-        // Its stamps have come round: back into the first lane.
-        slab.set_timer(other, at(20));
+        let other = slab.insert(());
+        slab.set_timer(other, at(5_000));
+        let dead_stamp = slab.slots[other.slot() as usize].mark;
+        // Set again until its next stamp is the one it left behind.
+        loop {
+            slab.set_timer(other, at(4_000));
+            if slab.stamp == dead_stamp.position() {
+                break;
+            }
+        }
+        slab.set_timer(other, at(5_000));
+        assert_eq!(slab.slots[other.slot() as usize].mark, dead_stamp);
         assert_sound(&slab);
-        assert_eq!(slab.pop_due(Time::MAX), Some(first));
-        assert_eq!(slab.pop_due(Time::MAX), Some(other));
-        assert_eq!(slab.pop_due(Time::MAX), None);
+        let fired: Vec<Handle> = std::iter::from_fn(|| slab.pop_due(Time::MAX)).collect();
+        assert_eq!(fired.iter().filter(|&&h| h == other).count(), 1);
+        assert_eq!(fired.len(), 701);
+        assert_sound(&slab);
+    }
+
+    /// A lane whose dead entries crowd it, behind a first one that stays,
+    /// moves its oldest live ones to the heap; a full lane takes no more;
+    /// and the timers still fire as armed, in `(deadline, slot)` order.
+    #[test]
+    fn crowded_and_full_lanes_make_way() {
+        let mut rng = Rng::new(3);
+        let mut slab: Slab<u32> = Slab::default();
+        let mut armed: BTreeMap<u32, Time> = BTreeMap::new();
+        let handles: Vec<Handle> = (0..2_600).map(|i| slab.insert(i)).collect();
+        // In order, so in one lane until it is full, then the next, and
+        // past four full lanes in the heap.
+        for (i, &handle) in handles.iter().enumerate() {
+            let at = Time::from_nanos(1 + i as u64 / 3);
+            slab.set_timer(handle, at);
+            armed.insert(handle.slot(), at);
+        }
+        assert_eq!(slab.lanes[0].len(), POSITIONS as usize);
+        assert!(slab.heap_live > 0);
+        assert_sound(&slab);
+        let mut made_way = false;
+        for round in 0..4_000u64 {
+            // Cleared at random, and armed again later.
+            let handle = handles[rng.up_to(2_599) as usize];
+            let in_heap = slab.heap_live;
+            slab.clear_timer(handle);
+            armed.remove(&handle.slot());
+            made_way |= slab.heap_live > in_heap;
+            if rng.chance(1, 2) {
+                let at = Time::from_nanos(100_000 + round);
+                slab.set_timer(handle, at);
+                armed.insert(handle.slot(), at);
+            }
+            assert_sound(&slab);
+        }
+        assert!(made_way);
+        let mut expected: Vec<(Time, u32)> = armed.iter().map(|(&s, &at)| (at, s)).collect();
+        expected.sort();
+        let fired: Vec<(Time, u32)> = std::iter::from_fn(|| {
+            let handle = slab.pop_due(Time::MAX)?;
+            Some((armed[&handle.slot()], handle.slot()))
+        })
+        .collect();
+        assert_eq!(fired, expected);
         assert_sound(&slab);
     }
 
