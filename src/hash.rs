@@ -1,5 +1,5 @@
-//! The one hasher for maps keyed by numbers the crate makes itself
-//! (request ids, operation ids, tickets).
+//! The one hash for numbers the crate makes itself (request ids,
+//! operation ids, tickets), and the maps keyed by them.
 //!
 //! Such keys come from counters, never from the network, so SipHash's
 //! defence against chosen keys buys nothing there, and one multiplication
@@ -8,13 +8,25 @@
 //! and mixes every bit of the key into the top ones. Maps keyed by what a
 //! peer chooses (the server's lock table) use a keyed hash instead.
 
-use core::hash::{BuildHasherDefault, Hasher};
-use std::collections::HashMap;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking", test))]
+use core::hash::Hasher;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+use {core::hash::BuildHasherDefault, std::collections::HashMap};
 
-/// Multiplies each number written into it by 2^64/φ (Fibonacci hashing).
+/// `n` times 2^64/φ (Fibonacci hashing): consecutive numbers get distinct
+/// low bits (the multiplier is odd) and every bit of `n` reaches the top
+/// ones, which a table indexes by.
+#[inline]
+pub(crate) const fn spread(n: u64) -> u64 {
+    n.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
+
+/// Multiplies each number written into it by 2^64/φ (see [`spread`]).
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking", test))]
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct IdHasher(u64);
 
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking", test))]
 impl Hasher for IdHasher {
     fn write(&mut self, bytes: &[u8]) {
         for &byte in bytes {
@@ -27,7 +39,7 @@ impl Hasher for IdHasher {
     }
 
     fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        self.0 = spread(self.0.rotate_left(5) ^ n);
     }
 
     fn write_usize(&mut self, n: usize) {
@@ -39,7 +51,8 @@ impl Hasher for IdHasher {
     }
 }
 
-/// A map keyed by numbers the crate makes itself.
+/// A map keyed by numbers the crate makes itself (the adapters' replies).
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 #[cfg(test)]

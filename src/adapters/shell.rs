@@ -7,13 +7,12 @@
 //! decision to the core. Each adapter supplies its own reply channel type
 //! (a tokio oneshot, a futures oneshot, a std channel) and its own I/O.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
 use crate::client::{Action, Client, ConnId, Error, Event, Grant, OpId, Outcome};
+use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 
@@ -96,30 +95,6 @@ pub(crate) trait Io {
 
 /// Receives the notices (every event that is not an outcome).
 pub(crate) type Notices = Box<dyn FnMut(Event) + Send>;
-
-/// Hashes the shell's keys, operation ids and tickets: numbers from
-/// counters, which one multiplication spreads well. No key comes from the
-/// network, so SipHash's defence against chosen keys buys nothing here.
-#[derive(Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// The core plus the adapter's bookkeeping.
 pub(crate) struct Shell<A, S> {

@@ -187,27 +187,30 @@ impl Client {
     pub(crate) fn read(&mut self, conn: ConnId, data: &[u8]) {
         let mut reader = mem::take(&mut self.reader);
         let mut input = data;
-        loop {
-            // A good line that lies whole in `input` is read where it is;
-            // anything else goes through the reader, which buffers a line
-            // cut by the end of `input` and tells which rule a bad one
-            // breaks.
-            let frame = match reader.at_line_start() {
-                true => ServerFrame::parse_leading(input),
-                false => None,
-            };
-            let verdict = match frame {
-                Some((frame, len)) => {
-                    input = &input[len..];
-                    self.on_frame(frame)
+        'read: loop {
+            // Good lines that lie whole in `input` are read where they are,
+            // a few at a time, and what matching them will read is fetched
+            // for all of them at once; anything else goes through the
+            // reader, which buffers a line cut by the end of `input` and
+            // tells which rule a bad one breaks.
+            let frames = reader.leading_frames(&mut input);
+            if !frames.is_empty() {
+                self.pending
+                    .read_ahead(frames.answer_ids(), &self.acquires, &self.holds);
+                for frame in frames.iter() {
+                    if let Err(reason) = self.on_frame(frame) {
+                        self.close(reason);
+                        break 'read;
+                    }
                 }
-                None => match reader.next_line(&mut input) {
-                    Some(line) => line
-                        .and_then(ServerFrame::parse)
-                        .map_err(|e: FrameError| CloseReason::Protocol(Violation::Framing(e)))
-                        .and_then(|frame| self.on_frame(frame)),
-                    None => break,
-                },
+                continue;
+            }
+            let verdict = match reader.next_line(&mut input) {
+                Some(line) => line
+                    .and_then(ServerFrame::parse)
+                    .map_err(|e: FrameError| CloseReason::Protocol(Violation::Framing(e)))
+                    .and_then(|frame| self.on_frame(frame)),
+                None => break,
             };
             if let Err(reason) = verdict {
                 self.close(reason);

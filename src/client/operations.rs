@@ -11,7 +11,7 @@ use core::time::Duration;
 
 use super::link::LinkState;
 use super::outcome::{CloseReason, Error, Event, Grant, OpId, OpKind, Outcome, ReleaseResult};
-use super::store::Handle;
+use super::store::{Handle, Keyed};
 use super::{CancelPolicy, Client};
 use crate::names::{Key, Name};
 use crate::time::{duration_millis, Time};
@@ -29,6 +29,12 @@ pub(crate) struct Acquire {
     /// `B`.
     pub(crate) attempts: u32,
     pub(crate) phase: AcquirePhase,
+}
+
+impl Keyed for Acquire {
+    fn key(&self) -> &Key {
+        &self.key
+    }
 }
 
 /// Where an acquire is in its life.
@@ -145,6 +151,12 @@ impl Hold {
             Hold::Held(held) => (&held.key, held.token),
             Hold::Release(release) => (&release.key, release.token),
         }
+    }
+}
+
+impl Keyed for Hold {
+    fn key(&self) -> &Key {
+        self.grant().0
     }
 }
 

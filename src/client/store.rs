@@ -43,23 +43,41 @@
 //! in memory.
 
 use core::cmp::Reverse;
+use core::hint::black_box;
 use std::collections::{BinaryHeap, VecDeque};
 
 use bytes::{Bytes, BytesMut};
 
-use crate::hash::IdMap;
+use super::outcome::{OpId, OpKind};
+use crate::names::Key;
 use crate::time::Time;
 
 /// What a queue keeps of its capacity once a burst has drained from it:
 /// more than steady traffic needs between two polls.
 const KEPT_WHEN_EMPTY: usize = 4096;
 
-/// Gives back most of what a burst made `queue` grow to, once it is empty.
+/// Once `queue` is empty: starts it again at the front of its memory (the
+/// part used last, so most likely still in the cache) instead of going on
+/// round all of it, and gives back most of what a burst made it grow to.
 pub(crate) fn give_back<T>(queue: &mut VecDeque<T>) {
-    if queue.is_empty() && queue.capacity() > KEPT_WHEN_EMPTY {
-        queue.shrink_to(KEPT_WHEN_EMPTY);
+    if queue.is_empty() {
+        // Clearing also puts the front back at the start.
+        queue.clear();
+        if queue.capacity() > KEPT_WHEN_EMPTY {
+            queue.shrink_to(KEPT_WHEN_EMPTY);
+        }
     }
 }
+
+/// An entry with a key: what storage reads ahead of handling it (see
+/// [`Pending::read_ahead`]).
+pub(crate) trait Keyed {
+    fn key(&self) -> &Key;
+}
+
+/// How many answers storage reads ahead of those handled: enough that
+/// their reads wait for memory together.
+const AHEAD: usize = 16;
 
 /// Names an entry of a [`Slab`] for as long as it is stored: its slot, and
 /// the slot's generation, so that the handle of an entry that is gone
@@ -696,6 +714,50 @@ impl Fifo {
     }
 }
 
+impl Pending<OpId> {
+    /// Reads into the cache what matching answers to `ids` (the first
+    /// [`AHEAD`] of them) will read, one step of the way for all of them at
+    /// a time: where each id can be (its bucket in the ring, and where
+    /// looking it up among those that outlived a round of the ring
+    /// starts), then the entries of `acquires` or `holds` that the
+    /// requests found are attempts of, then those entries' keys. Answers
+    /// name requests all over memory larger than the caches, and this way
+    /// the reads of a batch wait for memory together, a few times a batch,
+    /// instead of a few times an answer. Nothing changes.
+    pub(crate) fn read_ahead<A: Keyed, H: Keyed>(
+        &self,
+        ids: impl Iterator<Item = u64>,
+        acquires: &Slab<A>,
+        holds: &Slab<H>,
+    ) {
+        let mask = self.ring.len().wrapping_sub(1);
+        let mut batch = [0; AHEAD];
+        let mut len = 0;
+        for (id, slot) in ids.zip(&mut batch) {
+            *slot = id;
+            len += 1;
+            // Both places, whichever holds it, without waiting to know.
+            if let Some(bucket) = self.ring.get(id as usize & mask) {
+                black_box(bucket.0);
+            }
+            if let Some(bucket) = self.far.home_bucket(id) {
+                black_box(bucket.0);
+            }
+        }
+        let mut keys = [None; AHEAD];
+        for (&id, key) in batch[..len].iter().zip(&mut keys) {
+            *key = match self.find(id).and_then(OpId::parts) {
+                Some((OpKind::Acquire, handle)) => acquires.get(handle).map(Keyed::key),
+                Some((OpKind::Release, handle)) => holds.get(handle).map(Keyed::key),
+                _ => None,
+            };
+        }
+        for key in keys.iter().flatten() {
+            black_box(key.as_bytes()[0]);
+        }
+    }
+}
+
 /// What a send buffer keeps of its capacity after a burst.
 const SEND_BUFFER_KEPT: usize = 256 * 1024;
 /// The room a send buffer makes at once when it starts filling again.
@@ -734,6 +796,138 @@ impl SendBuffer {
     }
 }
 
+/// The ids that outlived a round of the ring (see [`Pending`]): open
+/// addressing by a multiplicative hash of the id, with linear probing, at
+/// most half full. A removal moves back the entries after it that probed
+/// past its bucket, so no bucket is ever left marked as removed. Id 0
+/// marks an empty bucket (the pending table keeps id 0 aside).
+struct Far<R> {
+    /// Id `id` in bucket `home(id)` or the first free one after it.
+    buckets: Vec<(u64, R)>,
+    len: usize,
+}
+
+impl<R> Default for Far<R> {
+    fn default() -> Far<R> {
+        Far {
+            buckets: Vec::new(),
+            len: 0,
+        }
+    }
+}
+
+impl<R: Copy> Far<R> {
+    /// The bucket where probing for `id` starts: the top bits of its
+    /// [`spread`](crate::hash::spread) (the table has buckets).
+    #[inline]
+    fn home(&self, id: u64) -> usize {
+        let bits = self.buckets.len().trailing_zeros();
+        (crate::hash::spread(id) >> (64 - bits)) as usize
+    }
+
+    /// The bucket of `id`, if it is here.
+    #[inline]
+    fn find(&self, id: u64) -> Option<usize> {
+        if self.len == 0 {
+            return None;
+        }
+        let mask = self.buckets.len() - 1;
+        let mut at = self.home(id);
+        loop {
+            match self.buckets[at].0 {
+                found if found == id => return Some(at),
+                0 => return None,
+                _ => at = (at + 1) & mask,
+            }
+        }
+    }
+
+    fn get(&self, id: u64) -> Option<R> {
+        self.find(id).map(|at| self.buckets[at].1)
+    }
+
+    /// Adds `id` (not 0, not here) as `request`.
+    fn insert(&mut self, id: u64, request: R) {
+        debug_assert!(id != 0 && self.find(id).is_none());
+        if 2 * (self.len + 1) > self.buckets.len() {
+            self.grow(request);
+        }
+        let mask = self.buckets.len() - 1;
+        let mut at = self.home(id);
+        while self.buckets[at].0 != 0 {
+            at = (at + 1) & mask;
+        }
+        self.buckets[at] = (id, request);
+        self.len += 1;
+    }
+
+    /// Takes `id` out, if here, and moves back the entries after it that
+    /// would no longer be found past the bucket it leaves.
+    fn remove(&mut self, id: u64) -> Option<R> {
+        let mut hole = self.find(id)?;
+        let found = self.buckets[hole].1;
+        let mask = self.buckets.len() - 1;
+        let mut at = hole;
+        loop {
+            at = (at + 1) & mask;
+            let next = self.buckets[at].0;
+            if next == 0 {
+                break;
+            }
+            // It may fill the hole if its probe passed the hole's bucket.
+            let home = self.home(next);
+            if (at.wrapping_sub(home) & mask) >= (at.wrapping_sub(hole) & mask) {
+                self.buckets[hole] = self.buckets[at];
+                hole = at;
+            }
+        }
+        self.buckets[hole].0 = 0;
+        self.len -= 1;
+        Some(found)
+    }
+
+    /// Twice the buckets (16 at first), every entry put back; empty
+    /// buckets hold `filler`.
+    #[cold]
+    fn grow(&mut self, filler: R) {
+        let count = (2 * self.buckets.len()).max(16);
+        let old = core::mem::replace(&mut self.buckets, vec![(0, filler); count]);
+        self.len = 0;
+        for (id, request) in old {
+            if id != 0 {
+                self.insert(id, request);
+            }
+        }
+    }
+
+    /// The bucket where looking `id` up starts, if the table has any.
+    #[inline]
+    fn home_bucket(&self, id: u64) -> Option<&(u64, R)> {
+        (self.len > 0).then(|| &self.buckets[self.home(id)])
+    }
+
+    /// Every entry, in no particular order.
+    fn iter(&self) -> impl Iterator<Item = (u64, R)> + '_ {
+        self.buckets.iter().filter(|&&(id, _)| id != 0).copied()
+    }
+
+    /// Takes every entry out; a table that a burst made large is let go.
+    fn drain(&mut self) -> Vec<(u64, R)> {
+        let all: Vec<(u64, R)> = self.iter().collect();
+        if self.buckets.len() > KEPT_WHEN_EMPTY {
+            self.buckets = Vec::new();
+        } else {
+            self.buckets.iter_mut().for_each(|bucket| bucket.0 = 0);
+        }
+        self.len = 0;
+        all
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
 /// The requests in flight on the connection, by request id.
 ///
 /// Request ids go up by one per request, so the ids in flight are mostly
@@ -748,7 +942,7 @@ pub(crate) struct Pending<R> {
     /// Id `id` in bucket `id % ring.len()` (a power of two), if anywhere.
     ring: Vec<(u64, R)>,
     /// The ids moved out of the ring.
-    far: IdMap<u64, R>,
+    far: Far<R>,
     /// The request of id 0, if in flight.
     zero: Option<R>,
     len: usize,
@@ -758,7 +952,7 @@ impl<R> Default for Pending<R> {
     fn default() -> Pending<R> {
         Pending {
             ring: Vec::new(),
-            far: IdMap::default(),
+            far: Far::default(),
             zero: None,
             len: 0,
         }
@@ -795,7 +989,7 @@ impl<R: Copy> Pending<R> {
         let at = id as usize & self.ring.len().wrapping_sub(1);
         match self.ring.get(at) {
             Some(&(found, request)) if found == id => Some(request),
-            _ => self.far.get(&id).copied(),
+            _ => self.far.get(id),
         }
     }
 
@@ -820,7 +1014,7 @@ impl<R: Copy> Pending<R> {
                     Some(bucket.1)
                 }
                 _ if self.far.is_empty() => None,
-                _ => self.far.remove(&id),
+                _ => self.far.remove(id),
             }
         };
         if found.is_some() {
@@ -848,9 +1042,6 @@ impl<R: Copy> Pending<R> {
         if self.ring.len() > KEPT_WHEN_EMPTY {
             self.ring = Vec::new();
         }
-        if self.far.capacity() > KEPT_WHEN_EMPTY {
-            self.far.shrink_to(0);
-        }
         self.len = 0;
         all
     }
@@ -862,7 +1053,7 @@ impl<R: Copy> Pending<R> {
     fn grow(&mut self, filler: R) {
         let buckets = (2 * self.ring.len()).max(16);
         let old = core::mem::replace(&mut self.ring, vec![(0, filler); buckets]);
-        let far = core::mem::take(&mut self.far);
+        let far = core::mem::take(&mut self.far).drain();
         for (id, request) in old.into_iter().filter(|&(id, _)| id != 0).chain(far) {
             let bucket = &mut self.ring[id as usize & (buckets - 1)];
             if bucket.0 == 0 {
@@ -877,7 +1068,7 @@ impl<R: Copy> Pending<R> {
     #[cfg(test)]
     pub(crate) fn iter(&self) -> impl Iterator<Item = (u64, R)> + '_ {
         let ring = self.ring.iter().filter(|&&(id, _)| id != 0).copied();
-        let far = self.far.iter().map(|(&id, &request)| (id, request));
+        let far = self.far.iter();
         self.zero.map(|r| (0, r)).into_iter().chain(ring).chain(far)
     }
 }
@@ -888,6 +1079,12 @@ mod tests {
 
     use super::*;
     use crate::rng::Rng;
+
+    impl Keyed for Key {
+        fn key(&self) -> &Key {
+            self
+        }
+    }
 
     /// Dead entries never outnumber the live ones by much; every lane's
     /// live entries are in deadline order, at the positions their slots
@@ -1173,18 +1370,19 @@ mod tests {
     fn a_fifo_behaves_like_a_queue_that_removes_at_once() {
         for seed in 0..40 {
             let mut rng = Rng::new(100 + seed);
-            let mut slab: Slab<()> = Slab::default();
+            let mut slab: Slab<Key> = Slab::default();
+            let key = Key::new("k").unwrap();
             let mut fifo = Fifo::default();
             let mut model: VecDeque<Handle> = VecDeque::new();
             for _ in 0..5_000 {
                 match rng.up_to(5) {
                     0 | 1 => {
-                        let handle = slab.insert(());
+                        let handle = slab.insert(key.clone());
                         fifo.push_back(handle);
                         model.push_back(handle);
                     }
                     2 => {
-                        let handle = slab.insert(());
+                        let handle = slab.insert(key.clone());
                         fifo.push_front(handle);
                         model.push_front(handle);
                     }
@@ -1217,10 +1415,11 @@ mod tests {
 
     #[test]
     fn a_drained_burst_gives_its_memory_back() {
-        let mut slab: Slab<()> = Slab::default();
+        let mut slab: Slab<Key> = Slab::default();
+        let key = Key::new("k").unwrap();
         let mut fifo = Fifo::default();
         for _ in 0..100_000 {
-            fifo.push_back(slab.insert(()));
+            fifo.push_back(slab.insert(key.clone()));
         }
         while let Some(handle) = fifo.pop(&slab) {
             slab.remove(handle);
@@ -1231,7 +1430,94 @@ mod tests {
             pending.insert(id, ());
         }
         assert_eq!(pending.drain().len(), 100_000);
-        assert!(pending.ring.len() <= KEPT_WHEN_EMPTY && pending.far.capacity() <= KEPT_WHEN_EMPTY);
+        assert!(
+            pending.ring.len() <= KEPT_WHEN_EMPTY && pending.far.buckets.len() <= KEPT_WHEN_EMPTY
+        );
+    }
+
+    /// Random inserts and removals of ids that crowd a few buckets (so
+    /// that probes wrap round the table and removals move entries back),
+    /// compared with a `BTreeMap` step by step.
+    #[test]
+    fn the_far_table_behaves_like_a_map() {
+        for seed in 0..20 {
+            let mut rng = Rng::new(300 + seed);
+            let mut far: Far<u64> = Far::default();
+            let mut model: BTreeMap<u64, u64> = BTreeMap::new();
+            let mut grown = 0;
+            for step in 0..6_000u64 {
+                // Few distinct ids, many of them large: long probe runs.
+                let id =
+                    1 + rng.up_to(if step % 2 == 0 { 60 } else { 3_000 }) + (rng.up_to(1) << 63);
+                if rng.chance(1, 2) && !model.contains_key(&id) {
+                    far.insert(id, step);
+                    model.insert(id, step);
+                } else {
+                    assert_eq!(far.remove(id), model.remove(&id), "seed {seed} step {step}");
+                }
+                assert_eq!(far.get(id), model.get(&id).copied());
+                assert_eq!(far.len, model.len());
+                assert!(far.buckets.is_empty() || 2 * far.len <= far.buckets.len());
+                grown = grown.max(far.buckets.len());
+                if step % 101 == 0 {
+                    // Every entry is found from its home bucket, with no
+                    // empty bucket on the way.
+                    for (&id, &value) in &model {
+                        assert_eq!(far.get(id), Some(value));
+                    }
+                    let mut listed: Vec<(u64, u64)> = far.iter().collect();
+                    listed.sort_unstable();
+                    let expected: Vec<(u64, u64)> = model.iter().map(|(&k, &v)| (k, v)).collect();
+                    assert_eq!(listed, expected);
+                }
+            }
+            assert!(grown >= 64);
+            let mut drained = far.drain();
+            drained.sort_unstable();
+            assert_eq!(drained, model.into_iter().collect::<Vec<_>>());
+            assert!(far.is_empty() && far.iter().next().is_none());
+        }
+    }
+
+    /// Reading ahead changes nothing, whatever the ids: in the ring, far,
+    /// unknown, of either slab, or of entries gone.
+    #[test]
+    fn reading_ahead_changes_nothing() {
+        let key = Key::new("k").unwrap();
+        let mut acquires: Slab<Key> = Slab::default();
+        let mut holds: Slab<Key> = Slab::default();
+        let mut pending: Pending<OpId> = Pending::default();
+        // Nothing in flight: no bucket to read.
+        pending.read_ahead([1, 2, 0].into_iter(), &acquires, &holds);
+        // Ids whose buckets the later ones take: those go far.
+        for id in (1..100u64).chain(1_000..1_100) {
+            let op = match id % 3 {
+                0 => OpId::of(OpKind::Acquire, acquires.insert(key.clone())),
+                1 => OpId::of(OpKind::Release, holds.insert(key.clone())),
+                // A handle whose entry is gone.
+                _ => {
+                    let handle = holds.insert(key.clone());
+                    holds.remove(handle);
+                    OpId::of(OpKind::Release, handle)
+                }
+            };
+            pending.insert(id, op);
+        }
+        // Ids from the ring, from the far table, unknown, and id 0.
+        let before: Vec<(u64, OpId)> = {
+            let mut all: Vec<(u64, OpId)> = pending.iter().collect();
+            all.sort_unstable_by_key(|&(id, _)| id);
+            all
+        };
+        assert!(!pending.far.is_empty());
+        for ids in [[0, 1, 2, 50, 1_050, 99, 100, 999, 1_099, u64::MAX]; 2] {
+            pending.read_ahead(ids.into_iter(), &acquires, &holds);
+        }
+        pending.read_ahead((0..40).map(|i| i * 30), &acquires, &holds);
+        let mut after: Vec<(u64, OpId)> = pending.iter().collect();
+        after.sort_unstable_by_key(|&(id, _)| id);
+        assert_eq!(before, after);
+        assert_eq!(pending.len(), 199);
     }
 
     /// Random inserts and removals of ids, mostly in sequence, compared

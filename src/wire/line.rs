@@ -1,6 +1,8 @@
 //! Cutting a byte stream that arrives in arbitrary chunks into lines.
 
+use super::atom::Atom;
 use super::error::FrameError;
+use super::frame::ServerFrame;
 use super::parse::zero_bytes;
 
 /// The longest frame, in bytes, `\n` included.
@@ -103,8 +105,37 @@ impl LineReader {
 
     /// Whether the next line starts at the next byte of input: nothing of
     /// an unfinished line is buffered, and no over-long line was met.
-    pub(crate) fn at_line_start(&self) -> bool {
+    fn at_line_start(&self) -> bool {
         !self.failed && self.buffered() == 0
+    }
+
+    /// The good lines that lie whole at the front of `input` (while the
+    /// next line starts there), parsed where they are, up to [`BATCH`] of
+    /// them; `input` is advanced past them. A line cut by the end of
+    /// `input`, or one that breaks a rule, ends the batch: it is for
+    /// [`next_line`](LineReader::next_line), which buffers the one and
+    /// tells which rule the other breaks.
+    pub(crate) fn leading_frames<'i>(&self, input: &mut &'i [u8]) -> Frames<'i> {
+        // What fills the room past the frames read.
+        let none = ServerFrame::Error {
+            reason: Atom::from_checked(b"-"),
+        };
+        let mut frames = Frames {
+            frames: [none; BATCH],
+            len: 0,
+        };
+        if !self.at_line_start() {
+            return frames;
+        }
+        while frames.len < BATCH {
+            let Some((frame, len)) = ServerFrame::parse_leading(input) else {
+                break;
+            };
+            *input = &input[len..];
+            frames.frames[frames.len] = frame;
+            frames.len += 1;
+        }
+        frames
     }
 
     /// Forgets everything, including a failure, keeping the buffer's memory
@@ -120,6 +151,39 @@ impl LineReader {
         self.failed = true;
         self.partial = Vec::new();
         FrameError::LineTooLong
+    }
+}
+
+/// How many frames [`LineReader::leading_frames`] reads at once: enough
+/// that what handling them reads can be read ahead for all of them
+/// together.
+pub(crate) const BATCH: usize = 16;
+
+/// Frames read where they lay at the front of some input, in order.
+pub(crate) struct Frames<'a> {
+    frames: [ServerFrame<'a>; BATCH],
+    len: usize,
+}
+
+impl<'a> Frames<'a> {
+    /// Whether no frame was read.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The frames, in order.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = ServerFrame<'a>> + '_ {
+        self.frames[..self.len].iter().copied()
+    }
+
+    /// The ids of the answers among them, in order.
+    pub(crate) fn answer_ids(&self) -> impl Iterator<Item = u64> + '_ {
+        self.frames[..self.len]
+            .iter()
+            .filter_map(|frame| match frame {
+                ServerFrame::Answer(answer) => Some(answer.id),
+                _ => None,
+            })
     }
 }
 

@@ -426,3 +426,70 @@ fn line_reader_joins_lines_split_anywhere() {
         assert_eq!(r.buffered(), 0);
     }
 }
+
+/// What a reader makes of a stream cut into chunks when good lines whole in
+/// a chunk are taken a batch at a time (as the client reads) is what it
+/// makes of it one line at a time: the same frames and faults, in order,
+/// and the same bytes buffered.
+#[test]
+fn frames_read_a_batch_at_a_time_are_the_lines_read_one_at_a_time() {
+    let mut rng = crate::rng::Rng::new(5);
+    let lines: [&[u8]; 6] = [
+        b"G 1 A k 2 3\n",
+        b"D 22 R key\n",
+        b"W n 4\n",
+        b"G 3 X k 9 1\n",
+        b"B 07 A k\n",
+        b"T 5 A k\r\n",
+    ];
+    for _ in 0..300 {
+        let mut stream = Vec::new();
+        for _ in 0..rng.up_to(60) {
+            // Mostly good lines, so that batches fill.
+            let line = lines[(rng.up_to(9) as usize).min(5) * usize::from(rng.chance(1, 2))];
+            stream.extend_from_slice(line);
+        }
+        let cuts: Vec<usize> = {
+            let mut cuts: Vec<usize> = (0..rng.up_to(4))
+                .map(|_| rng.up_to(stream.len() as u64) as usize)
+                .collect();
+            cuts.push(stream.len());
+            cuts.sort_unstable();
+            cuts
+        };
+        let read = |batches: bool| {
+            let mut reader = LineReader::new();
+            let mut got: Vec<Result<String, FrameError>> = Vec::new();
+            let mut start = 0;
+            let mut buffered = Vec::new();
+            for &cut in &cuts {
+                let mut input = &stream[start..cut];
+                start = cut;
+                loop {
+                    if batches {
+                        let frames = reader.leading_frames(&mut input);
+                        if !frames.is_empty() {
+                            assert!(frames.iter().count() <= super::line::BATCH);
+                            let ids: Vec<u64> = frames.answer_ids().collect();
+                            let answers = frames
+                                .iter()
+                                .filter(|f| matches!(f, ServerFrame::Answer(_)));
+                            assert_eq!(ids.len(), answers.count());
+                            got.extend(frames.iter().map(|f| Ok(f.to_string())));
+                            continue;
+                        }
+                    }
+                    match reader.next_line(&mut input) {
+                        Some(line) => {
+                            got.push(line.and_then(ServerFrame::parse).map(|f| f.to_string()))
+                        }
+                        None => break,
+                    }
+                }
+                buffered.push(reader.buffered());
+            }
+            (got, buffered)
+        };
+        assert_eq!(read(true), read(false));
+    }
+}
