@@ -51,6 +51,7 @@ use bytes::{Bytes, BytesMut};
 use super::outcome::{OpId, OpKind};
 use crate::names::Key;
 use crate::time::Time;
+use crate::wire::{Digits, LineBuf};
 
 /// What a queue keeps of its capacity once a burst has drained from it:
 /// more than steady traffic needs between two polls.
@@ -760,39 +761,85 @@ impl Pending<OpId> {
 
 /// What a send buffer keeps of its capacity after a burst.
 const SEND_BUFFER_KEPT: usize = 256 * 1024;
-/// The room a send buffer makes at once when it starts filling again.
+/// The memory a send buffer reserves at once when it runs out.
 const SEND_BUFFER_ROOM: usize = 64 * 1024;
+/// The room a send buffer makes for frames at once.
+const ROOM_STEP: usize = 2048;
 
 /// The bytes encoded and not yet handed out, taken as one send at a time.
+///
+/// Past them it keeps room already written (zeros at first, then what
+/// frames cut short left there), so that a frame is encoded over room
+/// that is there, without making room for each frame.
 #[derive(Default)]
 pub(crate) struct SendBuffer {
+    /// The bytes encoded, then the room.
     out: BytesMut,
+    /// How many bytes of `out` are encoded.
+    filled: usize,
+    /// The digits of the last frames' numbers.
+    digits: Digits,
 }
 
 impl SendBuffer {
-    /// The buffer to encode the next frame into. An empty one first makes
-    /// room for many frames: once the sends taken from it are dropped, that
-    /// takes its memory back without copying any byte, where running out
-    /// of room later would copy what it holds.
-    pub(crate) fn writer(&mut self) -> &mut BytesMut {
-        if self.out.is_empty() {
+    /// The buffer to encode the next frame into.
+    pub(crate) fn writer(&mut self) -> &mut SendBuffer {
+        self
+    }
+
+    /// Makes room for at least `n` more bytes, a few frames' worth at once.
+    /// An empty buffer first reserves memory for many frames: once the
+    /// sends taken from it are dropped, that takes their memory back
+    /// without copying any byte, where running out of it later would copy
+    /// what it holds.
+    #[cold]
+    fn make_room(&mut self, n: usize) {
+        let n = n.max(ROOM_STEP);
+        self.out.truncate(self.filled);
+        if self.filled == 0 {
             self.out.reserve(SEND_BUFFER_ROOM);
         }
-        &mut self.out
+        self.out.resize(self.filled + n, 0);
     }
 
     /// Everything encoded so far, if anything; a buffer that a burst made
     /// large is let go with it.
     pub(crate) fn take(&mut self) -> Option<Bytes> {
-        if self.out.is_empty() {
+        if self.filled == 0 {
             return None;
         }
         let burst = self.out.capacity() > SEND_BUFFER_KEPT;
-        let data = self.out.split().freeze();
+        let data = self.out.split_to(self.filled).freeze();
+        self.filled = 0;
         if burst {
             self.out = BytesMut::new();
         }
         Some(data)
+    }
+}
+
+impl crate::wire::sealed::Sealed for SendBuffer {}
+
+impl LineBuf for SendBuffer {
+    fn filled(&self) -> usize {
+        self.filled
+    }
+
+    fn grow(&mut self, n: usize) -> &mut [u8] {
+        self.grow_with_digits(n).0
+    }
+
+    fn truncate(&mut self, len: usize) {
+        self.filled = self.filled.min(len);
+    }
+
+    fn grow_with_digits(&mut self, n: usize) -> (&mut [u8], Option<&mut Digits>) {
+        let start = self.filled;
+        if self.out.len() < start + n {
+            self.make_room(n);
+        }
+        self.filled = start + n;
+        (&mut self.out[start..start + n], Some(&mut self.digits))
     }
 }
 
@@ -1518,6 +1565,68 @@ mod tests {
         after.sort_unstable_by_key(|&(id, _)| id);
         assert_eq!(before, after);
         assert_eq!(pending.len(), 199);
+    }
+
+    /// Frames encoded one after another into a send buffer, whose numbers
+    /// repeat, go up by one (with and without a carry, past eight digits)
+    /// or jump, are the bytes that plain formatting gives.
+    #[test]
+    fn frames_encoded_into_the_send_buffer_are_canonical() {
+        use crate::wire::{Atom, ClientFrame};
+        use core::num::NonZeroU64;
+        let mut rng = Rng::new(21);
+        let mut out = SendBuffer::default();
+        let mut expected = Vec::new();
+        let mut sent = Vec::new();
+        let mut id = 0u64;
+        let (key, owner) = (Atom::new("lock/7").unwrap(), Atom::new("me").unwrap());
+        let starts = [0, 8, 9, 98, 99_999_990, 999_999_995, u64::MAX - 30];
+        for step in 0..20_000u64 {
+            id = match rng.up_to(40) {
+                0 => starts[rng.up_to(starts.len() as u64 - 1) as usize],
+                1 => rng.up_to(u64::MAX),
+                _ => id.wrapping_add(1),
+            };
+            let number = match rng.up_to(3) {
+                0 => 60_000,
+                1 => step % 20,
+                _ => rng.up_to(u64::MAX) >> rng.up_to(63),
+            };
+            let lease = NonZeroU64::new(number.max(1)).unwrap();
+            let frame = match rng.up_to(2) {
+                0 => ClientFrame::Acquire {
+                    id,
+                    key,
+                    owner,
+                    wait_ms: number,
+                    lease_ms: lease,
+                },
+                1 => ClientFrame::Release {
+                    id,
+                    key,
+                    token: number,
+                },
+                _ => ClientFrame::Renew {
+                    id,
+                    key,
+                    token: step,
+                    lease_ms: lease,
+                },
+            };
+            frame.encode(out.writer());
+            let text = match frame {
+                ClientFrame::Acquire { .. } => format!("A {id} lock/7 me {number} {lease}\n"),
+                ClientFrame::Release { .. } => format!("R {id} lock/7 {number}\n"),
+                _ => format!("X {id} lock/7 {step} {lease}\n"),
+            };
+            expected.extend_from_slice(text.as_bytes());
+            if rng.chance(1, 50) {
+                sent.extend_from_slice(&out.take().unwrap());
+            }
+        }
+        sent.extend_from_slice(&out.take().unwrap_or_default());
+        assert_eq!(out.take(), None);
+        assert!(sent == expected, "the bytes differ");
     }
 
     /// Random inserts and removals of ids, mostly in sequence, compared

@@ -255,21 +255,88 @@ fn eight_digits(n: u64) -> u64 {
 /// What the digits of a number may be written past the line at most.
 const DIGIT_SLACK: usize = 8;
 
+/// The digits of a number field as the last frame that had it wrote them,
+/// for a number below 10^8: a field that repeats (a lease, a wait) or goes
+/// up by one (a request id) is written from them.
+#[derive(Debug, Clone, Copy)]
+struct Memo {
+    value: u64,
+    /// The digits, first in memory order, as [`eight_digits`] makes them.
+    word: u64,
+    len: usize,
+}
+
+impl Default for Memo {
+    fn default() -> Memo {
+        Memo {
+            value: 0,
+            word: u64::from(b'0'),
+            len: 1,
+        }
+    }
+}
+
+impl Memo {
+    /// The digits of `n < 10^8` and how many there are.
+    #[inline(always)]
+    fn digits(&mut self, n: u64) -> (u64, usize) {
+        debug_assert!(n < 100_000_000);
+        if n != self.value {
+            let last = 8 * (self.len - 1);
+            if n == self.value + 1 && (self.word >> last) as u8 != b'9' {
+                // One more, without a carry: the last digit goes up.
+                self.word += 1 << last;
+            } else {
+                self.len = decimal_len(n);
+                self.word = eight_digits(n) >> (8 * (8 - self.len));
+            }
+            self.value = n;
+        }
+        (self.word, self.len)
+    }
+}
+
+/// The digits of the number fields of the last frames encoded, by field:
+/// kept by a buffer that frames are encoded into one after another (the
+/// client's send buffer), so that a frame's numbers are mostly copies.
+#[doc(hidden)]
+#[derive(Debug, Clone, Default)]
+pub struct Digits {
+    id: Memo,
+    wait: Memo,
+    lease: Memo,
+}
+
+/// A number field that [`Digits`] keeps.
+#[derive(Clone, Copy)]
+enum Field {
+    Id,
+    Wait,
+    Lease,
+}
+
 /// A growable byte buffer that frames are encoded into, in place:
 /// `Vec<u8>` or [`BytesMut`].
 pub trait LineBuf: sealed::Sealed {
     /// How many bytes it holds.
     #[doc(hidden)]
     fn filled(&self) -> usize;
-    /// Appends `n` zero bytes and returns them to be written over.
+    /// Appends `n` bytes, of any value, and returns them to be written
+    /// over.
     #[doc(hidden)]
     fn grow(&mut self, n: usize) -> &mut [u8];
     /// Keeps the first `len` bytes.
     #[doc(hidden)]
     fn truncate(&mut self, len: usize);
+    /// As [`grow`](LineBuf::grow), and the digits of the last frames'
+    /// numbers, if the buffer keeps them.
+    #[doc(hidden)]
+    fn grow_with_digits(&mut self, n: usize) -> (&mut [u8], Option<&mut Digits>) {
+        (self.grow(n), None)
+    }
 }
 
-mod sealed {
+pub(crate) mod sealed {
     pub trait Sealed {}
     impl Sealed for Vec<u8> {}
     impl Sealed for bytes::BytesMut {}
@@ -312,15 +379,20 @@ impl LineBuf for BytesMut {
 struct Line<'a> {
     bytes: &'a mut [u8],
     len: usize,
+    digits: Option<&'a mut Digits>,
 }
 
 impl<'a> Line<'a> {
     /// Makes room for a line of at most `longest` bytes at the end of
     /// `out`, and writes `kind` there.
     fn start(out: &'a mut impl LineBuf, longest: usize, kind: u8) -> Line<'a> {
-        let bytes = out.grow(longest + DIGIT_SLACK);
+        let (bytes, digits) = out.grow_with_digits(longest + DIGIT_SLACK);
         bytes[0] = kind;
-        Line { bytes, len: 1 }
+        Line {
+            bytes,
+            len: 1,
+            digits,
+        }
     }
 
     /// Room for a frame of kind letter, `atoms` bytes of atoms in
@@ -379,6 +451,24 @@ impl<'a> Line<'a> {
             self.eight_digits(n / E8 % E8);
             self.eight_digits(n % E8);
         }
+    }
+
+    /// Appends a space and `n`, the number `field`, from the digits of
+    /// the last frames' `field` when the buffer keeps them.
+    #[inline(always)]
+    fn field_number(&mut self, field: Field, n: u64) {
+        let memo = match self.digits.as_deref_mut() {
+            Some(digits) if n < 100_000_000 => match field {
+                Field::Id => &mut digits.id,
+                Field::Wait => &mut digits.wait,
+                Field::Lease => &mut digits.lease,
+            },
+            _ => return self.number(n),
+        };
+        let (word, len) = memo.digits(n);
+        self.bytes[self.len] = b' ';
+        self.bytes[self.len + 1..self.len + 9].copy_from_slice(&word.to_le_bytes());
+        self.len += 1 + len;
     }
 
     /// Appends the digits of `n < 10^8`, without leading zeros. Eight
@@ -446,11 +536,11 @@ impl ClientFrame<'_> {
             } => {
                 let atoms = key.as_bytes().len() + owner.as_bytes().len();
                 encode_with(out, b'A', Line::longest(5, atoms, 3), |line| {
-                    line.number(id);
+                    line.field_number(Field::Id, id);
                     line.field(key.as_bytes());
                     line.field(owner.as_bytes());
-                    line.number(wait_ms);
-                    line.number(lease_ms.get());
+                    line.field_number(Field::Wait, wait_ms);
+                    line.field_number(Field::Lease, lease_ms.get());
                 });
             }
             ClientFrame::Release { id, key, token } => {
@@ -459,7 +549,7 @@ impl ClientFrame<'_> {
                     b'R',
                     Line::longest(3, key.as_bytes().len(), 2),
                     |line| {
-                        line.number(id);
+                        line.field_number(Field::Id, id);
                         line.field(key.as_bytes());
                         line.number(token);
                     },
@@ -476,10 +566,10 @@ impl ClientFrame<'_> {
                     b'X',
                     Line::longest(4, key.as_bytes().len(), 3),
                     |line| {
-                        line.number(id);
+                        line.field_number(Field::Id, id);
                         line.field(key.as_bytes());
                         line.number(token);
-                        line.number(lease_ms.get());
+                        line.field_number(Field::Lease, lease_ms.get());
                     },
                 );
             }

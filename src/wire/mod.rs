@@ -53,6 +53,7 @@ mod parse;
 
 pub use atom::{Addr, Atom, MAX_ATOM};
 pub use error::{AtomError, FrameError};
+pub(crate) use frame::{sealed, Digits};
 pub use frame::{Answer, AnswerKind, ClientFrame, LineBuf, Op, ServerFrame, Window, VERSION};
 pub use line::{LineReader, MAX_FRAME};
 
