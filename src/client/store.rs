@@ -536,7 +536,15 @@ impl<T> Slab<T> {
         entry.mark = Mark::NOWHERE;
         match mark.place() {
             Place::Nowhere => return,
-            Place::Lane(index) => self.disarm_in_lane(index, mark.position()),
+            Place::Lane(index) => {
+                self.disarm_in_lane(index, mark.position());
+                // Another timer of the lane due at `at` keeps the earliest
+                // deadline where it is.
+                let lane = &self.lanes[index];
+                if lane.live > 0 && lane.first == at {
+                    return;
+                }
+            }
             Place::Heap => self.disarm_in_heap(slot, mark.position(), at),
         }
         // Only the earliest timer's going moves the earliest deadline.
