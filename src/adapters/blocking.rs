@@ -28,13 +28,14 @@ use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::adapters::shell::{Command, Io, OpResult, Reply, Shell};
+use crate::adapters::reply::{self, Receiver};
+use crate::adapters::shell::{Command, Io, OpResult, Shell};
 use crate::adapters::tls;
 use crate::client::{
     Client, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
@@ -107,121 +108,9 @@ impl Connector for TcpConnector {
     }
 }
 
-/// A one-value reply channel between the driver thread and a caller.
-///
-/// Unlike a channel, the caller can give it up and, in the same step, get
-/// back a value already sent: a grant that reached a pending acquire just
-/// as it was dropped is then handed back to the core, never lost between
-/// "sent" and "dropped".
-struct Slot<T> {
-    state: Mutex<SlotState<T>>,
-    /// The value came, or it never will.
-    changed: Condvar,
-}
-
-enum SlotState<T> {
-    Empty,
-    Ready(T),
-    /// No value will be taken from the slot any more: it was taken, given
-    /// up, or the driver dropped its end without sending.
-    Closed,
-}
-
-impl<T> Slot<T> {
-    fn lock(&self) -> MutexGuard<'_, SlotState<T>> {
-        // Nothing is ever left half-changed under this lock.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl<T> SlotState<T> {
-    /// Closes the slot, handing back a value it held.
-    fn close(&mut self) -> Option<T> {
-        match std::mem::replace(self, SlotState::Closed) {
-            SlotState::Ready(value) => Some(value),
-            SlotState::Empty | SlotState::Closed => None,
-        }
-    }
-}
-
-/// The driver's end of a reply channel.
-struct ReplyTo<T>(Option<Arc<Slot<T>>>);
-
-/// The caller's end of a reply channel.
-struct ReplyFrom<T>(Arc<Slot<T>>);
-
-fn reply_channel<T>() -> (ReplyTo<T>, ReplyFrom<T>) {
-    let slot = Arc::new(Slot {
-        state: Mutex::new(SlotState::Empty),
-        changed: Condvar::new(),
-    });
-    (ReplyTo(Some(Arc::clone(&slot))), ReplyFrom(slot))
-}
-
-impl<T: Send + 'static> Reply<T> for ReplyTo<T> {
-    fn send(mut self, value: T) -> Result<(), T> {
-        let Some(slot) = self.0.take() else {
-            return Err(value);
-        };
-        let mut state = slot.lock();
-        if !matches!(*state, SlotState::Empty) {
-            return Err(value);
-        }
-        *state = SlotState::Ready(value);
-        slot.changed.notify_all();
-        Ok(())
-    }
-}
-
-impl<T> Drop for ReplyTo<T> {
-    fn drop(&mut self) {
-        if let Some(slot) = self.0.take() {
-            let mut state = slot.lock();
-            if matches!(*state, SlotState::Empty) {
-                *state = SlotState::Closed;
-                slot.changed.notify_all();
-            }
-        }
-    }
-}
-
-impl<T> ReplyFrom<T> {
-    /// Blocks until the value comes (`None`: it never will).
-    fn recv(&self) -> Option<T> {
-        let mut state = self.0.lock();
-        while matches!(*state, SlotState::Empty) {
-            state = self
-                .0
-                .changed
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        state.close()
-    }
-
-    /// The value if it came, `Some(None)` if it never will, `None` if it
-    /// may still come.
-    fn try_recv(&self) -> Option<Option<T>> {
-        let mut state = self.0.lock();
-        match *state {
-            SlotState::Empty => None,
-            _ => Some(state.close()),
-        }
-    }
-
-    /// Gives the value up: from now on the driver's send fails (and the
-    /// driver hands a grant back to the core); a value already sent is
-    /// returned.
-    fn abandon(&self) -> Option<T> {
-        self.0.lock().close()
-    }
-}
-
-type Cmd = Command<ReplyTo<OpResult>, ReplyTo<Result<(), Error>>>;
-
 /// What reaches the driver thread.
 enum Msg<S> {
-    Command(Cmd),
+    Command(Command),
     /// The last [`Handle`] was dropped.
     Orphaned,
     Connected(ConnId, io::Result<S>),
@@ -264,7 +153,7 @@ fn start<C: Connector>(
         msgs: tx.clone(),
         conns: HashMap::new(),
     };
-    let commands: Box<dyn Fn(Cmd) -> bool + Send + Sync> = Box::new({
+    let commands: Box<dyn Fn(Command) -> bool + Send + Sync> = Box::new({
         let tx = tx.clone();
         move |cmd| tx.send(Msg::Command(cmd)).is_ok()
     });
@@ -285,7 +174,7 @@ fn start<C: Connector>(
 }
 
 struct Inner {
-    commands: Box<dyn Fn(Cmd) -> bool + Send + Sync>,
+    commands: Box<dyn Fn(Command) -> bool + Send + Sync>,
     orphaned: Box<dyn Fn() + Send + Sync>,
     tickets: std::sync::atomic::AtomicU64,
 }
@@ -335,7 +224,7 @@ impl Handle {
             .inner
             .tickets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         let sent = (self.inner.commands)(Command::Acquire {
             ticket,
             key,
@@ -355,7 +244,7 @@ impl Handle {
     /// Releases a grant by its exact token and blocks until the outcome
     /// (`Released`, `NotHeld` or `Lapsed`).
     pub fn release(&self, grant: &Grant) -> Result<Outcome, RequestError> {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         self.call(
             Command::Release {
                 grant: grant.clone(),
@@ -377,17 +266,21 @@ impl Handle {
 
     /// Releases a raw `(key, token)` and blocks until the outcome.
     pub fn release_token(&self, key: Key, token: u64) -> Result<Outcome, RequestError> {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         self.call(Command::ReleaseToken { key, token, reply }, &rx)
     }
 
     /// Shuts down within `budget` and blocks until that is done.
     pub fn shutdown(&self, budget: Duration) -> Result<(), RequestError> {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         self.call(Command::Shutdown { budget, reply }, &rx)
     }
 
-    fn call<T>(&self, command: Cmd, rx: &ReplyFrom<Result<T, Error>>) -> Result<T, RequestError> {
+    fn call<T>(
+        &self,
+        command: Command,
+        rx: &Receiver<Result<T, Error>>,
+    ) -> Result<T, RequestError> {
         if !(self.inner.commands)(command) {
             return Err(RequestError::Stopped);
         }
@@ -402,7 +295,7 @@ impl Handle {
 /// it is then released by its exact token.
 #[must_use = "dropping a pending acquire cancels it"]
 pub struct PendingAcquire {
-    rx: ReplyFrom<OpResult>,
+    rx: Receiver<OpResult>,
     ticket: u64,
     handle: Handle,
     done: bool,
@@ -565,13 +458,7 @@ impl<C: Connector> ThreadIo<C> {
     }
 }
 
-type ThreadShell = Shell<ReplyTo<OpResult>, ReplyTo<Result<(), Error>>>;
-
-fn drive<C: Connector>(
-    mut shell: ThreadShell,
-    mut io: ThreadIo<C>,
-    rx: mpsc::Receiver<Msg<C::Stream>>,
-) {
+fn drive<C: Connector>(mut shell: Shell, mut io: ThreadIo<C>, rx: mpsc::Receiver<Msg<C::Stream>>) {
     loop {
         shell.pump(&mut io);
         if shell.is_done() {

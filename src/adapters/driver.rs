@@ -23,7 +23,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::adapters::shell::{Command, Io, Notices, OpResult, Reply, RequestError, Shell};
+use crate::adapters::reply::{self, register, Receiver};
+use crate::adapters::shell::{Command, Io, Notices, OpResult, RequestError, Shell};
 use crate::adapters::tls;
 use crate::client::{Client, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd};
 use crate::names::{Endpoint, Key, Name};
@@ -64,124 +65,6 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Keeps `cx`'s waker in `slot`, cloning it only if it is a new one.
-pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
-    if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-        *slot = Some(cx.waker().clone());
-    }
-}
-
-/// A reply channel for one request: the driver sends into a [`ReplyTx`],
-/// the caller's future waits on a [`ReplyRx`].
-struct Slot<T> {
-    state: Mutex<SlotState<T>>,
-}
-
-enum SlotState<T> {
-    /// Nothing yet; the waker of the future waiting for it.
-    Waiting(Option<Waker>),
-    Ready(T),
-    /// The future took the value.
-    Taken,
-    /// The driver went away without sending.
-    Dropped,
-    /// The future went away before the value came.
-    Abandoned,
-}
-
-fn reply_channel<T>() -> (ReplyTx<T>, ReplyRx<T>) {
-    let slot = Arc::new(Slot {
-        state: Mutex::new(SlotState::Waiting(None)),
-    });
-    (ReplyTx(Some(Arc::clone(&slot))), ReplyRx(slot))
-}
-
-/// The driver's end of a reply channel.
-pub(crate) struct ReplyTx<T>(Option<Arc<Slot<T>>>);
-
-impl<T: Send + 'static> Reply<T> for ReplyTx<T> {
-    fn send(mut self, value: T) -> Result<(), T> {
-        let Some(slot) = self.0.take() else {
-            return Err(value);
-        };
-        let waker = {
-            let mut state = lock(&slot.state);
-            match std::mem::replace(&mut *state, SlotState::Ready(value)) {
-                SlotState::Waiting(waker) => waker,
-                other => {
-                    let SlotState::Ready(value) = std::mem::replace(&mut *state, other) else {
-                        unreachable!("just put there")
-                    };
-                    return Err(value);
-                }
-            }
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-        Ok(())
-    }
-}
-
-impl<T> Drop for ReplyTx<T> {
-    fn drop(&mut self) {
-        let Some(slot) = self.0.take() else {
-            return;
-        };
-        let waker = {
-            let mut state = lock(&slot.state);
-            match &mut *state {
-                SlotState::Waiting(waker) => {
-                    let waker = waker.take();
-                    *state = SlotState::Dropped;
-                    waker
-                }
-                _ => None,
-            }
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-}
-
-/// The caller's end of a reply channel.
-struct ReplyRx<T>(Arc<Slot<T>>);
-
-impl<T> ReplyRx<T> {
-    /// The value, once sent (`Err`: it never will be).
-    fn poll(&self, cx: &mut Context<'_>) -> Poll<Result<T, RequestError>> {
-        let mut state = lock(&self.0.state);
-        match &mut *state {
-            SlotState::Waiting(waker) => {
-                register(waker, cx);
-                Poll::Pending
-            }
-            SlotState::Ready(_) => {
-                let SlotState::Ready(value) = std::mem::replace(&mut *state, SlotState::Taken)
-                else {
-                    unreachable!("matched above")
-                };
-                Poll::Ready(Ok(value))
-            }
-            SlotState::Taken | SlotState::Dropped | SlotState::Abandoned => {
-                Poll::Ready(Err(RequestError::Stopped))
-            }
-        }
-    }
-
-    /// Gives up on the value: a value already sent is handed back.
-    fn abandon(&self) -> Option<T> {
-        match std::mem::replace(&mut *lock(&self.0.state), SlotState::Abandoned) {
-            SlotState::Ready(value) => Some(value),
-            _ => None,
-        }
-    }
-}
-
-type Cmd = Command<ReplyTx<OpResult>, ReplyTx<Result<(), Error>>>;
-type AsyncShell = Shell<ReplyTx<OpResult>, ReplyTx<Result<(), Error>>>;
-
 /// Where the handles leave their requests for the driver: one queue behind
 /// a lock, which the driver swaps for an empty one, so that a request costs
 /// no allocation of its own and a batch of them one wake of the driver.
@@ -193,7 +76,7 @@ struct Inbox {
 }
 
 struct InboxState {
-    commands: Vec<Cmd>,
+    commands: Vec<Command>,
     /// The driver's waker, while it wants to be woken by a request. Taken
     /// by the request that wakes it.
     driver: Option<Waker>,
@@ -219,7 +102,7 @@ impl std::fmt::Debug for Inbox {
 
 impl Sender {
     /// Queues `command` for the driver (`Err`: the driver is gone).
-    fn send(&self, command: Cmd) -> Result<(), Cmd> {
+    fn send(&self, command: Command) -> Result<(), Command> {
         let waker = {
             let mut state = lock(&self.0.state);
             if state.closed {
@@ -305,7 +188,7 @@ impl Handle {
     /// it resolves cancels the acquire through the core.
     pub fn acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Acquire {
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         let command = Command::Acquire {
             ticket,
             key,
@@ -331,7 +214,7 @@ impl Handle {
         &self,
         grant: &Grant,
     ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         let sent = self.request(Command::Release {
             grant: grant.clone(),
             reply,
@@ -352,7 +235,7 @@ impl Handle {
         key: Key,
         token: u64,
     ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         let sent = self.request(Command::ReleaseToken { key, token, reply });
         Answer { sent, rx }
     }
@@ -365,12 +248,12 @@ impl Handle {
         &self,
         budget: Duration,
     ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         let sent = self.request(Command::Shutdown { budget, reply });
         Answer { sent, rx }
     }
 
-    fn request(&self, command: Cmd) -> Result<(), RequestError> {
+    fn request(&self, command: Command) -> Result<(), RequestError> {
         self.commands
             .send(command)
             .map_err(|_| RequestError::Stopped)
@@ -380,7 +263,7 @@ impl Handle {
 /// The reply to a request that was (or could not be) sent.
 struct Answer<T> {
     sent: Result<(), RequestError>,
-    rx: ReplyRx<Result<T, Error>>,
+    rx: Receiver<Result<T, Error>>,
 }
 
 impl<T> Future for Answer<T> {
@@ -388,7 +271,7 @@ impl<T> Future for Answer<T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.sent.clone()?;
-        let reply = std::task::ready!(self.rx.poll(cx));
+        let reply = std::task::ready!(self.rx.poll(cx)).ok_or(RequestError::Stopped);
         Poll::Ready(reply.and_then(|r| r.map_err(RequestError::from)))
     }
 }
@@ -398,7 +281,7 @@ impl<T> Future for Answer<T> {
 /// by its exact token.
 #[must_use = "an acquire only resolves when awaited; dropping it cancels it"]
 pub struct Acquire {
-    rx: ReplyRx<OpResult>,
+    rx: Receiver<OpResult>,
     ticket: u64,
     commands: Sender,
     done: bool,
@@ -448,7 +331,7 @@ impl Future for Acquire {
         if self.done {
             return Poll::Ready(Err(RequestError::Stopped));
         }
-        let result = std::task::ready!(self.rx.poll(cx));
+        let result = std::task::ready!(self.rx.poll(cx)).ok_or(RequestError::Stopped);
         self.done = true;
         Poll::Ready(result.and_then(|outcome| outcome.map_err(RequestError::from)))
     }
@@ -516,10 +399,10 @@ pub(crate) fn new<D: Dial, K: Clock>(
 /// handle is dropped (a shutdown with a five-second budget).
 #[must_use = "the driver does nothing unless polled: spawn it"]
 pub struct Driver<D: Dial, K: Clock> {
-    shell: AsyncShell,
+    shell: Shell,
     inbox: Arc<Inbox>,
     /// The requests taken from the inbox (kept for its capacity).
-    taken: Vec<Cmd>,
+    taken: Vec<Command>,
     handles_alive: bool,
     io: DriverIo<D>,
     clock: K,

@@ -44,7 +44,8 @@ use ::tokio::task::JoinHandle;
 use ::tokio::time::Sleep;
 use bytes::Bytes;
 
-use crate::adapters::driver::{lock, register};
+use crate::adapters::driver::lock;
+use crate::adapters::reply::register;
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::serve::{TlsListener, TlsServerStream};
 use crate::names::Endpoint;

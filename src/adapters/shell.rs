@@ -4,24 +4,18 @@
 //!
 //! No protocol rule lives here. The shell only keeps the bookkeeping an
 //! adapter needs (which reply belongs to which operation) and hands every
-//! decision to the core. Each adapter supplies its own reply channel type
-//! (a tokio oneshot, a futures oneshot, a std channel) and its own I/O.
+//! decision to the core. Every adapter answers its callers through the
+//! same reply channel ([`reply`](super::reply)) and supplies its own I/O.
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::adapters::reply::Sender;
 use crate::client::{Action, Client, ConnId, Error, Event, Grant, OpId, Outcome};
+use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
-
-/// A one-shot reply channel: `send` fails, giving the value back, when the
-/// receiving side is gone.
-pub(crate) trait Reply<T>: Send + 'static {
-    fn send(self, value: T) -> Result<(), T>;
-}
 
 /// An operation's result as the adapters hand it out.
 pub(crate) type OpResult = Result<Outcome, Error>;
@@ -40,39 +34,35 @@ pub enum RequestError {
 }
 
 /// A request from the embedder to the driver.
-pub(crate) enum Command<A, S> {
+pub(crate) enum Command {
     Acquire {
         ticket: u64,
         key: Key,
         owner: Name,
         wait: Duration,
         lease: Duration,
-        reply: A,
+        reply: Sender<OpResult>,
     },
     Release {
         grant: Grant,
-        reply: A,
+        reply: Sender<OpResult>,
     },
     ReleaseToken {
         key: Key,
         token: u64,
-        reply: A,
+        reply: Sender<OpResult>,
     },
     /// Cancel the acquire with this ticket (its caller went away, or asked).
-    Cancel {
-        ticket: u64,
-    },
+    Cancel { ticket: u64 },
     /// A grant its receiver could not take: release it by exact token.
-    Undeliverable {
-        grant: Grant,
-    },
+    Undeliverable { grant: Grant },
     Shutdown {
         budget: Duration,
-        reply: S,
+        reply: Sender<Result<(), Error>>,
     },
 }
 
-impl<A, S> Command<A, S> {
+impl Command {
     /// What the core must hear when the caller of the acquire `ticket`
     /// goes away, given what its reply slot held (`taken`, handed back by
     /// giving the slot up): a grant nobody will take is released by exact
@@ -97,45 +87,17 @@ pub(crate) trait Io {
 /// Receives the notices (every event that is not an outcome).
 pub(crate) type Notices = Box<dyn FnMut(Event) + Send>;
 
-/// Hashes the shell's keys, operation ids and tickets: numbers from
-/// counters, which one multiplication spreads well. No key comes from the
-/// network, so SipHash's defence against chosen keys buys nothing here.
-#[derive(Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.write_u64(u64::from(b));
-        }
-    }
-
-    fn write_u64(&mut self, n: u64) {
-        self.0 = (self.0.rotate_left(5) ^ n).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
-type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
-
 /// The core plus the adapter's bookkeeping.
-pub(crate) struct Shell<A, S> {
+pub(crate) struct Shell {
     client: Client,
     start: Instant,
-    waiters: IdMap<OpId, (Option<u64>, A)>,
+    waiters: IdMap<OpId, (Option<u64>, Sender<OpResult>)>,
     tickets: IdMap<u64, OpId>,
-    shutdown_waiters: Vec<S>,
+    shutdown_waiters: Vec<Sender<Result<(), Error>>>,
     notices: Option<Notices>,
 }
 
-impl<A, S> Shell<A, S>
-where
-    A: Reply<OpResult>,
-    S: Reply<Result<(), Error>>,
-{
+impl Shell {
     /// A shell around `client`, whose times count from `start`.
     pub(crate) fn new(client: Client, start: Instant, notices: Option<Notices>) -> Self {
         Shell {
@@ -177,13 +139,13 @@ where
 
     /// Carries out one command.
     #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
-    pub(crate) fn command(&mut self, command: Command<A, S>) {
+    pub(crate) fn command(&mut self, command: Command) {
         self.command_at(self.now(), command);
     }
 
     /// Carries out one command at `now` (the core's time, from
     /// [`now`](Shell::now): one reading may serve several commands).
-    pub(crate) fn command_at(&mut self, now: Time, command: Command<A, S>) {
+    pub(crate) fn command_at(&mut self, now: Time, command: Command) {
         match command {
             Command::Acquire {
                 ticket,
