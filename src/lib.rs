@@ -162,6 +162,7 @@
 
 mod adapters;
 pub mod client;
+mod conn_id;
 mod hash;
 pub mod names;
 pub mod rng;

@@ -12,8 +12,8 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use ticketing::client::{Action, BackoffCause, Config, ConnId, Event, Outcome, TransportEnd};
-use ticketing::{Endpoint, Time};
+use ticketing::client::{BackoffCause, Config, ConnId, Event, Outcome, TransportEnd};
+use ticketing::Time;
 
 // ----- helpers ------------------------------------------------------------
 
@@ -39,39 +39,8 @@ fn hints(events: &[Event]) -> (Vec<String>, Vec<String>) {
     (taken, ignored)
 }
 
-/// The `Connect` actions from `actions[from..]`.
-fn connects(h: &Harness, from: usize) -> Vec<(ConnId, Endpoint)> {
-    h.actions[from..]
-        .iter()
-        .filter_map(|a| match a {
-            Action::Connect { conn, addr } => Some((*conn, addr.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The connections closed by `Close` actions from `actions[from..]`.
-fn close_actions(h: &Harness, from: usize) -> Vec<ConnId> {
-    h.actions[from..]
-        .iter()
-        .filter_map(|a| match a {
-            Action::Close { conn } => Some(*conn),
-            _ => None,
-        })
-        .collect()
-}
-
 fn one_closed(addr: &str, reason: &str) -> Vec<(String, String)> {
     vec![(addr.to_string(), reason.to_string())]
-}
-
-/// `Indeterminate` as PROTOCOL.md defines its bound: the moment the client
-/// gave up, plus `wait_ms`, plus `lease_ms`, plus the settle margin (1 s by
-/// default).
-fn indeterminate(gave_up: Time, wait_ms: u64, lease_ms: u64) -> Outcome {
-    Outcome::Indeterminate {
-        settles_by: gave_up.saturating_add(ms(wait_ms + lease_ms + 1_000)),
-    }
 }
 
 /// The step `d` of the `n`-th delay in a row: `min(cap, base * 2^n)`.
@@ -108,34 +77,11 @@ fn reconnect_at(h: &mut Harness, until: Time, addr: &str) -> ConnId {
     }
 }
 
-/// The connection attempt in progress fails.
-fn fail_connect(h: &mut Harness) {
-    let (conn, _) = h.last_connect().expect("a connect");
-    h.client.handle_connect_failed(h.now, conn);
-    h.pump();
-}
-
-/// The transport of the current connection ends.
-fn transport_ends(h: &mut Harness, end: TransportEnd) {
-    let conn = h.client.connection().expect("a connection");
-    h.client.handle_transport_closed(h.now, conn, end);
-    h.pump();
-}
-
 /// Endpoints `a:1`, `b:2`, `c:3`; otherwise as [`config`].
 fn config3() -> Config {
     let mut c = config();
     c.endpoints.push(ep("c:3"));
     c
-}
-
-/// A harness whose first connection (to `a:1`) is ready with `window`, at
-/// t=0, with its start-up events dropped.
-fn ready_with(c: Config, window: u64) -> (Harness, ConnId) {
-    let mut h = Harness::new(c);
-    let conn = h.ready(window);
-    h.take_events();
-    (h, conn)
 }
 
 // ----- the handshake ------------------------------------------------------
@@ -227,7 +173,7 @@ fn l_allowlisted_becomes_the_hint_and_keeps_the_connection() {
     );
 
     // The next connection goes to the hint, not to b:2 (next in turn).
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
     reconnect_at(&mut h, until, "c:3");
 }
@@ -306,7 +252,7 @@ fn m_not_allowlisted_from_the_hinted_node_forgets_that_hint() {
     // endpoint, as it does when the hint refuses with `E not_active`.
     let (mut h, _) = ready_with(config3(), 4);
     h.feed("L c:3\n");
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
     reconnect_at(&mut h, until, "c:3");
     h.connect();
@@ -610,7 +556,7 @@ fn failing_connects(c: Config, count: u32) -> Vec<(Time, Time)> {
     for n in 0..count {
         let (_, addr) = h.last_connect().unwrap();
         assert_eq!(addr, ep(turn[n as usize % 2]));
-        fail_connect(&mut h);
+        h.fail_connect();
         let events = h.take_events();
         assert_eq!(
             closed(&events),
@@ -690,7 +636,7 @@ fn a_w_resets_the_backoff() {
     let turn = ["a:1", "b:2"];
     // Three failures in a row: steps 50, 100, 200 ms.
     for n in 0..3u32 {
-        fail_connect(&mut h);
+        h.fail_connect();
         let until = the_backoff(&h.take_events(), BackoffCause::Transport);
         assert_jittered(h.now, until, step(50, 5_000, n), "before W");
         reconnect_at(&mut h, until, turn[(n as usize + 1) % 2]);
@@ -698,7 +644,7 @@ fn a_w_resets_the_backoff() {
     h.ready(4);
     h.take_events();
     // Without the reset this would be the fourth step, 400 ms.
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     let events = h.take_events();
     assert_eq!(closed(&events), one_closed("b:2", "eof"));
     let until = the_backoff(&events, BackoffCause::Transport);
@@ -710,13 +656,13 @@ fn a_connect_to_the_hint_that_fails_or_times_out_backs_off_and_forgets_the_hint(
     for failure in ["connect_failed", "connect_timeout", "handshake_timeout"] {
         let (mut h, _) = ready_with(config3(), 4);
         h.feed("L c:3\n");
-        transport_ends(&mut h, TransportEnd::Eof);
+        h.transport_closed(TransportEnd::Eof);
         let until = the_backoff(&h.take_events(), BackoffCause::Transport);
         reconnect_at(&mut h, until, "c:3");
         let (conn, _) = h.last_connect().unwrap();
         let mark = h.actions.len();
         match failure {
-            "connect_failed" => fail_connect(&mut h),
+            "connect_failed" => h.fail_connect(),
             "connect_timeout" => {
                 h.at(h.now.saturating_add(ms(5_000)));
             }
@@ -766,8 +712,8 @@ fn any_end_of_a_connection_to_the_hint_before_w_forgets_the_hint() {
         assert_eq!(h.take_sent(), "H 1 c1 -\n");
         h.take_events();
         match reason {
-            "eof" => transport_ends(&mut h, TransportEnd::Eof),
-            "io" => transport_ends(&mut h, TransportEnd::Error),
+            "eof" => h.transport_closed(TransportEnd::Eof),
+            "io" => h.transport_closed(TransportEnd::Error),
             _ => h.feed(bytes),
         }
         let events = h.take_events();
@@ -802,7 +748,7 @@ fn an_m_from_the_hint_to_another_allowlisted_address_follows_it() {
     assert_eq!(new[0].1, ep("d:4"));
     // A hint that worked, then ended after `W`, is kept.
     h.ready(4);
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     assert_eq!(h.client.leader_hint(), Some(&ep("d:4")));
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
     reconnect_at(&mut h, until, "d:4");
@@ -869,7 +815,7 @@ fn the_next_connection_goes_to_the_hint_if_any_else_the_next_endpoint_in_turn() 
         assert_eq!(h.last_connect().unwrap().1, ep(addr));
         h.ready(4);
         h.take_events();
-        transport_ends(&mut h, TransportEnd::Eof);
+        h.transport_closed(TransportEnd::Eof);
         assert_eq!(closed(&h.take_events()), one_closed(addr, "eof"));
         h.next_deadline();
     }
@@ -881,7 +827,7 @@ fn the_next_connection_goes_to_the_hint_if_any_else_the_next_endpoint_in_turn() 
     let mut at = "b:2";
     for _ in 0..3 {
         // An eof is no failure of the hint: it is kept.
-        transport_ends(&mut h, TransportEnd::Eof);
+        h.transport_closed(TransportEnd::Eof);
         assert_eq!(closed(&h.take_events()), one_closed(at, "eof"));
         assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
         h.next_deadline();
@@ -902,7 +848,7 @@ fn the_next_connection_goes_to_the_hint_if_any_else_the_next_endpoint_in_turn() 
 fn a_partial_line_does_not_carry_over_to_the_next_connection() {
     let (mut h, _) = ready_with(config(), 4);
     h.feed("T 1 A");
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     assert_eq!(closed(&h.take_events()), one_closed("a:1", "eof"));
     h.next_deadline();
     h.connect();
@@ -955,7 +901,7 @@ fn the_transport_ending_closes_and_applies_any_close() {
         assert_eq!(h.take_sent(), "R 1 k 5\nA 2 k1 o 1000 5000\n");
         let mark = h.actions.len();
         h.at_ms(50);
-        transport_ends(&mut h, end);
+        h.transport_closed(end);
         let events = h.take_events();
         assert_eq!(closed(&events), one_closed("a:1", reason));
         assert_eq!(close_actions(&h, mark), vec![conn]);
@@ -1022,7 +968,7 @@ fn a_sent_release_without_an_answer_within_the_grace_closes_and_is_resent() {
 fn a_tls_handshake_that_fails_closes_with_its_reason_and_backs_off_like_a_failed_connect() {
     let (mut h, _) = ready_with(config3(), 4);
     h.feed("L c:3\n");
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
     let conn = reconnect_at(&mut h, until, "c:3");
     let mark = h.actions.len();

@@ -29,16 +29,6 @@ fn grant(h: &mut Harness, id: u64, key_: &str, token: u64, lease_ms: u64) -> Gra
     grant_of(&out[0].1)
 }
 
-/// Lets the client's reconnect happen: jumps through deadlines until a new
-/// `Connect` is handed out, then accepts it with `W node-1 <window>`.
-fn reconnect(h: &mut Harness, window: u64) {
-    let before = h.last_connect().map(|(c, _)| c);
-    while h.last_connect().map(|(c, _)| c) == before {
-        h.next_deadline();
-    }
-    h.ready(window);
-}
-
 #[test]
 fn releases_are_sent_before_queued_acquires() {
     // Before the connection is up: an acquire, then a release, then another
@@ -394,7 +384,7 @@ fn any_close_sent_acquires_indeterminate_sent_releases_resent_unsent_requests_go
 
     // The next connection: the release again with a new id, then the unsent
     // acquire with what is left of its budget. x and y never again.
-    reconnect(&mut h, 3);
+    h.reconnect(3);
     let left = t(100 + 5000).saturating_duration_since(h.now).as_millis();
     assert_eq!(h.take_sent(), format!("R 5 g 7\nA 6 z o {left} 10000\n"));
     h.feed("D 5 R g\n");
@@ -415,7 +405,7 @@ fn any_close_sent_acquires_indeterminate_sent_releases_resent_unsent_requests_go
             }
         )]
     );
-    reconnect(&mut h, 3);
+    h.reconnect(3);
     assert_eq!(h.take_sent(), "", "nothing left to send");
     let all = h.all_sent();
     for k in [" x o ", " y o ", " z o "] {
@@ -529,14 +519,14 @@ fn release_attempts_are_bounded_by_config_release_attempts() {
     for _ in 0..2 {
         h.transport_closed(TransportEnd::Eof);
         assert_eq!(h.take_outcomes(), vec![]);
-        reconnect(&mut h, 4);
+        h.reconnect(4);
         sent.push(h.take_sent());
     }
     assert_eq!(sent, vec!["R 2 k 9\n", "R 3 k 9\n", "R 4 k 9\n"]);
     // The third attempt is lost too: no fourth starts.
     h.transport_closed(TransportEnd::Eof);
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::Lapsed)]);
-    reconnect(&mut h, 4);
+    h.reconnect(4);
     assert_eq!(h.take_sent(), "");
 }
 
@@ -551,7 +541,7 @@ fn not_held_after_an_earlier_attempt_was_lost_is_reported_not_held() {
     // did free the grant).
     h.transport_closed(TransportEnd::Error);
     assert_eq!(h.take_outcomes(), vec![]);
-    reconnect(&mut h, 4);
+    h.reconnect(4);
     assert_eq!(h.take_sent(), "R 3 k 3\n");
     h.feed("N 3 R k\n");
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::NotHeld)]);
@@ -728,7 +718,7 @@ fn releases_resent_after_a_close_keep_their_order_ahead_of_queued_ones() {
     assert_eq!(h.take_sent(), "R 1 a 1\nR 2 b 2\n");
     h.transport_closed(TransportEnd::Eof);
     assert_eq!(h.take_outcomes(), vec![]);
-    reconnect(&mut h, 4);
+    h.reconnect(4);
     // The two that were in flight first, in their order, then the queued one.
     assert_eq!(h.take_sent(), "R 3 a 1\nR 4 b 2\nR 5 c 3\n");
     h.feed("D 5 R c\nN 4 R b\nD 3 R a\n");

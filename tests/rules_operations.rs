@@ -30,16 +30,6 @@ fn keep_waiter() -> Config {
     c
 }
 
-/// Jumps through deadlines until the client hands out a new `Connect`, then
-/// accepts it with `W node-1 <window>`.
-fn reconnect(h: &mut Harness, window: u64) {
-    let before = h.last_connect().map(|(c, _)| c);
-    while h.last_connect().map(|(c, _)| c) == before {
-        h.next_deadline();
-    }
-    h.ready(window);
-}
-
 // ----- cancel ---------------------------------------------------------------
 
 #[test]
@@ -359,7 +349,7 @@ fn answer_grace_deadline_closes_with_answer_timeout_whatever_the_cancel_policy()
             "{policy:?}"
         );
         assert_eq!(h.closes().len(), 1);
-        reconnect(&mut h, 4);
+        h.reconnect(4);
         assert_eq!(h.take_sent(), "", "never resent ({policy:?})");
     }
 
@@ -399,7 +389,7 @@ fn a_sent_release_without_an_answer_within_the_grace_closes_and_goes_back_to_the
     let events = events_of(&mut h);
     assert_eq!(close_reasons(&events), vec![CloseReason::AnswerTimeout]);
     assert_eq!(outcomes(&events), vec![]);
-    reconnect(&mut h, 4);
+    h.reconnect(4);
     assert_eq!(h.take_sent(), "R 2 k 1\n");
     h.feed("D 2 R k\n");
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::Released)]);
@@ -518,7 +508,7 @@ fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
     // A release is still taken while shutting down.
     h.at_ms(230);
     let r2 = h.release(&grants[1]);
-    reconnect(&mut h, 4);
+    h.reconnect(4);
     assert_eq!(h.take_sent(), "R 5 k1 11\nR 6 k2 12\n");
     h.feed("D 6 R k2\n");
     assert_eq!(
@@ -795,7 +785,7 @@ fn scripted_run(seed: u64) -> (Vec<Action>, Vec<Event>) {
     h.release(&grant_b);
     h.transport_closed(TransportEnd::Eof);
     h.take_sent();
-    reconnect(&mut h, 3);
+    h.reconnect(3);
     h.feed("N 6 R b\n");
     let d = h.acquire("d", 3000, 10_000);
     h.cancel(d);

@@ -14,22 +14,10 @@ use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 use crate::wire::FrameError;
 
-/// Names one connection attempt. Every [`Action::Connect`] has a new one;
-/// inputs about an older connection are ignored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub(crate) u64);
-
-impl ConnId {
-    /// The number behind the id (1 for the first connection, then up).
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl fmt::Display for ConnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "conn#{}", self.0)
-    }
+crate::conn_id::conn_id! {
+    /// Names one connection attempt. Every [`Action::Connect`] has a new one;
+    /// inputs about an older connection are ignored.
+    ConnId
 }
 
 /// Names one operation (an acquire or a release) for its whole life, across

@@ -1,26 +1,11 @@
 //! What the server core hands out: connection ids and actions.
-
-use core::fmt;
-
 use bytes::Bytes;
 
-/// Names one connection accepted by a [`Server`](super::Server). Ids are
-/// handed out by [`Server::handle_accept`](super::Server::handle_accept),
-/// 1 for the first connection and then up, and never reused by that server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub(crate) u64);
-
-impl ConnId {
-    /// The number behind the id.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl fmt::Display for ConnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "conn#{}", self.0)
-    }
+crate::conn_id::conn_id! {
+    /// Names one connection accepted by a [`Server`](super::Server). Ids are
+    /// handed out by [`Server::handle_accept`](super::Server::handle_accept),
+    /// 1 for the first connection and then up, and never reused by that server.
+    ConnId
 }
 
 /// What the driver must do. Drained with

@@ -16,7 +16,7 @@
 //! # One seeded run
 //!
 //! A run ([`run`]) draws everything from its seed, with an
-//! [`Rng`](crate::rng::Rng) seeded with it and the generators it seeds for
+//! [`Rng`] seeded with it and the generators it seeds for
 //! the cluster and the workload: the cluster's settings (window, queue
 //! limits, longest lease, credential), each client's settings (endpoints and
 //! allowlist, reserved slots, cancel and busy policies, answer grace), the

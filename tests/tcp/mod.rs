@@ -102,6 +102,68 @@ pub trait Adapter: 'static {
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static;
 }
 
+/// The [`Adapter`] methods of an async adapter (tokio, futures-io), whose
+/// handle, acquire future and request error are the driver's: expands to
+/// them inside `impl Adapter`, given the adapter's TLS connector and a
+/// function `start(config, connector)` in scope.
+#[allow(unused_macros)] // not in the blocking adapter's tests
+macro_rules! async_handle_methods {
+    ($tls_connector:path) => {
+        fn connect(config: Config) -> (Handle, tcp::NoticeRx) {
+            start(config, TcpConnector)
+        }
+
+        #[cfg(feature = "tls")]
+        fn connect_tls(config: Config, tls: ticketing::tls::ClientTls) -> (Handle, tcp::NoticeRx) {
+            start(config, <$tls_connector>::new(tls))
+        }
+
+        fn acquire(
+            client: &Handle,
+            key: Key,
+            owner: Name,
+            wait: Duration,
+            lease: Duration,
+        ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+            client.acquire(key, owner, wait, lease)
+        }
+
+        fn start_acquire(
+            client: &Handle,
+            key: Key,
+            owner: Name,
+            wait: Duration,
+            lease: Duration,
+        ) -> Acquire {
+            client.acquire(key, owner, wait, lease)
+        }
+
+        fn finish(
+            pending: Acquire,
+        ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+            pending
+        }
+
+        fn release(
+            client: &Handle,
+            grant: Grant,
+        ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+            let client = client.clone();
+            async move { client.release(&grant).await }
+        }
+
+        fn shutdown(
+            client: &Handle,
+            budget: Duration,
+        ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+            let client = client.clone();
+            async move { client.shutdown(budget).await }
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use async_handle_methods;
+
 /// Makes one `#[test]` per scenario for an [`Adapter`].
 macro_rules! adapter_tests {
     ($adapter:ty) => {
