@@ -179,6 +179,46 @@ fn l_allowlisted_becomes_the_hint_and_keeps_the_connection() {
 }
 
 #[test]
+fn hints_that_change_nothing_are_not_told_again() {
+    let (mut h, conn) = ready_with(config3(), 4);
+    h.at_ms(10);
+    // A flood: the same hint, and the same refused address, again and again.
+    let mut flood = String::new();
+    for _ in 0..1_000 {
+        flood.push_str("L c:3\nL evil:9\n");
+    }
+    h.feed(&flood);
+    let events = h.take_events();
+    assert_eq!(
+        hints(&events),
+        (vec!["c:3".to_string()], vec!["evil:9".to_string()])
+    );
+    // Another address is news, each time it changes.
+    h.feed("L b:2\nL c:3\nL other:1\nL evil:9\nL evil:9\n");
+    let events = h.take_events();
+    assert_eq!(
+        hints(&events),
+        (
+            vec!["b:2".to_string(), "c:3".to_string()],
+            vec!["other:1".to_string(), "evil:9".to_string()]
+        )
+    );
+    assert_eq!(h.client.connection(), Some(conn));
+    assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
+    // On the next connection, a refused address is told again once.
+    h.transport_closed(TransportEnd::Eof);
+    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+    reconnect_at(&mut h, until, "c:3");
+    h.ready(4);
+    h.take_events();
+    h.feed("L evil:9\nL evil:9\nL c:3\n");
+    assert_eq!(
+        hints(&h.take_events()),
+        (vec![], vec!["evil:9".to_string()])
+    );
+}
+
+#[test]
 fn l_not_allowlisted_is_ignored_and_changes_nothing() {
     let (mut h, conn) = ready_with(config3(), 4);
     h.feed("L evil:666\n");
@@ -188,13 +228,10 @@ fn l_not_allowlisted_is_ignored_and_changes_nothing() {
     assert_eq!(h.client.leader_hint(), None);
     assert_eq!(h.client.connection(), Some(conn));
 
-    // An existing hint survives an ignored one.
+    // An existing hint survives an ignored one (told once per connection).
     h.feed("L c:3\nL evil:666\n");
     let events = h.take_events();
-    assert_eq!(
-        hints(&events),
-        (vec!["c:3".to_string()], vec!["evil:666".to_string()])
-    );
+    assert_eq!(hints(&events), (vec!["c:3".to_string()], vec![]));
     assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
     assert_eq!(h.client.connection(), Some(conn));
     assert_eq!(h.take_sent(), "");

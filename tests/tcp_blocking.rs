@@ -134,7 +134,7 @@ fn start(config: Config, connector: impl Connector) -> (Handle, tcp::NoticeRx) {
         let _ = tx.send(event);
     })
     .expect("a valid client configuration");
-    (handle, rx)
+    (handle, tcp::NoticeRx::Channel(rx))
 }
 
 tcp::adapter_tests!(Blocking);

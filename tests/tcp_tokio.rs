@@ -41,7 +41,9 @@ impl tcp::Adapter for Tokio {
 }
 
 fn start(config: Config, connector: impl Connector) -> (Handle, tcp::NoticeRx) {
-    ticketing::tokio::spawn_with_notices(config, connector).expect("a valid client configuration")
+    let (handle, notices) = ticketing::tokio::spawn_with_notices(config, connector)
+        .expect("a valid client configuration");
+    (handle, tcp::NoticeRx::Tokio(notices))
 }
 
 tcp::adapter_tests!(Tokio);

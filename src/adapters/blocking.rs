@@ -27,13 +27,15 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::adapters::notices::Sink;
 use crate::adapters::reply::{self, Receiver};
 use crate::adapters::shell::{Command, Io, OpResult, Shell};
 use crate::adapters::tls;
@@ -125,7 +127,7 @@ const ORPHANED_SHUTDOWN: Duration = Duration::from_secs(5);
 /// thread ends once the client has shut down (after [`Handle::shutdown`],
 /// or when every handle is dropped).
 pub fn connect<C: Connector>(config: Config, connector: C) -> Result<Handle, ConfigError> {
-    start(config, connector, None)
+    start(config, connector, Sink::Nowhere)
 }
 
 /// As [`connect`], with every notice (the events that are not outcomes)
@@ -135,23 +137,21 @@ pub fn connect_with_notices<C: Connector>(
     connector: C,
     notices: impl FnMut(Event) + Send + 'static,
 ) -> Result<Handle, ConfigError> {
-    start(config, connector, Some(Box::new(notices)))
+    start(config, connector, Sink::Call(Box::new(notices)))
 }
 
-fn start<C: Connector>(
-    config: Config,
-    connector: C,
-    notices: Option<crate::adapters::shell::Notices>,
-) -> Result<Handle, ConfigError> {
+fn start<C: Connector>(config: Config, connector: C, notices: Sink) -> Result<Handle, ConfigError> {
     let connect_timeout = config.connect_timeout;
     let client = Client::new(config, Time::ZERO)?;
     let (tx, rx) = mpsc::channel::<Msg<C::Stream>>();
     let shell = Shell::new(client, Instant::now(), notices);
+    let gauges = Arc::new(Gauges::default());
     let io = ThreadIo {
         connector: Arc::new(connector),
         connect_timeout,
         msgs: tx.clone(),
         conns: HashMap::new(),
+        gauges: Arc::clone(&gauges),
     };
     let commands: Box<dyn Fn(Command) -> bool + Send + Sync> = Box::new({
         let tx = tx.clone();
@@ -169,6 +169,7 @@ fn start<C: Connector>(
             commands,
             orphaned,
             tickets: std::sync::atomic::AtomicU64::new(1),
+            gauges,
         }),
     })
 }
@@ -177,6 +178,63 @@ struct Inner {
     commands: Box<dyn Fn(Command) -> bool + Send + Sync>,
     orphaned: Box<dyn Fn() + Send + Sync>,
     tickets: std::sync::atomic::AtomicU64,
+    gauges: Arc<Gauges>,
+}
+
+/// How many bytes the reader threads may have read ahead of the driver:
+/// past this, they stop reading until the driver has handled some, so a
+/// slow driver (a slow notice function, a flood of input) slows the
+/// connection down instead of growing the process.
+pub const READ_AHEAD: usize = 256 * 1024;
+
+/// What the driver and its threads hold, as the handle reports it.
+#[derive(Default)]
+struct Gauges {
+    /// Bytes read from a socket and not yet handled by the core.
+    read_ahead: Mutex<usize>,
+    /// `read_ahead` went down, or the driver ended.
+    room: Condvar,
+    /// The driver thread has ended.
+    ended: AtomicBool,
+    /// Connections the driver keeps threads or state for.
+    connections: AtomicUsize,
+}
+
+impl Gauges {
+    fn read_ahead(&self) -> MutexGuard<'_, usize> {
+        // Nothing is ever left half-changed under this lock.
+        self.read_ahead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for room to read `n` more bytes ahead; `false` once the
+    /// driver has ended.
+    fn reserve(&self, n: usize) -> bool {
+        let mut ahead = self.read_ahead();
+        while *ahead >= READ_AHEAD && !self.ended.load(Ordering::Acquire) {
+            ahead = self
+                .room
+                .wait(ahead)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *ahead += n;
+        !self.ended.load(Ordering::Acquire)
+    }
+
+    /// `n` bytes read ahead were handled.
+    fn release(&self, n: usize) {
+        let mut ahead = self.read_ahead();
+        *ahead = ahead.saturating_sub(n);
+        self.room.notify_all();
+    }
+
+    /// The driver has ended: no reader waits for room any more.
+    fn end(&self) {
+        let _ahead = self.read_ahead();
+        self.ended.store(true, Ordering::Release);
+        self.room.notify_all();
+    }
 }
 
 impl Drop for Inner {
@@ -199,6 +257,18 @@ impl std::fmt::Debug for Handle {
 }
 
 impl Handle {
+    /// Bytes read from the server that the client has not handled yet: at
+    /// most about [`READ_AHEAD`] plus one read.
+    pub fn read_ahead(&self) -> usize {
+        *self.inner.gauges.read_ahead()
+    }
+
+    /// Connections the driver keeps threads or state for: the one in use
+    /// or being attempted, and any it is closing.
+    pub fn connections(&self) -> usize {
+        self.inner.gauges.connections.load(Ordering::Relaxed)
+    }
+
     /// Acquires `key` for `lease`, waiting at most `wait` in total, and
     /// blocks until the outcome.
     pub fn acquire(
@@ -361,6 +431,7 @@ struct ThreadIo<C: Connector> {
     connect_timeout: Duration,
     msgs: mpsc::Sender<Msg<C::Stream>>,
     conns: HashMap<ConnId, Conn<C::Stream>>,
+    gauges: Arc<Gauges>,
 }
 
 impl<C: Connector> Io for ThreadIo<C> {
@@ -386,6 +457,7 @@ impl<C: Connector> Io for ThreadIo<C> {
                 writer: None,
             },
         );
+        self.count();
     }
 
     fn send(&mut self, conn: ConnId, data: Bytes) {
@@ -403,10 +475,24 @@ impl<C: Connector> Io for ThreadIo<C> {
                 let _ = control.shutdown();
             }
         }
+        self.count();
     }
 }
 
 impl<C: Connector> ThreadIo<C> {
+    /// Forgets an attempt that failed: the core closes nothing after a
+    /// failed connect, so nothing else would.
+    fn forget(&mut self, conn: ConnId) {
+        self.conns.remove(&conn);
+        self.count();
+    }
+
+    fn count(&self) {
+        self.gauges
+            .connections
+            .store(self.conns.len(), Ordering::Relaxed);
+    }
+
     /// Starts the reader and writer threads of a connected stream.
     fn attach(&mut self, conn: ConnId, stream: C::Stream) -> io::Result<()> {
         let Some(entry) = self.conns.get_mut(&conn) else {
@@ -415,6 +501,7 @@ impl<C: Connector> ThreadIo<C> {
         let mut reader = stream.try_clone()?;
         let mut writer = stream.try_clone()?;
         let msgs = self.msgs.clone();
+        let gauges = Arc::clone(&self.gauges);
         thread::Builder::new()
             .name("ticketing-read".into())
             .spawn(move || {
@@ -423,10 +510,8 @@ impl<C: Connector> ThreadIo<C> {
                     match reader.read(&mut buf) {
                         Ok(0) => break TransportEnd::Eof,
                         Ok(n) => {
-                            if msgs
-                                .send(Msg::Bytes(conn, Bytes::copy_from_slice(&buf[..n])))
-                                .is_err()
-                            {
+                            let data = Bytes::copy_from_slice(&buf[..n]);
+                            if !gauges.reserve(n) || msgs.send(Msg::Bytes(conn, data)).is_err() {
                                 return;
                             }
                         }
@@ -478,12 +563,21 @@ fn drive<C: Connector>(mut shell: Shell, mut io: ThreadIo<C>, rx: mpsc::Receiver
                 if shell.client().connection() == Some(conn) {
                     match io.attach(conn, stream) {
                         Ok(()) => shell.client().handle_connected(now, conn),
-                        Err(_) => shell.client().handle_connect_failed(now, conn),
+                        Err(_) => {
+                            io.forget(conn);
+                            shell.client().handle_connect_failed(now, conn);
+                        }
                     }
                 }
             }
-            Ok(Msg::Connected(conn, Err(e))) => tls::connect_failed(shell.client(), now, conn, &e),
-            Ok(Msg::Bytes(conn, data)) => shell.client().handle_bytes(now, conn, &data),
+            Ok(Msg::Connected(conn, Err(e))) => {
+                io.forget(conn);
+                tls::connect_failed(shell.client(), now, conn, &e);
+            }
+            Ok(Msg::Bytes(conn, data)) => {
+                shell.client().handle_bytes(now, conn, &data);
+                io.gauges.release(data.len());
+            }
             Ok(Msg::Ended(conn, end)) => shell.client().handle_transport_closed(now, conn, end),
             Err(RecvTimeoutError::Timeout) => {
                 let at = shell.deadline().map_or(now, |at| shell.time_of(at));
@@ -496,4 +590,5 @@ fn drive<C: Connector>(mut shell: Shell, mut io: ThreadIo<C>, rx: mpsc::Receiver
     for conn in open {
         io.close(conn);
     }
+    io.gauges.end();
 }

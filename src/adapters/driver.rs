@@ -23,8 +23,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::adapters::notices::Sink;
 use crate::adapters::reply::{self, register, Receiver};
-use crate::adapters::shell::{Command, Io, Notices, OpResult, RequestError, Shell};
+use crate::adapters::shell::{Command, Io, OpResult, RequestError, Shell};
 use crate::adapters::tls;
 use crate::client::{Client, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd};
 use crate::names::{Endpoint, Key, Name};
@@ -353,7 +354,7 @@ impl Drop for Acquire {
 pub(crate) fn new<D: Dial, K: Clock>(
     config: Config,
     dial: D,
-    notices: Option<Notices>,
+    notices: Sink,
 ) -> Result<(Handle, Driver<D, K>), ConfigError> {
     let start = Instant::now();
     let client = Client::new(config, Time::ZERO)?;
@@ -488,7 +489,9 @@ impl<D: Dial, K: Clock> Driver<D, K> {
         self.unsent = 0;
         progress |= late > 0;
         self.expected = self.expected.saturating_sub(late);
-        if let Some((conn, stream)) = &mut self.io.stream {
+        // Nothing more is read while the notices' reader is behind.
+        let reading = !self.shell.notices_full(cx);
+        if let Some((conn, stream)) = self.io.stream.as_mut().filter(|_| reading) {
             let conn = *conn;
             if let Poll::Ready(result) = stream.poll_read(cx, &mut self.buf) {
                 let now = self.shell.now();

@@ -38,6 +38,7 @@ use async_io::{Async, Timer};
 use futures_io::{AsyncRead, AsyncWrite};
 
 use crate::adapters::driver::{self, Clock, Dial, Transport};
+use crate::adapters::notices::Sink;
 use crate::client::{Config, ConfigError, Event};
 use crate::names::Endpoint;
 
@@ -99,7 +100,7 @@ pub fn client<C: Connector>(
     config: Config,
     connector: C,
 ) -> Result<(Handle, Driver<C>), ConfigError> {
-    let (handle, driver) = driver::new(config, Dialer(Arc::new(connector)), None)?;
+    let (handle, driver) = driver::new(config, Dialer(Arc::new(connector)), Sink::Nowhere)?;
     Ok((handle, Driver(driver)))
 }
 
@@ -110,8 +111,11 @@ pub fn client_with_notices<C: Connector>(
     connector: C,
     notices: impl FnMut(Event) + Send + 'static,
 ) -> Result<(Handle, Driver<C>), ConfigError> {
-    let (handle, driver) =
-        driver::new(config, Dialer(Arc::new(connector)), Some(Box::new(notices)))?;
+    let (handle, driver) = driver::new(
+        config,
+        Dialer(Arc::new(connector)),
+        Sink::Call(Box::new(notices)),
+    )?;
     Ok((handle, Driver(driver)))
 }
 

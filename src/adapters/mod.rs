@@ -9,6 +9,7 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | `notices` | the bounded queue of notices, and reading paused while it is full |
 //! | `reply` | the one-value reply channel from a driver to the caller waiting for an operation |
 //! | `shell` | what every client adapter does around the core: reply bookkeeping, grants whose caller went away handed back to the core |
 //! | `driver` | the poll-driven driver future and the cloneable handle shared by the tokio and futures-io adapters |
@@ -24,6 +25,8 @@ pub mod blocking;
 pub(crate) mod driver;
 #[cfg(feature = "futures-io")]
 pub mod futures_io;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+pub(crate) mod notices;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) mod reply;
 #[cfg(feature = "server")]

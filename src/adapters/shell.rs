@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::adapters::notices::Sink;
 use crate::adapters::reply::Sender;
 use crate::client::{Action, Client, ConnId, Error, Event, Grant, OpId, Outcome};
 use crate::hash::IdMap;
@@ -84,9 +85,6 @@ pub(crate) trait Io {
     fn close(&mut self, conn: ConnId);
 }
 
-/// Receives the notices (every event that is not an outcome).
-pub(crate) type Notices = Box<dyn FnMut(Event) + Send>;
-
 /// The core plus the adapter's bookkeeping.
 pub(crate) struct Shell {
     client: Client,
@@ -94,12 +92,12 @@ pub(crate) struct Shell {
     waiters: IdMap<OpId, (Option<u64>, Sender<OpResult>)>,
     tickets: IdMap<u64, OpId>,
     shutdown_waiters: Vec<Sender<Result<(), Error>>>,
-    notices: Option<Notices>,
+    notices: Sink,
 }
 
 impl Shell {
     /// A shell around `client`, whose times count from `start`.
-    pub(crate) fn new(client: Client, start: Instant, notices: Option<Notices>) -> Self {
+    pub(crate) fn new(client: Client, start: Instant, notices: Sink) -> Self {
         Shell {
             client,
             start,
@@ -131,6 +129,13 @@ impl Shell {
     /// Whether the core has shut down and has nothing left to hand out.
     pub(crate) fn is_done(&self) -> bool {
         self.client.is_finished() && self.client.poll_timeout().is_none()
+    }
+
+    /// Whether notices are held back because their reader is behind: the
+    /// driver then reads no input, and `cx` is woken when there is room.
+    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
+    pub(crate) fn notices_full(&mut self, cx: &std::task::Context<'_>) -> bool {
+        self.notices.is_full(cx)
     }
 
     pub(crate) fn client(&mut self) -> &mut Client {
@@ -251,8 +256,6 @@ impl Shell {
     }
 
     fn notify(&mut self, event: Event) {
-        if let Some(notices) = &mut self.notices {
-            notices(event);
-        }
+        self.notices.notify(event);
     }
 }

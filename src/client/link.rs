@@ -43,6 +43,9 @@ pub(crate) struct Link {
     next_conn: u64,
     next_endpoint: usize,
     pub(crate) hint: Option<Endpoint>,
+    /// The last address a hint on the current connection named that the
+    /// allowlist refused.
+    ignored: Option<Endpoint>,
     /// Backoffs in a row since the last `W`.
     failures: u32,
     /// Redirects in a row since the last `W`.
@@ -59,6 +62,7 @@ impl Link {
             next_conn: 1,
             next_endpoint: 0,
             hint: None,
+            ignored: None,
             failures: 0,
             redirects: 0,
         }
@@ -275,12 +279,23 @@ impl Client {
     }
 
     /// A leader hint (`L` or `M`): taken only if allowlisted.
+    ///
+    /// A hint that changes nothing for the embedder is not told again: the
+    /// hint it already is, or the address refused last on this connection.
+    /// So a server that repeats itself cannot flood the embedder with
+    /// notices.
     fn take_hint(&mut self, addr: Addr<'_>) {
-        let endpoint = Endpoint::from(addr);
+        let same =
+            |known: &Option<Endpoint>| known.as_ref().map(Endpoint::as_str) == Some(addr.as_str());
         if self.config.allows(addr) {
-            self.link.hint = Some(endpoint.clone());
-            self.events.push_back(Event::LeaderHint { addr: endpoint });
-        } else {
+            if !same(&self.link.hint) {
+                let endpoint = Endpoint::from(addr);
+                self.link.hint = Some(endpoint.clone());
+                self.events.push_back(Event::LeaderHint { addr: endpoint });
+            }
+        } else if !same(&self.link.ignored) {
+            let endpoint = Endpoint::from(addr);
+            self.link.ignored = Some(endpoint.clone());
             self.events.push_back(Event::HintIgnored { addr: endpoint });
         }
     }
@@ -302,6 +317,7 @@ impl Client {
             reason: reason.clone(),
         });
         self.reader.reset();
+        self.link.ignored = None;
         self.settle_on_close();
         if self.finishing {
             return;

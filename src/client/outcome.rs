@@ -454,11 +454,13 @@ pub enum Event {
         reason: CloseReason,
     },
     /// An allowlisted leader hint was taken: the next connection goes there.
+    /// Not told again while it stays the hint.
     LeaderHint {
         /// The leader.
         addr: Endpoint,
     },
-    /// A leader hint outside the allowlist was ignored.
+    /// A leader hint outside the allowlist was ignored. Not told again for
+    /// the same address named again and again on one connection.
     HintIgnored {
         /// The address the server named.
         addr: Endpoint,

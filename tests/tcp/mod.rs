@@ -44,7 +44,29 @@ pub mod pki;
 pub mod tls;
 
 /// The notices of one client, as every adapter hands them to the tests.
-pub type NoticeRx = UnboundedReceiver<Event>;
+#[allow(dead_code)] // each test binary builds the variant of its adapter
+pub enum NoticeRx {
+    /// From a function the adapter calls on its driver.
+    Channel(UnboundedReceiver<Event>),
+    /// The tokio adapter's own bounded queue.
+    Tokio(ticketing::tokio::Notices),
+}
+
+impl NoticeRx {
+    async fn recv(&mut self) -> Option<Event> {
+        match self {
+            NoticeRx::Channel(rx) => rx.recv().await,
+            NoticeRx::Tokio(rx) => rx.recv().await,
+        }
+    }
+
+    fn try_recv(&mut self) -> Option<Event> {
+        match self {
+            NoticeRx::Channel(rx) => rx.try_recv().ok(),
+            NoticeRx::Tokio(rx) => rx.try_recv(),
+        }
+    }
+}
 
 /// One adapter on one runtime, as the scenarios drive it.
 pub trait Adapter: 'static {
@@ -338,7 +360,7 @@ impl Notices {
     /// The notices already delivered, without waiting.
     pub fn drain(&mut self) -> Vec<Event> {
         let mut events = Vec::new();
-        while let Ok(event) = self.rx.try_recv() {
+        while let Some(event) = self.rx.try_recv() {
             events.push(event);
         }
         events
@@ -590,7 +612,7 @@ pub fn futures_io_client<C: ticketing::futures_io::Connector>(
         })
         .expect("a valid client configuration");
     spawn(driver);
-    (handle, rx)
+    (handle, NoticeRx::Channel(rx))
 }
 
 /// A client of the endpoint, with the defaults of PROTOCOL.md.

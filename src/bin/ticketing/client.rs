@@ -214,7 +214,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         open -= 1;
         finish(done, &handle, &mut tags);
     }
-    while let Ok(event) = notices.try_recv() {
+    while let Some(event) = notices.try_recv() {
         notice(&event);
     }
     emit(json!({"type": "done"}));

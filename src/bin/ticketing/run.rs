@@ -118,7 +118,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
 /// for a message: what an acquire that never got a connection waited for.
 fn last_close(notices: &mut Notices) -> String {
     let mut last = None;
-    while let Ok(event) = notices.try_recv() {
+    while let Some(event) = notices.try_recv() {
         if let Event::Closed { addr, reason } = event {
             last = Some(format!(" (the last connection to {addr} closed: {reason})"));
         }
