@@ -100,7 +100,7 @@ fn nothing_is_sent_before_w_and_h_is_the_only_frame() {
 
     h.at_ms(10);
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     // A hint before W is allowed; it sends nothing either.
     h.at_ms(20);
     h.feed("L b:2\n");
@@ -132,17 +132,17 @@ fn nothing_is_sent_before_w_and_h_is_the_only_frame() {
 }
 
 #[test]
-fn the_handshake_is_h_1_client_id_and_credential_or_a_dash() {
+fn the_handshake_is_h_2_client_id_and_credential_or_a_dash() {
     let mut c = config();
     c.client_id = name("svc-7");
     let mut h = Harness::new(c.clone());
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 svc-7 -\n");
+    assert_eq!(h.take_sent(), "H 2 svc-7 -\n");
 
     c.credential = Some(name("s3cret"));
     let mut h = Harness::new(c);
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 svc-7 s3cret\n");
+    assert_eq!(h.take_sent(), "H 2 svc-7 s3cret\n");
     // H goes out once per connection, never again.
     h.feed("L a:1\n");
     h.at_ms(100);
@@ -293,7 +293,7 @@ fn m_not_allowlisted_from_the_hinted_node_forgets_that_hint() {
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
     reconnect_at(&mut h, until, "c:3");
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     let mark = h.actions.len();
     h.feed("M evil:666\n");
     let events = h.take_events();
@@ -358,7 +358,7 @@ fn e_no_leader_forgets_the_hint_and_backs_off_short() {
     let turn = ["b:2", "c:3", "a:1"];
     for n in 1..=7u32 {
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         h.feed("E no_leader\n");
         let events = h.take_events();
         assert_eq!(
@@ -377,7 +377,7 @@ fn e_not_active_moves_to_the_next_endpoint_with_its_backoff() {
     let turn = ["a:1", "b:2", "c:3"];
     for n in 0..=6u32 {
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         h.feed("E not_active\n");
         let events = h.take_events();
         assert_eq!(
@@ -399,7 +399,7 @@ fn e_auth_failed_tells_the_embedder_and_backs_off_long() {
     let turn = ["a:1", "b:2"];
     for n in 0..=7u32 {
         let conn = h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 wrong\n");
+        assert_eq!(h.take_sent(), "H 2 c1 wrong\n");
         let mark = h.actions.len();
         h.feed("E auth_failed\n");
         let events = h.take_events();
@@ -463,7 +463,7 @@ fn framing_cases() -> Vec<(&'static str, Vec<u8>)> {
         case("empty_field", "T 1 A k \n"),
         case("unknown_kind", "X 1 A k\n"),
         case("unknown_kind", "TT 1 A k\n"),
-        case("unknown_kind", "H 1 c1 -\n"),
+        case("unknown_kind", "H 2 c1 -\n"),
         case("field_count", "T 1 A\n"),
         case("field_count", "G 1 A k 9\n"),
         case("field_count", "W node-1\n"),
@@ -474,16 +474,16 @@ fn framing_cases() -> Vec<(&'static str, Vec<u8>)> {
         ),
         case("not_a_number", "T one A k\n"),
         case("not_a_number", "T -1 A k\n"),
-        case("not_a_number", "G 1 A k 9 +5\n"),
+        case("not_a_number", "G 1 A k 9 +5 0\n"),
         case("leading_zero", "T 01 A k\n"),
-        case("leading_zero", "G 1 A k 09 5000\n"),
+        case("leading_zero", "G 1 A k 09 5000 0\n"),
         case("overflow", "T 18446744073709551616 A k\n"),
         case("bad_op", "T 1 Y k\n"),
         case("bad_pairing", "T 1 X k\n"),
         case("bad_pairing", "G 1 R k 9 5000\n"),
         case("bad_pairing", "D 1 A k\n"),
         case("bad_pairing", "B 1 R k\n"),
-        case("zero_lease", "G 1 A k 9 0\n"),
+        case("zero_lease", "G 1 A k 9 0 0\n"),
         case("window_too_small", "W node-1 1\n"),
         case("bad_address", "L nocolon\n"),
         case("bad_address", "M a:99999\n"),
@@ -502,7 +502,7 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
         let mark = h.actions.len();
         h.at_ms(20);
         let mut input = bad.clone();
-        input.extend_from_slice(b"G 1 A k 9 5000\n");
+        input.extend_from_slice(b"G 1 A k 9 5000 0\n");
         h.feed_bytes(&input);
         let events = h.take_events();
         assert_eq!(closed(&events), one_closed("a:1", &want), "{want}");
@@ -523,7 +523,7 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
         let mut h = Harness::new(config());
         let op = h.acquire("k", 10_000, 5_000);
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         h.at_ms(20);
         h.feed_bytes(&bad);
         let events = h.take_events();
@@ -630,7 +630,7 @@ fn redirects_reconnect_at_once_for_the_first_three_in_a_row_then_back_off() {
     let mut to = "a:1";
     for n in 0..3 {
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         let other = if to == "a:1" { "b:2" } else { "a:1" };
         let mark = h.actions.len();
         h.feed(&format!("M {other}\n"));
@@ -705,7 +705,7 @@ fn a_connect_to_the_hint_that_fails_or_times_out_backs_off_and_forgets_the_hint(
             }
             _ => {
                 h.connect();
-                assert_eq!(h.take_sent(), "H 1 c1 -\n");
+                assert_eq!(h.take_sent(), "H 2 c1 -\n");
                 h.at(h.now.saturating_add(ms(5_000)));
             }
         }
@@ -740,13 +740,13 @@ fn any_end_of_a_connection_to_the_hint_before_w_forgets_the_hint() {
     for (reason, bytes) in endings {
         let mut h = Harness::new(config3());
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         h.feed("M c:3\n");
         assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
         let (_, to) = h.last_connect().unwrap();
         assert_eq!(to, ep("c:3"), "redirected at once");
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         h.take_events();
         match reason {
             "eof" => h.transport_closed(TransportEnd::Eof),
@@ -776,7 +776,7 @@ fn an_m_from_the_hint_to_another_allowlisted_address_follows_it() {
     h.connect();
     h.feed("M c:3\n");
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\nH 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\nH 2 c1 -\n");
     let mark = h.actions.len();
     h.feed("M d:4\n");
     assert_eq!(h.client.leader_hint(), Some(&ep("d:4")));
@@ -820,7 +820,7 @@ fn a_handshake_without_an_answer_in_time_is_given_up() {
     let op = h.acquire("k", 20_000, 5_000);
     h.at_ms(100);
     let conn = h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     assert_eq!(h.take_events(), vec![Event::Connecting { addr: ep("a:1") }]);
     h.at_ms(5_099);
     assert!(h.take_events().is_empty());
@@ -889,7 +889,7 @@ fn a_partial_line_does_not_carry_over_to_the_next_connection() {
     assert_eq!(closed(&h.take_events()), one_closed("a:1", "eof"));
     h.next_deadline();
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     // Glued to the old fragment this would be "T 1 AW node-1 4".
     h.feed("W node-1 4\n");
     let events = h.take_events();
@@ -911,9 +911,9 @@ fn inputs_about_a_closed_connection_are_ignored() {
     );
     let new = h.connect();
     assert_ne!(new, old);
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     // The old connection's late answer, end and failure change nothing.
-    h.client.handle_bytes(h.now, old, b"G 1 A k 9 5000\n");
+    h.client.handle_bytes(h.now, old, b"G 1 A k 9 5000 0\n");
     h.client
         .handle_transport_closed(h.now, old, TransportEnd::Error);
     h.client.handle_connect_failed(h.now, old);

@@ -71,7 +71,7 @@ fn answers_reordered_for_one_key_are_matched_by_id() {
     // The later request is answered first, in the same chunk as the earlier
     // one's answer. Arrival order would give the T to the first acquire.
     h.at_ms(30);
-    h.feed("T 2 A k\nG 1 A k 11 5000\n");
+    h.feed("T 2 A k\nG 1 A k 11 5000 0\n");
     let events = h.take_events();
     assert_eq!(closed(&events), vec![]);
     let out = outcomes(&events);
@@ -98,7 +98,7 @@ fn the_same_op_and_key_three_times_in_flight_are_told_apart_by_id_alone() {
     // Scrambled: 3 is granted, 1 times out, then (after 3's release) 2 is
     // granted with a shorter lease.
     h.at_ms(10);
-    h.feed("G 3 A k 21 5000\n");
+    h.feed("G 3 A k 21 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, ops[2]);
@@ -120,7 +120,7 @@ fn the_same_op_and_key_three_times_in_flight_are_told_apart_by_id_alone() {
     assert_eq!(h.take_outcomes(), vec![(release, Outcome::Released)]);
 
     h.at_ms(30);
-    h.feed("G 2 A k 22 4000\n");
+    h.feed("G 2 A k 22 4000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, ops[1]);
@@ -160,7 +160,7 @@ fn the_pending_entry_is_registered_before_the_bytes_are_handed_out() {
     assert_eq!(&data[..], b"A 1 k o 1000 5000\n");
     // From the moment the Send is returned the request counts as sent.
     assert_eq!(in_flight(&h.client), (1, 1));
-    h.client.handle_bytes(h.now, conn, b"G 1 A k 3 5000\n");
+    h.client.handle_bytes(h.now, conn, b"G 1 A k 3 5000 0\n");
     h.pump();
     let events = h.take_events();
     assert_eq!(closed(&events), vec![]);
@@ -185,7 +185,7 @@ fn g_t_d_n_matched_end_the_operation_as_values() {
     // asked is fine); valid_until counts from when the request was sent,
     // expires_by from when the answer came, plus the settle margin.
     h.at_ms(40);
-    h.feed("G 1 A k1 42 3000\n");
+    h.feed("G 1 A k1 42 3000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, acquired);
@@ -239,7 +239,7 @@ fn an_answer_with_the_right_id_but_another_key_closes_and_its_grant_is_released(
     let mark = h.actions.len();
 
     h.at_ms(100);
-    h.feed("G 1 A other 9 5000\n");
+    h.feed("G 1 A other 9 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -310,7 +310,7 @@ fn an_acquire_answer_to_a_release_id_closes_and_the_release_goes_back_to_the_lan
     // A `G` for id 1 names op A: id 1 is a release. The connection closes,
     // the release is resent, and the stray grant is released as well.
     h.at_ms(20);
-    h.feed("G 1 A k 9 5000\n");
+    h.feed("G 1 A k 9 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -342,7 +342,7 @@ fn a_g_with_an_unknown_id_closes_and_is_released_by_exact_token() {
     let mark = h.actions.len();
 
     h.at_ms(50);
-    h.feed("G 7 A k 3 5000\n");
+    h.feed("G 7 A k 3 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -395,7 +395,7 @@ fn a_second_answer_to_one_id_closes_and_a_held_grant_is_not_released_behind_its_
     let op = h.acquire("k", 1_000, 5_000);
     assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
     h.at_ms(10);
-    h.feed("G 1 A k 9 5000\n");
+    h.feed("G 1 A k 9 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, op);
     let g = granted(&out[0].1).clone();
@@ -403,7 +403,7 @@ fn a_second_answer_to_one_id_closes_and_a_held_grant_is_not_released_behind_its_
     // The same G again: the id is no longer pending.
     let mark = h.actions.len();
     h.at_ms(20);
-    h.feed("G 1 A k 9 5000\n");
+    h.feed("G 1 A k 9 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -434,7 +434,7 @@ fn a_second_answer_granting_another_token_is_released_but_the_held_one_is_not() 
     let op = h.acquire("k", 1_000, 5_000);
     assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
     h.at_ms(10);
-    h.feed("G 1 A k 9 5000\n");
+    h.feed("G 1 A k 9 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, op);
     assert_eq!(granted(&out[0].1).token(), 9);
@@ -442,7 +442,7 @@ fn a_second_answer_granting_another_token_is_released_but_the_held_one_is_not() 
     // A second G for id 1 with token 10: that grant was never given to the
     // embedder, so it is released by its exact token.
     h.at_ms(20);
-    h.feed("G 1 A k 10 5000\n");
+    h.feed("G 1 A k 10 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -464,7 +464,7 @@ fn a_grant_with_a_longer_lease_than_asked_is_a_protocol_violation() {
     let mark = h.actions.len();
 
     h.at_ms(10);
-    h.feed("G 1 A k 9 5001\n");
+    h.feed("G 1 A k 9 5001 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -578,7 +578,7 @@ fn b_that_leaves_the_budget_no_room_for_another_attempt_is_busy_at_once() {
     assert!(backoffs(&events).is_empty());
     assert!(closed(&events).is_empty());
     assert_eq!(h.take_sent(), "");
-    h.feed("G 3 A k1 4 5000\n");
+    h.feed("G 3 A k1 4 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, roomy);
     // valid_until counts from the attempt that won.
@@ -632,12 +632,12 @@ fn an_answer_before_w_is_a_protocol_violation() {
     // Submitted before the connection: it waits for W, so it is not sent.
     let op = h.acquire("k", 10_000, 5_000);
     let conn = h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     h.take_events();
     let mark = h.actions.len();
 
     h.at_ms(10);
-    h.feed("G 1 A k 3 5000\n");
+    h.feed("G 1 A k 3 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -658,7 +658,7 @@ fn an_answer_before_w_is_a_protocol_violation() {
     h.ready(4);
     let left = t(10_000).saturating_duration_since(at).as_millis();
     assert_eq!(h.take_sent(), format!("R 1 k 3\nA 2 k o {left} 5000\n"));
-    h.feed("G 2 A k 4 5000\n");
+    h.feed("G 2 A k 4 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, op);
     assert_eq!(granted(&out[0].1).token(), 4);

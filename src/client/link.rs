@@ -264,6 +264,7 @@ impl Client {
                 "no_leader" => CloseReason::NoLeader,
                 "not_active" => CloseReason::NotActive,
                 "auth_failed" => CloseReason::AuthFailed,
+                "unsupported_version" => CloseReason::UnsupportedVersion,
                 _ => CloseReason::ServerError(Name::from(reason)),
             }),
             ServerFrame::Answer(answer) => {
@@ -336,6 +337,12 @@ impl Client {
                 });
                 Some(BackoffCause::AuthFailed)
             }
+            CloseReason::UnsupportedVersion => {
+                self.events.push_back(Event::UnsupportedVersion {
+                    addr: conn.addr.clone(),
+                });
+                Some(BackoffCause::UnsupportedVersion)
+            }
             // Our own decisions: the connection itself was fine.
             CloseReason::Cancel | CloseReason::Shutdown => None,
             CloseReason::ConnectFailed
@@ -387,6 +394,7 @@ impl Client {
             BackoffCause::NoLeader => b.no_leader,
             BackoffCause::NotActive => b.not_active,
             BackoffCause::AuthFailed => b.auth_failed,
+            BackoffCause::UnsupportedVersion => b.unsupported_version,
             BackoffCause::Redirect => b.redirect,
             BackoffCause::Busy => b.busy,
         };
@@ -398,11 +406,12 @@ impl Client {
 
     /// Any close: sent acquires end Indeterminate and are never sent again;
     /// abandoned waiters are dropped (lease expiry settles them); sent
-    /// releases go back to the front of the lane, in their order; unsent
-    /// requests stay queued for the next connection.
+    /// releases and renewals go back to the front of the lane, in their
+    /// order; unsent requests stay queued for the next connection.
     fn settle_on_close(&mut self) {
         self.acquires_in_flight = 0;
         let mut releases = Vec::new();
+        let mut renewals = Vec::new();
         for (_, op) in self.pending.drain() {
             match Request::of(op) {
                 Request::Acquire(handle) => {
@@ -415,10 +424,14 @@ impl Client {
                     }
                 }
                 Request::Release(handle) => releases.push(handle),
+                Request::Renew(handle) => renewals.push(handle),
             }
         }
         for &release in releases.iter().rev() {
             self.requeue_release(release);
+        }
+        for &renewal in renewals.iter().rev() {
+            self.requeue_renewal(renewal);
         }
     }
 }

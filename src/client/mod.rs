@@ -51,6 +51,7 @@ mod link;
 mod matching;
 mod operations;
 mod outcome;
+mod renewal;
 mod store;
 
 use core::time::Duration;
@@ -66,6 +67,7 @@ use self::link::{Link, LinkState, Phase};
 use self::operations::{Acquire, Held, Hold};
 use self::outcome::{Issuer, OpKind};
 use self::store::{Fifo, Handle, Pending, SendBuffer, Slab};
+use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
 use crate::time::Time;
@@ -77,6 +79,8 @@ use crate::wire::LineReader;
 enum Request {
     Acquire(Handle),
     Release(Handle),
+    /// A renewal of the held grant `Handle`.
+    Renew(Handle),
 }
 
 impl Request {
@@ -85,6 +89,7 @@ impl Request {
         match self {
             Request::Acquire(handle) => OpId::of(OpKind::Acquire, handle),
             Request::Release(handle) => OpId::of(OpKind::Release, handle),
+            Request::Renew(handle) => OpId::of(OpKind::Grant, handle),
         }
     }
 
@@ -93,7 +98,8 @@ impl Request {
         match op.parts() {
             Some((OpKind::Acquire, handle)) => Request::Acquire(handle),
             Some((OpKind::Release, handle)) => Request::Release(handle),
-            _ => unreachable!("only acquires and releases are sent"),
+            Some((OpKind::Grant, handle)) => Request::Renew(handle),
+            None => unreachable!("only requests are in flight"),
         }
     }
 }
@@ -230,6 +236,11 @@ pub struct Client {
     queue: Fifo,
     /// The release lane: releases waiting to be sent.
     lane: Fifo,
+    /// Renewals waiting to be sent, after releases and before acquires.
+    renewals: Fifo,
+    /// Acquires that asked for automatic renewal of their grant, and for
+    /// how long at most.
+    renew_on_grant: IdMap<Handle, Duration>,
     /// The id of the next request.
     next_id: u64,
     /// Acquires among the requests in flight.
@@ -268,6 +279,8 @@ impl Client {
             pending: Pending::default(),
             queue: Fifo::default(),
             lane: Fifo::default(),
+            renewals: Fifo::default(),
+            renew_on_grant: IdMap::default(),
             next_id: 1,
             acquires_in_flight: 0,
             open_acquires: 0,
@@ -309,7 +322,77 @@ impl Client {
         wait: Duration,
         lease: Duration,
     ) -> Result<OpId, Error> {
-        self.step(now, |client| client.submit_acquire(key, owner, wait, lease))
+        self.step(now, |client| {
+            client.submit_acquire(key, owner, wait, lease, None)
+        })
+    }
+
+    /// As [`acquire`](Client::acquire), and the grant, once granted, is
+    /// renewed automatically (PROTOCOL.md section 5, "Renewal") for at
+    /// most `limit` from then (`None`: until released).
+    ///
+    /// An automatically renewed grant is renewed, asking for `lease`,
+    /// whenever less than two thirds of its lease is left: [`Event::Renewed`]
+    /// says how long it is good for now; [`Event::LeaseJeopardy`] that
+    /// renewals have gone unanswered for a third of a lease;
+    /// [`Event::LeaseLost`] that the server no longer has it;
+    /// [`Event::LeaseExpired`] that its `valid_until` has passed.
+    pub fn acquire_renewing(
+        &mut self,
+        now: Time,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+    ) -> Result<OpId, Error> {
+        let limit = limit.unwrap_or(Duration::MAX);
+        self.step(now, |client| {
+            client.submit_acquire(key, owner, wait, lease, Some(limit))
+        })
+    }
+
+    /// Renews a held grant once, by its exact token, asking for `lease`
+    /// (`None`: its acquire's lease). At most one renewal of a grant is in
+    /// flight: with one already asked for, this changes nothing. Refused for
+    /// a grant this client does not hold ([`Error::GrantNotHeld`]), one
+    /// another client issued, one whose `valid_until` has passed
+    /// ([`Error::LeaseExpired`]), and while shutting down.
+    pub fn renew(
+        &mut self,
+        now: Time,
+        grant: &Grant,
+        lease: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.step(now, |client| client.submit_renew(grant, lease))
+    }
+
+    /// Starts renewing a held grant automatically, for at most `limit` from
+    /// now (`None`: until released); see
+    /// [`acquire_renewing`](Client::acquire_renewing). Refused as
+    /// [`renew`](Client::renew) is.
+    pub fn auto_renew(
+        &mut self,
+        now: Time,
+        grant: &Grant,
+        limit: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.step(now, |client| client.set_auto_renew(grant, true, limit))
+    }
+
+    /// Stops renewing a held grant automatically (a renewal already in
+    /// flight is still answered). It then runs out at its `valid_until`
+    /// unless renewed or released.
+    pub fn stop_renewing(&mut self, now: Time, grant: &Grant) -> Result<(), Error> {
+        self.step(now, |client| client.set_auto_renew(grant, false, None))
+    }
+
+    /// Until when the holder may count on `grant` now, renewals included:
+    /// `None` once this client no longer holds it (released, handed back,
+    /// lost, or issued by another client). It may lie in the past: an
+    /// expired grant is still the holder's to release.
+    pub fn valid_until(&self, grant: &Grant) -> Option<Time> {
+        self.current_valid_until(grant)
     }
 
     /// Releases a grant this client handed out, by its exact token. The

@@ -135,7 +135,7 @@ impl Harness {
     /// <window>`. Returns the connection.
     pub fn ready(&mut self, window: u64) -> ConnId {
         let conn = self.connect();
-        assert_eq!(self.take_sent(), "H 1 c1 -\n");
+        assert_eq!(self.take_sent(), "H 2 c1 -\n");
         self.feed(&format!("W node-1 {window}\n"));
         conn
     }
@@ -181,6 +181,59 @@ impl Harness {
             .expect("accepted");
         self.pump();
         op
+    }
+}
+
+impl Harness {
+    /// Acquires `key` with owner `o`, renewed automatically once granted,
+    /// for at most `limit_ms` of holding (`None`: no limit).
+    pub fn acquire_renewing(
+        &mut self,
+        key_: &str,
+        wait_ms: u64,
+        lease_ms: u64,
+        limit_ms: Option<u64>,
+    ) -> OpId {
+        let op = self
+            .client
+            .acquire_renewing(
+                self.now,
+                key(key_),
+                name("o"),
+                ms(wait_ms),
+                ms(lease_ms),
+                limit_ms.map(ms),
+            )
+            .expect("accepted");
+        self.pump();
+        op
+    }
+
+    /// The grant of `op`, answered now by `answer`: checks that it is the
+    /// one outcome among the events, and keeps the other events.
+    pub fn granted_by(&mut self, op: OpId, answer: &str) -> ticketing::client::Grant {
+        self.feed(answer);
+        let events = std::mem::take(&mut self.events);
+        let mut grant = None;
+        for event in events {
+            match event {
+                Event::Outcome {
+                    op: done,
+                    outcome: Outcome::Granted(g),
+                } if done == op => grant = Some(g),
+                Event::Outcome { .. } => panic!("another outcome: {event:?}"),
+                other => self.events.push(other),
+            }
+        }
+        grant.expect("granted")
+    }
+
+    /// Renews `grant` once now (the command must be accepted), and drains.
+    pub fn renew(&mut self, grant: &ticketing::client::Grant, lease_ms: Option<u64>) {
+        self.client
+            .renew(self.now, grant, lease_ms.map(ms))
+            .expect("accepted");
+        self.pump();
     }
 }
 
