@@ -37,8 +37,9 @@ fn below(g: &mut Gen, n: u64) -> u64 {
 /// of a scenario is a scenario: that is what shrinking relies on.
 #[derive(Debug, Clone)]
 enum Op {
-    /// Accept a connection in `slot`; queue its `H` unless `hello` is false.
-    Connect { slot: u64, hello: bool },
+    /// Accept a connection in `slot`; queue its `H` unless `hello` is
+    /// false, with version 2 if `v2`.
+    Connect { slot: u64, hello: bool, v2: bool },
     Acquire {
         slot: u64,
         key: usize,
@@ -50,6 +51,14 @@ enum Op {
         slot: u64,
         key: usize,
         pick: u8,
+        deliver: u8,
+    },
+    /// `X` (a protocol violation on version 1).
+    Renew {
+        slot: u64,
+        key: usize,
+        pick: u8,
+        lease_ms: u64,
         deliver: u8,
     },
     /// A frame that is malformed, or a second `H`.
@@ -77,8 +86,9 @@ impl Arbitrary for Op {
             0..=9 => Op::Connect {
                 slot,
                 hello: below(g, 12) != 0,
+                v2: below(g, 4) != 0,
             },
-            10..=39 => Op::Acquire {
+            10..=33 => Op::Acquire {
                 slot,
                 key: below(g, KEYS.len() as u64) as usize,
                 wait_ms: *g
@@ -87,6 +97,13 @@ impl Arbitrary for Op {
                 lease_ms: *g
                     .choose(&[1, 3, 10, 50, 100, 149, 150, 151, 400, u64::MAX])
                     .unwrap_or(&1),
+                deliver,
+            },
+            34..=39 => Op::Renew {
+                slot,
+                key: below(g, KEYS.len() as u64) as usize,
+                pick: u8::arbitrary(g),
+                lease_ms: *g.choose(&[1, 10, 100, 400, u64::MAX]).unwrap_or(&1),
                 deliver,
             },
             40..=59 => Op::Release {
@@ -164,7 +181,9 @@ impl Arbitrary for Scenario {
 /// A frame as the model sees it.
 #[derive(Debug, Clone)]
 enum Frame {
-    Hello,
+    Hello {
+        v2: bool,
+    },
     Acquire {
         id: u64,
         key: String,
@@ -175,6 +194,12 @@ enum Frame {
         id: u64,
         key: String,
         token: u64,
+    },
+    Renew {
+        id: u64,
+        key: String,
+        token: u64,
+        lease_ms: u64,
     },
     Bad,
 }
@@ -199,12 +224,16 @@ struct MWaiter {
     key: String,
     deadline: u64,
     lease_ms: u64,
+    since: u64,
+    wait_ms: u64,
 }
 
 #[derive(Default)]
 struct MConn {
     open: bool,
     ready: bool,
+    /// Its `H` said version 2.
+    v2: bool,
     /// When it is closed if it is not `ready` by then.
     hello_deadline: u64,
     unanswered: u64,
@@ -290,7 +319,8 @@ impl Model {
         }
     }
 
-    fn grant(&mut self, conn: usize, id: u64, key: &str, lease_ms: u64, at: u64) {
+    /// Grants `key` to request `id` of `conn`, which waited `waited` ms.
+    fn grant(&mut self, conn: usize, id: u64, key: &str, lease_ms: u64, at: u64, waited: u64) {
         self.last_token += 1;
         let token = self.last_token;
         self.grants.push(MGrant {
@@ -298,14 +328,20 @@ impl Model {
             token,
             expires: at.saturating_add(lease_ms.saturating_mul(MS)),
         });
-        self.answer(conn, &format!("G {id} A {key} {token} {lease_ms}"));
+        let line = if self.conns[conn].v2 {
+            format!("G {id} A {key} {token} {lease_ms} {waited}")
+        } else {
+            format!("G {id} A {key} {token} {lease_ms}")
+        };
+        self.answer(conn, &line);
     }
 
     /// Grants `key`, now free, to its first waiter, if any.
     fn grant_next(&mut self, key: &str, at: u64) {
         if let Some(i) = self.waiters.iter().position(|w| w.key == key) {
             let w = self.waiters.remove(i);
-            self.grant(w.conn, w.id, &w.key, w.lease_ms, at);
+            let waited = ((at - w.since) / MS).min(w.wait_ms);
+            self.grant(w.conn, w.id, &w.key, w.lease_ms, at, waited);
         }
     }
 
@@ -315,10 +351,11 @@ impl Model {
         }
         if !self.conns[conn].ready {
             match frame {
-                Frame::Hello => match self.farewell() {
+                Frame::Hello { v2 } => match self.farewell() {
                     Some(farewell) => self.close(conn, farewell),
                     None => {
                         self.conns[conn].ready = true;
+                        self.conns[conn].v2 = v2;
                         self.say(conn, &format!("W n1 {}", self.window));
                         if let Some(hint) = self.hint.clone() {
                             self.say(conn, &format!("L {hint}"));
@@ -331,9 +368,10 @@ impl Model {
             return;
         }
         match frame {
-            Frame::Hello => self.close(conn, "E duplicate_hello"),
+            Frame::Hello { .. } => self.close(conn, "E duplicate_hello"),
             Frame::Bad => self.close(conn, "E bad_frame"),
-            Frame::Acquire { .. } | Frame::Release { .. }
+            Frame::Renew { .. } if !self.conns[conn].v2 => self.close(conn, "E bad_frame"),
+            Frame::Acquire { .. } | Frame::Release { .. } | Frame::Renew { .. }
                 if self.conns[conn].unanswered + 1 > self.window =>
             {
                 self.close(conn, "E window")
@@ -349,7 +387,7 @@ impl Model {
                 let held = self.grants.iter().any(|g| g.key == key);
                 let queued = self.waiters.iter().filter(|w| w.key == key).count();
                 if !held && queued == 0 {
-                    self.grant(conn, id, &key, lease_ms, now);
+                    self.grant(conn, id, &key, lease_ms, now, 0);
                 } else if wait_ms == 0 {
                     self.answer(conn, &format!("T {id} A {key}"));
                 } else if queued >= self.queue_limit || self.waiters.len() >= self.max_waiters {
@@ -361,6 +399,8 @@ impl Model {
                         key,
                         deadline: now.saturating_add(wait_ms.saturating_mul(MS)),
                         lease_ms,
+                        since: now,
+                        wait_ms,
                     });
                 }
             }
@@ -377,6 +417,27 @@ impl Model {
                         self.grant_next(&key, now);
                     }
                     None => self.answer(conn, &format!("N {id} R {key}")),
+                }
+            }
+            Frame::Renew {
+                id,
+                key,
+                token,
+                lease_ms,
+            } => {
+                self.conns[conn].unanswered += 1;
+                let lease_ms = lease_ms.min(self.max_lease_ms);
+                match self
+                    .grants
+                    .iter_mut()
+                    .find(|g| g.key == key && g.token == token)
+                {
+                    Some(g) => {
+                        let end = now.saturating_add(lease_ms.saturating_mul(MS));
+                        g.expires = g.expires.max(end);
+                        self.answer(conn, &format!("G {id} X {key} {token} {lease_ms}"));
+                    }
+                    None => self.answer(conn, &format!("N {id} X {key}")),
                 }
             }
         }
@@ -529,9 +590,34 @@ impl Run {
         }
     }
 
+    /// The next request id of the open client in `slot`.
+    fn next_id(&mut self, slot: u64) -> Option<u64> {
+        let client = self.open(slot)?;
+        let id = client.next_id;
+        client.next_id += 1;
+        Some(id)
+    }
+
+    /// A token to release or renew `KEYS[key]` with: mostly its holder's,
+    /// else one near the latest, else any.
+    fn pick_token(&self, key: usize, pick: u8) -> u64 {
+        let held = self
+            .model
+            .grants
+            .iter()
+            .find(|g| g.key == KEYS[key])
+            .map(|g| g.token);
+        let last = self.model.last_token;
+        match (pick, held) {
+            (0..=149, Some(token)) => token,
+            (0..=199, _) => last.saturating_sub(u64::from(pick % 3)),
+            _ => u64::from(pick),
+        }
+    }
+
     fn step(&mut self, op: &Op) {
         match *op {
-            Op::Connect { slot, hello } => {
+            Op::Connect { slot, hello, v2 } => {
                 if self.open(slot).is_some() {
                     return;
                 }
@@ -557,7 +643,9 @@ impl Run {
                     },
                 );
                 if hello {
-                    self.queue(slot, format!("H 1 c{model} -"), Frame::Hello, 0);
+                    let version = if v2 { 2 } else { 1 };
+                    let line = format!("H {version} c{model} -");
+                    self.queue(slot, line, Frame::Hello { v2 }, 0);
                 }
             }
             Op::Acquire {
@@ -567,11 +655,9 @@ impl Run {
                 lease_ms,
                 deliver,
             } => {
-                let Some(client) = self.open(slot) else {
+                let Some(id) = self.next_id(slot) else {
                     return;
                 };
-                let id = client.next_id;
-                client.next_id += 1;
                 let key = KEYS[key].to_string();
                 let line = format!("A {id} {key} o{slot} {wait_ms} {lease_ms}");
                 let frame = Frame::Acquire {
@@ -588,26 +674,34 @@ impl Run {
                 pick,
                 deliver,
             } => {
-                let held = self
-                    .model
-                    .grants
-                    .iter()
-                    .find(|g| g.key == KEYS[key])
-                    .map(|g| g.token);
-                let last = self.model.last_token;
-                let token = match (pick, held) {
-                    (0..=149, Some(token)) => token,
-                    (0..=199, _) => last.saturating_sub(u64::from(pick % 3)),
-                    _ => u64::from(pick),
-                };
-                let Some(client) = self.open(slot) else {
+                let token = self.pick_token(key, pick);
+                let Some(id) = self.next_id(slot) else {
                     return;
                 };
-                let id = client.next_id;
-                client.next_id += 1;
                 let key = KEYS[key].to_string();
                 let line = format!("R {id} {key} {token}");
                 self.queue(slot, line, Frame::Release { id, key, token }, deliver);
+            }
+            Op::Renew {
+                slot,
+                key,
+                pick,
+                lease_ms,
+                deliver,
+            } => {
+                let token = self.pick_token(key, pick);
+                let Some(id) = self.next_id(slot) else {
+                    return;
+                };
+                let key = KEYS[key].to_string();
+                let line = format!("X {id} {key} {token} {lease_ms}");
+                let frame = Frame::Renew {
+                    id,
+                    key,
+                    token,
+                    lease_ms,
+                };
+                self.queue(slot, line, frame, deliver);
             }
             Op::Junk {
                 slot,
@@ -620,7 +714,7 @@ impl Run {
                     2 => ("", Frame::Bad),
                     3 => ("R 1 k0", Frame::Bad),
                     4 => ("A 1 k0 o 0 0", Frame::Bad),
-                    _ => ("H 1 again -", Frame::Hello),
+                    _ => ("H 1 again -", Frame::Hello { v2: false }),
                 };
                 self.queue(slot, line.to_string(), frame, deliver);
             }
@@ -820,6 +914,8 @@ fn the_traffic_reaches_every_rule() {
     }
     for needle in [
         "\nG ",
+        " X ",
+        "\nN ",
         "\nT ",
         "\nB ",
         "\nD ",
@@ -837,4 +933,12 @@ fn the_traffic_reaches_every_rule() {
     ] {
         assert!(seen.contains(needle), "no {needle:?} in the traffic");
     }
+    // Version 2 grants that waited, and version 1 grants after a wait.
+    let grants: Vec<Vec<&str>> = seen
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .filter(|f| f[0] == "G" && f[2] == "A")
+        .collect();
+    assert!(grants.iter().any(|f| f.len() == 7 && f[6] != "0"));
+    assert!(grants.iter().any(|f| f.len() == 6));
 }

@@ -96,6 +96,22 @@ impl Harness {
         conn
     }
 
+    /// The same with `H 2`.
+    fn connect_v2(&mut self) -> ConnId {
+        let conn = self.accept();
+        self.clients += 1;
+        self.send(conn, &format!("H 2 c{} -\n", self.clients));
+        assert_eq!(self.take(conn), "W n1 4\n");
+        conn
+    }
+
+    /// Moves the clock to `ns` nanoseconds and fires the timers.
+    fn at_ns(&mut self, ns: u64) {
+        self.now = Time::from_nanos(ns);
+        self.server.handle_timeout(self.now);
+        self.pump();
+    }
+
     fn send(&mut self, conn: ConnId, text: &str) {
         self.server.handle_bytes(self.now, conn, text.as_bytes());
         self.pump();
@@ -177,13 +193,25 @@ fn second_hello_closes_the_connection() {
 }
 
 #[test]
-fn wrong_version_closes_the_connection() {
+fn versions_1_and_2_are_spoken_and_any_other_is_refused_and_closed() {
     let mut h = leader();
-    let a = h.accept();
-    h.send(a, "H 2 c -\nA 1 k o 0 10\n");
-    assert_eq!(h.take(a), "E unsupported_version\n");
-    assert!(h.closed(a));
-    assert_eq!(h.token("k"), None, "nothing after the refused H is read");
+    for version in ["0", "3", "18446744073709551615"] {
+        let a = h.accept();
+        h.send(a, &format!("H {version} c -\nA 1 k o 0 10\n"));
+        assert_eq!(h.take(a), "E unsupported_version\n", "H {version}");
+        assert!(h.closed(a));
+    }
+    assert_eq!(h.token("k"), None, "nothing after a refused H is read");
+    let one = h.connect();
+    let two = h.connect_v2();
+    h.send(one, "A 1 k o 0 10\n");
+    h.send(two, "A 1 j o 0 10\n");
+    assert_eq!(h.take(one), "G 1 A k 1 10\n", "version 1: no waited_ms");
+    assert_eq!(
+        h.take(two),
+        "G 1 A j 2 10 0\n",
+        "version 2: granted at once"
+    );
 }
 
 #[test]
@@ -1057,6 +1085,142 @@ fn rule10_a_late_input_fires_handshake_timeouts_among_the_other_timers_in_time_o
         ]
     );
     assert_eq!(run().1, after, "deterministic");
+}
+
+// ----- version 2: waited_ms and renewal (rules 3 and 9) ---------------------
+
+#[test]
+fn rule3_a_v2_grant_says_how_long_it_waited_in_whole_ms_rounded_down() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect_v2();
+    let c = h.connect();
+    h.send(a, "A 1 k o 0 1000\n");
+    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    h.at_ns(400_000); // 0.4 ms
+    h.send(b, "A 1 k o 5000 300\n");
+    h.send(c, "A 1 k o 5000 300\n");
+    assert_eq!(h.take(b), "", "queued");
+    h.at(999);
+    assert_eq!(h.take(b), "");
+    h.at(1000);
+    // Waited 999.6 ms: 999, rounded down.
+    assert_eq!(h.take(b), "G 1 A k 2 300 999\n");
+    h.at(1300);
+    assert_eq!(
+        h.take(c),
+        "G 1 A k 3 300\n",
+        "version 1 grants keep their form, waiting or not"
+    );
+}
+
+#[test]
+fn rule3_waited_ms_is_never_more_than_the_wait_asked() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect_v2();
+    h.send(a, "A 1 k o 0 1000\n");
+    h.send(b, "A 7 k o 1000 10\n");
+    // Its wait ends exactly when the key frees: granted, after all of it.
+    h.at(1000);
+    assert_eq!(h.take(b), "G 7 A k 2 10 1000\n");
+    // Released by token, the next waiter is granted at the release.
+    h.send(b, "A 8 k o 50 10\nR 9 k 2\n");
+    assert_eq!(h.take(b), "D 9 R k\nG 8 A k 3 10 0\n");
+}
+
+#[test]
+fn rule9_a_renewal_by_exact_token_extends_the_lease_from_now() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    h.send(a, "A 1 k o 0 100\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100 0\n");
+    h.at(50);
+    h.send(a, "X 2 k 1 200\n");
+    assert_eq!(h.take(a), "G 2 X k 1 200\n");
+    assert_eq!(h.server.holder("k").unwrap().expires_at, t(250));
+    assert_eq!(h.token("k"), Some(1), "the token stays");
+    h.at(249);
+    assert_eq!(h.token("k"), Some(1), "past its first lease");
+    h.at(250);
+    assert_eq!(h.token("k"), None, "the renewed lease ran out");
+}
+
+#[test]
+fn rule9_a_renewal_never_shortens_and_is_capped_at_the_maximum() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    h.send(a, "A 1 k o 0 800\n");
+    h.take(a);
+    h.at(100);
+    h.send(a, "X 2 k 1 10\n");
+    assert_eq!(
+        h.take(a),
+        "G 2 X k 1 10\n",
+        "answered G, the lease it asked, even though it shortens nothing"
+    );
+    assert_eq!(h.server.holder("k").unwrap().expires_at, t(800));
+    h.send(a, "X 3 k 1 5000\n");
+    assert_eq!(h.take(a), "G 3 X k 1 1000\n", "capped at the 1 s maximum");
+    assert_eq!(h.server.holder("k").unwrap().expires_at, t(1100));
+}
+
+#[test]
+fn rule9_anything_but_the_current_grant_s_exact_token_is_answered_n() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    let b = h.connect_v2();
+    h.send(a, "A 1 k o 0 100\n");
+    h.take(a);
+    h.send(a, "X 2 k 2 100\nX 3 nope 1 100\nX 4 k 0 100\n");
+    assert_eq!(h.take(a), "N 2 X k\nN 3 X nope\nN 4 X k\n");
+    // From any connection, by token.
+    h.send(b, "X 1 k 1 100\n");
+    assert_eq!(h.take(b), "G 1 X k 1 100\n");
+    // Gone: a renewal never brings it back.
+    h.send(b, "R 2 k 1\nX 3 k 1 100\n");
+    assert_eq!(h.take(b), "D 2 R k\nN 3 X k\n");
+    h.send(a, "A 5 k o 0 100\n");
+    assert_eq!(h.take(a), "G 5 A k 2 100 0\n");
+    h.at(100);
+    h.send(a, "X 6 k 2 100\n");
+    assert_eq!(h.take(a), "N 6 X k\n", "expired: gone");
+}
+
+#[test]
+fn rule9_a_renewal_is_never_queued_nor_answered_b_or_t() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    let b = h.connect_v2();
+    h.send(a, "A 1 k o 0 100\nA 2 j o 0 100\n");
+    h.take(a);
+    // Both queues and the server's waiters full (2 per key, 3 in all).
+    h.send(
+        b,
+        "A 1 k o 5000 10\nA 2 k o 5000 10\nA 3 j o 5000 10\nA 4 k o 5000 10\n",
+    );
+    assert_eq!(h.take(b), "B 4 A k\n");
+    h.send(a, "X 3 k 1 500\n");
+    assert_eq!(h.take(a), "G 3 X k 1 500\n");
+    assert_eq!(h.server.queue_len("k"), 2);
+    h.at(100);
+    assert_eq!(h.take(b), "G 3 A j 3 10 100\n", "j ran out at 100");
+    h.at(500);
+    assert_eq!(h.take(b), "G 1 A k 4 10 500\n", "k only at its renewed end");
+}
+
+#[test]
+fn rule9_on_a_version_1_connection_x_is_a_protocol_violation() {
+    let mut h = leader();
+    let a = h.connect();
+    h.send(a, "A 1 k o 0 100\nX 2 k 1 100\nR 3 k 1\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100\nE bad_frame\n");
+    assert!(h.closed(a));
+    assert_eq!(
+        h.token("k"),
+        Some(1),
+        "the grant stays; nothing after X is read"
+    );
 }
 
 // ----- tokens -------------------------------------------------------------

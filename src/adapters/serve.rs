@@ -355,6 +355,13 @@ impl Link {
     }
 }
 
+/// The wall clock, in whole milliseconds since 1970 (0 before it).
+pub(crate) fn unix_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, crate::time::duration_millis)
+}
+
 /// The core's time at the present instant, its time counting from `start`.
 fn time_since(start: Instant) -> Time {
     Time::from_nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
@@ -569,8 +576,17 @@ impl Serving {
                         link.retire();
                     }
                 }
+                Action::NeedEpoch { after } => self.new_epoch(after),
             }
         }
+    }
+
+    /// Gives the core the epoch after `after` that it asked for:
+    /// `max(after + 1, now in ms)` (PROTOCOL.md 4.1).
+    fn new_epoch(&mut self, after: u64) {
+        let epoch = after.saturating_add(1).max(unix_millis());
+        // Refused only for an epoch past 2109, or one not asked for.
+        let _ = self.server.begin_epoch(self.now(), epoch);
     }
 
     /// Writes the core's answers, as far as the sockets take them.

@@ -633,6 +633,9 @@ impl World {
                 }
                 self.reap(id);
             }
+            // The simulator's cores take their epochs themselves
+            // (`EpochSource::Core`): they never ask.
+            ServerAction::NeedEpoch { .. } => {}
         }
     }
 
