@@ -842,6 +842,15 @@ impl Server {
         unanswered: u64,
         request: ClientFrame<'_>,
     ) -> Result<(), Farewell> {
+        let v1 = self
+            .conns
+            .get(&conn)
+            .map_or(true, |c| c.version == Version::V1);
+        if v1 && matches!(request, ClientFrame::Renew { .. }) {
+            // Version 1 has no renewal: a frame of an unknown kind, whatever
+            // the window.
+            return Err(Farewell::Error(Reason::BadFrame));
+        }
         let counted = unanswered.saturating_add(1);
         if counted > self.config.window {
             return Err(Farewell::Error(Reason::Window));
@@ -902,14 +911,6 @@ impl Server {
                 token,
                 lease_ms,
             } => {
-                let v2 = self
-                    .conns
-                    .get(&conn)
-                    .is_some_and(|c| c.version == Version::V2);
-                if !v2 {
-                    // Version 1 has no renewal: a frame of an unknown kind.
-                    return Err(Farewell::Error(Reason::BadFrame));
-                }
                 let lease_ms =
                     lease_ms.min(NonZeroU64::new(limits.max_lease_ms).unwrap_or(NonZeroU64::MIN));
                 let kind = match self.table.renew(self.now, conn, key, token, lease_ms) {

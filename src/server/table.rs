@@ -845,6 +845,12 @@ impl LockTable {
         Some(waiter)
     }
 
+    /// Sets the term's counter, as if `n` grants had been made.
+    #[cfg(test)]
+    pub(crate) fn set_count(&mut self, n: u64) {
+        self.counter.count = n;
+    }
+
     /// Checks that every index agrees with every other.
     #[cfg(test)]
     pub(crate) fn check(&self) {
