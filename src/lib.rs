@@ -63,6 +63,8 @@ pub use adapters::blocking;
 pub use adapters::futures_io;
 #[cfg(feature = "server")]
 pub use adapters::serve;
+#[cfg(feature = "server")]
+pub use adapters::state;
 #[cfg(feature = "tokio")]
 pub use adapters::tokio;
 

@@ -13,6 +13,7 @@
 //! | `driver` | the poll-driven driver future and the cloneable handle shared by the tokio and futures-io adapters |
 //! | `tokio`, `futures_io`, `blocking` | the client adapters |
 //! | `serve` | the server core on tokio and TCP |
+//! | `state` | a state directory: the epoch and the table, kept durably |
 //!
 //! [`Time`]: crate::Time
 
@@ -26,5 +27,7 @@ pub mod futures_io;
 pub mod serve;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) mod shell;
+#[cfg(feature = "server")]
+pub mod state;
 #[cfg(feature = "tokio")]
 pub mod tokio;

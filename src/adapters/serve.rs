@@ -41,6 +41,7 @@ use ::tokio::time::Sleep;
 use bytes::Bytes;
 
 use crate::adapters::driver::{lock, register};
+use crate::adapters::state::{Epochs, WallClock};
 use crate::names::Endpoint;
 use crate::server::{Action, ConnId, LockTable, Role, Server};
 use crate::time::Time;
@@ -140,9 +141,22 @@ pub fn spawn_with_origin(
     server: Server,
     origin: Instant,
 ) -> io::Result<ServerHandle> {
+    spawn_with_epochs(listener, server, origin, Box::new(WallClock))
+}
+
+/// The same, with the epochs the core asks for
+/// ([`EpochSource::Driver`](crate::server::EpochSource::Driver)) coming
+/// from `epochs`: a state directory keeps each before it is used. While
+/// it fails, nothing is granted and it is tried again on every turn.
+pub fn spawn_with_epochs(
+    listener: TcpListener,
+    server: Server,
+    origin: Instant,
+    epochs: Box<dyn Epochs>,
+) -> io::Result<ServerHandle> {
     let addr = listener.local_addr()?;
     let (control, rx) = mpsc::unbounded_channel();
-    let task = ::tokio::spawn(run(listener, server, rx, origin));
+    let task = ::tokio::spawn(run(listener, server, rx, origin, epochs));
     Ok(ServerHandle {
         control,
         addr,
@@ -355,13 +369,6 @@ impl Link {
     }
 }
 
-/// The wall clock, in whole milliseconds since 1970 (0 before it).
-pub(crate) fn unix_millis() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, crate::time::duration_millis)
-}
-
 /// The core's time at the present instant, its time counting from `start`.
 fn time_since(start: Instant) -> Time {
     Time::from_nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
@@ -394,6 +401,10 @@ struct Serving {
     accept_paused: bool,
     /// The next pause if accepting fails again.
     accept_backoff: Duration,
+    /// Where the epochs the core asks for come from.
+    epochs: Box<dyn Epochs>,
+    /// The core asked for the epoch after this one and has not got it.
+    wanted_epoch: Option<u64>,
 }
 
 impl Serving {
@@ -431,6 +442,10 @@ impl Serving {
                 Poll::Ready(None) => return None,
                 Poll::Pending => break,
             }
+        }
+        if self.wanted_epoch.is_some() {
+            self.give_epoch();
+            self.answer();
         }
         progress |= self.accept(cx);
         self.turn.append(&mut lock(&self.ready.conns));
@@ -581,12 +596,22 @@ impl Serving {
         }
     }
 
-    /// Gives the core the epoch after `after` that it asked for:
-    /// `max(after + 1, now in ms)` (PROTOCOL.md 4.1).
+    /// Gives the core the epoch after `after` that it asked for, once it
+    /// is kept; if keeping it fails, it is tried again on the next turn.
     fn new_epoch(&mut self, after: u64) {
-        let epoch = after.saturating_add(1).max(unix_millis());
-        // Refused only for an epoch past 2109, or one not asked for.
-        let _ = self.server.begin_epoch(self.now(), epoch);
+        self.wanted_epoch = Some(after);
+        self.give_epoch();
+    }
+
+    fn give_epoch(&mut self) {
+        let Some(after) = self.wanted_epoch else {
+            return;
+        };
+        if let Ok(epoch) = self.epochs.next(after) {
+            self.wanted_epoch = None;
+            // Refused only for an epoch past 2109.
+            let _ = self.server.begin_epoch(self.now(), epoch);
+        }
     }
 
     /// Writes the core's answers, as far as the sockets take them.
@@ -632,6 +657,7 @@ async fn run(
     server: Server,
     control: mpsc::UnboundedReceiver<Control>,
     start: Instant,
+    epochs: Box<dyn Epochs>,
 ) -> Server {
     let mut serving = Serving {
         server,
@@ -650,6 +676,8 @@ async fn run(
         accept_pause: Box::pin(::tokio::time::sleep_until(start.into())),
         accept_paused: false,
         accept_backoff: ACCEPT_BACKOFF_MIN,
+        epochs,
+        wanted_epoch: None,
     };
     poll_fn(|cx| serving.poll(cx)).await;
     serving.finish()

@@ -13,7 +13,6 @@ use siphasher::sip::SipHasher13;
 use thiserror::Error;
 
 use crate::names::Key;
-use crate::time::duration_millis;
 
 /// The first line of an epoch record.
 const EPOCH_MAGIC: &str = "ticketing-epoch 1";
@@ -100,7 +99,9 @@ impl TableImage {
         let _ = writeln!(body, "count {}", self.count);
         let _ = writeln!(body, "max_lease_ms {}", self.max_lease_ms);
         let _ = writeln!(body, "grace_ms {}", self.grace_ms);
-        let _ = writeln!(body, "written_ms {}", duration_millis(self.written_at));
+        // Rounded up, so that the time stopped is never counted too long.
+        let written_ms = self.written_at.as_nanos().div_ceil(1_000_000);
+        let _ = writeln!(body, "written_ms {written_ms}");
         let _ = writeln!(body, "grants {}", self.grants.len());
         for g in &self.grants {
             let _ = writeln!(body, "g {} {} {}", g.key.as_str(), g.token, g.remaining_ms);

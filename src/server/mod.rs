@@ -65,7 +65,8 @@ pub use config::{Config, ConfigError, Role};
 pub use image::{EpochRecord, ImageError, ImageGrant, TableImage};
 pub use table::{Holder, LockTable};
 pub use term::{
-    count_of, epoch_of, token, EpochSource, Term, TermError, COUNTER_BITS, MAX_EPOCH, TERM_GRANTS,
+    count_of, epoch_of, next_epoch, token, EpochSource, Term, TermError, COUNTER_BITS, MAX_EPOCH,
+    TERM_GRANTS,
 };
 
 use core::time::Duration;

@@ -9,7 +9,8 @@ use core::time::Duration;
 
 use thiserror::Error;
 
-use super::image::TableImage;
+use super::image::{EpochRecord, TableImage};
+use crate::time::duration_millis;
 
 /// The bits of a token that count the term's grants: `token = epoch * 2^22 + n`.
 pub const COUNTER_BITS: u32 = 22;
@@ -113,6 +114,83 @@ impl Term {
     }
 }
 
+impl Term {
+    /// The term of a server that keeps no state, started at `now` (the
+    /// wall clock, since 1970): epoch the first whole millisecond after
+    /// `now`, so that a restart can never reuse it; no grace, since such a
+    /// server cannot tell a first start from a restart. The driver makes
+    /// no grant before that millisecond has begun.
+    pub fn stateless(now: Duration) -> Term {
+        Term::First {
+            epoch: duration_millis(now).saturating_add(1),
+        }
+    }
+
+    /// The term a server that keeps state begins at `now` (the wall clock,
+    /// since 1970), from what it kept: the `previous` epoch record, if it
+    /// ever had a term, and the `table` its last clean stop wrote, if one
+    /// was there and intact (PROTOCOL.md 4.1):
+    ///
+    /// - the epoch is `max(previous + 1, now in ms)`;
+    /// - with the table of the previous term ([`Term::Resumed`]): the time
+    ///   stopped is `now - table.written_at`, never below zero;
+    /// - without it, after a term ([`Term::Recovered`]): a grace of the
+    ///   previous record's greatest lease plus the margin;
+    /// - never a term before ([`Term::First`]): no grace.
+    ///
+    /// Also the record to keep durably before the term's first grant: its
+    /// epoch, and the greatest lease still live from it or from before it
+    /// (at least `max_lease`, what this term may give). A table that is
+    /// not of the previous record's epoch is stale and not used.
+    pub fn next(
+        previous: Option<&EpochRecord>,
+        table: Option<TableImage>,
+        now: Duration,
+        max_lease: Duration,
+    ) -> (Term, EpochRecord) {
+        let now_ms = duration_millis(now);
+        let epoch = match previous {
+            Some(p) => p.epoch.saturating_add(1).max(now_ms),
+            None => now_ms,
+        };
+        let table = table.filter(|t| previous.map_or(true, |p| t.epoch == p.epoch));
+        let (term, carried) = match (previous, table) {
+            (_, Some(image)) => {
+                let stopped = now.saturating_sub(image.written_at);
+                let carried = image.max_lease_ms;
+                (
+                    Term::Resumed {
+                        epoch,
+                        image,
+                        stopped,
+                    },
+                    carried,
+                )
+            }
+            (Some(p), None) => (
+                Term::Recovered {
+                    epoch,
+                    max_lease: Duration::from_millis(p.max_lease_ms),
+                },
+                p.max_lease_ms,
+            ),
+            (None, None) => (Term::First { epoch }, 0),
+        };
+        let record = EpochRecord {
+            epoch,
+            max_lease_ms: duration_millis(max_lease).max(carried),
+        };
+        (term, record)
+    }
+}
+
+/// The epoch after `after` at `now` (the wall clock, since 1970), for
+/// [`Action::NeedEpoch`](super::Action::NeedEpoch):
+/// `max(after + 1, now in ms)` (PROTOCOL.md 4.1).
+pub fn next_epoch(after: u64, now: Duration) -> u64 {
+    after.saturating_add(1).max(duration_millis(now))
+}
+
 /// Why a term or an epoch was refused: API misuse, nothing a client did.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
@@ -174,6 +252,75 @@ mod tests {
         assert!(token(JAN_2109_MS, TERM_GRANTS - 1).is_some());
         const JUN_2109_MS: u64 = 4_399_488_000_000;
         const { assert!(JUN_2109_MS > MAX_EPOCH) };
+    }
+
+    #[test]
+    fn the_next_term_follows_what_was_kept() {
+        let now = Duration::from_millis(1_000_000);
+        let max = Duration::from_millis(500);
+        // Never a term: the first, no grace, the clock's epoch.
+        let (term, record) = Term::next(None, None, now, max);
+        assert!(matches!(term, Term::First { epoch: 1_000_000 }));
+        assert_eq!((record.epoch, record.max_lease_ms), (1_000_000, 500));
+        // A crash: a grace of the kept lease, which the record carries on.
+        let crashed = EpochRecord {
+            epoch: 2_000_000,
+            max_lease_ms: 9_000,
+        };
+        let (term, record) = Term::next(Some(&crashed), None, now, max);
+        assert!(matches!(
+            term,
+            Term::Recovered { epoch: 2_000_001, max_lease } if max_lease == Duration::from_secs(9)
+        ));
+        assert_eq!(
+            record.max_lease_ms, 9_000,
+            "a grant of 9 s may still be live"
+        );
+        // A clean stop 300 ms ago: the table, the time stopped.
+        let image = |epoch| TableImage {
+            epoch,
+            count: 1,
+            max_lease_ms: 700,
+            grace_ms: 0,
+            written_at: Duration::from_millis(999_700),
+            grants: Vec::new(),
+        };
+        let stopped = EpochRecord {
+            epoch: 999_000,
+            max_lease_ms: 700,
+        };
+        let (term, record) = Term::next(Some(&stopped), Some(image(999_000)), now, max);
+        assert!(matches!(
+            term,
+            Term::Resumed { epoch: 1_000_000, stopped, .. } if stopped == Duration::from_millis(300)
+        ));
+        assert_eq!(
+            record,
+            EpochRecord {
+                epoch: 1_000_000,
+                max_lease_ms: 700
+            }
+        );
+        // A clock that went back: never below zero, the epoch still later.
+        let back = Duration::from_millis(10);
+        let (term, _) = Term::next(Some(&stopped), Some(image(999_000)), back, max);
+        assert!(matches!(
+            term,
+            Term::Resumed {
+                epoch: 999_001,
+                stopped: Duration::ZERO,
+                ..
+            }
+        ));
+        // A table of another epoch is stale: a grace instead.
+        let (term, _) = Term::next(Some(&stopped), Some(image(5)), now, max);
+        assert!(matches!(term, Term::Recovered { .. }));
+        // No state: the first whole millisecond after the start.
+        let start = Duration::from_micros(1_000_000_400);
+        assert!(matches!(
+            Term::stateless(start),
+            Term::First { epoch: 1_000_001 }
+        ));
     }
 
     #[test]
