@@ -43,7 +43,7 @@ use bytes::Bytes;
 use crate::adapters::driver::{lock, register};
 use crate::adapters::state::{Epochs, WallClock};
 use crate::names::Endpoint;
-use crate::server::{Action, ConnId, LockTable, Role, Server};
+use crate::server::{Action, ConnId, LockTable, Role, Server, Term, TermError};
 use crate::time::Time;
 
 /// A server running on a tokio task.
@@ -58,6 +58,7 @@ pub struct ServerHandle {
 enum Control {
     TakeTable(oneshot::Sender<LockTable>),
     InstallTable(LockTable),
+    BeginTerm(Term, oneshot::Sender<Result<(), TermError>>),
     Role(Role),
     Announce(Endpoint),
     DropConnections,
@@ -96,6 +97,16 @@ impl ServerHandle {
     /// Installs a lock table (see [`Server::install_lock_table`]).
     pub fn install_lock_table(&self, table: LockTable) {
         let _ = self.control.send(Control::InstallTable(table));
+    }
+
+    /// Begins a term (see [`Server::begin_term`]): with the table it
+    /// says, or an empty one and a recovery grace, as a node does that
+    /// takes over without being handed the table.
+    pub async fn begin_term(&self, term: Term) -> io::Result<Result<(), TermError>> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.control.send(Control::BeginTerm(term, tx));
+        rx.await
+            .map_err(|_| io::Error::other("the server has stopped"))
     }
 
     /// Sends `L addr` to every connection.
@@ -553,6 +564,9 @@ impl Serving {
                 let _ = reply.send(self.server.take_lock_table(now));
             }
             Control::InstallTable(table) => self.server.install_lock_table(now, table),
+            Control::BeginTerm(term, reply) => {
+                let _ = reply.send(self.server.begin_term(now, term));
+            }
             Control::Role(role) => self.server.set_role(now, role),
             Control::Announce(addr) => self.server.announce_leader(now, addr),
             Control::DropConnections => {

@@ -114,6 +114,18 @@ impl Ledger {
         }
     }
 
+    /// The cluster's lock table was lost at `at` (a leader crashed without
+    /// handing it over): no server holds its grants from then on. The
+    /// embedders may still hold them, until their own expiry: that is what
+    /// the recovery grace of the next leader protects.
+    pub(super) fn table_lost(&mut self, at: Time) {
+        for t in self.grants.values_mut() {
+            if t.released_at.is_none() && t.expires_at > at {
+                t.released_at = Some(at);
+            }
+        }
+    }
+
     /// Whether the cluster made the grant `token` and it is neither
     /// released nor expired at `at`.
     fn live_at(&self, token: u64, at: Time) -> Option<&Truth> {

@@ -1000,6 +1000,7 @@ impl World {
                     ending,
                 } => self.connections_gone(node, instance, ending),
                 cluster::Effect::Fault(kind) => self.faults.bump(kind),
+                cluster::Effect::TableLost => self.ledger.table_lost(self.now),
                 cluster::Effect::Note(line) => self.note(|| line),
             }
         }
