@@ -801,6 +801,58 @@ fn rule7_a_change_between_roles_that_do_not_lead_closes_nothing() {
 }
 
 #[test]
+fn rule7_a_leader_grants_only_until_its_leadership_is_certain_then_steps_down() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    let b = h.connect_v2();
+    assert!(h.server.lead_until(h.now, t(100)));
+    h.send(a, "A 1 k o 0 100\nA 2 j o 0 1000\n");
+    h.send(b, "A 1 k o 5000 10\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100 0\nG 2 A j 2 1000 0\n");
+    h.at(60);
+    // Extended before it ran out: still leading.
+    assert!(h.server.lead_until(h.now, t(100)));
+    h.send(a, "X 3 j 2 1000\n");
+    assert_eq!(h.take(a), "G 3 X j 2 1000\n");
+    // k's lease ends exactly when the leadership does: b is not granted.
+    h.at(100);
+    assert_eq!(h.take(a), "E no_leader\n");
+    assert_eq!(h.take(b), "E no_leader\n");
+    assert!(h.closed(a) && h.closed(b));
+    assert_eq!(h.server.role(), &Role::NoLeader);
+    assert_eq!(h.server.leading_until(), None);
+    // A late extension changes nothing, and says so.
+    assert!(!h.server.lead_until(h.now, t(5000)));
+    let c = h.accept();
+    h.send(c, "H 2 c -\n");
+    assert_eq!(h.take(c), "E no_leader\n");
+}
+
+#[test]
+fn rule7_a_request_that_arrives_as_the_leadership_ends_is_not_served() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    assert!(h.server.lead_until(h.now, t(100)));
+    h.send(a, "A 1 k o 0 1000\n");
+    h.take(a);
+    // The driver was late (a paused process): the bytes come at 150.
+    h.now = t(150);
+    h.send(a, "A 2 j o 0 1000\nX 3 k 1 1000\n");
+    assert_eq!(
+        h.take(a),
+        "E no_leader\n",
+        "stepped down at 100, before the bytes"
+    );
+    assert_eq!(h.token("j"), None);
+    assert_eq!(
+        h.server.holder("k").unwrap().expires_at,
+        t(1000),
+        "not renewed"
+    );
+    assert!(!h.server.lead_until(h.now, t(10_000)));
+}
+
+#[test]
 fn rule7_l_is_sent_to_every_connection_at_any_time_and_they_stay() {
     let mut h = leader();
     let a = h.connect();

@@ -22,7 +22,9 @@
 //! 5. closed connections: `LockTable::drop_conn`, called by every close;
 //! 6. the window: `Server::on_request`;
 //! 7. roles: `Server::on_hello`, [`Server::set_role`],
-//!    [`Server::announce_leader`];
+//!    [`Server::announce_leader`]; a leader that grants only while its
+//!    leadership is certain (section 4.2): [`Server::lead_until`], fired
+//!    by `Server::advance` before anything else at its time;
 //! 8. credentials: `Server::on_hello`;
 //! 9. renewal (`X`): `LockTable::renew`; refused on version 1 connections
 //!    by `Server::on_request` (the version is kept per connection from its
@@ -284,6 +286,8 @@ pub struct Server {
     hint: Option<Endpoint>,
     now: Time,
     table: LockTable,
+    /// A leader leads until then at most (PROTOCOL.md 4.2).
+    lead_until: Option<Time>,
     conns: BTreeMap<ConnId, Conn>,
     /// The handshake deadline of every connection still waiting for `H`,
     /// earliest first (rule 10).
@@ -303,6 +307,7 @@ impl Server {
             role: config.role.clone(),
             hint: config.leader_hint.clone(),
             table: LockTable::with_hash_key(config.hash_key, config.epochs),
+            lead_until: None,
             config,
             now,
             conns: BTreeMap::new(),
@@ -411,6 +416,38 @@ impl Server {
     /// arrive later are answered by the new role.
     pub fn set_role(&mut self, now: Time, role: Role) {
         self.advance(now);
+        self.step_down(role);
+    }
+
+    /// Leads only until `until` (PROTOCOL.md 4.2): the end of the
+    /// leadership that the driver is certain of (the send time of its
+    /// latest answered keep-alive plus the election TTL). From that moment
+    /// on nothing is granted or renewed: the node steps down by itself,
+    /// sends every connection `E no_leader` and closes them, unless this is
+    /// called again with a later `until` before. Whether the node still
+    /// leads: `false` (and nothing changes) for a node that does not, so
+    /// that a driver whose extension came too late learns that it must win
+    /// again. A role set with [`set_role`](Server::set_role) ends the limit.
+    pub fn lead_until(&mut self, now: Time, until: Time) -> bool {
+        self.advance(now);
+        if !self.role.is_leader() {
+            return false;
+        }
+        self.lead_until = Some(until);
+        self.advance(now);
+        self.role.is_leader()
+    }
+
+    /// The end of the leadership the driver is certain of, while one is set
+    /// ([`lead_until`](Server::lead_until)).
+    pub fn leading_until(&self) -> Option<Time> {
+        self.lead_until
+    }
+
+    /// Takes `role`; a leader that stops leading says so to every
+    /// connection and closes them (rule 7).
+    fn step_down(&mut self, role: Role) {
+        self.lead_until = None;
         let was_leader = self.role.is_leader();
         self.role = role;
         if was_leader {
@@ -607,10 +644,10 @@ impl Server {
             return Some(self.now);
         }
         let hello = self.hellos.first().map(|&(at, _)| at);
-        match (self.table.next_deadline(), hello) {
-            (Some(table), Some(hello)) => Some(table.min(hello)),
-            (table, hello) => table.or(hello),
-        }
+        [self.table.next_deadline(), hello, self.lead_until]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     // ----- introspection --------------------------------------------------
@@ -699,11 +736,26 @@ impl Server {
     /// timeouts among themselves in connection order. (A connection still
     /// waiting for `H` has nothing in the table, so the order only fixes
     /// the order of the actions.)
+    ///
+    /// A leader whose leadership ends at or before `now`
+    /// ([`lead_until`](Server::lead_until)) fires the timers before that
+    /// moment, then steps down, then fires the rest: nothing is granted or
+    /// renewed from that moment on.
     fn advance(&mut self, now: Time) {
         self.now = self.now.max(now);
+        if let Some(until) = self.lead_until.filter(|&until| until <= self.now) {
+            self.fire(Time::from_nanos(until.as_nanos().saturating_sub(1)));
+            self.lead_until = None;
+            self.step_down(Role::NoLeader);
+        }
+        self.fire(self.now);
+    }
+
+    /// Fires every timer due by `upto` (see [`advance`](Server::advance)).
+    fn fire(&mut self, upto: Time) {
         let mut replies = mem::take(&mut self.replies);
         while let Some(&(at, conn)) = self.hellos.first() {
-            if at > self.now {
+            if at > upto {
                 break;
             }
             self.hellos.pop_first();
@@ -711,7 +763,7 @@ impl Server {
             self.deliver(&mut replies);
             self.close(conn, Some(Farewell::Error(Reason::HandshakeTimeout)));
         }
-        self.table.advance(self.now, &mut replies);
+        self.table.advance(upto, &mut replies);
         self.deliver(&mut replies);
         self.replies = replies;
     }
