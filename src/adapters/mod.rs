@@ -14,11 +14,14 @@
 //! | `tokio`, `futures_io`, `blocking` | the client adapters |
 //! | `serve` | the server core on tokio and TCP |
 //! | `state` | a state directory: the epoch and the table, kept durably |
+//! | `cluster` | a node of a cluster on etcd: leadership and epochs (feature `etcd`) |
 //!
 //! [`Time`]: crate::Time
 
 #[cfg(feature = "blocking")]
 pub mod blocking;
+#[cfg(feature = "etcd")]
+pub mod cluster;
 #[cfg(any(feature = "tokio", feature = "futures-io"))]
 pub(crate) mod driver;
 #[cfg(feature = "futures-io")]

@@ -59,6 +59,7 @@ enum Control {
     TakeTable(oneshot::Sender<LockTable>),
     InstallTable(LockTable),
     BeginTerm(Term, oneshot::Sender<Result<(), TermError>>),
+    LeadUntil(Instant, oneshot::Sender<bool>),
     Role(Role),
     Announce(Endpoint),
     DropConnections,
@@ -105,6 +106,15 @@ impl ServerHandle {
     pub async fn begin_term(&self, term: Term) -> io::Result<Result<(), TermError>> {
         let (tx, rx) = oneshot::channel();
         let _ = self.control.send(Control::BeginTerm(term, tx));
+        rx.await
+            .map_err(|_| io::Error::other("the server has stopped"))
+    }
+
+    /// Leads only until `until` (see [`Server::lead_until`]): past it the
+    /// server steps down by itself. Whether it still leads.
+    pub async fn lead_until(&self, until: Instant) -> io::Result<bool> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.control.send(Control::LeadUntil(until, tx));
         rx.await
             .map_err(|_| io::Error::other("the server has stopped"))
     }
@@ -567,6 +577,11 @@ impl Serving {
             Control::BeginTerm(term, reply) => {
                 let _ = reply.send(self.server.begin_term(now, term));
             }
+            Control::LeadUntil(until, reply) => {
+                let until = until.saturating_duration_since(self.start);
+                let until = Time::ZERO.saturating_add(until);
+                let _ = reply.send(self.server.lead_until(now, until));
+            }
             Control::Role(role) => self.server.set_role(now, role),
             Control::Announce(addr) => self.server.announce_leader(now, addr),
             Control::DropConnections => {
@@ -621,7 +636,7 @@ impl Serving {
         let Some(after) = self.wanted_epoch else {
             return;
         };
-        if let Ok(epoch) = self.epochs.next(after) {
+        if let Some(epoch) = self.epochs.next(after) {
             self.wanted_epoch = None;
             // Refused only for an epoch past 2109.
             let _ = self.server.begin_epoch(self.now(), epoch);

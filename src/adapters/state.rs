@@ -168,8 +168,10 @@ fn read_if_there(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
 /// [`EpochSource::Driver`](crate::server::EpochSource::Driver)): each
 /// `max(after + 1, now in ms)`, kept first where state is kept.
 pub trait Epochs: Send + 'static {
-    /// The epoch after `after`, once it may be used.
-    fn next(&mut self, after: u64) -> Result<u64, StateError>;
+    /// The epoch after `after`, once it may be used; `None` while it may
+    /// not yet (it is being kept, or keeping it failed): the server asks
+    /// again on a later turn and grants nothing meanwhile.
+    fn next(&mut self, after: u64) -> Option<u64>;
 }
 
 /// The epochs of a server that keeps no state: from the wall clock.
@@ -177,30 +179,41 @@ pub trait Epochs: Send + 'static {
 pub struct WallClock;
 
 impl Epochs for WallClock {
-    fn next(&mut self, after: u64) -> Result<u64, StateError> {
-        Ok(next_epoch(after, unix_now()))
+    fn next(&mut self, after: u64) -> Option<u64> {
+        Some(next_epoch(after, unix_now()))
     }
 }
 
 /// The epochs of a server with a state directory: each kept durably
 /// before it is used, with the greatest lease of the term's record.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct KeptEpochs {
     /// The directory.
     pub dir: StateDir,
     /// The greatest lease a grant of the term, or one still live from
     /// before it, may have.
     pub max_lease_ms: u64,
+    /// Why the latest epoch could not be kept, if it could not.
+    pub failed: Option<StateError>,
 }
 
 impl Epochs for KeptEpochs {
-    fn next(&mut self, after: u64) -> Result<u64, StateError> {
+    fn next(&mut self, after: u64) -> Option<u64> {
         let epoch = next_epoch(after, unix_now());
-        self.dir.write_epoch(&EpochRecord {
+        let record = EpochRecord {
             epoch,
             max_lease_ms: self.max_lease_ms,
-        })?;
-        Ok(epoch)
+        };
+        match self.dir.write_epoch(&record) {
+            Ok(()) => {
+                self.failed = None;
+                Some(epoch)
+            }
+            Err(e) => {
+                self.failed = Some(e);
+                None
+            }
+        }
     }
 }
 

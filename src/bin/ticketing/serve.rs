@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args as ClapArgs, ValueEnum};
+use ticketing::cluster::{self, ClusterConfig, ClusterEpochs, Notice};
 use ticketing::server::{Config, EpochSource, Role, Server, Term};
 use ticketing::state::{unix_now, Epochs, KeptEpochs, StateDir, WallClock};
 use ticketing::{Endpoint, Name, Time};
@@ -63,6 +64,27 @@ pub struct Args {
     /// milliseconds.
     #[arg(long, value_name = "N", default_value_t = 1_000)]
     grace_margin_ms: u64,
+    /// Join a cluster on etcd at these client URLs (PROTOCOL.md 4.2): lead
+    /// or redirect. `--role` is then not used.
+    #[arg(
+        long,
+        value_name = "URL[,URL...]",
+        value_delimiter = ',',
+        requires_all = ["cluster", "advertise"],
+        conflicts_with = "state_dir"
+    )]
+    etcd: Vec<String>,
+    /// The cluster's name in etcd.
+    #[arg(long, value_name = "NAME", requires = "etcd")]
+    cluster: Option<String>,
+    /// The address clients reach this node at: its election value, and what
+    /// `M` names it by.
+    #[arg(long, value_name = "ADDR", requires = "etcd")]
+    advertise: Option<Endpoint>,
+    /// The TTL of the etcd lease the node campaigns under, in milliseconds
+    /// (etcd counts whole seconds: rounded up).
+    #[arg(long, value_name = "N", default_value_t = 5_000)]
+    election_ttl_ms: u64,
 }
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
@@ -87,6 +109,14 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     // The handlers are in place before `listening on` is printed: a signal
     // sent as soon as that line is seen must stop the server cleanly.
     let stop = stop_signal()?;
+    if let (Some(cluster), Some(advertise)) = (args.cluster.clone(), args.advertise.clone()) {
+        let mut node = ClusterConfig::new(args.etcd.clone(), cluster, advertise);
+        node.election_ttl = Duration::from_millis(args.election_ttl_ms);
+        node.max_lease = config.max_lease;
+        node.grace_margin = config.grace_margin;
+        config.role = Role::NoLeader;
+        return serve_in_cluster(config, &args.listen, node, stop).await;
+    }
     let max_lease = config.max_lease;
     let origin = Instant::now();
     let mut core = Server::new(config, Time::ZERO)?;
@@ -113,6 +143,55 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         state.write_table(&image)?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A node of a cluster on etcd: it serves as etcd says (PROTOCOL.md 4.2)
+/// until a signal, or until it cannot go on.
+async fn serve_in_cluster(
+    config: Config,
+    listen: &str,
+    node: ClusterConfig,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<ExitCode, Box<dyn Error>> {
+    let core = Server::new(config, Time::ZERO)?;
+    let epochs = ClusterEpochs::new();
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let handle = ticketing::serve::spawn_with_epochs(
+        listener,
+        core,
+        Instant::now(),
+        Box::new(epochs.clone()),
+    )?;
+    eprintln!("listening on {}", handle.local_addr());
+    let name = node.cluster.clone();
+    let run = cluster::run(&handle, &node, &epochs, |notice| match notice {
+        Notice::Leading { epoch, grace } => {
+            eprintln!("leading cluster {name}: a term of epoch {epoch}");
+            if let Some(grace) = grace {
+                eprintln!(
+                    "recovery grace: no grant for {} ms, until every earlier grant has run out or been reclaimed",
+                    grace.as_millis()
+                );
+            }
+        }
+        Notice::GraceOver { .. } => eprintln!("recovery grace over: granting"),
+        Notice::SteppedDown { why } => eprintln!("no longer leading cluster {name}: {why}"),
+        Notice::Following {
+            leader: Some(leader),
+        } => eprintln!("following {leader}"),
+        Notice::Following { leader: None } => eprintln!("no leader known"),
+        Notice::Trouble { what } => eprintln!("{what}"),
+        _ => {}
+    });
+    let failed = tokio::select! {
+        () = stop => None,
+        e = run => Some(e),
+    };
+    handle.stop().await?;
+    match failed {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => Err(e.into()),
+    }
 }
 
 /// Begins the server's first term (PROTOCOL.md 4.1): from the state
@@ -158,6 +237,7 @@ async fn begin_term(
     let epochs = KeptEpochs {
         dir: state.clone(),
         max_lease_ms: record.max_lease_ms,
+        failed: None,
     };
     Ok((Some(state), Box::new(epochs)))
 }
