@@ -66,6 +66,13 @@ pub fn status_kb(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{status}"))
 }
 
+/// A loopback address with a port the OS just handed out, free again (for
+/// a process that must be told its port before it starts).
+pub fn free_addr() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").to_string()
+}
+
 /// An address nobody listens on: a port the OS just handed out, closed
 /// again. On 127.0.0.3, where none of the servers of these tests listen
 /// (they all take 127.0.0.1), so the port cannot be taken by one of them.
@@ -177,9 +184,14 @@ impl Serve {
     /// The same, with `configure` applied to the command first (to set
     /// resource limits, say).
     pub fn start_with(extra: &[&str], configure: impl FnOnce(&mut Command)) -> Serve {
+        Serve::start_on("127.0.0.1:0", extra, configure)
+    }
+
+    /// The same, listening on `listen`.
+    pub fn start_on(listen: &str, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Serve {
         let mut command = Command::new(BIN);
         command
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
