@@ -376,10 +376,11 @@ impl Node<'_> {
             None => (None, 0),
         };
         let (term, record) = Term::next(previous.as_ref(), None, unix_now(), config.max_lease);
-        if !self
-            .keep(client, leading, &record, previous.map(|_| revision))
-            .await?
-        {
+        let read = match previous {
+            Some(_) => Expect::At(revision),
+            None => Expect::Absent,
+        };
+        if !self.keep(client, leading, &record, read).await? {
             notify(Notice::SteppedDown {
                 why: "the epoch could not be set while leading".into(),
             });
@@ -396,8 +397,7 @@ impl Node<'_> {
             .begin_term(term)
             .await?
             .map_err(|e| End::Fatal(e.into()))?;
-        handle.set_role(Role::Leader);
-        if !handle.lead_until(*certain.borrow()).await? {
+        if !handle.lead(*certain.borrow()).await? {
             notify(Notice::SteppedDown {
                 why: "its leadership was no longer certain when the term began".into(),
             });
@@ -449,30 +449,30 @@ impl Node<'_> {
     }
 
     /// Writes `record` as the cluster's epoch, in a transaction that holds
-    /// only while the key the node won with leads and the record is the
-    /// one read (at `revision`, or absent): whether it did.
+    /// only while the key the node won with leads and the record is as
+    /// `read` says: whether it did.
     async fn keep(
         &self,
         client: &mut Client,
         leading: &Leading<'_>,
         record: &EpochRecord,
-        revision: Option<i64>,
+        read: Expect,
     ) -> Result<bool, End> {
         let epoch_key = self.config.epoch_key();
-        let unchanged = match revision {
-            Some(revision) => Compare::mod_revision(epoch_key.as_str(), CompareOp::Equal, revision),
-            None => Compare::version(epoch_key.as_str(), CompareOp::Equal, 0),
-        };
         let leads =
             Compare::create_revision(leading.won.key(), CompareOp::Equal, leading.won.rev());
         let mut when = vec![leads];
-        if revision != Some(-1) {
-            when.push(unchanged);
+        match read {
+            Expect::Absent => when.push(Compare::version(epoch_key.as_str(), CompareOp::Equal, 0)),
+            Expect::At(revision) => when.push(Compare::mod_revision(
+                epoch_key.as_str(),
+                CompareOp::Equal,
+                revision,
+            )),
+            Expect::Any => {}
         }
-        let txn =
-            Txn::new()
-                .when(when)
-                .and_then([TxnOp::put(epoch_key.as_str(), record.encode(), None)]);
+        let put = TxnOp::put(epoch_key.as_str(), record.encode(), None);
+        let txn = Txn::new().when(when).and_then([put]);
         Ok(bounded(leading.patience, client.txn(txn))
             .await?
             .succeeded())
@@ -495,9 +495,9 @@ impl Node<'_> {
             epoch: next_epoch(after, unix_now()),
             max_lease_ms,
         };
-        // Only while leading; whoever wrote the record before is this
-        // leader, so its revision is not compared.
-        if self.keep(client, leading, &record, Some(-1)).await? {
+        // Only while leading; whoever wrote the record since the term
+        // began is this leader, so its revision is not compared.
+        if self.keep(client, leading, &record, Expect::Any).await? {
             lock(&self.epochs.0.state).kept = Some((after, record.epoch));
             self.handle.lead_until(until).await?;
         }
@@ -546,6 +546,17 @@ impl Node<'_> {
         }
         Ok(())
     }
+}
+
+/// What the epoch record must be for a write of it to hold.
+#[derive(Debug, Clone, Copy)]
+enum Expect {
+    /// Absent: the cluster never had a term.
+    Absent,
+    /// As read, at this modification revision.
+    At(i64),
+    /// Anything (only the leadership is compared).
+    Any,
 }
 
 /// What a leading node knows of its win.

@@ -59,7 +59,12 @@ enum Control {
     TakeTable(oneshot::Sender<LockTable>),
     InstallTable(LockTable),
     BeginTerm(Term, oneshot::Sender<Result<(), TermError>>),
-    LeadUntil(Instant, oneshot::Sender<bool>),
+    LeadUntil {
+        until: Instant,
+        /// Take the leader role first.
+        lead: bool,
+        reply: oneshot::Sender<bool>,
+    },
     Role(Role),
     Announce(Endpoint),
     DropConnections,
@@ -113,8 +118,19 @@ impl ServerHandle {
     /// Leads only until `until` (see [`Server::lead_until`]): past it the
     /// server steps down by itself. Whether it still leads.
     pub async fn lead_until(&self, until: Instant) -> io::Result<bool> {
-        let (tx, rx) = oneshot::channel();
-        let _ = self.control.send(Control::LeadUntil(until, tx));
+        self.limit(until, false).await
+    }
+
+    /// Takes the leader role and leads only until `until` (see
+    /// [`Server::lead_until`]), in one step: no request is served between
+    /// the two. Whether it leads (not if `until` has passed).
+    pub async fn lead(&self, until: Instant) -> io::Result<bool> {
+        self.limit(until, true).await
+    }
+
+    async fn limit(&self, until: Instant, lead: bool) -> io::Result<bool> {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.control.send(Control::LeadUntil { until, lead, reply });
         rx.await
             .map_err(|_| io::Error::other("the server has stopped"))
     }
@@ -577,9 +593,11 @@ impl Serving {
             Control::BeginTerm(term, reply) => {
                 let _ = reply.send(self.server.begin_term(now, term));
             }
-            Control::LeadUntil(until, reply) => {
-                let until = until.saturating_duration_since(self.start);
-                let until = Time::ZERO.saturating_add(until);
+            Control::LeadUntil { until, lead, reply } => {
+                let until = Time::ZERO.saturating_add(until.saturating_duration_since(self.start));
+                if lead {
+                    self.server.set_role(now, Role::Leader);
+                }
                 let _ = reply.send(self.server.lead_until(now, until));
             }
             Control::Role(role) => self.server.set_role(now, role),
