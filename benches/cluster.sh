@@ -35,16 +35,8 @@ ETCD_PID=""
 SINGLE_PID=""
 declare -a NODE_PID NODE_ADDR
 
-stop_pid() {
-  local pid="$1"
-  [[ -n "$pid" ]] || return 0
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
-}
+# shellcheck source=benches/common.sh
+source "$ROOT/benches/common.sh"
 cleanup() {
   for pid in "${NODE_PID[@]:-}"; do stop_pid "$pid"; done
   stop_pid "$SINGLE_PID"
@@ -56,14 +48,6 @@ trap cleanup EXIT INT TERM
 ETCD="${ETCD:-$(command -v etcd || echo /usr/bin/etcd)}"
 [[ -x "$ETCD" ]] || { echo "no etcd: bash .ci/install-etcd" >&2; exit 1; }
 
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$(( 20000 + RANDOM % 30000 ))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
-  done
-  echo "no free port found" >&2; return 1
-}
 
 bench_bin() { # the executable of release bench $1
   cargo build --release --quiet --features cli --bench "$1" --message-format=json \

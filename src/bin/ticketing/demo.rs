@@ -275,7 +275,8 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             // it: node-a leads from a term of a later epoch, with a grace.
             server_b.drop_connections();
             server_b.set_role(Role::NoLeader);
-            let epoch = ticketing::state::unix_now().as_millis() as u64;
+            let now = ticketing::state::unix_now();
+            let epoch = ticketing::server::next_epoch(0, now);
             let grace = MAX_LEASE + Duration::from_millis(300);
             server_a
                 .begin_term(Term::Recovered {
