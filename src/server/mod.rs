@@ -156,6 +156,8 @@ enum Phase {
     Ready {
         /// Requests received and not answered yet.
         unanswered: u64,
+        /// What its `H` said.
+        version: Version,
     },
 }
 
@@ -171,8 +173,6 @@ enum Version {
 struct Conn {
     reader: LineReader,
     phase: Phase,
-    /// Version 1 until its `H` says otherwise (nothing is answered before).
-    version: Version,
     /// Bytes handed out in `Send` actions that the driver has not reported
     /// written (rule 10).
     unwritten: usize,
@@ -336,7 +336,6 @@ impl Server {
             Conn {
                 reader: LineReader::new(),
                 phase: Phase::Hello { deadline },
-                version: Version::V1,
                 unwritten: 0,
                 held_back: false,
             },
@@ -683,7 +682,7 @@ impl Server {
     pub fn unanswered(&self, conn: ConnId) -> Option<u64> {
         match self.conns.get(&conn)?.phase {
             Phase::Hello { .. } => None,
-            Phase::Ready { unanswered } => Some(unanswered),
+            Phase::Ready { unanswered, .. } => Some(unanswered),
         }
     }
 
@@ -780,10 +779,16 @@ impl Server {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        if let Phase::Ready { unanswered } = &mut c.phase {
-            *unanswered = unanswered.saturating_sub(1);
-        }
-        self.answer_at_once(conn, id, key, kind);
+        let Phase::Ready {
+            unanswered,
+            version,
+        } = &mut c.phase
+        else {
+            return;
+        };
+        *unanswered = unanswered.saturating_sub(1);
+        let version = *version;
+        self.answer_at_once(conn, version, id, key, kind);
     }
 
     /// Writes the answer to a request of `conn` that is answered as soon as
@@ -791,13 +796,16 @@ impl Server {
     /// window admitted the request, so counting it up cannot saturate, and
     /// the answer counts it back down. A grant on a version 1 connection
     /// says nothing of its wait (rule 3).
-    fn answer_at_once(&mut self, conn: ConnId, id: u64, key: Atom<'_>, mut kind: AnswerKind) {
-        let v1 = self
-            .conns
-            .get(&conn)
-            .is_some_and(|c| c.version == Version::V1);
+    fn answer_at_once(
+        &mut self,
+        conn: ConnId,
+        version: Version,
+        id: u64,
+        key: Atom<'_>,
+        mut kind: AnswerKind,
+    ) {
         if let AnswerKind::Granted { waited_ms, .. } = &mut kind {
-            if v1 {
+            if version == Version::V1 {
                 *waited_ms = None;
             }
         }
@@ -820,9 +828,13 @@ impl Server {
             (Some(Phase::Ready { .. }), ClientFrame::Hello { .. }) => {
                 Err(Farewell::Error(Reason::DuplicateHello))
             }
-            (Some(Phase::Ready { unanswered }), request) => {
-                self.on_request(conn, unanswered, request)
-            }
+            (
+                Some(Phase::Ready {
+                    unanswered,
+                    version,
+                }),
+                request,
+            ) => self.on_request(conn, unanswered, version, request),
         }
     }
 
@@ -870,8 +882,10 @@ impl Server {
             if let Phase::Hello { deadline } = c.phase {
                 self.hellos.remove(&(deadline, conn));
             }
-            c.phase = Phase::Ready { unanswered: 0 };
-            c.version = version;
+            c.phase = Phase::Ready {
+                unanswered: 0,
+                version,
+            };
         }
         Ok(())
     }
@@ -893,13 +907,10 @@ impl Server {
         &mut self,
         conn: ConnId,
         unanswered: u64,
+        version: Version,
         request: ClientFrame<'_>,
     ) -> Result<(), Farewell> {
-        let v1 = self
-            .conns
-            .get(&conn)
-            .map_or(true, |c| c.version == Version::V1);
-        if v1 && matches!(request, ClientFrame::Renew { .. }) {
+        if version == Version::V1 && matches!(request, ClientFrame::Renew { .. }) {
             // Version 1 has no renewal: a frame of an unknown kind, whatever
             // the window.
             return Err(Farewell::Error(Reason::BadFrame));
@@ -937,12 +948,13 @@ impl Server {
                         if let Some(c) = self.conns.get_mut(&conn) {
                             c.phase = Phase::Ready {
                                 unanswered: counted,
+                                version,
                             };
                         }
                         return Ok(());
                     }
                 };
-                self.answer_at_once(conn, id, key, kind);
+                self.answer_at_once(conn, version, id, key, kind);
             }
             ClientFrame::Release { id, key, token } => {
                 let mut replies = mem::take(&mut self.replies);
@@ -954,7 +966,7 @@ impl Server {
                 } else {
                     AnswerKind::NotHeld
                 };
-                self.answer_at_once(conn, id, key, kind);
+                self.answer_at_once(conn, version, id, key, kind);
                 self.deliver(&mut replies);
                 self.replies = replies;
             }
@@ -972,7 +984,7 @@ impl Server {
                     }
                     Renewal::Gone => AnswerKind::Gone,
                 };
-                self.answer_at_once(conn, id, key, kind);
+                self.answer_at_once(conn, version, id, key, kind);
             }
             ClientFrame::Hello { .. } => return Err(Farewell::Error(Reason::DuplicateHello)),
         }
