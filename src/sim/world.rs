@@ -578,13 +578,17 @@ impl World {
                     key,
                     token,
                 }) => {
-                    found.push((
-                        rid,
-                        Request::Release {
-                            key: Key::from(key),
-                            token,
-                        },
-                    ));
+                    let key = Key::from(key);
+                    found.push((rid, Request::Release { key, token }));
+                }
+                Ok(ClientFrame::Renew {
+                    id: rid,
+                    key,
+                    token,
+                    ..
+                }) => {
+                    let key = Key::from(key);
+                    found.push((rid, Request::Renew { key, token }));
                 }
                 _ => {}
             }
@@ -793,6 +797,12 @@ impl World {
                 }
                 (AnswerKind::Released, Some(Request::Release { key, token })) => {
                     self.ledger.released(&key, token, self.now);
+                }
+                (AnswerKind::Renewed { lease_ms, .. }, Some(Request::Renew { key, token })) => {
+                    let expires_at = self
+                        .now
+                        .saturating_add(Duration::from_millis(lease_ms.get()));
+                    self.ledger.renewed(&key, token, expires_at);
                 }
                 (AnswerKind::Busy, _) => self.faults.bump(FaultKind::Busy),
                 _ => {}
