@@ -90,7 +90,7 @@ fn a_crash_with_a_state_dir_means_a_grace_in_which_holders_reclaim() {
     serve.signal(Signal::SIGKILL);
     serve.kill();
 
-    let serve = Serve::start(&args);
+    let mut serve = Serve::start(&args);
     assert!(said(&serve, "recovery grace"), "{:?}", serve.stderr.seen);
     // The holder of k reconnects and renews it: reclaimed, token kept.
     let mut a = connect_v2(&serve);
@@ -110,6 +110,9 @@ fn a_crash_with_a_state_dir_means_a_grace_in_which_holders_reclaim() {
         j_sent.elapsed()
     );
     let (k2, _) = b.granted_v2(2, "k");
+    serve.stderr.until("the end of the grace", |l| {
+        l == "recovery grace over: granting"
+    });
     for (new, old) in [(j2, j), (j2, k), (k2, k), (k2, j)] {
         assert!(new > old, "token {new} after {old}");
     }
