@@ -151,8 +151,9 @@
 //! | `tokio` | `ticketing::tokio`: the tokio adapter | tokio |
 //! | `futures-io` | `ticketing::futures_io`: the adapter for smol and async-std | futures-io, async-io |
 //! | `blocking` | `ticketing::blocking`: the blocking adapter | — |
-//! | `server` | `ticketing::serve`: the server core on tokio and TCP | tokio |
+//! | `server` | `ticketing::serve` and `ticketing::state`: the server core on tokio and TCP, a state directory | tokio |
 //! | `tls` | `ticketing::tls`, a `TlsConnector` in each client adapter, `serve::TlsListener` (rustls with ring) | rustls, tokio-rustls, futures-rustls |
+//! | `etcd` | `ticketing::cluster`: a node of a cluster on etcd (PROTOCOL.md 4.2) | etcd-client (its protoc from protoc-bin-vendored) |
 //! | `fuzzing` | `ticketing::testkit` | arbitrary |
 //! | `sim` | `ticketing::sim` | arbitrary |
 //! | `sabotage` | `ticketing::sim::Sabotage`: bad clients, to show that the simulator's checks catch them (never in `cli`) | arbitrary |
@@ -176,10 +177,14 @@ pub mod wire;
 
 #[cfg(feature = "blocking")]
 pub use adapters::blocking;
+#[cfg(feature = "etcd")]
+pub use adapters::cluster;
 #[cfg(feature = "futures-io")]
 pub use adapters::futures_io;
 #[cfg(feature = "server")]
 pub use adapters::serve;
+#[cfg(feature = "server")]
+pub use adapters::state;
 #[cfg(any(
     feature = "tls",
     feature = "tokio",

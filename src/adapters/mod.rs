@@ -16,11 +16,15 @@
 //! | `tokio`, `futures_io`, `blocking` | the client adapters |
 //! | `serve` | the server core on tokio and TCP |
 //! | `tls` | TLS for all of them (feature `tls`): the connectors, the listener, and what a failed handshake is called |
+//! | `state` | a state directory: the epoch and the table, kept durably |
+//! | `cluster` | a node of a cluster on etcd: leadership and epochs (feature `etcd`) |
 //!
 //! [`Time`]: crate::Time
 
 #[cfg(feature = "blocking")]
 pub mod blocking;
+#[cfg(feature = "etcd")]
+pub mod cluster;
 #[cfg(any(feature = "tokio", feature = "futures-io"))]
 pub(crate) mod driver;
 #[cfg(feature = "futures-io")]
@@ -33,6 +37,8 @@ pub(crate) mod reply;
 pub mod serve;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) mod shell;
+#[cfg(feature = "server")]
+pub mod state;
 #[cfg(any(
     feature = "tls",
     feature = "tokio",

@@ -478,10 +478,9 @@ impl Client {
             Some(handle) => {
                 let (key, token) = self.holds.get(handle).map(Hold::grant).expect("held");
                 let (key, token) = (key.clone(), token);
-                match self.end_hold(handle) {
-                    Some(expires_by) => self.queue_orphan_release(key, token, expires_by),
-                    // Lost: nothing to release.
-                    None => {}
+                // A lost grant has nothing to release.
+                if let Some(expires_by) = self.end_hold(handle) {
+                    self.queue_orphan_release(key, token, expires_by);
                 }
                 Ok(())
             }

@@ -29,4 +29,14 @@ pub enum Action {
         /// The connection.
         conn: ConnId,
     },
+    /// The term's counter is about to reach 2^22 and the configuration
+    /// says the driver gives epochs ([`EpochSource::Driver`](super::EpochSource::Driver)):
+    /// give the next one, greater than `after` (PROTOCOL.md 4.1:
+    /// `max(after + 1, now in ms)`, stored durably first by a driver that
+    /// keeps state), with [`Server::begin_epoch`](super::Server::begin_epoch).
+    /// Nothing is granted until then; acquires queue as usual.
+    NeedEpoch {
+        /// The current epoch.
+        after: u64,
+    },
 }
