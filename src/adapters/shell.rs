@@ -11,6 +11,9 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use std::sync::Arc;
+
+use crate::adapters::lease::{self, Guards};
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::Sender;
 use crate::client::{Action, Client, ConnId, Error, Event, Grant, OpId, Outcome};
@@ -34,6 +37,19 @@ pub enum RequestError {
     Stopped,
 }
 
+/// Why a lock gave no held grant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The acquire ended without a grant: timed out, busy, cancelled, or
+    /// Indeterminate (the outcome says which).
+    #[error("not acquired: {0:?}")]
+    NotAcquired(Outcome),
+    /// The request failed.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+}
+
 /// A request from the embedder to the driver.
 pub(crate) enum Command {
     Acquire {
@@ -42,6 +58,10 @@ pub(crate) enum Command {
         owner: Name,
         wait: Duration,
         lease: Duration,
+        /// Renew the grant automatically, for at most this long.
+        renew: Option<Duration>,
+        /// The guard that will hold the grant, kept up to date.
+        guard: Option<Arc<lease::Shared>>,
         reply: Sender<OpResult>,
     },
     Release {
@@ -57,6 +77,24 @@ pub(crate) enum Command {
     Cancel { ticket: u64 },
     /// A grant its receiver could not take: release it by exact token.
     Undeliverable { grant: Grant },
+    /// Renew a held grant once.
+    Renew {
+        grant: Grant,
+        lease: Option<Duration>,
+        reply: Sender<Result<(), Error>>,
+    },
+    /// Start (for at most `limit`) or stop renewing a held grant.
+    AutoRenew {
+        grant: Grant,
+        on: bool,
+        limit: Option<Duration>,
+        reply: Sender<Result<(), Error>>,
+    },
+    /// A guard went away without a release: release its grant by exact
+    /// token (which stops its renewal), its outcome to nobody.
+    DropGuard { grant: Grant },
+    /// A guard's grant is left to run out: no more renewal.
+    LetExpire { grant: Grant },
     Shutdown {
         budget: Duration,
         reply: Sender<Result<(), Error>>,
@@ -92,6 +130,7 @@ pub(crate) struct Shell {
     waiters: IdMap<OpId, (Option<u64>, Sender<OpResult>)>,
     tickets: IdMap<u64, OpId>,
     shutdown_waiters: Vec<Sender<Result<(), Error>>>,
+    guards: Guards,
     notices: Sink,
 }
 
@@ -104,6 +143,7 @@ impl Shell {
             waiters: IdMap::default(),
             tickets: IdMap::default(),
             shutdown_waiters: Vec::new(),
+            guards: Guards::default(),
             notices,
         }
     }
@@ -158,33 +198,30 @@ impl Shell {
                 owner,
                 wait,
                 lease,
+                renew,
+                guard,
                 reply,
-            } => match self.client.acquire(now, key, owner, wait, lease) {
-                Ok(op) => {
-                    self.waiters.insert(op, (Some(ticket), reply));
-                    self.tickets.insert(ticket, op);
+            } => {
+                let started = match renew {
+                    None => self.client.acquire(now, key, owner, wait, lease),
+                    Some(limit) => {
+                        self.client
+                            .acquire_renewing(now, key, owner, wait, lease, Some(limit))
+                    }
+                };
+                if let (Ok(op), Some(guard)) = (&started, guard) {
+                    self.guards.expect(*op, guard);
                 }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
-            },
-            Command::Release { grant, reply } => match self.client.release(now, &grant) {
-                Ok(op) => {
-                    self.waiters.insert(op, (None, reply));
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
-            },
+                self.await_outcome(started, Some(ticket), reply);
+            }
+            Command::Release { grant, reply } => {
+                self.guards.forget(&grant);
+                let started = self.client.release(now, &grant);
+                self.await_outcome(started, None, reply);
+            }
             Command::ReleaseToken { key, token, reply } => {
-                match self.client.release_token(now, key, token) {
-                    Ok(op) => {
-                        self.waiters.insert(op, (None, reply));
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
+                let started = self.client.release_token(now, key, token);
+                self.await_outcome(started, None, reply);
             }
             Command::Cancel { ticket } => {
                 if let Some(op) = self.tickets.remove(&ticket) {
@@ -197,12 +234,61 @@ impl Shell {
                 // A grant already released or expired needs nothing more.
                 let _ = self.client.undeliverable(now, &grant);
             }
+            Command::Renew {
+                grant,
+                lease,
+                reply,
+            } => {
+                let _ = reply.send(self.client.renew(now, &grant, lease));
+            }
+            Command::AutoRenew {
+                grant,
+                on,
+                limit,
+                reply,
+            } => {
+                let result = match on {
+                    true => self.client.auto_renew(now, &grant, limit),
+                    false => self.client.stop_renewing(now, &grant),
+                };
+                let _ = reply.send(result);
+            }
+            Command::DropGuard { grant } => {
+                self.guards.forget(&grant);
+                // Released or gone already: nothing more to do.
+                let _ = self.client.release(now, &grant);
+            }
+            Command::LetExpire { grant } => {
+                self.guards.forget(&grant);
+                let _ = self.client.stop_renewing(now, &grant);
+            }
             Command::Shutdown { budget, reply } => match self.client.shutdown(now, budget) {
                 Ok(()) => self.shutdown_waiters.push(reply),
                 Err(e) => {
                     let _ = reply.send(Err(e));
                 }
             },
+        }
+    }
+
+    /// Keeps `reply` for the outcome of the operation just `started` (the
+    /// acquire of `ticket`, if one), or answers at once with its refusal.
+    fn await_outcome(
+        &mut self,
+        started: Result<OpId, Error>,
+        ticket: Option<u64>,
+        reply: Sender<OpResult>,
+    ) {
+        match started {
+            Ok(op) => {
+                self.waiters.insert(op, (ticket, reply));
+                if let Some(ticket) = ticket {
+                    self.tickets.insert(ticket, op);
+                }
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
         }
     }
 
@@ -234,7 +320,10 @@ impl Shell {
                     }
                     self.notify(Event::ShutdownComplete);
                 }
-                other => self.notify(other),
+                other => {
+                    self.guards.notice(&other);
+                    self.notify(other);
+                }
             }
         }
     }
@@ -245,7 +334,13 @@ impl Shell {
                 if let Some(ticket) = ticket {
                     self.tickets.remove(&ticket);
                 }
-                reply.send(Ok(outcome)).err().and_then(Result::ok)
+                // The guard is kept up to date before its caller can look.
+                self.guards.acquired(op, &outcome, true);
+                let undelivered = reply.send(Ok(outcome)).err().and_then(Result::ok);
+                if let Some(Outcome::Granted(grant)) = &undelivered {
+                    self.guards.forget(grant);
+                }
+                undelivered
             }
             None => Some(outcome),
         };
