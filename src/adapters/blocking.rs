@@ -295,6 +295,40 @@ impl Handle {
         self.acquire_with(key, owner, wait, lease, None, None)
     }
 
+    /// Renews a held grant once, asking for `lease` (`None`: its acquire's).
+    /// Returns when the renewal is queued; the core's notices tell how it
+    /// went.
+    pub fn renew(&self, grant: &Grant, lease: Option<Duration>) -> Result<(), RequestError> {
+        let (reply, rx) = reply::channel();
+        let grant = grant.clone();
+        self.call(
+            Command::Renew {
+                grant,
+                lease,
+                reply,
+            },
+            &rx,
+        )
+    }
+
+    /// Starts (`on`, for at most `limit`) or stops renewing a held grant
+    /// automatically.
+    pub fn auto_renew(
+        &self,
+        grant: &Grant,
+        on: bool,
+        limit: Option<Duration>,
+    ) -> Result<(), RequestError> {
+        let (reply, rx) = reply::channel();
+        let command = Command::AutoRenew {
+            grant: grant.clone(),
+            on,
+            limit,
+            reply,
+        };
+        self.call(command, &rx)
+    }
+
     /// Acquires `key` as [`acquire`](Handle::acquire) does, and hands the
     /// grant over as a [`Lease`]: a guard that releases it by exact token
     /// when dropped. Not renewed unless asked ([`Lease::auto_renew`]).

@@ -192,6 +192,60 @@ impl Handle {
         self.start_acquire(key, owner, wait, lease, None, None)
     }
 
+    /// As [`acquire`](Handle::acquire), with the grant, once granted,
+    /// renewed automatically for at most `limit` of holding (`None`: until
+    /// released), each renewal asking for `lease`. The grant is the
+    /// caller's to release; [`lock_renewing`](Handle::lock_renewing) gives
+    /// a guard instead.
+    pub fn acquire_renewing(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+    ) -> Acquire {
+        let renew = Some(limit.unwrap_or(Duration::MAX));
+        self.start_acquire(key, owner, wait, lease, renew, None)
+    }
+
+    /// Renews a held grant once, asking for `lease` (`None`: its acquire's).
+    /// Resolves when the renewal is queued; the core's notices tell how it
+    /// went.
+    pub fn renew(
+        &self,
+        grant: &Grant,
+        lease: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let grant = grant.clone();
+        let sent = self.request(Command::Renew {
+            grant,
+            lease,
+            reply,
+        });
+        Answer { sent, rx }
+    }
+
+    /// Starts (`on`, for at most `limit`) or stops renewing a held grant
+    /// automatically.
+    pub fn auto_renew(
+        &self,
+        grant: &Grant,
+        on: bool,
+        limit: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let command = Command::AutoRenew {
+            grant: grant.clone(),
+            on,
+            limit,
+            reply,
+        };
+        let sent = self.request(command);
+        Answer { sent, rx }
+    }
+
     /// Acquires `key` as [`acquire`](Handle::acquire) does, and hands the
     /// grant over as a [`Lease`]: a guard that releases it by exact token
     /// when dropped. Not renewed unless asked ([`Lease::auto_renew`]).

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Args as ClapArgs;
 use serde_json::{json, Value};
-use ticketing::client::{self as core, Event, Grant, Outcome, ReleaseResult};
+use ticketing::client::{self as core, Event, Grant, OpId, Outcome, ReleaseResult};
 use ticketing::tokio::{Canceller, Handle, RequestError};
 use ticketing::{Key, Name, Time};
 use tokio::io::BufReader;
@@ -36,6 +36,18 @@ enum Line {
         owner: Name,
         wait: Duration,
         lease: Duration,
+        /// Renew automatically once granted, for at most this long
+        /// (`Some(None)`: with no limit).
+        renew: Option<Option<Duration>>,
+    },
+    Renew {
+        acquire: String,
+        lease: Option<Duration>,
+    },
+    AutoRenew {
+        acquire: String,
+        /// `Some(limit)`: on, for at most `limit`; `None`: off.
+        on: Option<Option<Duration>>,
     },
     Release {
         tag: String,
@@ -90,7 +102,16 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
     };
     let parsed = match words[0] {
         "acquire" => {
-            want(6, "acquire TAG KEY OWNER WAIT_MS LEASE_MS")?;
+            let usage = "acquire TAG KEY OWNER WAIT_MS LEASE_MS [renew[=UNTIL_MS]]";
+            if words.len() != 7 {
+                want(6, usage)?;
+            }
+            let renew = match words.get(6) {
+                None => None,
+                Some(word) => {
+                    Some(switch(word, "renew").ok_or_else(|| format!("usage: {usage}"))??)
+                }
+            };
             Line::Acquire {
                 tag: tag(1)?,
                 key: key(2)?,
@@ -98,6 +119,34 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
                     .map_err(|e| format!("bad owner {}: {e}", quote(words[3])))?,
                 wait: Duration::from_millis(number(4, "WAIT_MS")?),
                 lease: Duration::from_millis(number(5, "LEASE_MS")?),
+                renew,
+            }
+        }
+        "renew" => {
+            let usage = "renew ACQUIRE_TAG [LEASE_MS]";
+            if words.len() != 3 {
+                want(2, usage)?;
+            }
+            let lease = match words.get(2) {
+                Some(_) => Some(Duration::from_millis(number(2, "LEASE_MS")?)),
+                None => None,
+            };
+            Line::Renew {
+                acquire: words[1].to_string(),
+                lease,
+            }
+        }
+        "auto-renew" => {
+            let usage = "auto-renew ACQUIRE_TAG on[=UNTIL_MS]|off";
+            want(3, usage)?;
+            let on = match switch(words[2], "on") {
+                Some(limit) => Some(limit?),
+                None if words[2] == "off" => None,
+                None => return Err(format!("usage: {usage}")),
+            };
+            Line::AutoRenew {
+                acquire: words[1].to_string(),
+                on,
             }
         }
         "release" => {
@@ -138,6 +187,21 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
     Ok(Some(parsed))
 }
 
+/// `word` as `NAME` or `NAME=MS`: `None` if it is neither; else the
+/// limit it gives (`Ok(None)`: none), or why that limit is bad.
+fn switch(word: &str, name: &str) -> Option<Result<Option<Duration>, String>> {
+    let rest = word.strip_prefix(name)?;
+    if rest.is_empty() {
+        return Some(Ok(None));
+    }
+    let ms = rest.strip_prefix('=')?;
+    Some(
+        ms.parse::<u64>()
+            .map(|ms| Some(Duration::from_millis(ms)))
+            .map_err(|_| format!("bad UNTIL_MS {}: not a number", quote(ms))),
+    )
+}
+
 /// What the session knows of a tag.
 enum Tagged {
     /// An acquire under way.
@@ -160,6 +224,8 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     let (handle, mut notices) = spawn_client(&args.client)?;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut tags: HashMap<String, Tagged> = HashMap::new();
+    // The tags of the acquires whose grants the renewal notices name.
+    let mut renewals = Renewals::default();
     let mut open = 0usize;
     // Each line is read whatever it holds, keeping at most `MAX_LINE` bytes
     // of it: a bad line is an error to print, never the end of the input.
@@ -174,7 +240,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             // Notices first: the core emits a close before the outcomes it
             // causes, and the output keeps that order.
             biased;
-            Some(event) = notices.recv() => notice(&event),
+            Some(event) = notices.recv() => renewals.notice(event, handle.now()),
             line = input.next(), if shutdown.is_none() => match line {
                 Ok(Some(input::Line::Bad(message))) => {
                     emit(json!({"type": "error", "message": message}));
@@ -193,7 +259,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             },
             Some(done) = done_rx.recv() => {
                 open -= 1;
-                finish(done, &handle, &mut tags);
+                if let Some((grant, tag)) = finish(done, &handle, &mut tags) {
+                    renewals.granted(grant, tag, handle.now());
+                }
             }
             result = async { shutting_down.as_mut().expect("guarded").await }, if shutting_down.is_some() => {
                 if let Err(e) = result {
@@ -212,10 +280,12 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             break;
         };
         open -= 1;
-        finish(done, &handle, &mut tags);
+        if let Some((grant, tag)) = finish(done, &handle, &mut tags) {
+            renewals.granted(grant, tag, handle.now());
+        }
     }
     while let Some(event) = notices.try_recv() {
-        notice(&event);
+        renewals.notice(event, handle.now());
     }
     emit(json!({"type": "done"}));
     Ok(ExitCode::SUCCESS)
@@ -243,9 +313,13 @@ fn start(
             owner,
             wait,
             lease,
+            renew,
         } => {
             fresh(tags, &tag)?;
-            let acquire = handle.acquire(key.clone(), owner, wait, lease);
+            let acquire = match renew {
+                None => handle.acquire(key.clone(), owner, wait, lease),
+                Some(limit) => handle.acquire_renewing(key.clone(), owner, wait, lease, limit),
+            };
             tags.insert(tag.clone(), Tagged::Acquiring(acquire.canceller()));
             spawn_op(done, open, tag, "acquire", key, acquire);
         }
@@ -280,9 +354,47 @@ fn start(
                 .undeliverable(grant)
                 .map_err(|e| format!("abandon {}: {e}", quote(&tag)))?;
         }
+        Line::Renew { acquire, lease } => {
+            let grant = held_grant(tags, &acquire)?;
+            report_refusal(
+                format!("renew {}", quote(&acquire)),
+                handle.renew(&grant, lease),
+            );
+        }
+        Line::AutoRenew { acquire, on } => {
+            let grant = held_grant(tags, &acquire)?;
+            let request = handle.auto_renew(&grant, on.is_some(), on.flatten());
+            report_refusal(format!("auto-renew {}", quote(&acquire)), request);
+        }
         Line::Shutdown { .. } => unreachable!("handled by the session"),
     }
     Ok(())
+}
+
+/// The grant of acquire `tag`, while held.
+fn held_grant(tags: &HashMap<String, Tagged>, tag: &str) -> Result<Grant, String> {
+    match tags.get(tag) {
+        Some(Tagged::Granted(Some(grant))) => Ok(grant.clone()),
+        Some(Tagged::Granted(None)) => Err(format!(
+            "the grant of {} was already released or abandoned",
+            quote(tag)
+        )),
+        Some(Tagged::Acquiring(_)) => Err(format!("acquire {} has no outcome yet", quote(tag))),
+        Some(Tagged::Done) => Err(format!("{} holds no grant", quote(tag))),
+        None => Err(format!("no operation tagged {}", quote(tag))),
+    }
+}
+
+/// Prints an `error` object if the core refuses `request`.
+fn report_refusal(
+    what: String,
+    request: impl Future<Output = Result<(), RequestError>> + Send + 'static,
+) {
+    tokio::spawn(async move {
+        if let Err(e) = request.await {
+            emit(json!({"type": "error", "message": format!("{what}: {e}")}));
+        }
+    });
 }
 
 fn take_grant(tags: &mut HashMap<String, Tagged>, tag: &str) -> Result<Grant, String> {
@@ -320,8 +432,13 @@ fn spawn_op(
     });
 }
 
-/// Prints an operation's outcome and remembers a grant.
-fn finish(done: Done, handle: &Handle, tags: &mut HashMap<String, Tagged>) {
+/// Prints an operation's outcome and remembers a grant; a grant's id and
+/// the tag of its acquire.
+fn finish(
+    done: Done,
+    handle: &Handle,
+    tags: &mut HashMap<String, Tagged>,
+) -> Option<(OpId, String)> {
     let Done {
         tag,
         op,
@@ -336,9 +453,10 @@ fn finish(done: Done, handle: &Handle, tags: &mut HashMap<String, Tagged>) {
                 "token": grant.token(),
                 "lease_ms": u64::try_from(grant.lease().as_millis()).unwrap_or(u64::MAX),
             });
-            tags.insert(tag, Tagged::Granted(Some(grant)));
+            let id = grant.id();
+            tags.insert(tag.clone(), Tagged::Granted(Some(grant)));
             emit(merge(line, fields));
-            return;
+            return Some((id, tag));
         }
         Ok(Outcome::TimedOut { sent }) => json!({"outcome": "timed_out", "sent": sent}),
         Ok(Outcome::Busy) | Err(RequestError::Refused(core::Error::Busy)) => {
@@ -357,13 +475,71 @@ fn finish(done: Done, handle: &Handle, tags: &mut HashMap<String, Tagged>) {
             tags.insert(tag.clone(), Tagged::Done);
             line = json!({"type": "error", "tag": tag, "message": e.to_string()});
             emit(line);
-            return;
+            return None;
         }
     };
     if matches!(tags.get(&tag), Some(Tagged::Acquiring(_))) {
         tags.insert(tag, Tagged::Done);
     }
     emit(merge(line, fields));
+    None
+}
+
+/// The renewal notices name a grant by its id; the output names it by the
+/// tag of its acquire. A notice that comes before its grant's outcome (a
+/// grant in jeopardy at once) waits for it.
+#[derive(Default)]
+struct Renewals {
+    tags: HashMap<OpId, String>,
+    early: Vec<Event>,
+}
+
+impl Renewals {
+    fn granted(&mut self, grant: OpId, tag: String, now: Time) {
+        self.tags.insert(grant, tag);
+        let early = std::mem::take(&mut self.early);
+        for event in early {
+            self.notice(event, now);
+        }
+    }
+
+    fn notice(&mut self, event: Event, now: Time) {
+        let (grant, name, key, token, valid_until) = match &event {
+            Event::Renewed {
+                grant,
+                key,
+                token,
+                valid_until,
+            } => (grant, "renewed", key, token, Some(*valid_until)),
+            Event::LeaseJeopardy {
+                grant,
+                key,
+                token,
+                valid_until,
+            } => (grant, "lease_jeopardy", key, token, Some(*valid_until)),
+            Event::LeaseLost { grant, key, token } => (grant, "lease_lost", key, token, None),
+            Event::LeaseExpired { grant, key, token } => (grant, "lease_expired", key, token, None),
+            _ => return notice(&event),
+        };
+        let Some(tag) = self.tags.get(grant) else {
+            self.early.push(event);
+            return;
+        };
+        let mut line = json!({
+            "type": "event",
+            "event": name,
+            "tag": tag,
+            "key": key.as_str(),
+            "token": token,
+        });
+        if let Some(valid_until) = valid_until {
+            line = merge(
+                line,
+                json!({"valid_for_ms": millis_until(valid_until, now)}),
+            );
+        }
+        emit(line);
+    }
 }
 
 fn millis_until(at: Time, now: Time) -> u64 {
