@@ -770,3 +770,57 @@ fn renewal_commands_and_events() {
     }
     c.finish();
 }
+
+/// `stats` (CLI.md): one object whose counts match the outcomes printed.
+#[test]
+fn stats_match_the_outcomes_printed() {
+    let serve = Serve::start(&["--node-id", "alpha"]);
+    let mut c = Client::start(&[&serve.addr], &[]);
+    c.event("connected");
+    c.send("acquire a1 k me 0 5000");
+    let (token, _) = c.granted("a1", "k");
+    c.send("acquire a2 k me 0 5000");
+    c.outcome_is("a2", "timed_out");
+    c.send("acquire a3 j me 0 5000");
+    c.granted("a3", "j");
+    c.send("release-grant r1 a1");
+    c.outcome_is("r1", "released");
+    c.send(&format!("release r2 k {token}"));
+    c.outcome_is("r2", "not_held");
+    c.send("stats");
+    let v = c.wait_for("the stats", |v| v["type"] == "stats");
+    let outcomes: Vec<&Value> = c.all.iter().filter(|v| v["type"] == "outcome").collect();
+    let count = |op: &str, outcome: &str| {
+        outcomes
+            .iter()
+            .filter(|v| v["op"] == op && v["outcome"] == outcome)
+            .count() as u64
+    };
+    assert_eq!(u64_of(&v["acquires"], "started"), 3, "{v}");
+    assert_eq!(
+        u64_of(&v["acquires"], "granted"),
+        count("acquire", "granted")
+    );
+    assert_eq!(
+        u64_of(&v["acquires"], "timed_out"),
+        count("acquire", "timed_out")
+    );
+    assert_eq!(u64_of(&v["releases"], "started"), 2);
+    assert_eq!(
+        u64_of(&v["releases"], "released"),
+        count("release", "released")
+    );
+    assert_eq!(
+        u64_of(&v["releases"], "not_held"),
+        count("release", "not_held")
+    );
+    assert_eq!(u64_of(&v, "connected"), 1);
+    assert_eq!(u64_of(&v["now"], "held"), 1, "j is still held");
+    assert_eq!(u64_of(&v["grant_wait_ms"], "count"), 2);
+    assert_eq!(
+        u64_of(&v["lease_left_at_release_ms"], "count"),
+        1,
+        "the grant of a1"
+    );
+    c.finish();
+}

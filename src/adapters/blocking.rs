@@ -41,7 +41,7 @@ use crate::adapters::reply::{self, Receiver};
 use crate::adapters::shell::{Command, Io, OpResult, Shell};
 use crate::adapters::tls;
 use crate::client::{
-    Client, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
+    Client, ClientStats, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
 };
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
@@ -293,6 +293,15 @@ impl Handle {
         lease: Duration,
     ) -> PendingAcquire {
         self.acquire_with(key, owner, wait, lease, None, None)
+    }
+
+    /// The client core's counters ([`Client::stats`](crate::client::Client::stats)).
+    pub fn stats(&self) -> Result<ClientStats, RequestError> {
+        let (reply, rx) = reply::channel();
+        if !(self.inner.commands)(Command::Stats { reply }) {
+            return Err(RequestError::Stopped);
+        }
+        rx.recv().ok_or(RequestError::Stopped)
     }
 
     /// Renews a held grant once, asking for `lease` (`None`: its acquire's).

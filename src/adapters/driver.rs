@@ -28,7 +28,9 @@ use crate::adapters::notices::Sink;
 use crate::adapters::reply::{self, register, Receiver};
 use crate::adapters::shell::{Command, Io, LockError, OpResult, RequestError, Shell};
 use crate::adapters::tls;
-use crate::client::{Client, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd};
+use crate::client::{
+    Client, ClientStats, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd,
+};
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 
@@ -207,6 +209,20 @@ impl Handle {
     ) -> Acquire {
         let renew = Some(limit.unwrap_or(Duration::MAX));
         self.start_acquire(key, owner, wait, lease, renew, None)
+    }
+
+    /// The client core's counters ([`Client::stats`](crate::client::Client::stats)).
+    pub fn stats(
+        &self,
+    ) -> impl Future<Output = Result<ClientStats, RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let sent = self.request(Command::Stats { reply });
+        async move {
+            sent?;
+            std::future::poll_fn(|cx| rx.poll(cx))
+                .await
+                .ok_or(RequestError::Stopped)
+        }
     }
 
     /// Renews a held grant once, asking for `lease` (`None`: its acquire's).

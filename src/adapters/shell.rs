@@ -16,7 +16,7 @@ use std::sync::Arc;
 use crate::adapters::lease::{self, Guards};
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::Sender;
-use crate::client::{Action, Client, ConnId, Error, Event, Grant, OpId, Outcome};
+use crate::client::{Action, Client, ClientStats, ConnId, Error, Event, Grant, OpId, Outcome};
 use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
@@ -95,6 +95,8 @@ pub(crate) enum Command {
     DropGuard { grant: Grant },
     /// A guard's grant is left to run out: no more renewal.
     LetExpire { grant: Grant },
+    /// The core's counters.
+    Stats { reply: Sender<ClientStats> },
     Shutdown {
         budget: Duration,
         reply: Sender<Result<(), Error>>,
@@ -132,6 +134,9 @@ pub(crate) struct Shell {
     shutdown_waiters: Vec<Sender<Result<(), Error>>>,
     guards: Guards,
     notices: Sink,
+    /// When the counters were last published (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    published: Option<Instant>,
 }
 
 impl Shell {
@@ -145,6 +150,8 @@ impl Shell {
             shutdown_waiters: Vec::new(),
             guards: Guards::default(),
             notices,
+            #[cfg(feature = "metrics")]
+            published: None,
         }
     }
 
@@ -262,6 +269,9 @@ impl Shell {
                 self.guards.forget(&grant);
                 let _ = self.client.stop_renewing(now, &grant);
             }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.client.stats());
+            }
             Command::Shutdown { budget, reply } => match self.client.shutdown(now, budget) {
                 Ok(()) => self.shutdown_waiters.push(reply),
                 Err(e) => {
@@ -269,6 +279,21 @@ impl Shell {
                 }
             },
         }
+    }
+
+    /// Publishes the core's counters to the `metrics` facade, at most once
+    /// a second.
+    #[cfg(feature = "metrics")]
+    fn publish(&mut self) {
+        let now = Instant::now();
+        if self
+            .published
+            .is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.published = Some(now);
+        crate::adapters::metrics::record_client(&self.client.stats());
     }
 
     /// Keeps `reply` for the outcome of the operation just `started` (the
@@ -297,6 +322,8 @@ impl Shell {
     /// the core, which releases it by its exact token. Returns how many
     /// outcomes went to callers (each may wake a task).
     pub(crate) fn pump(&mut self, io: &mut impl Io) -> usize {
+        #[cfg(feature = "metrics")]
+        self.publish();
         let mut delivered = 0;
         loop {
             while let Some(action) = self.client.poll_action() {

@@ -64,6 +64,7 @@ enum Line {
     Abandon {
         tag: String,
     },
+    Stats,
     Shutdown {
         budget: Duration,
     },
@@ -175,6 +176,10 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
             Line::Abandon {
                 tag: words[1].to_string(),
             }
+        }
+        "stats" => {
+            want(1, "stats")?;
+            Line::Stats
         }
         "shutdown" => {
             want(2, "shutdown BUDGET_MS")?;
@@ -366,9 +371,89 @@ fn start(
             let request = handle.auto_renew(&grant, on.is_some(), on.flatten());
             report_refusal(format!("auto-renew {}", quote(&acquire)), request);
         }
+        Line::Stats => {
+            let stats = handle.stats();
+            tokio::spawn(async move {
+                match stats.await {
+                    Ok(stats) => emit(stats_line(&stats)),
+                    Err(e) => emit(json!({"type": "error", "message": format!("stats: {e}")})),
+                }
+            });
+        }
         Line::Shutdown { .. } => unreachable!("handled by the session"),
     }
     Ok(())
+}
+
+/// The `stats` object (CLI.md; README.md lists its fields).
+fn stats_line(s: &core::ClientStats) -> Value {
+    let histogram = |h: &core::Histogram| {
+        json!({
+            "count": h.count,
+            "sum": h.sum_ms,
+            "max": h.max_ms,
+            "p50_at_most": h.quantile_bound_ms(0.5),
+            "p99_at_most": h.quantile_bound_ms(0.99),
+        })
+    };
+    let releases = |r: &core::ReleaseOutcomes| json!({"released": r.released, "not_held": r.not_held, "lapsed": r.lapsed});
+    let (a, i, r, c, b) = (
+        &s.acquires,
+        &s.indeterminate,
+        &s.renewals,
+        &s.closes,
+        &s.backoffs,
+    );
+    json!({
+        "type": "stats",
+        "acquires": {
+            "started": s.acquires_started,
+            "granted": a.granted,
+            "timed_out": a.timed_out,
+            "busy": a.busy,
+            "cancelled": a.cancelled,
+            "indeterminate": a.indeterminate,
+        },
+        "indeterminate": {"close": i.close, "cancel": i.cancel, "answer_timeout": i.answer_timeout},
+        "releases": merge(json!({"started": s.releases_started}), releases(&s.releases)),
+        "orphans": merge(json!({"queued": s.orphan_releases}), releases(&s.orphans)),
+        "renewals": {
+            "sent": r.sent,
+            "renewed": r.renewed,
+            "lost": r.lost,
+            "jeopardy": r.jeopardy,
+            "expired": r.expired,
+        },
+        "connects": s.connects,
+        "connected": s.connected,
+        "closes": {
+            "eof": c.eof, "io": c.io, "connect_failed": c.connect_failed,
+            "connect_timeout": c.connect_timeout, "tls": c.tls,
+            "handshake_timeout": c.handshake_timeout, "moved": c.moved,
+            "no_leader": c.no_leader, "not_active": c.not_active,
+            "auth_failed": c.auth_failed, "unsupported_version": c.unsupported_version,
+            "server_error": c.server_error, "protocol": c.protocol, "cancel": c.cancel,
+            "answer_timeout": c.answer_timeout, "shutdown": c.shutdown,
+        },
+        "backoffs": {
+            "transport": b.transport, "no_leader": b.no_leader, "not_active": b.not_active,
+            "auth_failed": b.auth_failed, "unsupported_version": b.unsupported_version,
+            "redirect": b.redirect, "busy": b.busy,
+        },
+        "hints": {"taken": s.hints_taken, "ignored": s.hints_ignored},
+        "grant_wait_ms": histogram(&s.grant_wait),
+        "lease_left_at_release_ms": histogram(&s.lease_left_at_release),
+        "now": {
+            "in_flight": s.in_flight,
+            "acquires_in_flight": s.acquires_in_flight,
+            "acquires_queued": s.acquires_queued,
+            "releases_queued": s.releases_queued,
+            "renewals_queued": s.renewals_queued,
+            "acquires_open": s.acquires_open,
+            "releases_open": s.releases_open,
+            "held": s.held,
+        },
+    })
 }
 
 /// The grant of acquire `tag`, while held.
