@@ -45,16 +45,8 @@ REDIS_PID=""
 SERVE_PID=""
 TLS_PID=""
 
-stop_pid() {
-  local pid="$1"
-  [[ -n "$pid" ]] || return 0
-  if kill -0 "$pid" 2>/dev/null; then
-    kill "$pid" 2>/dev/null || true
-    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    kill -0 "$pid" 2>/dev/null && kill -9 "$pid" 2>/dev/null || true
-  fi
-  wait "$pid" 2>/dev/null || true
-}
+# shellcheck source=benches/common.sh
+source "$ROOT/benches/common.sh"
 cleanup() {
   stop_pid "$TLS_PID"; TLS_PID=""
   stop_pid "$SERVE_PID"; SERVE_PID=""
@@ -68,15 +60,6 @@ if [[ "$REDIS" == 1 ]]; then
   [[ -f "$REDIS_BENCH_DIR/Cargo.toml" ]] || { echo "no redis-lock bench at $REDIS_BENCH_DIR (set REDIS_BENCH_DIR, or REDIS=0)" >&2; exit 1; }
 fi
 
-# A loopback port nobody listens on (bash's /dev/tcp: a refused connect).
-free_port() {
-  local p
-  for _ in $(seq 200); do
-    p=$(( 20000 + RANDOM % 30000 ))
-    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
-  done
-  echo "no free port found" >&2; return 1
-}
 
 echo "== build (release)"
 b0=$(date +%s%N)

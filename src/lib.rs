@@ -29,16 +29,132 @@
 //!   cluster; `testkit` — the invariant checker, a model server and the
 //!   fuzz entry points.
 //!
+//! # Driving a core
+//!
+//! A core does nothing by itself. Its driver owns the sockets and the
+//! clock, and runs one loop:
+//!
+//! 1. **Make the core** with its configuration and the current time
+//!    ([`client::Client::new`], [`server::Server::new`]). Times are
+//!    [`Time`]s from any monotonic clock; the core never reads one.
+//! 2. **Give it commands** when the application wants something:
+//!    [`client::Client::acquire`], [`client::Client::release`], ... Each
+//!    returns at once, with an id for its outcome or a typed error for
+//!    misuse.
+//! 3. **Carry out its actions**, draining `poll_action` until `None`:
+//!    open a connection for `Connect` and report how it went
+//!    (`handle_connected` or `handle_connect_failed`); write the bytes of
+//!    `Send` to the connection it names, in order; close for `Close`.
+//! 4. **Take its events**, draining `poll_event` until `None`: the
+//!    outcomes of operations, and notices.
+//! 5. **Wait** for bytes, a transport ending, or the deadline
+//!    `poll_timeout` gives, whichever comes first, and **hand it in** with
+//!    the current time: bytes with the connection they arrived on
+//!    (`handle_bytes(now, conn, bytes)`), `handle_transport_closed`, or
+//!    `handle_timeout(now)`. Then go back to 3.
+//!
+//! `poll_timeout` returns the time of the latest input while output is
+//! still queued, so a driver that waits for it cannot stall; every input
+//! first fires the timers due at its time, so a late driver sees the same
+//! answers as a punctual one, only later. The adapters are this loop on
+//! real sockets and a real clock. Here it is in memory, a client against
+//! the server core: each side's bytes go to the other on the connection
+//! they belong to, and when neither has anything to do, time jumps to the
+//! earlier of their deadlines.
+//!
+//! ```
+//! use std::collections::BTreeMap;
+//! use std::time::Duration;
+//! use ticketing::{client, server};
+//! use ticketing::{Endpoint, Key, Name, Time};
+//!
+//! // 1. The cores.
+//! let mut now = Time::ZERO;
+//! let config = client::Config::new([Endpoint::new("10.0.0.1:7878")?], Name::new("app")?);
+//! let mut client = client::Client::new(config, now)?;
+//! let mut server = server::Server::new(server::Config::new(Name::new("node-1")?), now)?;
+//! // The client's connection ids and the server's, both ways.
+//! let mut to_server: BTreeMap<client::ConnId, server::ConnId> = BTreeMap::new();
+//! let mut to_client: BTreeMap<server::ConnId, client::ConnId> = BTreeMap::new();
+//!
+//! // 2. Commands: two workers want the printer; the second waits up to 5 s.
+//! let (wait, lease) = (Duration::from_secs(5), Duration::from_secs(2));
+//! let printer = Key::new("printer")?;
+//! let first = client.acquire(now, printer.clone(), Name::new("w1")?, wait, lease)?;
+//! let second = client.acquire(now, printer.clone(), Name::new("w2")?, wait, lease)?;
+//!
+//! let mut tokens = BTreeMap::new();
+//! while tokens.len() < 2 {
+//!     let mut moved = false;
+//!     // 3. The client's actions, carried to the server.
+//!     while let Some(action) = client.poll_action() {
+//!         moved = true;
+//!         match action {
+//!             client::Action::Connect { conn, .. } => {
+//!                 let accepted = server.handle_accept(now);
+//!                 to_server.insert(conn, accepted);
+//!                 to_client.insert(accepted, conn);
+//!                 client.handle_connected(now, conn);
+//!             }
+//!             client::Action::Send { conn, data } => {
+//!                 server.handle_bytes(now, to_server[&conn], &data)
+//!             }
+//!             client::Action::Close { conn } => server.handle_closed(now, to_server[&conn]),
+//!             _ => {}
+//!         }
+//!     }
+//!     // The server's, carried to the client.
+//!     while let Some(action) = server.poll_action() {
+//!         moved = true;
+//!         match action {
+//!             server::Action::Send { conn, data } => {
+//!                 client.handle_bytes(now, to_client[&conn], &data)
+//!             }
+//!             server::Action::Close { conn } => client.handle_transport_closed(
+//!                 now,
+//!                 to_client[&conn],
+//!                 client::TransportEnd::Eof,
+//!             ),
+//!             _ => {}
+//!         }
+//!     }
+//!     // 4. Events: the first grant is given back at once.
+//!     while let Some(event) = client.poll_event() {
+//!         moved = true;
+//!         if let client::Event::Outcome { op, outcome: client::Outcome::Granted(grant) } = event {
+//!             tokens.insert(op, grant.token());
+//!             if op == first {
+//!                 client.release(now, &grant)?;
+//!             }
+//!         }
+//!     }
+//!     // 5. Nothing moved: on to the earlier deadline.
+//!     if !moved {
+//!         let next = [client.poll_timeout(), server.poll_timeout()].into_iter().flatten().min();
+//!         now = now.max(next.expect("something is due"));
+//!         client.handle_timeout(now);
+//!         server.handle_timeout(now);
+//!     }
+//! }
+//! // Fencing tokens go up per key: the waiter got the printer second.
+//! assert_eq!((tokens[&first], tokens[&second]), (1, 2));
+//! // Released at once, it never waited for the lease to end.
+//! assert_eq!(now, Time::ZERO);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
 //! # Features
 //!
-//! | feature | what it adds | dependencies beyond `bytes` and `thiserror` |
+//! | feature | what it adds | dependencies beyond `bytes`, `thiserror` and `siphasher` (the server's keyed table hash) |
 //! |---|---|---|
 //! | *(none)* | the wire codec, the client and server cores | — |
-//! | `tokio` | `ticketing::tokio`: the tokio adapter | tokio, futures-channel |
-//! | `futures-io` | `ticketing::futures_io`: the adapter for smol and async-std | futures-io, futures-channel, async-io |
+//! | `tokio` | `ticketing::tokio`: the tokio adapter | tokio |
+//! | `futures-io` | `ticketing::futures_io`: the adapter for smol and async-std | futures-io, async-io |
 //! | `blocking` | `ticketing::blocking`: the blocking adapter | — |
-//! | `server` | `ticketing::serve`: the server core on tokio and TCP | tokio |
+//! | `server` | `ticketing::serve` and `ticketing::state`: the server core on tokio and TCP, a state directory | tokio |
 //! | `tls` | `ticketing::tls`, a `TlsConnector` in each client adapter, `serve::TlsListener` (rustls with ring) | rustls, tokio-rustls, futures-rustls |
+//! | `etcd` | `ticketing::cluster`: a node of a cluster on etcd (PROTOCOL.md 4.2) | etcd-client (its protoc from protoc-bin-vendored) |
+//! | `metrics` | `ticketing::metrics`: the cores' counters in the `metrics` facade; the client adapters publish theirs | metrics |
 //! | `fuzzing` | `ticketing::testkit` | arbitrary |
 //! | `sim` | `ticketing::sim` | arbitrary |
 //! | `sabotage` | `ticketing::sim::Sabotage`: bad clients, to show that the simulator's checks catch them (never in `cli`) | arbitrary |
@@ -48,6 +164,7 @@
 
 mod adapters;
 pub mod client;
+mod conn_id;
 mod hash;
 pub mod names;
 pub mod rng;
@@ -61,10 +178,16 @@ pub mod wire;
 
 #[cfg(feature = "blocking")]
 pub use adapters::blocking;
+#[cfg(feature = "etcd")]
+pub use adapters::cluster;
 #[cfg(feature = "futures-io")]
 pub use adapters::futures_io;
+#[cfg(feature = "metrics")]
+pub use adapters::metrics;
 #[cfg(feature = "server")]
 pub use adapters::serve;
+#[cfg(feature = "server")]
+pub use adapters::state;
 #[cfg(any(
     feature = "tls",
     feature = "tokio",

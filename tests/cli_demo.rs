@@ -36,4 +36,10 @@ fn a_short_demo_finds_no_violation() {
     assert!(figure(report, "release released") > 0, "{report}");
     assert!(figure(report, "fenced writes") > 0, "{report}");
     assert!(figure(report, "stale writes refused") > 0, "{report}");
+    // One leader crashed without handing its table over: a grace, and
+    // still no violation.
+    assert!(
+        report.contains("without handing its table over") && report.contains("recovery grace"),
+        "{report}"
+    );
 }

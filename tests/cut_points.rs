@@ -96,15 +96,15 @@ const CHUNKS: [&str; 6] = [
     // 0: a hint (allowlisted endpoint) before the handshake answer.
     "L b:2\nW node-1 3\n",
     // 1: the later acquire answered first; a B for the earlier one.
-    "G 3 A k2 7 10000\nD 1 R k9\nB 2 A k1\n",
+    "G 3 A k2 7 10000 0\nD 1 R k9\nB 2 A k1\n",
     // 2: a try-lock's T, a release's D, and the first waiter of k1.
-    "T 5 A k3\nD 6 R k2\nG 4 A k1 12 8000\n",
+    "T 5 A k3\nD 6 R k2\nG 4 A k1 12 8000 0\n",
     // 3: another hint, the last answers, then M: the rest is ignored.
-    "L a:1\nD 8 R k1\nG 7 A k1 13 10000\nM b:2\nG 99 A zz 1 10\nE nonsense\n",
+    "L a:1\nD 8 R k1\nG 7 A k1 13 10000 0\nM b:2\nG 99 A zz 1 10 0\nE nonsense\n",
     // 4: the handshake on the second node.
     "W node-2 4\n",
     // 5: an N for a release, a grant.
-    "N 10 R k1\nG 9 A k4 14 2000\n",
+    "N 10 R k1\nG 9 A k4 14 2000 0\n",
 ];
 
 fn session(cut: Cut) -> Record {
@@ -201,13 +201,13 @@ fn the_whole_session_fed_whole_does_what_the_script_says() {
     let r = session(Cut::Whole);
     assert_eq!(
         r.sent,
-        "H 1 c1 -\n\
+        "H 2 c1 -\n\
          R 1 k9 41\nA 2 k1 o 5000 10000\nA 3 k2 o 5000 10000\n\
          A 4 k1 o 4900 10000\nA 5 k3 o 0 10000\n\
          R 6 k2 7\n\
          A 7 k1 o 4700 10000\n\
          R 8 k1 12\n\
-         H 1 c1 -\n\
+         H 2 c1 -\n\
          A 9 k4 o 1000 2000\nR 10 k1 13\n"
     );
     let outcomes: Vec<String> = r

@@ -12,8 +12,8 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use ticketing::client::{Action, BackoffCause, Config, ConnId, Event, Outcome, TransportEnd};
-use ticketing::{Endpoint, Time};
+use ticketing::client::{BackoffCause, Config, ConnId, Event, Outcome, TransportEnd};
+use ticketing::Time;
 
 // ----- helpers ------------------------------------------------------------
 
@@ -39,39 +39,8 @@ fn hints(events: &[Event]) -> (Vec<String>, Vec<String>) {
     (taken, ignored)
 }
 
-/// The `Connect` actions from `actions[from..]`.
-fn connects(h: &Harness, from: usize) -> Vec<(ConnId, Endpoint)> {
-    h.actions[from..]
-        .iter()
-        .filter_map(|a| match a {
-            Action::Connect { conn, addr } => Some((*conn, addr.clone())),
-            _ => None,
-        })
-        .collect()
-}
-
-/// The connections closed by `Close` actions from `actions[from..]`.
-fn close_actions(h: &Harness, from: usize) -> Vec<ConnId> {
-    h.actions[from..]
-        .iter()
-        .filter_map(|a| match a {
-            Action::Close { conn } => Some(*conn),
-            _ => None,
-        })
-        .collect()
-}
-
 fn one_closed(addr: &str, reason: &str) -> Vec<(String, String)> {
     vec![(addr.to_string(), reason.to_string())]
-}
-
-/// `Indeterminate` as PROTOCOL.md defines its bound: the moment the client
-/// gave up, plus `wait_ms`, plus `lease_ms`, plus the settle margin (1 s by
-/// default).
-fn indeterminate(gave_up: Time, wait_ms: u64, lease_ms: u64) -> Outcome {
-    Outcome::Indeterminate {
-        settles_by: gave_up.saturating_add(ms(wait_ms + lease_ms + 1_000)),
-    }
 }
 
 /// The step `d` of the `n`-th delay in a row: `min(cap, base * 2^n)`.
@@ -108,34 +77,11 @@ fn reconnect_at(h: &mut Harness, until: Time, addr: &str) -> ConnId {
     }
 }
 
-/// The connection attempt in progress fails.
-fn fail_connect(h: &mut Harness) {
-    let (conn, _) = h.last_connect().expect("a connect");
-    h.client.handle_connect_failed(h.now, conn);
-    h.pump();
-}
-
-/// The transport of the current connection ends.
-fn transport_ends(h: &mut Harness, end: TransportEnd) {
-    let conn = h.client.connection().expect("a connection");
-    h.client.handle_transport_closed(h.now, conn, end);
-    h.pump();
-}
-
 /// Endpoints `a:1`, `b:2`, `c:3`; otherwise as [`config`].
 fn config3() -> Config {
     let mut c = config();
     c.endpoints.push(ep("c:3"));
     c
-}
-
-/// A harness whose first connection (to `a:1`) is ready with `window`, at
-/// t=0, with its start-up events dropped.
-fn ready_with(c: Config, window: u64) -> (Harness, ConnId) {
-    let mut h = Harness::new(c);
-    let conn = h.ready(window);
-    h.take_events();
-    (h, conn)
 }
 
 // ----- the handshake ------------------------------------------------------
@@ -154,7 +100,7 @@ fn nothing_is_sent_before_w_and_h_is_the_only_frame() {
 
     h.at_ms(10);
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     // A hint before W is allowed; it sends nothing either.
     h.at_ms(20);
     h.feed("L b:2\n");
@@ -186,17 +132,17 @@ fn nothing_is_sent_before_w_and_h_is_the_only_frame() {
 }
 
 #[test]
-fn the_handshake_is_h_1_client_id_and_credential_or_a_dash() {
+fn the_handshake_is_h_2_client_id_and_credential_or_a_dash() {
     let mut c = config();
     c.client_id = name("svc-7");
     let mut h = Harness::new(c.clone());
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 svc-7 -\n");
+    assert_eq!(h.take_sent(), "H 2 svc-7 -\n");
 
     c.credential = Some(name("s3cret"));
     let mut h = Harness::new(c);
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 svc-7 s3cret\n");
+    assert_eq!(h.take_sent(), "H 2 svc-7 s3cret\n");
     // H goes out once per connection, never again.
     h.feed("L a:1\n");
     h.at_ms(100);
@@ -227,9 +173,49 @@ fn l_allowlisted_becomes_the_hint_and_keeps_the_connection() {
     );
 
     // The next connection goes to the hint, not to b:2 (next in turn).
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
     reconnect_at(&mut h, until, "c:3");
+}
+
+#[test]
+fn hints_that_change_nothing_are_not_told_again() {
+    let (mut h, conn) = ready_with(config3(), 4);
+    h.at_ms(10);
+    // A flood: the same hint, and the same refused address, again and again.
+    let mut flood = String::new();
+    for _ in 0..1_000 {
+        flood.push_str("L c:3\nL evil:9\n");
+    }
+    h.feed(&flood);
+    let events = h.take_events();
+    assert_eq!(
+        hints(&events),
+        (vec!["c:3".to_string()], vec!["evil:9".to_string()])
+    );
+    // Another address is news, each time it changes.
+    h.feed("L b:2\nL c:3\nL other:1\nL evil:9\nL evil:9\n");
+    let events = h.take_events();
+    assert_eq!(
+        hints(&events),
+        (
+            vec!["b:2".to_string(), "c:3".to_string()],
+            vec!["other:1".to_string(), "evil:9".to_string()]
+        )
+    );
+    assert_eq!(h.client.connection(), Some(conn));
+    assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
+    // On the next connection, a refused address is told again once.
+    h.transport_closed(TransportEnd::Eof);
+    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+    reconnect_at(&mut h, until, "c:3");
+    h.ready(4);
+    h.take_events();
+    h.feed("L evil:9\nL evil:9\nL c:3\n");
+    assert_eq!(
+        hints(&h.take_events()),
+        (vec![], vec!["evil:9".to_string()])
+    );
 }
 
 #[test]
@@ -242,13 +228,10 @@ fn l_not_allowlisted_is_ignored_and_changes_nothing() {
     assert_eq!(h.client.leader_hint(), None);
     assert_eq!(h.client.connection(), Some(conn));
 
-    // An existing hint survives an ignored one.
+    // An existing hint survives an ignored one (told once per connection).
     h.feed("L c:3\nL evil:666\n");
     let events = h.take_events();
-    assert_eq!(
-        hints(&events),
-        (vec!["c:3".to_string()], vec!["evil:666".to_string()])
-    );
+    assert_eq!(hints(&events), (vec!["c:3".to_string()], vec![]));
     assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
     assert_eq!(h.client.connection(), Some(conn));
     assert_eq!(h.take_sent(), "");
@@ -306,11 +289,11 @@ fn m_not_allowlisted_from_the_hinted_node_forgets_that_hint() {
     // endpoint, as it does when the hint refuses with `E not_active`.
     let (mut h, _) = ready_with(config3(), 4);
     h.feed("L c:3\n");
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
     reconnect_at(&mut h, until, "c:3");
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     let mark = h.actions.len();
     h.feed("M evil:666\n");
     let events = h.take_events();
@@ -375,7 +358,7 @@ fn e_no_leader_forgets_the_hint_and_backs_off_short() {
     let turn = ["b:2", "c:3", "a:1"];
     for n in 1..=7u32 {
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         h.feed("E no_leader\n");
         let events = h.take_events();
         assert_eq!(
@@ -394,7 +377,7 @@ fn e_not_active_moves_to_the_next_endpoint_with_its_backoff() {
     let turn = ["a:1", "b:2", "c:3"];
     for n in 0..=6u32 {
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         h.feed("E not_active\n");
         let events = h.take_events();
         assert_eq!(
@@ -416,7 +399,7 @@ fn e_auth_failed_tells_the_embedder_and_backs_off_long() {
     let turn = ["a:1", "b:2"];
     for n in 0..=7u32 {
         let conn = h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 wrong\n");
+        assert_eq!(h.take_sent(), "H 2 c1 wrong\n");
         let mark = h.actions.len();
         h.feed("E auth_failed\n");
         let events = h.take_events();
@@ -480,7 +463,7 @@ fn framing_cases() -> Vec<(&'static str, Vec<u8>)> {
         case("empty_field", "T 1 A k \n"),
         case("unknown_kind", "X 1 A k\n"),
         case("unknown_kind", "TT 1 A k\n"),
-        case("unknown_kind", "H 1 c1 -\n"),
+        case("unknown_kind", "H 2 c1 -\n"),
         case("field_count", "T 1 A\n"),
         case("field_count", "G 1 A k 9\n"),
         case("field_count", "W node-1\n"),
@@ -491,16 +474,16 @@ fn framing_cases() -> Vec<(&'static str, Vec<u8>)> {
         ),
         case("not_a_number", "T one A k\n"),
         case("not_a_number", "T -1 A k\n"),
-        case("not_a_number", "G 1 A k 9 +5\n"),
+        case("not_a_number", "G 1 A k 9 +5 0\n"),
         case("leading_zero", "T 01 A k\n"),
-        case("leading_zero", "G 1 A k 09 5000\n"),
+        case("leading_zero", "G 1 A k 09 5000 0\n"),
         case("overflow", "T 18446744073709551616 A k\n"),
         case("bad_op", "T 1 Y k\n"),
         case("bad_pairing", "T 1 X k\n"),
         case("bad_pairing", "G 1 R k 9 5000\n"),
         case("bad_pairing", "D 1 A k\n"),
         case("bad_pairing", "B 1 R k\n"),
-        case("zero_lease", "G 1 A k 9 0\n"),
+        case("zero_lease", "G 1 A k 9 0 0\n"),
         case("window_too_small", "W node-1 1\n"),
         case("bad_address", "L nocolon\n"),
         case("bad_address", "M a:99999\n"),
@@ -519,7 +502,7 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
         let mark = h.actions.len();
         h.at_ms(20);
         let mut input = bad.clone();
-        input.extend_from_slice(b"G 1 A k 9 5000\n");
+        input.extend_from_slice(b"G 1 A k 9 5000 0\n");
         h.feed_bytes(&input);
         let events = h.take_events();
         assert_eq!(closed(&events), one_closed("a:1", &want), "{want}");
@@ -540,7 +523,7 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
         let mut h = Harness::new(config());
         let op = h.acquire("k", 10_000, 5_000);
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         h.at_ms(20);
         h.feed_bytes(&bad);
         let events = h.take_events();
@@ -610,7 +593,7 @@ fn failing_connects(c: Config, count: u32) -> Vec<(Time, Time)> {
     for n in 0..count {
         let (_, addr) = h.last_connect().unwrap();
         assert_eq!(addr, ep(turn[n as usize % 2]));
-        fail_connect(&mut h);
+        h.fail_connect();
         let events = h.take_events();
         assert_eq!(
             closed(&events),
@@ -647,7 +630,7 @@ fn redirects_reconnect_at_once_for_the_first_three_in_a_row_then_back_off() {
     let mut to = "a:1";
     for n in 0..3 {
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         let other = if to == "a:1" { "b:2" } else { "a:1" };
         let mark = h.actions.len();
         h.feed(&format!("M {other}\n"));
@@ -690,7 +673,7 @@ fn a_w_resets_the_backoff() {
     let turn = ["a:1", "b:2"];
     // Three failures in a row: steps 50, 100, 200 ms.
     for n in 0..3u32 {
-        fail_connect(&mut h);
+        h.fail_connect();
         let until = the_backoff(&h.take_events(), BackoffCause::Transport);
         assert_jittered(h.now, until, step(50, 5_000, n), "before W");
         reconnect_at(&mut h, until, turn[(n as usize + 1) % 2]);
@@ -698,7 +681,7 @@ fn a_w_resets_the_backoff() {
     h.ready(4);
     h.take_events();
     // Without the reset this would be the fourth step, 400 ms.
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     let events = h.take_events();
     assert_eq!(closed(&events), one_closed("b:2", "eof"));
     let until = the_backoff(&events, BackoffCause::Transport);
@@ -710,19 +693,19 @@ fn a_connect_to_the_hint_that_fails_or_times_out_backs_off_and_forgets_the_hint(
     for failure in ["connect_failed", "connect_timeout", "handshake_timeout"] {
         let (mut h, _) = ready_with(config3(), 4);
         h.feed("L c:3\n");
-        transport_ends(&mut h, TransportEnd::Eof);
+        h.transport_closed(TransportEnd::Eof);
         let until = the_backoff(&h.take_events(), BackoffCause::Transport);
         reconnect_at(&mut h, until, "c:3");
         let (conn, _) = h.last_connect().unwrap();
         let mark = h.actions.len();
         match failure {
-            "connect_failed" => fail_connect(&mut h),
+            "connect_failed" => h.fail_connect(),
             "connect_timeout" => {
                 h.at(h.now.saturating_add(ms(5_000)));
             }
             _ => {
                 h.connect();
-                assert_eq!(h.take_sent(), "H 1 c1 -\n");
+                assert_eq!(h.take_sent(), "H 2 c1 -\n");
                 h.at(h.now.saturating_add(ms(5_000)));
             }
         }
@@ -757,17 +740,17 @@ fn any_end_of_a_connection_to_the_hint_before_w_forgets_the_hint() {
     for (reason, bytes) in endings {
         let mut h = Harness::new(config3());
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         h.feed("M c:3\n");
         assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
         let (_, to) = h.last_connect().unwrap();
         assert_eq!(to, ep("c:3"), "redirected at once");
         h.connect();
-        assert_eq!(h.take_sent(), "H 1 c1 -\n");
+        assert_eq!(h.take_sent(), "H 2 c1 -\n");
         h.take_events();
         match reason {
-            "eof" => transport_ends(&mut h, TransportEnd::Eof),
-            "io" => transport_ends(&mut h, TransportEnd::Error),
+            "eof" => h.transport_closed(TransportEnd::Eof),
+            "io" => h.transport_closed(TransportEnd::Error),
             _ => h.feed(bytes),
         }
         let events = h.take_events();
@@ -793,7 +776,7 @@ fn an_m_from_the_hint_to_another_allowlisted_address_follows_it() {
     h.connect();
     h.feed("M c:3\n");
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\nH 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\nH 2 c1 -\n");
     let mark = h.actions.len();
     h.feed("M d:4\n");
     assert_eq!(h.client.leader_hint(), Some(&ep("d:4")));
@@ -802,7 +785,7 @@ fn an_m_from_the_hint_to_another_allowlisted_address_follows_it() {
     assert_eq!(new[0].1, ep("d:4"));
     // A hint that worked, then ended after `W`, is kept.
     h.ready(4);
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     assert_eq!(h.client.leader_hint(), Some(&ep("d:4")));
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
     reconnect_at(&mut h, until, "d:4");
@@ -837,7 +820,7 @@ fn a_handshake_without_an_answer_in_time_is_given_up() {
     let op = h.acquire("k", 20_000, 5_000);
     h.at_ms(100);
     let conn = h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     assert_eq!(h.take_events(), vec![Event::Connecting { addr: ep("a:1") }]);
     h.at_ms(5_099);
     assert!(h.take_events().is_empty());
@@ -869,7 +852,7 @@ fn the_next_connection_goes_to_the_hint_if_any_else_the_next_endpoint_in_turn() 
         assert_eq!(h.last_connect().unwrap().1, ep(addr));
         h.ready(4);
         h.take_events();
-        transport_ends(&mut h, TransportEnd::Eof);
+        h.transport_closed(TransportEnd::Eof);
         assert_eq!(closed(&h.take_events()), one_closed(addr, "eof"));
         h.next_deadline();
     }
@@ -881,7 +864,7 @@ fn the_next_connection_goes_to_the_hint_if_any_else_the_next_endpoint_in_turn() 
     let mut at = "b:2";
     for _ in 0..3 {
         // An eof is no failure of the hint: it is kept.
-        transport_ends(&mut h, TransportEnd::Eof);
+        h.transport_closed(TransportEnd::Eof);
         assert_eq!(closed(&h.take_events()), one_closed(at, "eof"));
         assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
         h.next_deadline();
@@ -902,11 +885,11 @@ fn the_next_connection_goes_to_the_hint_if_any_else_the_next_endpoint_in_turn() 
 fn a_partial_line_does_not_carry_over_to_the_next_connection() {
     let (mut h, _) = ready_with(config(), 4);
     h.feed("T 1 A");
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     assert_eq!(closed(&h.take_events()), one_closed("a:1", "eof"));
     h.next_deadline();
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     // Glued to the old fragment this would be "T 1 AW node-1 4".
     h.feed("W node-1 4\n");
     let events = h.take_events();
@@ -928,9 +911,9 @@ fn inputs_about_a_closed_connection_are_ignored() {
     );
     let new = h.connect();
     assert_ne!(new, old);
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     // The old connection's late answer, end and failure change nothing.
-    h.client.handle_bytes(h.now, old, b"G 1 A k 9 5000\n");
+    h.client.handle_bytes(h.now, old, b"G 1 A k 9 5000 0\n");
     h.client
         .handle_transport_closed(h.now, old, TransportEnd::Error);
     h.client.handle_connect_failed(h.now, old);
@@ -955,7 +938,7 @@ fn the_transport_ending_closes_and_applies_any_close() {
         assert_eq!(h.take_sent(), "R 1 k 5\nA 2 k1 o 1000 5000\n");
         let mark = h.actions.len();
         h.at_ms(50);
-        transport_ends(&mut h, end);
+        h.transport_closed(end);
         let events = h.take_events();
         assert_eq!(closed(&events), one_closed("a:1", reason));
         assert_eq!(close_actions(&h, mark), vec![conn]);
@@ -1022,7 +1005,7 @@ fn a_sent_release_without_an_answer_within_the_grace_closes_and_is_resent() {
 fn a_tls_handshake_that_fails_closes_with_its_reason_and_backs_off_like_a_failed_connect() {
     let (mut h, _) = ready_with(config3(), 4);
     h.feed("L c:3\n");
-    transport_ends(&mut h, TransportEnd::Eof);
+    h.transport_closed(TransportEnd::Eof);
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
     let conn = reconnect_at(&mut h, until, "c:3");
     let mark = h.actions.len();

@@ -22,21 +22,11 @@ use ticketing::Time;
 fn grant(h: &mut Harness, id: u64, key_: &str, token: u64, lease_ms: u64) -> Grant {
     let op = h.acquire(key_, 0, lease_ms);
     assert_eq!(h.take_sent(), format!("A {id} {key_} o 0 {lease_ms}\n"));
-    h.feed(&format!("G {id} A {key_} {token} {lease_ms}\n"));
+    h.feed(&format!("G {id} A {key_} {token} {lease_ms} 0\n"));
     let out = h.take_outcomes();
     assert_eq!(out.len(), 1, "{out:?}");
     assert_eq!(out[0].0, op);
     grant_of(&out[0].1)
-}
-
-/// Lets the client's reconnect happen: jumps through deadlines until a new
-/// `Connect` is handed out, then accepts it with `W node-1 <window>`.
-fn reconnect(h: &mut Harness, window: u64) {
-    let before = h.last_connect().map(|(c, _)| c);
-    while h.last_connect().map(|(c, _)| c) == before {
-        h.next_deadline();
-    }
-    h.ready(window);
 }
 
 #[test]
@@ -70,7 +60,7 @@ fn releases_are_sent_before_queued_acquires() {
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::Released)]);
     // Only y is in flight among the acquires: z takes the free slot.
     assert_eq!(h.take_sent(), "A 5 z o 1000 5000\n");
-    h.feed("D 4 R k2\nG 3 A y 1 5000\nG 5 A z 2 5000\n");
+    h.feed("D 4 R k2\nG 3 A y 1 5000 0\nG 5 A z 2 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out.len(), 3);
     assert_eq!(out[0], (r2, Outcome::Released));
@@ -220,7 +210,7 @@ fn unanswered_requests_never_exceed_the_window() {
                     match rng.up_to(3) {
                         0 | 1 => {
                             server.next_token += 1;
-                            format!("G {id} A {k} {} 60000\n", server.next_token)
+                            format!("G {id} A {k} {} 60000 0\n", server.next_token)
                         }
                         2 => format!("T {id} A {k}\n"),
                         _ => format!("B {id} A {k}\n"),
@@ -296,7 +286,7 @@ fn window_two_with_one_reserved_slot_the_release_of_k_unblocks_the_acquire_waiti
     h.feed("D 3 R K\n");
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::Released)]);
     assert_eq!(h.take_sent(), "", "the acquire slot is still taken");
-    h.feed("G 2 A K 2 30000\n");
+    h.feed("G 2 A K 2 30000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, waiting);
@@ -304,7 +294,7 @@ fn window_two_with_one_reserved_slot_the_release_of_k_unblocks_the_acquire_waiti
     assert_eq!((g2.key().as_str(), g2.token()), ("K", 2));
     // And the next acquire takes the freed acquire slot.
     assert_eq!(h.take_sent(), "A 4 J o 9950 30000\n");
-    h.feed("G 4 A J 3 30000\n");
+    h.feed("G 4 A J 3 30000 0\n");
     assert_eq!(h.take_outcomes()[0].0, other);
 }
 
@@ -394,7 +384,7 @@ fn any_close_sent_acquires_indeterminate_sent_releases_resent_unsent_requests_go
 
     // The next connection: the release again with a new id, then the unsent
     // acquire with what is left of its budget. x and y never again.
-    reconnect(&mut h, 3);
+    h.reconnect(3);
     let left = t(100 + 5000).saturating_duration_since(h.now).as_millis();
     assert_eq!(h.take_sent(), format!("R 5 g 7\nA 6 z o {left} 10000\n"));
     h.feed("D 5 R g\n");
@@ -415,7 +405,7 @@ fn any_close_sent_acquires_indeterminate_sent_releases_resent_unsent_requests_go
             }
         )]
     );
-    reconnect(&mut h, 3);
+    h.reconnect(3);
     assert_eq!(h.take_sent(), "", "nothing left to send");
     let all = h.all_sent();
     for k in [" x o ", " y o ", " z o "] {
@@ -529,14 +519,14 @@ fn release_attempts_are_bounded_by_config_release_attempts() {
     for _ in 0..2 {
         h.transport_closed(TransportEnd::Eof);
         assert_eq!(h.take_outcomes(), vec![]);
-        reconnect(&mut h, 4);
+        h.reconnect(4);
         sent.push(h.take_sent());
     }
     assert_eq!(sent, vec!["R 2 k 9\n", "R 3 k 9\n", "R 4 k 9\n"]);
     // The third attempt is lost too: no fourth starts.
     h.transport_closed(TransportEnd::Eof);
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::Lapsed)]);
-    reconnect(&mut h, 4);
+    h.reconnect(4);
     assert_eq!(h.take_sent(), "");
 }
 
@@ -551,7 +541,7 @@ fn not_held_after_an_earlier_attempt_was_lost_is_reported_not_held() {
     // did free the grant).
     h.transport_closed(TransportEnd::Error);
     assert_eq!(h.take_outcomes(), vec![]);
-    reconnect(&mut h, 4);
+    h.reconnect(4);
     assert_eq!(h.take_sent(), "R 3 k 3\n");
     h.feed("N 3 R k\n");
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::NotHeld)]);
@@ -598,7 +588,7 @@ fn an_undeliverable_grant_is_released_by_its_exact_token() {
     h.ready(4);
     let op = h.acquire("k", 0, 5000);
     assert_eq!(h.take_sent(), "A 1 k o 0 5000\n");
-    h.feed("G 1 A k 4 5000\n");
+    h.feed("G 1 A k 4 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, op);
     let g = grant_of(&out[0].1);
@@ -697,7 +687,7 @@ fn own_capacity_full_is_busy_at_once_with_nothing_sent() {
         "A 1 a o 1000 60000\nA 2 b o 1000 60000\n",
         "the refused acquire is never sent"
     );
-    h.feed("G 1 A a 1 60000\n");
+    h.feed("G 1 A a 1 60000 0\n");
     let g = grant_of(&h.take_outcomes()[0].1);
     // One open release at most.
     let r = h.release_token("raw", 5);
@@ -728,7 +718,7 @@ fn releases_resent_after_a_close_keep_their_order_ahead_of_queued_ones() {
     assert_eq!(h.take_sent(), "R 1 a 1\nR 2 b 2\n");
     h.transport_closed(TransportEnd::Eof);
     assert_eq!(h.take_outcomes(), vec![]);
-    reconnect(&mut h, 4);
+    h.reconnect(4);
     // The two that were in flight first, in their order, then the queued one.
     assert_eq!(h.take_sent(), "R 3 a 1\nR 4 b 2\nR 5 c 3\n");
     h.feed("D 5 R c\nN 4 R b\nD 3 R a\n");

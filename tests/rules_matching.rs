@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use support::*;
 use ticketing::client::{
-    Action, BackoffCause, BusyPolicy, ConnId, Event, Grant, OpId, Outcome, ReleaseResult,
+    Action, BackoffCause, BusyPolicy, ConnId, Event, OpId, Outcome, ReleaseResult,
 };
 use ticketing::Time;
 
@@ -42,34 +42,6 @@ fn orphans_settled(events: &[Event]) -> Vec<(String, u64, ReleaseResult)> {
         .collect()
 }
 
-/// The grant of a `Granted` outcome.
-fn grant(outcome: &Outcome) -> &Grant {
-    match outcome {
-        Outcome::Granted(g) => g,
-        other => panic!("expected Granted, got {other:?}"),
-    }
-}
-
-/// The connections closed by `Close` actions from `actions[from..]`.
-fn close_actions(h: &Harness, from: usize) -> Vec<ConnId> {
-    h.actions[from..]
-        .iter()
-        .filter_map(|a| match a {
-            Action::Close { conn } => Some(*conn),
-            _ => None,
-        })
-        .collect()
-}
-
-/// `Indeterminate` as PROTOCOL.md defines its bound: the moment the client
-/// gave up, plus `wait_ms`, plus `lease_ms`, plus the settle margin (1 s by
-/// default).
-fn indeterminate(gave_up_ms: u64, wait_ms: u64, lease_ms: u64) -> Outcome {
-    Outcome::Indeterminate {
-        settles_by: t(gave_up_ms + wait_ms + lease_ms + 1_000),
-    }
-}
-
 /// Goes through the backoff after a close: jumps to the next deadline,
 /// which must bring a new `Connect` to `addr`, and returns its connection.
 fn reconnects_to(h: &mut Harness, addr: &str) -> ConnId {
@@ -84,10 +56,7 @@ fn reconnects_to(h: &mut Harness, addr: &str) -> ConnId {
 /// A harness whose first connection (to `a:1`) is ready with `window`, at
 /// t=0, with its start-up events dropped.
 fn ready(window: u64) -> (Harness, ConnId) {
-    let mut h = Harness::new(config());
-    let conn = h.ready(window);
-    h.take_events();
-    (h, conn)
+    ready_with(config(), window)
 }
 
 // ----- matching by id, op and key -----------------------------------------
@@ -102,14 +71,14 @@ fn answers_reordered_for_one_key_are_matched_by_id() {
     // The later request is answered first, in the same chunk as the earlier
     // one's answer. Arrival order would give the T to the first acquire.
     h.at_ms(30);
-    h.feed("T 2 A k\nG 1 A k 11 5000\n");
+    h.feed("T 2 A k\nG 1 A k 11 5000 0\n");
     let events = h.take_events();
     assert_eq!(closed(&events), vec![]);
     let out = outcomes(&events);
     assert_eq!(out.len(), 2, "{out:?}");
     assert_eq!(out[0], (tries, Outcome::TimedOut { sent: true }));
     assert_eq!(out[1].0, waits);
-    let g = grant(&out[1].1);
+    let g = granted(&out[1].1);
     assert_eq!((g.key().as_str(), g.token()), ("k", 11));
     assert_eq!(in_flight(&h.client), (0, 0));
     assert_eq!(h.take_sent(), "");
@@ -129,11 +98,11 @@ fn the_same_op_and_key_three_times_in_flight_are_told_apart_by_id_alone() {
     // Scrambled: 3 is granted, 1 times out, then (after 3's release) 2 is
     // granted with a shorter lease.
     h.at_ms(10);
-    h.feed("G 3 A k 21 5000\n");
+    h.feed("G 3 A k 21 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, ops[2]);
-    let third = grant(&out[0].1).clone();
+    let third = granted(&out[0].1).clone();
     assert_eq!(third.token(), 21);
 
     h.at_ms(20);
@@ -151,11 +120,11 @@ fn the_same_op_and_key_three_times_in_flight_are_told_apart_by_id_alone() {
     assert_eq!(h.take_outcomes(), vec![(release, Outcome::Released)]);
 
     h.at_ms(30);
-    h.feed("G 2 A k 22 4000\n");
+    h.feed("G 2 A k 22 4000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, ops[1]);
-    let second = grant(&out[0].1);
+    let second = granted(&out[0].1);
     assert_eq!((second.token(), second.lease()), (22, ms(4_000)));
     // valid_until counts from when that request was sent (t=0).
     assert_eq!(second.valid_until(), t(4_000));
@@ -191,14 +160,14 @@ fn the_pending_entry_is_registered_before_the_bytes_are_handed_out() {
     assert_eq!(&data[..], b"A 1 k o 1000 5000\n");
     // From the moment the Send is returned the request counts as sent.
     assert_eq!(in_flight(&h.client), (1, 1));
-    h.client.handle_bytes(h.now, conn, b"G 1 A k 3 5000\n");
+    h.client.handle_bytes(h.now, conn, b"G 1 A k 3 5000 0\n");
     h.pump();
     let events = h.take_events();
     assert_eq!(closed(&events), vec![]);
     let out = outcomes(&events);
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, op);
-    let g = grant(&out[0].1);
+    let g = granted(&out[0].1);
     assert_eq!((g.token(), g.valid_until()), (3, t(5_007)));
     assert_eq!(h.client.connection(), Some(conn));
     assert_eq!(h.take_sent(), "");
@@ -216,11 +185,11 @@ fn g_t_d_n_matched_end_the_operation_as_values() {
     // asked is fine); valid_until counts from when the request was sent,
     // expires_by from when the answer came, plus the settle margin.
     h.at_ms(40);
-    h.feed("G 1 A k1 42 3000\n");
+    h.feed("G 1 A k1 42 3000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, acquired);
-    let g = grant(&out[0].1).clone();
+    let g = granted(&out[0].1).clone();
     assert_eq!(g.key().as_str(), "k1");
     assert_eq!(g.token(), 42);
     assert_eq!(g.lease(), ms(3_000));
@@ -270,7 +239,7 @@ fn an_answer_with_the_right_id_but_another_key_closes_and_its_grant_is_released(
     let mark = h.actions.len();
 
     h.at_ms(100);
-    h.feed("G 1 A other 9 5000\n");
+    h.feed("G 1 A other 9 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -280,7 +249,7 @@ fn an_answer_with_the_right_id_but_another_key_closes_and_its_grant_is_released(
     // The acquire was sent and got no answer it can trust.
     assert_eq!(
         outcomes(&events),
-        vec![(op, indeterminate(100, 1_000, 5_000))]
+        vec![(op, indeterminate(t(100), 1_000, 5_000))]
     );
     // The stray grant is nobody's: released by its exact (key, token).
     assert_eq!(orphan_releases(&events), vec![("other".to_string(), 9)]);
@@ -320,7 +289,7 @@ fn an_answer_with_the_right_id_but_another_op_closes_and_the_acquire_is_indeterm
     assert_eq!(close_actions(&h, mark), vec![conn]);
     assert_eq!(
         outcomes(&events),
-        vec![(op, indeterminate(300, 2_000, 5_000))]
+        vec![(op, indeterminate(t(300), 2_000, 5_000))]
     );
     // Not a G: nothing to release.
     assert!(orphan_releases(&events).is_empty());
@@ -341,7 +310,7 @@ fn an_acquire_answer_to_a_release_id_closes_and_the_release_goes_back_to_the_lan
     // A `G` for id 1 names op A: id 1 is a release. The connection closes,
     // the release is resent, and the stray grant is released as well.
     h.at_ms(20);
-    h.feed("G 1 A k 9 5000\n");
+    h.feed("G 1 A k 9 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -373,7 +342,7 @@ fn a_g_with_an_unknown_id_closes_and_is_released_by_exact_token() {
     let mark = h.actions.len();
 
     h.at_ms(50);
-    h.feed("G 7 A k 3 5000\n");
+    h.feed("G 7 A k 3 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -384,7 +353,7 @@ fn a_g_with_an_unknown_id_closes_and_is_released_by_exact_token() {
     // Any close: the acquire in flight is Indeterminate.
     assert_eq!(
         outcomes(&events),
-        vec![(op, indeterminate(50, 1_000, 5_000))]
+        vec![(op, indeterminate(t(50), 1_000, 5_000))]
     );
 
     reconnects_to(&mut h, "b:2");
@@ -426,15 +395,15 @@ fn a_second_answer_to_one_id_closes_and_a_held_grant_is_not_released_behind_its_
     let op = h.acquire("k", 1_000, 5_000);
     assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
     h.at_ms(10);
-    h.feed("G 1 A k 9 5000\n");
+    h.feed("G 1 A k 9 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, op);
-    let g = grant(&out[0].1).clone();
+    let g = granted(&out[0].1).clone();
 
     // The same G again: the id is no longer pending.
     let mark = h.actions.len();
     h.at_ms(20);
-    h.feed("G 1 A k 9 5000\n");
+    h.feed("G 1 A k 9 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -465,15 +434,15 @@ fn a_second_answer_granting_another_token_is_released_but_the_held_one_is_not() 
     let op = h.acquire("k", 1_000, 5_000);
     assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
     h.at_ms(10);
-    h.feed("G 1 A k 9 5000\n");
+    h.feed("G 1 A k 9 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, op);
-    assert_eq!(grant(&out[0].1).token(), 9);
+    assert_eq!(granted(&out[0].1).token(), 9);
 
     // A second G for id 1 with token 10: that grant was never given to the
     // embedder, so it is released by its exact token.
     h.at_ms(20);
-    h.feed("G 1 A k 10 5000\n");
+    h.feed("G 1 A k 10 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -495,7 +464,7 @@ fn a_grant_with_a_longer_lease_than_asked_is_a_protocol_violation() {
     let mark = h.actions.len();
 
     h.at_ms(10);
-    h.feed("G 1 A k 9 5001\n");
+    h.feed("G 1 A k 9 5001 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -506,7 +475,7 @@ fn a_grant_with_a_longer_lease_than_asked_is_a_protocol_violation() {
     // grant, which nobody was given, is released by its exact token.
     assert_eq!(
         outcomes(&events),
-        vec![(op, indeterminate(10, 1_000, 5_000))]
+        vec![(op, indeterminate(t(10), 1_000, 5_000))]
     );
     assert_eq!(orphan_releases(&events), vec![("k".to_string(), 9)]);
 
@@ -609,12 +578,12 @@ fn b_that_leaves_the_budget_no_room_for_another_attempt_is_busy_at_once() {
     assert!(backoffs(&events).is_empty());
     assert!(closed(&events).is_empty());
     assert_eq!(h.take_sent(), "");
-    h.feed("G 3 A k1 4 5000\n");
+    h.feed("G 3 A k1 4 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, roomy);
     // valid_until counts from the attempt that won.
     assert_eq!(
-        grant(&out[0].1).valid_until(),
+        granted(&out[0].1).valid_until(),
         until.saturating_add(ms(5_000))
     );
 }
@@ -663,12 +632,12 @@ fn an_answer_before_w_is_a_protocol_violation() {
     // Submitted before the connection: it waits for W, so it is not sent.
     let op = h.acquire("k", 10_000, 5_000);
     let conn = h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     h.take_events();
     let mark = h.actions.len();
 
     h.at_ms(10);
-    h.feed("G 1 A k 3 5000\n");
+    h.feed("G 1 A k 3 5000 0\n");
     let events = h.take_events();
     assert_eq!(
         closed(&events),
@@ -689,10 +658,10 @@ fn an_answer_before_w_is_a_protocol_violation() {
     h.ready(4);
     let left = t(10_000).saturating_duration_since(at).as_millis();
     assert_eq!(h.take_sent(), format!("R 1 k 3\nA 2 k o {left} 5000\n"));
-    h.feed("G 2 A k 4 5000\n");
+    h.feed("G 2 A k 4 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, op);
-    assert_eq!(grant(&out[0].1).token(), 4);
+    assert_eq!(granted(&out[0].1).token(), 4);
 }
 
 #[test]
@@ -711,7 +680,7 @@ fn a_second_w_is_a_protocol_violation() {
     assert_eq!(close_actions(&h, mark), vec![conn]);
     assert_eq!(
         outcomes(&events),
-        vec![(op, indeterminate(15, 1_000, 5_000))]
+        vec![(op, indeterminate(t(15), 1_000, 5_000))]
     );
     assert!(!events.iter().any(|e| matches!(e, Event::Connected { .. })));
     assert_eq!(backoffs(&events)[0].0, BackoffCause::Transport);

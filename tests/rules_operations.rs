@@ -30,16 +30,6 @@ fn keep_waiter() -> Config {
     c
 }
 
-/// Jumps through deadlines until the client hands out a new `Connect`, then
-/// accepts it with `W node-1 <window>`.
-fn reconnect(h: &mut Harness, window: u64) {
-    let before = h.last_connect().map(|(c, _)| c);
-    while h.last_connect().map(|(c, _)| c) == before {
-        h.next_deadline();
-    }
-    h.ready(window);
-}
-
 // ----- cancel ---------------------------------------------------------------
 
 #[test]
@@ -50,7 +40,7 @@ fn an_abandoned_waiters_g_repeating_a_held_grant_never_releases_it() {
     let mut h = Harness::new(keep_waiter());
     h.ready(4);
     let first = h.acquire("k", 0, 60_000);
-    h.feed("G 1 A k 7 60000\n");
+    h.feed("G 1 A k 7 60000 0\n");
     let held = grant_of(&h.take_outcomes()[0].1);
     assert_eq!(h.take_outcomes(), vec![]);
     let _ = first;
@@ -58,7 +48,7 @@ fn an_abandoned_waiters_g_repeating_a_held_grant_never_releases_it() {
     assert_eq!(h.take_sent(), "A 1 k o 0 60000\nA 2 k o 5000 60000\n");
     h.cancel(second);
     h.take_events();
-    h.feed("G 2 A k 7 60000\n");
+    h.feed("G 2 A k 7 60000 0\n");
     assert_eq!(
         events_of(&mut h),
         vec![],
@@ -75,7 +65,7 @@ fn an_abandoned_waiters_g_repeating_a_held_grant_never_releases_it() {
     assert_eq!(h.take_sent(), "A 4 k o 5000 60000\n");
     h.cancel(third);
     h.take_events();
-    h.feed("G 4 A k 8 60000\n");
+    h.feed("G 4 A k 8 60000 0\n");
     assert_eq!(
         events_of(&mut h),
         vec![Event::OrphanRelease {
@@ -94,12 +84,12 @@ fn a_grant_issued_by_another_client_is_refused_and_changes_nothing() {
     let mut one = Harness::new(config());
     one.ready(4);
     one.acquire("alpha", 0, 60_000);
-    one.feed("G 1 A alpha 7 60000\n");
+    one.feed("G 1 A alpha 7 60000 0\n");
     let foreign = grant_of(&one.take_outcomes()[0].1);
     let mut two = Harness::new(config());
     two.ready(4);
     two.acquire("beta", 0, 60_000);
-    two.feed("G 1 A beta 7 60000\n");
+    two.feed("G 1 A beta 7 60000 0\n");
     let own = grant_of(&two.take_outcomes()[0].1);
     two.take_sent();
     let refused = Error::ForeignGrant {
@@ -188,7 +178,7 @@ fn cancel_after_sending_with_the_close_policy_closes_and_every_sent_acquire_is_i
     // is left of its budget; none of the cancelled connection's acquires.
     h.ready(4);
     assert_eq!(h.take_sent(), "R 5 k9 1\nA 6 k4 o 1900 5000\n");
-    h.feed("D 5 R k9\nG 6 A k4 3 5000\n");
+    h.feed("D 5 R k9\nG 6 A k4 3 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0], (r, Outcome::Released));
     assert_eq!(out[1].0, d);
@@ -236,7 +226,7 @@ fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer
     // A G for the abandoned waiter: released by its exact token, before the
     // queued acquire.
     h.at_ms(200);
-    h.feed("G 1 A k1 5 5000\n");
+    h.feed("G 1 A k1 5 5000 0\n");
     assert_eq!(
         events_of(&mut h),
         vec![Event::OrphanRelease {
@@ -251,7 +241,7 @@ fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer
     assert_eq!(events_of(&mut h), vec![]);
     assert_eq!(h.take_sent(), "");
     // The other operations are untouched.
-    h.feed("G 3 A k3 6 5000\nD 4 R k1\nT 5 A k4\n");
+    h.feed("G 3 A k3 6 5000 0\nD 4 R k1\nT 5 A k4\n");
     let events = events_of(&mut h);
     assert_eq!(events.len(), 3, "{events:?}");
     assert!(
@@ -307,7 +297,7 @@ fn cancel_of_an_ended_operation_is_unknown_operation() {
         h.take_sent(),
         "A 1 a o 0 5000\nA 2 b o 0 5000\nA 3 c o 0 5000\n"
     );
-    h.feed("T 1 A a\nG 2 A b 1 5000\n");
+    h.feed("T 1 A a\nG 2 A b 1 5000 0\n");
     h.cancel(indeterminate); // in flight: closes under the default policy
     let out = h.take_outcomes();
     assert_eq!(out.len(), 3, "{out:?}");
@@ -359,7 +349,7 @@ fn answer_grace_deadline_closes_with_answer_timeout_whatever_the_cancel_policy()
             "{policy:?}"
         );
         assert_eq!(h.closes().len(), 1);
-        reconnect(&mut h, 4);
+        h.reconnect(4);
         assert_eq!(h.take_sent(), "", "never resent ({policy:?})");
     }
 
@@ -399,7 +389,7 @@ fn a_sent_release_without_an_answer_within_the_grace_closes_and_goes_back_to_the
     let events = events_of(&mut h);
     assert_eq!(close_reasons(&events), vec![CloseReason::AnswerTimeout]);
     assert_eq!(outcomes(&events), vec![]);
-    reconnect(&mut h, 4);
+    h.reconnect(4);
     assert_eq!(h.take_sent(), "R 2 k 1\n");
     h.feed("D 2 R k\n");
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::Released)]);
@@ -480,7 +470,7 @@ fn granted_valid_until_is_sent_time_plus_lease_and_expires_by_is_receipt_plus_le
     assert_eq!(h.take_sent(), "A 1 k o 800 5000\n");
     h.at_ms(700);
     // The server gave less than asked.
-    h.feed("G 1 A k 42 4000\n");
+    h.feed("G 1 A k 42 4000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, op);
     let g = grant_of(&out[0].1);
@@ -501,7 +491,7 @@ fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
         h.acquire(k, 0, 60_000);
         let id = i + 1;
         assert_eq!(h.take_sent(), format!("A {id} {k} o 0 60000\n"));
-        h.feed(&format!("G {id} A {k} {} 60000\n", 10 + id));
+        h.feed(&format!("G {id} A {k} {} 60000 0\n", 10 + id));
     }
     let grants: Vec<_> = h.take_outcomes().iter().map(|o| grant_of(&o.1)).collect();
     h.at_ms(100);
@@ -518,7 +508,7 @@ fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
     // A release is still taken while shutting down.
     h.at_ms(230);
     let r2 = h.release(&grants[1]);
-    reconnect(&mut h, 4);
+    h.reconnect(4);
     assert_eq!(h.take_sent(), "R 5 k1 11\nR 6 k2 12\n");
     h.feed("D 6 R k2\n");
     assert_eq!(
@@ -560,7 +550,7 @@ fn shutdown_whose_budget_runs_out_ends_open_releases_lapsed() {
     let mut h = Harness::new(config());
     h.ready(4);
     h.acquire("k", 0, 60_000);
-    h.feed("G 1 A k 1 60000\n");
+    h.feed("G 1 A k 1 60000 0\n");
     let g = grant_of(&h.take_outcomes()[0].1);
     h.at_ms(100);
     let r = h.release(&g);
@@ -684,7 +674,7 @@ fn shutdown_with_keep_waiter_releases_a_grant_arriving_during_shutdown_by_exact_
     h.feed("T 2 A kb\n");
     assert_eq!(events_of(&mut h), vec![]);
     assert!(!h.client.is_finished());
-    h.feed("G 1 A ka 7 10000\n");
+    h.feed("G 1 A ka 7 10000 0\n");
     assert_eq!(
         events_of(&mut h),
         vec![Event::OrphanRelease {
@@ -719,7 +709,7 @@ fn poll_timeout_is_now_while_output_is_queued_and_an_exact_deadline_otherwise() 
     assert_eq!(h.client.poll_timeout(), Some(t(5000)));
     h.at_ms(10);
     h.connect();
-    assert_eq!(h.take_sent(), "H 1 c1 -\n");
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     // Handshaking: the handshake timeout.
     assert_eq!(h.client.poll_timeout(), Some(t(10 + 5000)));
     h.feed("W node-1 4\n");
@@ -786,16 +776,16 @@ fn scripted_run(seed: u64) -> (Vec<Action>, Vec<Event>) {
         h.next_deadline();
     }
     h.ready(3);
-    h.feed("G 2 A b 1 10000\nB 1 A a\n");
+    h.feed("G 2 A b 1 10000 0\nB 1 A a\n");
     events.extend(events_of(&mut h));
     h.next_deadline(); // the B retry
-    h.feed("G 3 A c 2 10000\n");
+    h.feed("G 3 A c 2 10000 0\n");
     events.extend(events_of(&mut h));
     let grant_b = grant_of(&outcomes(&events)[0].1);
     h.release(&grant_b);
     h.transport_closed(TransportEnd::Eof);
     h.take_sent();
-    reconnect(&mut h, 3);
+    h.reconnect(3);
     h.feed("N 6 R b\n");
     let d = h.acquire("d", 3000, 10_000);
     h.cancel(d);

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::time::Duration;
 
 use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
-use ticketing::server::{Action, Config, ConnId, Role, Server};
+use ticketing::server::{Action, Config, ConnId, Role, Server, TableImage, Term};
 use ticketing::{Endpoint, Name, Time};
 
 const DEFAULT_SEED: u64 = 0x7ec4_e7a1;
@@ -37,8 +37,9 @@ fn below(g: &mut Gen, n: u64) -> u64 {
 /// of a scenario is a scenario: that is what shrinking relies on.
 #[derive(Debug, Clone)]
 enum Op {
-    /// Accept a connection in `slot`; queue its `H` unless `hello` is false.
-    Connect { slot: u64, hello: bool },
+    /// Accept a connection in `slot`; queue its `H` unless `hello` is
+    /// false, with version 2 if `v2`.
+    Connect { slot: u64, hello: bool, v2: bool },
     Acquire {
         slot: u64,
         key: usize,
@@ -50,6 +51,14 @@ enum Op {
         slot: u64,
         key: usize,
         pick: u8,
+        deliver: u8,
+    },
+    /// `X` (a protocol violation on version 1).
+    Renew {
+        slot: u64,
+        key: usize,
+        pick: u8,
+        lease_ms: u64,
         deliver: u8,
     },
     /// A frame that is malformed, or a second `H`.
@@ -67,6 +76,10 @@ enum Op {
     Role { which: u8 },
     /// `announce_leader` to all.
     Announce,
+    /// The server stops and a new one begins a term after `stopped_ms`:
+    /// with the table written out and read back (a clean stop), or
+    /// without it (a crash: a recovery grace).
+    Restart { with_table: bool, stopped_ms: u64 },
 }
 
 impl Arbitrary for Op {
@@ -77,6 +90,7 @@ impl Arbitrary for Op {
             0..=9 => Op::Connect {
                 slot,
                 hello: below(g, 12) != 0,
+                v2: below(g, 4) != 0,
             },
             10..=39 => Op::Acquire {
                 slot,
@@ -89,7 +103,14 @@ impl Arbitrary for Op {
                     .unwrap_or(&1),
                 deliver,
             },
-            40..=59 => Op::Release {
+            40..=45 => Op::Renew {
+                slot,
+                key: below(g, KEYS.len() as u64) as usize,
+                pick: u8::arbitrary(g),
+                lease_ms: *g.choose(&[1, 10, 100, 400, u64::MAX]).unwrap_or(&1),
+                deliver,
+            },
+            46..=59 => Op::Release {
                 slot,
                 key: below(g, KEYS.len() as u64) as usize,
                 pick: u8::arbitrary(g),
@@ -114,8 +135,12 @@ impl Arbitrary for Op {
                 },
             },
             89..=95 => Op::ToDeadline,
-            96..=97 => Op::Role {
+            96 => Op::Role {
                 which: *g.choose(&[0, 0, 1, 2, 3]).unwrap_or(&0),
+            },
+            97 => Op::Restart {
+                with_table: bool::arbitrary(g),
+                stopped_ms: *g.choose(&[0, 0, 1, 20, 100, 500]).unwrap_or(&0),
             },
             _ => Op::Announce,
         }
@@ -133,6 +158,7 @@ struct Scenario {
     hint: bool,
     /// The server's hashing secret: what it answers must not depend on it.
     hash_key: u128,
+    grace_margin_ms: u64,
     ops: Vec<Op>,
 }
 
@@ -146,6 +172,7 @@ impl Arbitrary for Scenario {
             handshake_timeout_ms: *g.choose(&[1, 40, 300, 10_000]).unwrap_or(&300),
             hint: bool::arbitrary(g),
             hash_key: u128::arbitrary(g),
+            grace_margin_ms: *g.choose(&[0, 1, 50, 1000]).unwrap_or(&0),
             ops: Vec::arbitrary(g),
         }
     }
@@ -164,7 +191,9 @@ impl Arbitrary for Scenario {
 /// A frame as the model sees it.
 #[derive(Debug, Clone)]
 enum Frame {
-    Hello,
+    Hello {
+        v2: bool,
+    },
     Acquire {
         id: u64,
         key: String,
@@ -175,6 +204,12 @@ enum Frame {
         id: u64,
         key: String,
         token: u64,
+    },
+    Renew {
+        id: u64,
+        key: String,
+        token: u64,
+        lease_ms: u64,
     },
     Bad,
 }
@@ -193,18 +228,30 @@ struct MGrant {
     expires: u64,
 }
 
+/// A grant as its answers promised it: live from its `G` until `end`,
+/// unless released first.
+struct Promise {
+    token: u64,
+    end: u64,
+    released: bool,
+}
+
 struct MWaiter {
     conn: usize,
     id: u64,
     key: String,
     deadline: u64,
     lease_ms: u64,
+    since: u64,
+    wait_ms: u64,
 }
 
 #[derive(Default)]
 struct MConn {
     open: bool,
     ready: bool,
+    /// Its `H` said version 2.
+    v2: bool,
     /// When it is closed if it is not `ready` by then.
     hello_deadline: u64,
     unanswered: u64,
@@ -221,7 +268,21 @@ struct Model {
     handshake_timeout_ms: u64,
     role: MRole,
     hint: Option<String>,
-    last_token: u64,
+    grace_margin_ms: u64,
+    epoch: u64,
+    /// The term's grants so far (the `n` of its latest token).
+    count: u64,
+    /// Nothing is granted before this; earlier epochs' tokens reclaim.
+    grace_until: Option<u64>,
+    /// Invariant 8's ground truth, across restarts: per key, every grant
+    /// the clients were told of, as its answers promised it.
+    truth: BTreeMap<String, Vec<Promise>>,
+    /// Breaches of invariant 8 seen.
+    breaches: Vec<String>,
+    /// Grants reclaimed, and graces that ended with a grant: evidence
+    /// that the traffic reached section 4.1.
+    reclaims: u64,
+    grace_grants: u64,
     grants: Vec<MGrant>,
     /// In arrival order.
     waiters: Vec<MWaiter>,
@@ -267,20 +328,34 @@ impl Model {
             let deadline = (0..self.waiters.len())
                 .filter(|&i| self.waiters[i].deadline <= now)
                 .min_by_key(|&i| (self.waiters[i].deadline, i))
-                .map(|i| (self.waiters[i].deadline, 1, i));
+                .map(|i| (self.waiters[i].deadline, 2, i));
             let hello = (0..self.conns.len())
                 .filter(|&c| {
                     let c = &self.conns[c];
                     c.open && !c.ready && c.hello_deadline <= now
                 })
                 .min_by_key(|&c| (self.conns[c].hello_deadline, c))
-                .map(|c| (self.conns[c].hello_deadline, 2, c));
-            match [expiry, deadline, hello].into_iter().flatten().min() {
+                .map(|c| (self.conns[c].hello_deadline, 3, c));
+            let grace = self.grace_until.filter(|&g| g <= now).map(|g| (g, 1, 0));
+            match [expiry, grace, deadline, hello].into_iter().flatten().min() {
                 Some((_, 0, e)) => {
                     let grant = self.grants.remove(e);
                     self.grant_next(&grant.key, grant.expires);
                 }
-                Some((_, 1, d)) => {
+                Some((at, 1, _)) => {
+                    self.grace_until = None;
+                    let mut free: Vec<String> = Vec::new();
+                    for w in &self.waiters {
+                        if !free.contains(&w.key) && !self.grants.iter().any(|g| g.key == w.key) {
+                            free.push(w.key.clone());
+                        }
+                    }
+                    self.grace_grants += free.len() as u64;
+                    for key in free {
+                        self.grant_next(&key, at);
+                    }
+                }
+                Some((_, 2, d)) => {
                     let w = self.waiters.remove(d);
                     self.answer(w.conn, &format!("T {} A {}", w.id, w.key));
                 }
@@ -290,22 +365,33 @@ impl Model {
         }
     }
 
-    fn grant(&mut self, conn: usize, id: u64, key: &str, lease_ms: u64, at: u64) {
-        self.last_token += 1;
-        let token = self.last_token;
+    /// Grants `key` to request `id` of `conn`, which waited `waited` ms.
+    fn grant(&mut self, conn: usize, id: u64, key: &str, lease_ms: u64, at: u64, waited: u64) {
+        self.count += 1;
+        let token = (self.epoch << 22) | self.count;
+        self.promise(key, token, at, lease_ms);
         self.grants.push(MGrant {
             key: key.to_string(),
             token,
             expires: at.saturating_add(lease_ms.saturating_mul(MS)),
         });
-        self.answer(conn, &format!("G {id} A {key} {token} {lease_ms}"));
+        let line = if self.conns[conn].v2 {
+            format!("G {id} A {key} {token} {lease_ms} {waited}")
+        } else {
+            format!("G {id} A {key} {token} {lease_ms}")
+        };
+        self.answer(conn, &line);
     }
 
     /// Grants `key`, now free, to its first waiter, if any.
     fn grant_next(&mut self, key: &str, at: u64) {
+        if self.grace_until.is_some() {
+            return;
+        }
         if let Some(i) = self.waiters.iter().position(|w| w.key == key) {
             let w = self.waiters.remove(i);
-            self.grant(w.conn, w.id, &w.key, w.lease_ms, at);
+            let waited = ((at - w.since) / MS).min(w.wait_ms);
+            self.grant(w.conn, w.id, &w.key, w.lease_ms, at, waited);
         }
     }
 
@@ -315,10 +401,11 @@ impl Model {
         }
         if !self.conns[conn].ready {
             match frame {
-                Frame::Hello => match self.farewell() {
+                Frame::Hello { v2 } => match self.farewell() {
                     Some(farewell) => self.close(conn, farewell),
                     None => {
                         self.conns[conn].ready = true;
+                        self.conns[conn].v2 = v2;
                         self.say(conn, &format!("W n1 {}", self.window));
                         if let Some(hint) = self.hint.clone() {
                             self.say(conn, &format!("L {hint}"));
@@ -331,9 +418,10 @@ impl Model {
             return;
         }
         match frame {
-            Frame::Hello => self.close(conn, "E duplicate_hello"),
+            Frame::Hello { .. } => self.close(conn, "E duplicate_hello"),
             Frame::Bad => self.close(conn, "E bad_frame"),
-            Frame::Acquire { .. } | Frame::Release { .. }
+            Frame::Renew { .. } if !self.conns[conn].v2 => self.close(conn, "E bad_frame"),
+            Frame::Acquire { .. } | Frame::Release { .. } | Frame::Renew { .. }
                 if self.conns[conn].unanswered + 1 > self.window =>
             {
                 self.close(conn, "E window")
@@ -348,8 +436,8 @@ impl Model {
                 let lease_ms = lease_ms.min(self.max_lease_ms);
                 let held = self.grants.iter().any(|g| g.key == key);
                 let queued = self.waiters.iter().filter(|w| w.key == key).count();
-                if !held && queued == 0 {
-                    self.grant(conn, id, &key, lease_ms, now);
+                if !held && queued == 0 && self.grace_until.is_none() {
+                    self.grant(conn, id, &key, lease_ms, now, 0);
                 } else if wait_ms == 0 {
                     self.answer(conn, &format!("T {id} A {key}"));
                 } else if queued >= self.queue_limit || self.waiters.len() >= self.max_waiters {
@@ -361,6 +449,8 @@ impl Model {
                         key,
                         deadline: now.saturating_add(wait_ms.saturating_mul(MS)),
                         lease_ms,
+                        since: now,
+                        wait_ms,
                     });
                 }
             }
@@ -373,12 +463,147 @@ impl Model {
                 {
                     Some(i) => {
                         self.grants.remove(i);
+                        self.released(&key, token);
                         self.answer(conn, &format!("D {id} R {key}"));
                         self.grant_next(&key, now);
                     }
                     None => self.answer(conn, &format!("N {id} R {key}")),
                 }
             }
+            Frame::Renew {
+                id,
+                key,
+                token,
+                lease_ms,
+            } => {
+                self.conns[conn].unanswered += 1;
+                let lease_ms = lease_ms.min(self.max_lease_ms);
+                match self
+                    .grants
+                    .iter_mut()
+                    .find(|g| g.key == key && g.token == token)
+                {
+                    Some(g) => {
+                        let end = now.saturating_add(lease_ms.saturating_mul(MS));
+                        g.expires = g.expires.max(end);
+                        self.renewed(&key, token, now, lease_ms);
+                        self.answer(conn, &format!("G {id} X {key} {token} {lease_ms}"));
+                    }
+                    None => {
+                        let earlier = token & ((1 << 22) - 1) != 0 && token >> 22 < self.epoch;
+                        let held = self.grants.iter().position(|g| g.key == key);
+                        let reclaims = self.grace_until.is_some()
+                            && earlier
+                            && held.map_or(true, |i| self.grants[i].token < token);
+                        if reclaims {
+                            if let Some(i) = held {
+                                self.grants.remove(i);
+                            }
+                            self.grants.push(MGrant {
+                                key: key.clone(),
+                                token,
+                                expires: now.saturating_add(lease_ms.saturating_mul(MS)),
+                            });
+                            self.renewed(&key, token, now, lease_ms);
+                            self.reclaims += 1;
+                            self.answer(conn, &format!("G {id} X {key} {token} {lease_ms}"));
+                        } else {
+                            self.answer(conn, &format!("N {id} X {key}"));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Invariant 8 at a grant of `key` with `token` at `at`: no other grant
+    /// of the key is live, and every earlier token is smaller.
+    fn promise(&mut self, key: &str, token: u64, at: u64, lease_ms: u64) {
+        let promises = self.truth.entry(key.to_string()).or_default();
+        for p in promises.iter() {
+            if !p.released && p.end > at {
+                self.breaches
+                    .push(format!("{key}: {token} granted while {} is live", p.token));
+            }
+            if p.token >= token {
+                self.breaches
+                    .push(format!("{key}: {token} granted after {}", p.token));
+            }
+        }
+        promises.push(Promise {
+            token,
+            end: at.saturating_add(lease_ms.saturating_mul(MS)),
+            released: false,
+        });
+    }
+
+    /// A renewal of `key`'s `token` answered `G` at `now`: the promise
+    /// lasts to `now + lease` at least. A `G` for a token whose promise
+    /// had ended is none: an honest client renews only what it holds.
+    fn renewed(&mut self, key: &str, token: u64, now: u64, lease_ms: u64) {
+        let end = now.saturating_add(lease_ms.saturating_mul(MS));
+        let promises = self.truth.entry(key.to_string()).or_default();
+        if let Some(p) = promises
+            .iter_mut()
+            .find(|p| p.token == token && !p.released && p.end > now)
+        {
+            p.end = p.end.max(end);
+        }
+    }
+
+    fn released(&mut self, key: &str, token: u64) {
+        if let Some(promises) = self.truth.get_mut(key) {
+            for p in promises.iter_mut().filter(|p| p.token == token) {
+                p.released = true;
+            }
+        }
+    }
+
+    /// A token of an earlier grant of `key` (the `i`-th, wrapping).
+    fn historic(&self, key: &str, i: usize) -> Option<u64> {
+        let promises = self.truth.get(key)?;
+        promises.get(i % promises.len().max(1)).map(|p| p.token)
+    }
+
+    /// The token of `key`'s grant, if it is held.
+    fn holder(&self, key: &str) -> Option<u64> {
+        self.grants.iter().find(|g| g.key == key).map(|g| g.token)
+    }
+
+    fn last_token(&self) -> u64 {
+        (self.epoch << 22) | self.count
+    }
+
+    /// A restart after `stopped_ms`, the clock already moved on to `now`:
+    /// every connection is gone without a word; the table goes on (what
+    /// was left of each lease and of a grace, in whole ms rounded up, less
+    /// the time stopped) or a grace of the longest lease plus the margin
+    /// begins. The new epoch is `epoch`.
+    fn restart(&mut self, with_table: bool, stopped_ms: u64, now: u64, epoch: u64) {
+        let stopped_at = now - stopped_ms * MS;
+        for c in &mut self.conns {
+            c.open = false;
+        }
+        self.waiters.clear();
+        self.role = MRole::Leader;
+        self.epoch = epoch;
+        self.count = 0;
+        let left = |end: u64| {
+            let ms = (end.saturating_sub(stopped_at)).div_ceil(MS);
+            ms.checked_sub(stopped_ms).filter(|&ms| ms > 0)
+        };
+        if with_table {
+            self.grace_until = self.grace_until.and_then(left).map(|ms| now + ms * MS);
+            self.grants.retain_mut(|g| match left(g.expires) {
+                Some(ms) => {
+                    g.expires = now + ms * MS;
+                    true
+                }
+                None => false,
+            });
+        } else {
+            self.grants.clear();
+            self.grace_until = Some(now + (self.max_lease_ms + self.grace_margin_ms) * MS);
         }
     }
 
@@ -397,7 +622,11 @@ impl Model {
     }
 
     fn next_deadline(&self) -> Option<u64> {
-        let e = self.grants.iter().map(|g| g.expires);
+        let e = self
+            .grants
+            .iter()
+            .map(|g| g.expires)
+            .chain(self.grace_until);
         let d = self.waiters.iter().map(|w| w.deadline);
         let h = self
             .conns
@@ -424,7 +653,12 @@ struct Client {
 }
 
 struct Run {
+    config: Config,
     server: Server,
+    /// Every connection of the current server, with its model index.
+    tracked: Vec<(ConnId, usize)>,
+    /// Everything every server said, restarts and all.
+    heard: String,
     model: Model,
     now: u64,
     slots: BTreeMap<u64, Client>,
@@ -443,8 +677,12 @@ impl Run {
         config.hash_key = s.hash_key;
         let hint = s.hint.then(|| "hint:1".to_string());
         config.leader_hint = hint.as_ref().map(|h| Endpoint::new(h).unwrap());
+        config.grace_margin = Duration::from_millis(s.grace_margin_ms);
         Run {
-            server: Server::new(config, Time::ZERO).unwrap(),
+            server: Server::new(config.clone(), Time::ZERO).unwrap(),
+            config,
+            tracked: Vec::new(),
+            heard: String::new(),
             model: Model {
                 window: s.window,
                 queue_limit: s.queue_limit,
@@ -453,7 +691,14 @@ impl Run {
                 handshake_timeout_ms: s.handshake_timeout_ms,
                 role: MRole::Leader,
                 hint,
-                last_token: 0,
+                grace_margin_ms: s.grace_margin_ms,
+                epoch: 0,
+                count: 0,
+                grace_until: None,
+                truth: BTreeMap::new(),
+                breaches: Vec::new(),
+                reclaims: 0,
+                grace_grants: 0,
                 grants: Vec::new(),
                 waiters: Vec::new(),
                 conns: Vec::new(),
@@ -529,9 +774,44 @@ impl Run {
         }
     }
 
+    /// The next request id of the open client in `slot`.
+    fn next_id(&mut self, slot: u64) -> Option<u64> {
+        let client = self.open(slot)?;
+        let id = client.next_id;
+        client.next_id += 1;
+        Some(id)
+    }
+
+    /// A token to release `KEYS[key]` with: mostly its holder's,
+    /// else one near the latest, else any.
+    fn pick_token(&self, key: usize, pick: u8) -> u64 {
+        let held = self.model.holder(KEYS[key]);
+        let last = self.model.last_token();
+        match (pick, held) {
+            (0..=149, Some(token)) => token,
+            (0..=199, _) => last.saturating_sub(u64::from(pick % 3)),
+            _ => u64::from(pick),
+        }
+    }
+
+    /// A token to renew `KEYS[key]` with, as an honest client would: its
+    /// holder's, or one the key was granted before (live or not: a stale
+    /// renewal is answered `N`, or reclaims a key nobody can still hold),
+    /// or one of this epoch. Never an earlier epoch's token that was not
+    /// granted: a reclaim believes the token it is shown.
+    fn pick_renewal(&self, key: usize, pick: u8) -> u64 {
+        let held = self.model.holder(KEYS[key]);
+        let historic = self.model.historic(KEYS[key], usize::from(pick));
+        match (pick, held, historic) {
+            (0..=119, Some(token), _) => token,
+            (0..=219, _, Some(token)) => token,
+            _ => (self.model.epoch << 22) | u64::from(pick),
+        }
+    }
+
     fn step(&mut self, op: &Op) {
         match *op {
-            Op::Connect { slot, hello } => {
+            Op::Connect { slot, hello, v2 } => {
                 if self.open(slot).is_some() {
                     return;
                 }
@@ -557,7 +837,9 @@ impl Run {
                     },
                 );
                 if hello {
-                    self.queue(slot, format!("H 1 c{model} -"), Frame::Hello, 0);
+                    let version = if v2 { 2 } else { 1 };
+                    let line = format!("H {version} c{model} -");
+                    self.queue(slot, line, Frame::Hello { v2 }, 0);
                 }
             }
             Op::Acquire {
@@ -567,11 +849,9 @@ impl Run {
                 lease_ms,
                 deliver,
             } => {
-                let Some(client) = self.open(slot) else {
+                let Some(id) = self.next_id(slot) else {
                     return;
                 };
-                let id = client.next_id;
-                client.next_id += 1;
                 let key = KEYS[key].to_string();
                 let line = format!("A {id} {key} o{slot} {wait_ms} {lease_ms}");
                 let frame = Frame::Acquire {
@@ -588,26 +868,34 @@ impl Run {
                 pick,
                 deliver,
             } => {
-                let held = self
-                    .model
-                    .grants
-                    .iter()
-                    .find(|g| g.key == KEYS[key])
-                    .map(|g| g.token);
-                let last = self.model.last_token;
-                let token = match (pick, held) {
-                    (0..=149, Some(token)) => token,
-                    (0..=199, _) => last.saturating_sub(u64::from(pick % 3)),
-                    _ => u64::from(pick),
-                };
-                let Some(client) = self.open(slot) else {
+                let token = self.pick_token(key, pick);
+                let Some(id) = self.next_id(slot) else {
                     return;
                 };
-                let id = client.next_id;
-                client.next_id += 1;
                 let key = KEYS[key].to_string();
                 let line = format!("R {id} {key} {token}");
                 self.queue(slot, line, Frame::Release { id, key, token }, deliver);
+            }
+            Op::Renew {
+                slot,
+                key,
+                pick,
+                lease_ms,
+                deliver,
+            } => {
+                let token = self.pick_renewal(key, pick);
+                let Some(id) = self.next_id(slot) else {
+                    return;
+                };
+                let key = KEYS[key].to_string();
+                let line = format!("X {id} {key} {token} {lease_ms}");
+                let frame = Frame::Renew {
+                    id,
+                    key,
+                    token,
+                    lease_ms,
+                };
+                self.queue(slot, line, frame, deliver);
             }
             Op::Junk {
                 slot,
@@ -620,7 +908,7 @@ impl Run {
                     2 => ("", Frame::Bad),
                     3 => ("R 1 k0", Frame::Bad),
                     4 => ("A 1 k0 o 0 0", Frame::Bad),
-                    _ => ("H 1 again -", Frame::Hello),
+                    _ => ("H 1 again -", Frame::Hello { v2: false }),
                 };
                 self.queue(slot, line.to_string(), frame, deliver);
             }
@@ -667,6 +955,10 @@ impl Run {
                 self.model.advance(self.now);
                 self.model.set_role(mrole);
             }
+            Op::Restart {
+                with_table,
+                stopped_ms,
+            } => self.restart(with_table, stopped_ms),
             Op::Announce => {
                 let addr = "n3:7878";
                 self.server
@@ -682,6 +974,53 @@ impl Run {
         }
     }
 
+    /// The server stops at `now` and a new one begins a term, with or
+    /// without the table written out, `stopped_ms` later. Its connections
+    /// are gone; so are their ids, which the new server hands out again.
+    /// The clients that had done their handshake connect again at once, as
+    /// clients do, to renew (and reclaim) what they hold.
+    fn restart(&mut self, with_table: bool, stopped_ms: u64) {
+        self.model.advance(self.now);
+        let again: Vec<(u64, bool)> = self
+            .slots
+            .iter()
+            .map(|(&slot, c)| (slot, &self.model.conns[c.model]))
+            .filter(|(_, m)| m.open && m.ready)
+            .map(|(slot, m)| (slot, m.v2))
+            .collect();
+        let image = self.server.table_image(self.time(), Duration::ZERO);
+        let image = TableImage::decode(&image.encode()).expect("reads back");
+        self.now += stopped_ms * MS;
+        let epoch = self.model.epoch + 1 + stopped_ms % 3;
+        let term = if with_table {
+            Term::Resumed {
+                epoch,
+                image,
+                stopped: Duration::from_millis(stopped_ms),
+            }
+        } else {
+            Term::Recovered {
+                epoch,
+                max_lease: self.config.max_lease,
+            }
+        };
+        self.server = Server::new(self.config.clone(), self.time()).unwrap();
+        self.server.begin_term(self.time(), term).unwrap();
+        self.model.restart(with_table, stopped_ms, self.now, epoch);
+        self.model.hint = self.config.leader_hint.as_ref().map(|h| h.to_string());
+        self.slots.clear();
+        self.tracked.clear();
+        self.got.clear();
+        self.closed.clear();
+        for (slot, v2) in again {
+            self.step(&Op::Connect {
+                slot,
+                hello: true,
+                v2,
+            });
+        }
+    }
+
     fn drain(&mut self) -> Result<(), String> {
         while let Some(action) = self.server.poll_action() {
             match action {
@@ -690,6 +1029,7 @@ impl Run {
                         return Err(format!("{conn} got bytes after its close"));
                     }
                     let text = String::from_utf8(data.to_vec()).map_err(|e| e.to_string())?;
+                    self.heard.push_str(&text);
                     self.got.entry(conn).or_default().push_str(&text);
                 }
                 Action::Close { conn } => {
@@ -703,9 +1043,12 @@ impl Run {
         Ok(())
     }
 
-    /// Everything observable must agree.
-    fn compare(&self, conns: &[(ConnId, usize)]) -> Result<(), String> {
-        for &(conn, m) in conns {
+    /// Everything observable must agree, and invariant 8 hold.
+    fn compare(&self) -> Result<(), String> {
+        if let Some(breach) = self.model.breaches.first() {
+            return Err(format!("invariant 8: {breach}"));
+        }
+        for &(conn, m) in &self.tracked {
             let model = &self.model.conns[m];
             let got = self.got.get(&conn).map_or("", String::as_str);
             if got != model.out {
@@ -754,7 +1097,7 @@ impl Run {
         if self.server.lock_table().waiters() != self.model.waiters.len() {
             return Err("total waiters differ".into());
         }
-        if self.server.lock_table().last_token() != self.model.last_token {
+        if self.server.lock_table().last_token() != self.model.last_token() {
             return Err("token counters differ".into());
         }
         let want = self.model.next_deadline();
@@ -768,15 +1111,15 @@ impl Run {
 
 fn check(s: Scenario) -> TestResult {
     let mut run = Run::new(&s);
-    let mut conns: Vec<(ConnId, usize)> = Vec::new();
     for (i, op) in s.ops.iter().enumerate() {
         run.step(op);
-        for client in run.slots.values() {
-            if !conns.contains(&(client.server, client.model)) {
-                conns.push((client.server, client.model));
+        let seen: Vec<(ConnId, usize)> = run.slots.values().map(|c| (c.server, c.model)).collect();
+        for pair in seen {
+            if !run.tracked.contains(&pair) {
+                run.tracked.push(pair);
             }
         }
-        if let Err(e) = run.drain().and_then(|()| run.compare(&conns)) {
+        if let Err(e) = run.drain().and_then(|()| run.compare()) {
             return TestResult::error(format!("after step {i} ({op:?}): {e}"));
         }
     }
@@ -807,6 +1150,7 @@ fn server_agrees_with_the_model() {
 fn the_traffic_reaches_every_rule() {
     let mut g = Gen::from_size_and_seed(400, DEFAULT_SEED);
     let mut seen = String::new();
+    let (mut reclaims, mut grace_grants) = (0, 0);
     for _ in 0..50 {
         let s = Scenario::arbitrary(&mut g);
         let mut run = Run::new(&s);
@@ -814,12 +1158,14 @@ fn the_traffic_reaches_every_rule() {
             run.step(op);
             run.drain().unwrap();
         }
-        for text in run.got.values() {
-            seen.push_str(text);
-        }
+        seen.push_str(&run.heard);
+        reclaims += run.model.reclaims;
+        grace_grants += run.model.grace_grants;
     }
     for needle in [
         "\nG ",
+        " X ",
+        "\nN ",
         "\nT ",
         "\nB ",
         "\nD ",
@@ -837,4 +1183,16 @@ fn the_traffic_reaches_every_rule() {
     ] {
         assert!(seen.contains(needle), "no {needle:?} in the traffic");
     }
+    // Version 2 grants that waited, and version 1 grants after a wait.
+    let grants: Vec<Vec<&str>> = seen
+        .lines()
+        .map(|l| l.split(' ').collect::<Vec<_>>())
+        .filter(|f| f[0] == "G" && f[2] == "A")
+        .collect();
+    assert!(grants.iter().any(|f| f.len() == 7 && f[6] != "0"));
+    assert!(grants.iter().any(|f| f.len() == 6));
+    assert!(
+        reclaims > 0 && grace_grants > 0,
+        "{reclaims} {grace_grants}"
+    );
 }

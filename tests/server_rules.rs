@@ -6,7 +6,9 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use ticketing::server::{Action, Config, ConfigError, ConnId, Role, Server};
+use ticketing::server::{
+    Action, Config, ConfigError, ConnId, ImageError, Role, Server, TableImage, Term, TermError,
+};
 use ticketing::{Endpoint, Name, Time};
 
 fn t(ms: u64) -> Time {
@@ -96,6 +98,22 @@ impl Harness {
         conn
     }
 
+    /// The same with `H 2`.
+    fn connect_v2(&mut self) -> ConnId {
+        let conn = self.accept();
+        self.clients += 1;
+        self.send(conn, &format!("H 2 c{} -\n", self.clients));
+        assert_eq!(self.take(conn), "W n1 4\n");
+        conn
+    }
+
+    /// Moves the clock to `ns` nanoseconds and fires the timers.
+    fn at_ns(&mut self, ns: u64) {
+        self.now = Time::from_nanos(ns);
+        self.server.handle_timeout(self.now);
+        self.pump();
+    }
+
     fn send(&mut self, conn: ConnId, text: &str) {
         self.server.handle_bytes(self.now, conn, text.as_bytes());
         self.pump();
@@ -177,13 +195,25 @@ fn second_hello_closes_the_connection() {
 }
 
 #[test]
-fn wrong_version_closes_the_connection() {
+fn versions_1_and_2_are_spoken_and_any_other_is_refused_and_closed() {
     let mut h = leader();
-    let a = h.accept();
-    h.send(a, "H 2 c -\nA 1 k o 0 10\n");
-    assert_eq!(h.take(a), "E unsupported_version\n");
-    assert!(h.closed(a));
-    assert_eq!(h.token("k"), None, "nothing after the refused H is read");
+    for version in ["0", "3", "18446744073709551615"] {
+        let a = h.accept();
+        h.send(a, &format!("H {version} c -\nA 1 k o 0 10\n"));
+        assert_eq!(h.take(a), "E unsupported_version\n", "H {version}");
+        assert!(h.closed(a));
+    }
+    assert_eq!(h.token("k"), None, "nothing after a refused H is read");
+    let one = h.connect();
+    let two = h.connect_v2();
+    h.send(one, "A 1 k o 0 10\n");
+    h.send(two, "A 1 j o 0 10\n");
+    assert_eq!(h.take(one), "G 1 A k 1 10\n", "version 1: no waited_ms");
+    assert_eq!(
+        h.take(two),
+        "G 1 A j 2 10 0\n",
+        "version 2: granted at once"
+    );
 }
 
 #[test]
@@ -771,6 +801,58 @@ fn rule7_a_change_between_roles_that_do_not_lead_closes_nothing() {
 }
 
 #[test]
+fn rule7_a_leader_grants_only_until_its_leadership_is_certain_then_steps_down() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    let b = h.connect_v2();
+    assert!(h.server.lead_until(h.now, t(100)));
+    h.send(a, "A 1 k o 0 100\nA 2 j o 0 1000\n");
+    h.send(b, "A 1 k o 5000 10\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100 0\nG 2 A j 2 1000 0\n");
+    h.at(60);
+    // Extended before it ran out: still leading.
+    assert!(h.server.lead_until(h.now, t(100)));
+    h.send(a, "X 3 j 2 1000\n");
+    assert_eq!(h.take(a), "G 3 X j 2 1000\n");
+    // k's lease ends exactly when the leadership does: b is not granted.
+    h.at(100);
+    assert_eq!(h.take(a), "E no_leader\n");
+    assert_eq!(h.take(b), "E no_leader\n");
+    assert!(h.closed(a) && h.closed(b));
+    assert_eq!(h.server.role(), &Role::NoLeader);
+    assert_eq!(h.server.leading_until(), None);
+    // A late extension changes nothing, and says so.
+    assert!(!h.server.lead_until(h.now, t(5000)));
+    let c = h.accept();
+    h.send(c, "H 2 c -\n");
+    assert_eq!(h.take(c), "E no_leader\n");
+}
+
+#[test]
+fn rule7_a_request_that_arrives_as_the_leadership_ends_is_not_served() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    assert!(h.server.lead_until(h.now, t(100)));
+    h.send(a, "A 1 k o 0 1000\n");
+    h.take(a);
+    // The driver was late (a paused process): the bytes come at 150.
+    h.now = t(150);
+    h.send(a, "A 2 j o 0 1000\nX 3 k 1 1000\n");
+    assert_eq!(
+        h.take(a),
+        "E no_leader\n",
+        "stepped down at 100, before the bytes"
+    );
+    assert_eq!(h.token("j"), None);
+    assert_eq!(
+        h.server.holder("k").unwrap().expires_at,
+        t(1000),
+        "not renewed"
+    );
+    assert!(!h.server.lead_until(h.now, t(10_000)));
+}
+
+#[test]
 fn rule7_l_is_sent_to_every_connection_at_any_time_and_they_stay() {
     let mut h = leader();
     let a = h.connect();
@@ -1059,6 +1141,142 @@ fn rule10_a_late_input_fires_handshake_timeouts_among_the_other_timers_in_time_o
     assert_eq!(run().1, after, "deterministic");
 }
 
+// ----- version 2: waited_ms and renewal (rules 3 and 9) ---------------------
+
+#[test]
+fn rule3_a_v2_grant_says_how_long_it_waited_in_whole_ms_rounded_down() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect_v2();
+    let c = h.connect();
+    h.send(a, "A 1 k o 0 1000\n");
+    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    h.at_ns(400_000); // 0.4 ms
+    h.send(b, "A 1 k o 5000 300\n");
+    h.send(c, "A 1 k o 5000 300\n");
+    assert_eq!(h.take(b), "", "queued");
+    h.at(999);
+    assert_eq!(h.take(b), "");
+    h.at(1000);
+    // Waited 999.6 ms: 999, rounded down.
+    assert_eq!(h.take(b), "G 1 A k 2 300 999\n");
+    h.at(1300);
+    assert_eq!(
+        h.take(c),
+        "G 1 A k 3 300\n",
+        "version 1 grants keep their form, waiting or not"
+    );
+}
+
+#[test]
+fn rule3_waited_ms_is_never_more_than_the_wait_asked() {
+    let mut h = leader();
+    let a = h.connect();
+    let b = h.connect_v2();
+    h.send(a, "A 1 k o 0 1000\n");
+    h.send(b, "A 7 k o 1000 10\n");
+    // Its wait ends exactly when the key frees: granted, after all of it.
+    h.at(1000);
+    assert_eq!(h.take(b), "G 7 A k 2 10 1000\n");
+    // Released by token, the next waiter is granted at the release.
+    h.send(b, "A 8 k o 50 10\nR 9 k 2\n");
+    assert_eq!(h.take(b), "D 9 R k\nG 8 A k 3 10 0\n");
+}
+
+#[test]
+fn rule9_a_renewal_by_exact_token_extends_the_lease_from_now() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    h.send(a, "A 1 k o 0 100\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100 0\n");
+    h.at(50);
+    h.send(a, "X 2 k 1 200\n");
+    assert_eq!(h.take(a), "G 2 X k 1 200\n");
+    assert_eq!(h.server.holder("k").unwrap().expires_at, t(250));
+    assert_eq!(h.token("k"), Some(1), "the token stays");
+    h.at(249);
+    assert_eq!(h.token("k"), Some(1), "past its first lease");
+    h.at(250);
+    assert_eq!(h.token("k"), None, "the renewed lease ran out");
+}
+
+#[test]
+fn rule9_a_renewal_never_shortens_and_is_capped_at_the_maximum() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    h.send(a, "A 1 k o 0 800\n");
+    h.take(a);
+    h.at(100);
+    h.send(a, "X 2 k 1 10\n");
+    assert_eq!(
+        h.take(a),
+        "G 2 X k 1 10\n",
+        "answered G, the lease it asked, even though it shortens nothing"
+    );
+    assert_eq!(h.server.holder("k").unwrap().expires_at, t(800));
+    h.send(a, "X 3 k 1 5000\n");
+    assert_eq!(h.take(a), "G 3 X k 1 1000\n", "capped at the 1 s maximum");
+    assert_eq!(h.server.holder("k").unwrap().expires_at, t(1100));
+}
+
+#[test]
+fn rule9_anything_but_the_current_grant_s_exact_token_is_answered_n() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    let b = h.connect_v2();
+    h.send(a, "A 1 k o 0 100\n");
+    h.take(a);
+    h.send(a, "X 2 k 2 100\nX 3 nope 1 100\nX 4 k 0 100\n");
+    assert_eq!(h.take(a), "N 2 X k\nN 3 X nope\nN 4 X k\n");
+    // From any connection, by token.
+    h.send(b, "X 1 k 1 100\n");
+    assert_eq!(h.take(b), "G 1 X k 1 100\n");
+    // Gone: a renewal never brings it back.
+    h.send(b, "R 2 k 1\nX 3 k 1 100\n");
+    assert_eq!(h.take(b), "D 2 R k\nN 3 X k\n");
+    h.send(a, "A 5 k o 0 100\n");
+    assert_eq!(h.take(a), "G 5 A k 2 100 0\n");
+    h.at(100);
+    h.send(a, "X 6 k 2 100\n");
+    assert_eq!(h.take(a), "N 6 X k\n", "expired: gone");
+}
+
+#[test]
+fn rule9_a_renewal_is_never_queued_nor_answered_b_or_t() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    let b = h.connect_v2();
+    h.send(a, "A 1 k o 0 100\nA 2 j o 0 100\n");
+    h.take(a);
+    // Both queues and the server's waiters full (2 per key, 3 in all).
+    h.send(
+        b,
+        "A 1 k o 5000 10\nA 2 k o 5000 10\nA 3 j o 5000 10\nA 4 k o 5000 10\n",
+    );
+    assert_eq!(h.take(b), "B 4 A k\n");
+    h.send(a, "X 3 k 1 500\n");
+    assert_eq!(h.take(a), "G 3 X k 1 500\n");
+    assert_eq!(h.server.queue_len("k"), 2);
+    h.at(100);
+    assert_eq!(h.take(b), "G 3 A j 3 10 100\n", "j ran out at 100");
+    h.at(500);
+    assert_eq!(h.take(b), "G 1 A k 4 10 500\n", "k only at its renewed end");
+}
+
+#[test]
+fn rule9_on_a_version_1_connection_x_is_a_protocol_violation() {
+    let mut h = leader();
+    let a = h.connect();
+    h.send(a, "A 1 k o 0 100\nX 2 k 1 100\nR 3 k 1\n");
+    assert_eq!(h.take(a), "G 1 A k 1 100\nE bad_frame\n");
+    assert!(h.closed(a));
+    assert_eq!(
+        h.token("k"),
+        Some(1),
+        "the grant stays; nothing after X is read"
+    );
+}
+
 // ----- tokens -------------------------------------------------------------
 
 #[test]
@@ -1084,6 +1302,281 @@ fn tokens_strictly_increase_across_grants_keys_and_expiries() {
     }
     assert_eq!(tokens.len(), 40);
     assert!(tokens.windows(2).all(|w| w[0] < w[1]), "{tokens:?}");
+}
+
+// ----- section 4.1: terms, epochs and recovery ------------------------------
+
+const E: u64 = 1_700_000_000_000;
+
+/// The first token of the term with `epoch`, plus `n - 1`.
+fn tok(epoch: u64, n: u64) -> u64 {
+    ticketing::server::token(epoch, n).unwrap()
+}
+
+/// A leader of `config()` (leases of at most 1 s) whose term began at 0 as
+/// `term` says, with a grace margin of 100 ms.
+fn in_term(term: Term) -> Harness {
+    let mut c = config();
+    c.grace_margin = Duration::from_millis(100);
+    let mut h = Harness::new(c);
+    h.server.begin_term(h.now, term).unwrap();
+    h.pump();
+    h
+}
+
+#[test]
+fn epochs_tokens_are_epoch_times_2_pow_22_plus_n_from_1() {
+    let mut h = in_term(Term::First { epoch: E });
+    let a = h.connect_v2();
+    h.send(a, "A 1 k o 0 10\nA 2 j o 0 10\n");
+    let (k, j) = (tok(E, 1), tok(E, 2));
+    assert_eq!(k, E * 4_194_304 + 1);
+    assert_eq!(h.take(a), format!("G 1 A k {k} 10 0\nG 2 A j {j} 10 0\n"));
+    assert_eq!(h.server.epoch(), E);
+    assert_eq!(h.server.grace_until(), None, "a first term has no grace");
+}
+
+#[test]
+fn epochs_a_term_that_is_not_later_is_refused_and_changes_nothing() {
+    let mut h = in_term(Term::First { epoch: E });
+    let a = h.connect();
+    h.send(a, "A 1 k o 0 1000\n");
+    h.take(a);
+    for epoch in [E - 1, E] {
+        assert_eq!(
+            h.server.begin_term(h.now, Term::First { epoch }),
+            Err(TermError::EpochNotGreater { epoch, current: E })
+        );
+    }
+    let too_late = ticketing::server::MAX_EPOCH + 1;
+    assert_eq!(
+        h.server.begin_term(h.now, Term::First { epoch: too_late }),
+        Err(TermError::EpochTooLarge { epoch: too_late })
+    );
+    assert_eq!(h.token("k"), Some(tok(E, 1)), "the table is untouched");
+    assert_eq!(h.server.begin_epoch(h.now, E + 1), Err(TermError::NotAsked));
+}
+
+#[test]
+fn tokens_of_a_later_term_are_greater_for_every_key() {
+    let mut h = in_term(Term::First { epoch: 7 });
+    let a = h.connect();
+    for id in 1..=5 {
+        h.send(a, &format!("A {id} k{id} o 0 10\n"));
+    }
+    h.take(a);
+    h.at(10);
+    h.server
+        .begin_term(h.now, Term::First { epoch: 8 })
+        .unwrap();
+    let b = h.connect();
+    h.send(b, "A 1 k5 o 0 10\n");
+    assert_eq!(h.take(b), format!("G 1 A k5 {} 10\n", tok(8, 1)));
+    assert!(tok(8, 1) > tok(7, 5));
+}
+
+#[test]
+fn grace_a_term_without_the_table_grants_nothing_for_max_lease_plus_margin() {
+    // An earlier term could have given 400 ms leases; the margin is 100.
+    let mut h = in_term(Term::Recovered {
+        epoch: E,
+        max_lease: Duration::from_millis(400),
+    });
+    assert_eq!(h.server.grace_until(), Some(t(500)));
+    let a = h.connect_v2();
+    let b = h.connect();
+    h.send(a, "A 1 k o 0 10\n");
+    assert_eq!(
+        h.take(a),
+        "T 1 A k\n",
+        "a try-lock is not granted in the grace"
+    );
+    h.send(a, "A 2 k o 1000 10\nA 3 j o 200 10\n");
+    h.send(b, "A 1 k o 1000 10\nA 2 k o 1000 10\n");
+    assert_eq!(h.take(a), "", "queued");
+    assert_eq!(h.take(b), "B 2 A k\n", "2 waiters per key at most");
+    h.at(200);
+    assert_eq!(h.take(a), "T 3 A j\n", "its wait ran out before the grace");
+    h.at(499);
+    assert_eq!((h.take(a), h.take(b)), (String::new(), String::new()));
+    h.at(500);
+    assert_eq!(h.take(a), format!("G 2 A k {} 10 500\n", tok(E, 1)));
+    assert_eq!(h.server.grace_until(), None);
+    h.at(510);
+    assert_eq!(h.take(b), format!("G 1 A k {} 10\n", tok(E, 2)), "in order");
+    h.send(a, "A 4 z o 0 10\n");
+    assert_eq!(h.take(a), format!("G 4 A z {} 10 0\n", tok(E, 3)));
+}
+
+#[test]
+fn grace_a_renewal_of_an_earlier_epoch_s_token_reclaims_the_key() {
+    let mut h = in_term(Term::Recovered {
+        epoch: E,
+        max_lease: Duration::from_millis(400),
+    });
+    let old = tok(E - 5, 42);
+    let a = h.connect_v2();
+    let b = h.connect_v2();
+    h.send(b, "A 1 k o 5000 100\n");
+    h.at(10);
+    h.send(a, &format!("X 1 k {old} 5000\n"));
+    assert_eq!(
+        h.take(a),
+        format!("G 1 X k {old} 1000\n"),
+        "reclaimed: the token kept, the lease capped"
+    );
+    let holder = h.server.holder("k").unwrap();
+    assert_eq!((holder.token, holder.expires_at), (old, t(1010)));
+    // Renewed as any grant; released by its token.
+    h.at(300);
+    h.send(a, &format!("X 2 k {old} 800\n"));
+    assert_eq!(h.take(a), format!("G 2 X k {old} 800\n"));
+    h.at(600);
+    assert_eq!(h.take(b), "", "the grace is over, but the key is held");
+    h.send(a, &format!("R 3 k {old}\n"));
+    assert_eq!(h.take(a), "D 3 R k\n");
+    assert_eq!(h.take(b), format!("G 1 A k {} 100 600\n", tok(E, 1)));
+}
+
+#[test]
+fn grace_a_later_reclaim_with_a_greater_token_replaces_the_earlier() {
+    let mut h = in_term(Term::Recovered {
+        epoch: E,
+        max_lease: Duration::from_millis(400),
+    });
+    let (older, newer) = (tok(E - 2, 9), tok(E - 1, 3));
+    let a = h.connect_v2();
+    let b = h.connect_v2();
+    h.send(a, &format!("X 1 k {older} 300\n"));
+    assert_eq!(h.take(a), format!("G 1 X k {older} 300\n"));
+    h.send(b, &format!("X 1 k {newer} 300\n"));
+    assert_eq!(h.take(b), format!("G 1 X k {newer} 300\n"));
+    assert_eq!(h.token("k"), Some(newer));
+    h.send(a, &format!("X 2 k {older} 300\nR 3 k {older}\n"));
+    assert_eq!(
+        h.take(a),
+        "N 2 X k\nN 3 R k\n",
+        "the replaced token is gone"
+    );
+    assert_eq!(h.token("k"), Some(newer));
+}
+
+#[test]
+fn grace_unknown_tokens_of_this_term_and_releases_are_answered_n() {
+    let mut h = in_term(Term::Recovered {
+        epoch: E,
+        max_lease: Duration::from_millis(400),
+    });
+    let a = h.connect_v2();
+    let this_term = tok(E, 1);
+    let old = tok(E - 1, 1);
+    h.send(
+        a,
+        &format!("X 1 k {this_term} 100\nR 2 k {old}\nX 3 k 0 100\nR 4 j {this_term}\n"),
+    );
+    assert_eq!(h.take(a), "N 1 X k\nN 2 R k\nN 3 X k\nN 4 R j\n");
+    assert_eq!(h.token("k"), None);
+}
+
+#[test]
+fn grace_when_it_ends_reclaiming_ends() {
+    let mut h = in_term(Term::Recovered {
+        epoch: E,
+        max_lease: Duration::from_millis(400),
+    });
+    let a = h.connect_v2();
+    h.at(500);
+    h.send(a, &format!("X 1 k {} 100\n", tok(E - 1, 1)));
+    assert_eq!(h.take(a), "N 1 X k\n");
+    assert_eq!(h.token("k"), None);
+}
+
+#[test]
+fn clean_stops_keep_the_table_with_the_time_stopped_counted_and_no_grace() {
+    let mut one = in_term(Term::First { epoch: E });
+    let a = one.connect_v2();
+    one.send(a, "A 1 k o 0 1000\nA 2 j o 0 300\nA 3 k o 5000 10\n");
+    one.at(100);
+    let image = one
+        .server
+        .table_image(one.now, Duration::from_secs(1_700_000_000));
+    let bytes = image.encode();
+    let image = TableImage::decode(&bytes).unwrap();
+    assert_eq!(image.count, 2);
+    assert_eq!(
+        image
+            .grants
+            .iter()
+            .map(|g| (g.key.as_str(), g.remaining_ms))
+            .collect::<Vec<_>>(),
+        [("j", 200), ("k", 900)],
+        "the waiter is not in it"
+    );
+    // 250 ms later by the wall clock, another server goes on from it.
+    let mut two = in_term(Term::Resumed {
+        epoch: E + 1,
+        image,
+        stopped: Duration::from_millis(250),
+    });
+    assert_eq!(two.server.grace_until(), None, "no grace");
+    assert_eq!(two.token("j"), None, "its lease ran out while stopped");
+    assert_eq!(two.server.holder("k").unwrap().expires_at, t(650));
+    let b = two.connect_v2();
+    two.send(b, "A 1 k o 5000 10\nA 2 j o 0 10\n");
+    assert_eq!(two.take(b), format!("G 2 A j {} 10 0\n", tok(E + 1, 1)));
+    two.send(b, &format!("X 3 k {} 1000\n", tok(E, 1)));
+    assert_eq!(two.take(b), format!("G 3 X k {} 1000\n", tok(E, 1)));
+    two.send(b, &format!("R 4 k {}\n", tok(E, 1)));
+    assert_eq!(
+        two.take(b),
+        format!("D 4 R k\nG 1 A k {} 10 0\n", tok(E + 1, 2))
+    );
+}
+
+#[test]
+fn clean_stops_a_table_written_in_a_grace_keeps_the_rest_of_it() {
+    let mut one = in_term(Term::Recovered {
+        epoch: E,
+        max_lease: Duration::from_millis(400),
+    });
+    one.at(200);
+    let image = one.server.table_image(one.now, Duration::ZERO);
+    assert_eq!(image.grace_ms, 300);
+    let mut two = in_term(Term::Resumed {
+        epoch: E + 1,
+        image: image.clone(),
+        stopped: Duration::from_millis(100),
+    });
+    assert_eq!(two.server.grace_until(), Some(t(200)));
+    assert!(matches!(
+        two.server.begin_term(
+            two.now,
+            Term::Resumed {
+                epoch: E,
+                image,
+                stopped: Duration::ZERO
+            }
+        ),
+        Err(TermError::EpochNotGreater { .. })
+    ));
+}
+
+#[test]
+fn clean_stops_a_torn_or_truncated_table_is_an_error_never_a_table() {
+    let mut one = in_term(Term::First { epoch: E });
+    let a = one.connect();
+    one.send(a, "A 1 k o 0 1000\n");
+    let bytes = one.server.table_image(one.now, Duration::ZERO).encode();
+    for cut in [0, 1, bytes.len() / 2, bytes.len() - 1] {
+        assert!(TableImage::decode(&bytes[..cut]).is_err(), "cut at {cut}");
+    }
+    let mut torn = bytes.clone();
+    torn[30] ^= 1;
+    assert!(matches!(
+        TableImage::decode(&torn),
+        Err(ImageError::Checksum | ImageError::Malformed { .. })
+    ));
+    assert!(TableImage::decode(b"\xff\x00 garbage").is_err());
 }
 
 // ----- the lock table moves between servers --------------------------------
@@ -1276,4 +1769,59 @@ fn rule10_a_connection_whose_answers_are_not_written_is_not_read_from_until_they
     h.send(a, "X\n");
     assert!(h.closed(a));
     assert!(!h.server.is_reading(a));
+}
+
+// ----- Server::stats (issue 14) --------------------------------------------
+
+#[test]
+fn stats_count_every_answer_by_kind_expiries_waiters_and_connections() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    let b = h.connect_v2();
+    h.send(a, "A 1 k o 0 100\n");
+    h.send(
+        b,
+        "A 1 k o 0 100\nA 2 k o 5000 100\nA 3 k o 5000 100\nA 4 k o 5000 100\n",
+    );
+    let s = h.server.stats();
+    assert_eq!((s.grants, s.timed_out, s.busy), (1, 1, 1));
+    assert_eq!((s.waiters, s.max_waiters), (2, 2));
+    assert_eq!((s.accepted, s.connections), (2, 2));
+    let token = h.token("k").unwrap();
+    h.send(a, &format!("X 2 k {token} 100\nX 3 k 999 100\nR 4 k 999\n"));
+    let s = h.server.stats();
+    assert_eq!((s.renewals, s.renewals_gone, s.not_held), (1, 1, 1));
+    h.send(a, &format!("R 5 k {token}\n"));
+    let s = h.server.stats();
+    assert_eq!(s.releases, 1);
+    assert_eq!(
+        (s.grants, s.waiters, s.max_waiters),
+        (2, 1, 2),
+        "the next waiter got it"
+    );
+    // The new holder's lease runs out, the last waiter gets it; then that
+    // one runs out too.
+    h.at(1_000);
+    h.at(2_000);
+    let s = h.server.stats();
+    assert_eq!((s.expiries, s.grants, s.waiters), (2, 3, 0));
+    h.server.handle_closed(h.now, b);
+    assert_eq!(h.server.stats().connections, 1);
+}
+
+#[test]
+fn stats_tell_the_epoch_the_grace_and_reclaims() {
+    let mut h = in_term(Term::Recovered {
+        epoch: E,
+        max_lease: Duration::from_millis(400),
+    });
+    let s = h.server.stats();
+    assert_eq!((s.epoch, s.in_grace), (E, true));
+    let a = h.connect_v2();
+    h.at(10);
+    h.send(a, &format!("X 1 k {} 5000\n", tok(E - 5, 42)));
+    let s = h.server.stats();
+    assert_eq!((s.reclaims, s.renewals), (1, 1));
+    h.at(500);
+    assert!(!h.server.stats().in_grace);
 }

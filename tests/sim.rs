@@ -10,12 +10,17 @@
 //!
 //! | sabotage | seeds caught of 1,000 | worst wait | stated |
 //! |---|---|---|---|
-//! | match-by-arrival | 640 | 9 | 10 |
-//! | resend-after-close | 995 | 2 | 2 |
-//! | use-reserved-slot | 764 | 4 | 5 |
-//! | drop-orphan-release | 395 | 13 | 15 |
-//! | any-hint | 365 | 13 | 15 |
-//! | (the cluster) forget-lock-table | 979 | 2 | 3 |
+//! | match-by-arrival | 642 | 9 | 10 |
+//! | resend-after-close | 943 | 3 | 3 |
+//! | use-reserved-slot | 766 | 4 | 5 |
+//! | drop-orphan-release | 239 | 21 | 25 |
+//! | any-hint | 350 | 15 | 15 |
+//! | (the server) no-grace | 277 | 17 | 20 |
+//! | (the cluster) forget-lock-table | 888 | 4 | 5 |
+//!
+//! (Measured again once half the leader crashes lost the lock table: the
+//! grants lost with it no longer linger, which hides some dropped orphan
+//! releases, and the runs draw differently.)
 //!
 //! `drop-orphan-release` takes longer than the rest: its bad client
 //! announces the orphan release as the core does and only its `R` never
@@ -127,13 +132,13 @@ fn first_catch(config: &SimConfig, start: u64, within: u64) -> Option<Violation>
 }
 
 #[test]
-fn a_cluster_that_forgets_its_lock_table_is_caught_within_3_seeds() {
+fn a_cluster_that_forgets_its_lock_table_is_caught_within_5_seeds() {
     // Not a client rule: the global checks' own evidence. A new leader that
     // starts with an empty table grants keys still held.
     let mut config = SimConfig::default();
     config.forget_lock_table = true;
     for start in [0, 300, 600] {
-        let v = first_catch(&config, start, 3).expect("caught");
+        let v = first_catch(&config, start, 5).expect("caught");
         assert!(
             matches!(v.check, Check::MutualExclusion | Check::Fencing),
             "{v}"
@@ -194,10 +199,10 @@ mod sabotage {
     }
 
     #[test]
-    fn resending_an_acquire_after_a_close_is_caught_within_2_seeds() {
+    fn resending_an_acquire_after_a_close_is_caught_within_3_seeds() {
         caught(
             Sabotage::ResendAfterClose,
-            2,
+            3,
             &[
                 Check::Invariant(Invariant::OneOutcome),
                 // The close that should have ended it Indeterminate is
@@ -219,10 +224,10 @@ mod sabotage {
     }
 
     #[test]
-    fn dropping_the_orphan_release_is_caught_within_15_seeds() {
+    fn dropping_the_orphan_release_is_caught_within_25_seeds() {
         caught(
             Sabotage::DropOrphanRelease,
-            15,
+            25,
             &[Check::Invariant(Invariant::OrphanRelease)],
         );
     }
@@ -230,6 +235,17 @@ mod sabotage {
     #[test]
     fn hints_from_outside_the_allowlist_are_caught_within_15_seeds() {
         caught(Sabotage::AnyHint, 15, &[Check::Allowlist]);
+    }
+
+    #[test]
+    fn a_new_leader_without_a_recovery_grace_is_caught_within_20_seeds() {
+        // The server's rule, not a client's: a leader elected after the
+        // table was lost grants keys whose grants clients still hold.
+        caught(
+            Sabotage::NoGrace,
+            20,
+            &[Check::MutualExclusion, Check::Fencing],
+        );
     }
 }
 

@@ -8,7 +8,7 @@ fn smoke() {
     let a = h.acquire("k", 1000, 5000);
     h.ready(4);
     assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
-    h.feed("G 1 A k 9 5000\n");
+    h.feed("G 1 A k 9 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out.len(), 1);
     assert_eq!(out[0].0, a);

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use ticketing::client::{Config, Grant, Outcome};
-use ticketing::futures_io::{Acquire, Connector, Handle, RequestError, TcpConnector};
+use ticketing::futures_io::{Acquire, Connector, Handle, Lease, RequestError, TcpConnector};
 use ticketing::{Key, Name};
 
 struct Smol;
@@ -35,56 +35,7 @@ impl tcp::Adapter for Smol {
         }
     }
 
-    fn connect(config: Config) -> (Handle, tcp::NoticeRx) {
-        start(config, TcpConnector)
-    }
-
-    #[cfg(feature = "tls")]
-    fn connect_tls(config: Config, tls: ticketing::tls::ClientTls) -> (Handle, tcp::NoticeRx) {
-        start(config, ticketing::futures_io::TlsConnector::new(tls))
-    }
-
-    fn acquire(
-        client: &Handle,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        client.acquire(key, owner, wait, lease)
-    }
-
-    fn start_acquire(
-        client: &Handle,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-    ) -> Acquire {
-        client.acquire(key, owner, wait, lease)
-    }
-
-    fn finish(
-        pending: Acquire,
-    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        pending
-    }
-
-    fn release(
-        client: &Handle,
-        grant: Grant,
-    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let client = client.clone();
-        async move { client.release(&grant).await }
-    }
-
-    fn shutdown(
-        client: &Handle,
-        budget: Duration,
-    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        let client = client.clone();
-        async move { client.shutdown(budget).await }
-    }
+    tcp::async_handle_methods!(ticketing::futures_io::TlsConnector);
 }
 
 fn start(config: Config, connector: impl Connector) -> (Handle, tcp::NoticeRx) {

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use ticketing::client::{Config, Grant, Outcome};
-use ticketing::tokio::{Acquire, Connector, Handle, RequestError, TcpConnector};
+use ticketing::tokio::{Acquire, Connector, Handle, Lease, RequestError, TcpConnector};
 use ticketing::{Key, Name};
 
 struct Tokio;
@@ -37,60 +37,13 @@ impl tcp::Adapter for Tokio {
         tokio::time::sleep(d)
     }
 
-    fn connect(config: Config) -> (Handle, tcp::NoticeRx) {
-        start(config, TcpConnector)
-    }
-
-    #[cfg(feature = "tls")]
-    fn connect_tls(config: Config, tls: ticketing::tls::ClientTls) -> (Handle, tcp::NoticeRx) {
-        start(config, ticketing::tokio::TlsConnector::new(tls))
-    }
-
-    fn acquire(
-        client: &Handle,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        client.acquire(key, owner, wait, lease)
-    }
-
-    fn start_acquire(
-        client: &Handle,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-    ) -> Acquire {
-        client.acquire(key, owner, wait, lease)
-    }
-
-    fn finish(
-        pending: Acquire,
-    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        pending
-    }
-
-    fn release(
-        client: &Handle,
-        grant: Grant,
-    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let client = client.clone();
-        async move { client.release(&grant).await }
-    }
-
-    fn shutdown(
-        client: &Handle,
-        budget: Duration,
-    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        let client = client.clone();
-        async move { client.shutdown(budget).await }
-    }
+    tcp::async_handle_methods!(ticketing::tokio::TlsConnector);
 }
 
 fn start(config: Config, connector: impl Connector) -> (Handle, tcp::NoticeRx) {
-    ticketing::tokio::spawn_with_notices(config, connector).expect("a valid client configuration")
+    let (handle, notices) = ticketing::tokio::spawn_with_notices(config, connector)
+        .expect("a valid client configuration");
+    (handle, tcp::NoticeRx::Tokio(notices))
 }
 
 tcp::adapter_tests!(Tokio);

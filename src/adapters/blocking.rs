@@ -27,6 +27,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread;
@@ -34,15 +35,19 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::adapters::shell::{Command, Io, OpResult, Reply, Shell};
+use crate::adapters::lease;
+use crate::adapters::notices::Sink;
+use crate::adapters::reply::{self, Receiver};
+use crate::adapters::shell::{Command, Io, OpResult, Shell};
 use crate::adapters::tls;
 use crate::client::{
-    Client, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
+    Client, ClientStats, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
 };
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 
-pub use crate::adapters::shell::RequestError;
+pub use crate::adapters::lease::LeaseStatus;
+pub use crate::adapters::shell::{LockError, RequestError};
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::blocking::{TlsConnector, TlsStream};
 
@@ -107,121 +112,9 @@ impl Connector for TcpConnector {
     }
 }
 
-/// A one-value reply channel between the driver thread and a caller.
-///
-/// Unlike a channel, the caller can give it up and, in the same step, get
-/// back a value already sent: a grant that reached a pending acquire just
-/// as it was dropped is then handed back to the core, never lost between
-/// "sent" and "dropped".
-struct Slot<T> {
-    state: Mutex<SlotState<T>>,
-    /// The value came, or it never will.
-    changed: Condvar,
-}
-
-enum SlotState<T> {
-    Empty,
-    Ready(T),
-    /// No value will be taken from the slot any more: it was taken, given
-    /// up, or the driver dropped its end without sending.
-    Closed,
-}
-
-impl<T> Slot<T> {
-    fn lock(&self) -> MutexGuard<'_, SlotState<T>> {
-        // Nothing is ever left half-changed under this lock.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl<T> SlotState<T> {
-    /// Closes the slot, handing back a value it held.
-    fn close(&mut self) -> Option<T> {
-        match std::mem::replace(self, SlotState::Closed) {
-            SlotState::Ready(value) => Some(value),
-            SlotState::Empty | SlotState::Closed => None,
-        }
-    }
-}
-
-/// The driver's end of a reply channel.
-struct ReplyTo<T>(Option<Arc<Slot<T>>>);
-
-/// The caller's end of a reply channel.
-struct ReplyFrom<T>(Arc<Slot<T>>);
-
-fn reply_channel<T>() -> (ReplyTo<T>, ReplyFrom<T>) {
-    let slot = Arc::new(Slot {
-        state: Mutex::new(SlotState::Empty),
-        changed: Condvar::new(),
-    });
-    (ReplyTo(Some(Arc::clone(&slot))), ReplyFrom(slot))
-}
-
-impl<T: Send + 'static> Reply<T> for ReplyTo<T> {
-    fn send(mut self, value: T) -> Result<(), T> {
-        let Some(slot) = self.0.take() else {
-            return Err(value);
-        };
-        let mut state = slot.lock();
-        if !matches!(*state, SlotState::Empty) {
-            return Err(value);
-        }
-        *state = SlotState::Ready(value);
-        slot.changed.notify_all();
-        Ok(())
-    }
-}
-
-impl<T> Drop for ReplyTo<T> {
-    fn drop(&mut self) {
-        if let Some(slot) = self.0.take() {
-            let mut state = slot.lock();
-            if matches!(*state, SlotState::Empty) {
-                *state = SlotState::Closed;
-                slot.changed.notify_all();
-            }
-        }
-    }
-}
-
-impl<T> ReplyFrom<T> {
-    /// Blocks until the value comes (`None`: it never will).
-    fn recv(&self) -> Option<T> {
-        let mut state = self.0.lock();
-        while matches!(*state, SlotState::Empty) {
-            state = self
-                .0
-                .changed
-                .wait(state)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        state.close()
-    }
-
-    /// The value if it came, `Some(None)` if it never will, `None` if it
-    /// may still come.
-    fn try_recv(&self) -> Option<Option<T>> {
-        let mut state = self.0.lock();
-        match *state {
-            SlotState::Empty => None,
-            _ => Some(state.close()),
-        }
-    }
-
-    /// Gives the value up: from now on the driver's send fails (and the
-    /// driver hands a grant back to the core); a value already sent is
-    /// returned.
-    fn abandon(&self) -> Option<T> {
-        self.0.lock().close()
-    }
-}
-
-type Cmd = Command<ReplyTo<OpResult>, ReplyTo<Result<(), Error>>>;
-
 /// What reaches the driver thread.
 enum Msg<S> {
-    Command(Cmd),
+    Command(Command),
     /// The last [`Handle`] was dropped.
     Orphaned,
     Connected(ConnId, io::Result<S>),
@@ -236,7 +129,7 @@ const ORPHANED_SHUTDOWN: Duration = Duration::from_secs(5);
 /// thread ends once the client has shut down (after [`Handle::shutdown`],
 /// or when every handle is dropped).
 pub fn connect<C: Connector>(config: Config, connector: C) -> Result<Handle, ConfigError> {
-    start(config, connector, None)
+    start(config, connector, Sink::Nowhere)
 }
 
 /// As [`connect`], with every notice (the events that are not outcomes)
@@ -246,25 +139,23 @@ pub fn connect_with_notices<C: Connector>(
     connector: C,
     notices: impl FnMut(Event) + Send + 'static,
 ) -> Result<Handle, ConfigError> {
-    start(config, connector, Some(Box::new(notices)))
+    start(config, connector, Sink::Call(Box::new(notices)))
 }
 
-fn start<C: Connector>(
-    config: Config,
-    connector: C,
-    notices: Option<crate::adapters::shell::Notices>,
-) -> Result<Handle, ConfigError> {
+fn start<C: Connector>(config: Config, connector: C, notices: Sink) -> Result<Handle, ConfigError> {
     let connect_timeout = config.connect_timeout;
     let client = Client::new(config, Time::ZERO)?;
     let (tx, rx) = mpsc::channel::<Msg<C::Stream>>();
     let shell = Shell::new(client, Instant::now(), notices);
+    let gauges = Arc::new(Gauges::default());
     let io = ThreadIo {
         connector: Arc::new(connector),
         connect_timeout,
         msgs: tx.clone(),
         conns: HashMap::new(),
+        gauges: Arc::clone(&gauges),
     };
-    let commands: Box<dyn Fn(Cmd) -> bool + Send + Sync> = Box::new({
+    let commands: Box<dyn Fn(Command) -> bool + Send + Sync> = Box::new({
         let tx = tx.clone();
         move |cmd| tx.send(Msg::Command(cmd)).is_ok()
     });
@@ -280,14 +171,72 @@ fn start<C: Connector>(
             commands,
             orphaned,
             tickets: std::sync::atomic::AtomicU64::new(1),
+            gauges,
         }),
     })
 }
 
 struct Inner {
-    commands: Box<dyn Fn(Cmd) -> bool + Send + Sync>,
+    commands: Box<dyn Fn(Command) -> bool + Send + Sync>,
     orphaned: Box<dyn Fn() + Send + Sync>,
     tickets: std::sync::atomic::AtomicU64,
+    gauges: Arc<Gauges>,
+}
+
+/// How many bytes the reader threads may have read ahead of the driver:
+/// past this, they stop reading until the driver has handled some, so a
+/// slow driver (a slow notice function, a flood of input) slows the
+/// connection down instead of growing the process.
+pub const READ_AHEAD: usize = 256 * 1024;
+
+/// What the driver and its threads hold, as the handle reports it.
+#[derive(Default)]
+struct Gauges {
+    /// Bytes read from a socket and not yet handled by the core.
+    read_ahead: Mutex<usize>,
+    /// `read_ahead` went down, or the driver ended.
+    room: Condvar,
+    /// The driver thread has ended.
+    ended: AtomicBool,
+    /// Connections the driver keeps threads or state for.
+    connections: AtomicUsize,
+}
+
+impl Gauges {
+    fn read_ahead(&self) -> MutexGuard<'_, usize> {
+        // Nothing is ever left half-changed under this lock.
+        self.read_ahead
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Waits for room to read `n` more bytes ahead; `false` once the
+    /// driver has ended.
+    fn reserve(&self, n: usize) -> bool {
+        let mut ahead = self.read_ahead();
+        while *ahead >= READ_AHEAD && !self.ended.load(Ordering::Acquire) {
+            ahead = self
+                .room
+                .wait(ahead)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *ahead += n;
+        !self.ended.load(Ordering::Acquire)
+    }
+
+    /// `n` bytes read ahead were handled.
+    fn release(&self, n: usize) {
+        let mut ahead = self.read_ahead();
+        *ahead = ahead.saturating_sub(n);
+        self.room.notify_all();
+    }
+
+    /// The driver has ended: no reader waits for room any more.
+    fn end(&self) {
+        let _ahead = self.read_ahead();
+        self.ended.store(true, Ordering::Release);
+        self.room.notify_all();
+    }
 }
 
 impl Drop for Inner {
@@ -310,6 +259,18 @@ impl std::fmt::Debug for Handle {
 }
 
 impl Handle {
+    /// Bytes read from the server that the client has not handled yet: at
+    /// most about [`READ_AHEAD`] plus one read.
+    pub fn read_ahead(&self) -> usize {
+        *self.inner.gauges.read_ahead()
+    }
+
+    /// Connections the driver keeps threads or state for: the one in use
+    /// or being attempted, and any it is closing.
+    pub fn connections(&self) -> usize {
+        self.inner.gauges.connections.load(Ordering::Relaxed)
+    }
+
     /// Acquires `key` for `lease`, waiting at most `wait` in total, and
     /// blocks until the outcome.
     pub fn acquire(
@@ -331,17 +292,128 @@ impl Handle {
         wait: Duration,
         lease: Duration,
     ) -> PendingAcquire {
+        self.acquire_with(key, owner, wait, lease, None, None)
+    }
+
+    /// The client core's counters ([`Client::stats`](crate::client::Client::stats)).
+    pub fn stats(&self) -> Result<ClientStats, RequestError> {
+        let (reply, rx) = reply::channel();
+        if !(self.inner.commands)(Command::Stats { reply }) {
+            return Err(RequestError::Stopped);
+        }
+        rx.recv().ok_or(RequestError::Stopped)
+    }
+
+    /// Renews a held grant once, asking for `lease` (`None`: its acquire's).
+    /// Returns when the renewal is queued; the core's notices tell how it
+    /// went.
+    pub fn renew(&self, grant: &Grant, lease: Option<Duration>) -> Result<(), RequestError> {
+        let (reply, rx) = reply::channel();
+        let grant = grant.clone();
+        self.call(
+            Command::Renew {
+                grant,
+                lease,
+                reply,
+            },
+            &rx,
+        )
+    }
+
+    /// Starts (`on`, for at most `limit`) or stops renewing a held grant
+    /// automatically.
+    pub fn auto_renew(
+        &self,
+        grant: &Grant,
+        on: bool,
+        limit: Option<Duration>,
+    ) -> Result<(), RequestError> {
+        let (reply, rx) = reply::channel();
+        let command = Command::AutoRenew {
+            grant: grant.clone(),
+            on,
+            limit,
+            reply,
+        };
+        self.call(command, &rx)
+    }
+
+    /// Acquires `key` as [`acquire`](Handle::acquire) does, and hands the
+    /// grant over as a [`Lease`]: a guard that releases it by exact token
+    /// when dropped. Not renewed unless asked ([`Lease::auto_renew`]).
+    pub fn lock(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Lease, LockError> {
+        self.lock_with(key, owner, wait, lease, None)
+    }
+
+    /// As [`lock`](Handle::lock), with the grant renewed automatically for
+    /// at most `limit` of holding (`None`: until released), each renewal
+    /// asking for `lease`.
+    pub fn lock_renewing(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+    ) -> Result<Lease, LockError> {
+        self.lock_with(
+            key,
+            owner,
+            wait,
+            lease,
+            Some(limit.unwrap_or(Duration::MAX)),
+        )
+    }
+
+    fn lock_with(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+    ) -> Result<Lease, LockError> {
+        let shared = lease::Shared::new();
+        let pending = self.acquire_with(key, owner, wait, lease, renew, Some(Arc::clone(&shared)));
+        match pending.wait()? {
+            Outcome::Granted(grant) => Ok(Lease {
+                grant: Some(grant),
+                shared,
+                seen: 0,
+                handle: self.clone(),
+            }),
+            other => Err(LockError::NotAcquired(other)),
+        }
+    }
+
+    fn acquire_with(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+        guard: Option<Arc<lease::Shared>>,
+    ) -> PendingAcquire {
         let ticket = self
             .inner
             .tickets
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         let sent = (self.inner.commands)(Command::Acquire {
             ticket,
             key,
             owner,
             wait,
             lease,
+            renew,
+            guard,
             reply,
         });
         PendingAcquire {
@@ -355,7 +427,7 @@ impl Handle {
     /// Releases a grant by its exact token and blocks until the outcome
     /// (`Released`, `NotHeld` or `Lapsed`).
     pub fn release(&self, grant: &Grant) -> Result<Outcome, RequestError> {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         self.call(
             Command::Release {
                 grant: grant.clone(),
@@ -377,17 +449,21 @@ impl Handle {
 
     /// Releases a raw `(key, token)` and blocks until the outcome.
     pub fn release_token(&self, key: Key, token: u64) -> Result<Outcome, RequestError> {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         self.call(Command::ReleaseToken { key, token, reply }, &rx)
     }
 
     /// Shuts down within `budget` and blocks until that is done.
     pub fn shutdown(&self, budget: Duration) -> Result<(), RequestError> {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         self.call(Command::Shutdown { budget, reply }, &rx)
     }
 
-    fn call<T>(&self, command: Cmd, rx: &ReplyFrom<Result<T, Error>>) -> Result<T, RequestError> {
+    fn call<T>(
+        &self,
+        command: Command,
+        rx: &Receiver<Result<T, Error>>,
+    ) -> Result<T, RequestError> {
         if !(self.inner.commands)(command) {
             return Err(RequestError::Stopped);
         }
@@ -397,12 +473,129 @@ impl Handle {
     }
 }
 
+/// A held grant: a guard, as a lock is in Rust. Dropping it releases the
+/// grant by its exact token, which also stops its renewal, so an
+/// automatically renewed lock never outlives the code that held it.
+/// [`release`](Lease::release) does the same and reports the outcome;
+/// [`let_expire`](Lease::let_expire) keeps the grant to run out.
+#[derive(Debug)]
+pub struct Lease {
+    /// `None` once released or left to run out.
+    grant: Option<Grant>,
+    shared: Arc<lease::Shared>,
+    /// The status version the caller has seen.
+    seen: u64,
+    handle: Handle,
+}
+
+impl Lease {
+    fn held(&self) -> &Grant {
+        self.grant.as_ref().expect("held until consumed")
+    }
+
+    /// The grant (as it was granted; [`valid_until`](Lease::valid_until)
+    /// is where it stands now).
+    pub fn grant(&self) -> &Grant {
+        self.held()
+    }
+
+    /// The fencing token: quote it to the storage the lock protects.
+    pub fn token(&self) -> u64 {
+        self.held().token()
+    }
+
+    /// Where the grant stands now: valid, in jeopardy, lost or expired.
+    pub fn status(&self) -> LeaseStatus {
+        self.shared.status().0
+    }
+
+    /// Until when the holder may count on the key now, renewals included
+    /// (`None` once lost).
+    pub fn valid_until(&self) -> Option<Time> {
+        self.status().valid_until()
+    }
+
+    /// Blocks until the status changes from the last one this returned
+    /// (or, the first time, from the grant's), or until `timeout` passes;
+    /// returns the status then.
+    pub fn wait_change(&mut self, timeout: Option<Duration>) -> LeaseStatus {
+        let (status, version) = self.shared.wait_change(self.seen.max(1), timeout);
+        self.seen = version;
+        status
+    }
+
+    /// Renews the grant once, asking for `lease` (`None`: the acquire's).
+    /// Returns when the request is queued; the renewal's answer shows in
+    /// [`status`](Lease::status).
+    pub fn renew(&self, lease: Option<Duration>) -> Result<(), RequestError> {
+        let (reply, rx) = reply::channel();
+        let grant = self.held().clone();
+        self.handle.call(
+            Command::Renew {
+                grant,
+                lease,
+                reply,
+            },
+            &rx,
+        )
+    }
+
+    /// Renews the grant automatically from now on, for at most `limit`
+    /// (`None`: until released).
+    pub fn auto_renew(&self, limit: Option<Duration>) -> Result<(), RequestError> {
+        self.set_auto(true, limit)
+    }
+
+    /// Stops renewing the grant automatically.
+    pub fn stop_renewing(&self) -> Result<(), RequestError> {
+        self.set_auto(false, None)
+    }
+
+    fn set_auto(&self, on: bool, limit: Option<Duration>) -> Result<(), RequestError> {
+        let (reply, rx) = reply::channel();
+        let grant = self.held().clone();
+        let command = Command::AutoRenew {
+            grant,
+            on,
+            limit,
+            reply,
+        };
+        self.handle.call(command, &rx)
+    }
+
+    /// Releases the grant by its exact token and blocks until the outcome
+    /// (`Released`, `NotHeld` or `Lapsed`).
+    pub fn release(mut self) -> Result<Outcome, RequestError> {
+        let grant = self.grant.take().expect("held until consumed");
+        let (reply, rx) = reply::channel();
+        self.handle.call(Command::Release { grant, reply }, &rx)
+    }
+
+    /// Keeps the grant without its guard: renewal stops, and the grant
+    /// runs out at its `valid_until` unless released by other means.
+    pub fn let_expire(mut self) -> Grant {
+        let grant = self.grant.take().expect("held until consumed");
+        (self.handle.inner.commands)(Command::LetExpire {
+            grant: grant.clone(),
+        });
+        grant
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(grant) = self.grant.take() {
+            (self.handle.inner.commands)(Command::DropGuard { grant });
+        }
+    }
+}
+
 /// An acquire under way. Dropping it before [`wait`](PendingAcquire::wait)
 /// returns cancels the acquire through the core; a grant that arrives for
 /// it is then released by its exact token.
 #[must_use = "dropping a pending acquire cancels it"]
 pub struct PendingAcquire {
-    rx: ReplyFrom<OpResult>,
+    rx: Receiver<OpResult>,
     ticket: u64,
     handle: Handle,
     done: bool,
@@ -468,6 +661,7 @@ struct ThreadIo<C: Connector> {
     connect_timeout: Duration,
     msgs: mpsc::Sender<Msg<C::Stream>>,
     conns: HashMap<ConnId, Conn<C::Stream>>,
+    gauges: Arc<Gauges>,
 }
 
 impl<C: Connector> Io for ThreadIo<C> {
@@ -493,6 +687,7 @@ impl<C: Connector> Io for ThreadIo<C> {
                 writer: None,
             },
         );
+        self.count();
     }
 
     fn send(&mut self, conn: ConnId, data: Bytes) {
@@ -510,10 +705,24 @@ impl<C: Connector> Io for ThreadIo<C> {
                 let _ = control.shutdown();
             }
         }
+        self.count();
     }
 }
 
 impl<C: Connector> ThreadIo<C> {
+    /// Forgets an attempt that failed: the core closes nothing after a
+    /// failed connect, so nothing else would.
+    fn forget(&mut self, conn: ConnId) {
+        self.conns.remove(&conn);
+        self.count();
+    }
+
+    fn count(&self) {
+        self.gauges
+            .connections
+            .store(self.conns.len(), Ordering::Relaxed);
+    }
+
     /// Starts the reader and writer threads of a connected stream.
     fn attach(&mut self, conn: ConnId, stream: C::Stream) -> io::Result<()> {
         let Some(entry) = self.conns.get_mut(&conn) else {
@@ -522,6 +731,7 @@ impl<C: Connector> ThreadIo<C> {
         let mut reader = stream.try_clone()?;
         let mut writer = stream.try_clone()?;
         let msgs = self.msgs.clone();
+        let gauges = Arc::clone(&self.gauges);
         thread::Builder::new()
             .name("ticketing-read".into())
             .spawn(move || {
@@ -530,10 +740,8 @@ impl<C: Connector> ThreadIo<C> {
                     match reader.read(&mut buf) {
                         Ok(0) => break TransportEnd::Eof,
                         Ok(n) => {
-                            if msgs
-                                .send(Msg::Bytes(conn, Bytes::copy_from_slice(&buf[..n])))
-                                .is_err()
-                            {
+                            let data = Bytes::copy_from_slice(&buf[..n]);
+                            if !gauges.reserve(n) || msgs.send(Msg::Bytes(conn, data)).is_err() {
                                 return;
                             }
                         }
@@ -565,13 +773,7 @@ impl<C: Connector> ThreadIo<C> {
     }
 }
 
-type ThreadShell = Shell<ReplyTo<OpResult>, ReplyTo<Result<(), Error>>>;
-
-fn drive<C: Connector>(
-    mut shell: ThreadShell,
-    mut io: ThreadIo<C>,
-    rx: mpsc::Receiver<Msg<C::Stream>>,
-) {
+fn drive<C: Connector>(mut shell: Shell, mut io: ThreadIo<C>, rx: mpsc::Receiver<Msg<C::Stream>>) {
     loop {
         shell.pump(&mut io);
         if shell.is_done() {
@@ -591,12 +793,21 @@ fn drive<C: Connector>(
                 if shell.client().connection() == Some(conn) {
                     match io.attach(conn, stream) {
                         Ok(()) => shell.client().handle_connected(now, conn),
-                        Err(_) => shell.client().handle_connect_failed(now, conn),
+                        Err(_) => {
+                            io.forget(conn);
+                            shell.client().handle_connect_failed(now, conn);
+                        }
                     }
                 }
             }
-            Ok(Msg::Connected(conn, Err(e))) => tls::connect_failed(shell.client(), now, conn, &e),
-            Ok(Msg::Bytes(conn, data)) => shell.client().handle_bytes(now, conn, &data),
+            Ok(Msg::Connected(conn, Err(e))) => {
+                io.forget(conn);
+                tls::connect_failed(shell.client(), now, conn, &e);
+            }
+            Ok(Msg::Bytes(conn, data)) => {
+                shell.client().handle_bytes(now, conn, &data);
+                io.gauges.release(data.len());
+            }
             Ok(Msg::Ended(conn, end)) => shell.client().handle_transport_closed(now, conn, end),
             Err(RecvTimeoutError::Timeout) => {
                 let at = shell.deadline().map_or(now, |at| shell.time_of(at));
@@ -609,4 +820,5 @@ fn drive<C: Connector>(
     for conn in open {
         io.close(conn);
     }
+    io.gauges.end();
 }

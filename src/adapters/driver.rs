@@ -23,9 +23,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::adapters::shell::{Command, Io, Notices, OpResult, Reply, RequestError, Shell};
+use crate::adapters::lease::{self, LeaseStatus};
+use crate::adapters::notices::Sink;
+use crate::adapters::reply::{self, register, Receiver};
+use crate::adapters::shell::{Command, Io, LockError, OpResult, RequestError, Shell};
 use crate::adapters::tls;
-use crate::client::{Client, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd};
+use crate::client::{
+    Client, ClientStats, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd,
+};
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 
@@ -64,124 +69,6 @@ pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Keeps `cx`'s waker in `slot`, cloning it only if it is a new one.
-pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
-    if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-        *slot = Some(cx.waker().clone());
-    }
-}
-
-/// A reply channel for one request: the driver sends into a [`ReplyTx`],
-/// the caller's future waits on a [`ReplyRx`].
-struct Slot<T> {
-    state: Mutex<SlotState<T>>,
-}
-
-enum SlotState<T> {
-    /// Nothing yet; the waker of the future waiting for it.
-    Waiting(Option<Waker>),
-    Ready(T),
-    /// The future took the value.
-    Taken,
-    /// The driver went away without sending.
-    Dropped,
-    /// The future went away before the value came.
-    Abandoned,
-}
-
-fn reply_channel<T>() -> (ReplyTx<T>, ReplyRx<T>) {
-    let slot = Arc::new(Slot {
-        state: Mutex::new(SlotState::Waiting(None)),
-    });
-    (ReplyTx(Some(Arc::clone(&slot))), ReplyRx(slot))
-}
-
-/// The driver's end of a reply channel.
-pub(crate) struct ReplyTx<T>(Option<Arc<Slot<T>>>);
-
-impl<T: Send + 'static> Reply<T> for ReplyTx<T> {
-    fn send(mut self, value: T) -> Result<(), T> {
-        let Some(slot) = self.0.take() else {
-            return Err(value);
-        };
-        let waker = {
-            let mut state = lock(&slot.state);
-            match std::mem::replace(&mut *state, SlotState::Ready(value)) {
-                SlotState::Waiting(waker) => waker,
-                other => {
-                    let SlotState::Ready(value) = std::mem::replace(&mut *state, other) else {
-                        unreachable!("just put there")
-                    };
-                    return Err(value);
-                }
-            }
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-        Ok(())
-    }
-}
-
-impl<T> Drop for ReplyTx<T> {
-    fn drop(&mut self) {
-        let Some(slot) = self.0.take() else {
-            return;
-        };
-        let waker = {
-            let mut state = lock(&slot.state);
-            match &mut *state {
-                SlotState::Waiting(waker) => {
-                    let waker = waker.take();
-                    *state = SlotState::Dropped;
-                    waker
-                }
-                _ => None,
-            }
-        };
-        if let Some(waker) = waker {
-            waker.wake();
-        }
-    }
-}
-
-/// The caller's end of a reply channel.
-struct ReplyRx<T>(Arc<Slot<T>>);
-
-impl<T> ReplyRx<T> {
-    /// The value, once sent (`Err`: it never will be).
-    fn poll(&self, cx: &mut Context<'_>) -> Poll<Result<T, RequestError>> {
-        let mut state = lock(&self.0.state);
-        match &mut *state {
-            SlotState::Waiting(waker) => {
-                register(waker, cx);
-                Poll::Pending
-            }
-            SlotState::Ready(_) => {
-                let SlotState::Ready(value) = std::mem::replace(&mut *state, SlotState::Taken)
-                else {
-                    unreachable!("matched above")
-                };
-                Poll::Ready(Ok(value))
-            }
-            SlotState::Taken | SlotState::Dropped | SlotState::Abandoned => {
-                Poll::Ready(Err(RequestError::Stopped))
-            }
-        }
-    }
-
-    /// Gives up on the value: a value already sent is handed back.
-    fn abandon(&self) -> Option<T> {
-        match std::mem::replace(&mut *lock(&self.0.state), SlotState::Abandoned) {
-            SlotState::Ready(value) => Some(value),
-            _ => None,
-        }
-    }
-}
-
-type Cmd = Command<ReplyTx<OpResult>, ReplyTx<Result<(), Error>>>;
-type AsyncShell = Shell<ReplyTx<OpResult>, ReplyTx<Result<(), Error>>>;
-
 /// Where the handles leave their requests for the driver: one queue behind
 /// a lock, which the driver swaps for an empty one, so that a request costs
 /// no allocation of its own and a batch of them one wake of the driver.
@@ -193,7 +80,7 @@ struct Inbox {
 }
 
 struct InboxState {
-    commands: Vec<Cmd>,
+    commands: Vec<Command>,
     /// The driver's waker, while it wants to be woken by a request. Taken
     /// by the request that wakes it.
     driver: Option<Waker>,
@@ -219,7 +106,7 @@ impl std::fmt::Debug for Inbox {
 
 impl Sender {
     /// Queues `command` for the driver (`Err`: the driver is gone).
-    fn send(&self, command: Cmd) -> Result<(), Cmd> {
+    fn send(&self, command: Command) -> Result<(), Command> {
         let waker = {
             let mut state = lock(&self.0.state);
             if state.closed {
@@ -304,14 +191,138 @@ impl Handle {
     /// total. Resolves to the acquire's outcome. Dropping the future before
     /// it resolves cancels the acquire through the core.
     pub fn acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Acquire {
+        self.start_acquire(key, owner, wait, lease, None, None)
+    }
+
+    /// As [`acquire`](Handle::acquire), with the grant, once granted,
+    /// renewed automatically for at most `limit` of holding (`None`: until
+    /// released), each renewal asking for `lease`. The grant is the
+    /// caller's to release; [`lock_renewing`](Handle::lock_renewing) gives
+    /// a guard instead.
+    pub fn acquire_renewing(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+    ) -> Acquire {
+        let renew = Some(limit.unwrap_or(Duration::MAX));
+        self.start_acquire(key, owner, wait, lease, renew, None)
+    }
+
+    /// The client core's counters ([`Client::stats`](crate::client::Client::stats)).
+    pub fn stats(
+        &self,
+    ) -> impl Future<Output = Result<ClientStats, RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let sent = self.request(Command::Stats { reply });
+        async move {
+            sent?;
+            std::future::poll_fn(|cx| rx.poll(cx))
+                .await
+                .ok_or(RequestError::Stopped)
+        }
+    }
+
+    /// Renews a held grant once, asking for `lease` (`None`: its acquire's).
+    /// Resolves when the renewal is queued; the core's notices tell how it
+    /// went.
+    pub fn renew(
+        &self,
+        grant: &Grant,
+        lease: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let grant = grant.clone();
+        let sent = self.request(Command::Renew {
+            grant,
+            lease,
+            reply,
+        });
+        Answer { sent, rx }
+    }
+
+    /// Starts (`on`, for at most `limit`) or stops renewing a held grant
+    /// automatically.
+    pub fn auto_renew(
+        &self,
+        grant: &Grant,
+        on: bool,
+        limit: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let command = Command::AutoRenew {
+            grant: grant.clone(),
+            on,
+            limit,
+            reply,
+        };
+        let sent = self.request(command);
+        Answer { sent, rx }
+    }
+
+    /// Acquires `key` as [`acquire`](Handle::acquire) does, and hands the
+    /// grant over as a [`Lease`]: a guard that releases it by exact token
+    /// when dropped. Not renewed unless asked ([`Lease::auto_renew`]).
+    pub fn lock(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Lock {
+        self.lock_with(key, owner, wait, lease, None)
+    }
+
+    /// As [`lock`](Handle::lock), with the grant renewed automatically for
+    /// at most `limit` of holding (`None`: until released), each renewal
+    /// asking for `lease`.
+    pub fn lock_renewing(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+    ) -> Lock {
+        self.lock_with(
+            key,
+            owner,
+            wait,
+            lease,
+            Some(limit.unwrap_or(Duration::MAX)),
+        )
+    }
+
+    fn lock_with(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+    ) -> Lock {
+        let shared = lease::Shared::new();
+        Lock {
+            acquire: self.start_acquire(key, owner, wait, lease, renew, Some(Arc::clone(&shared))),
+            shared: Some(shared),
+        }
+    }
+
+    fn start_acquire(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+        guard: Option<Arc<lease::Shared>>,
+    ) -> Acquire {
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         let command = Command::Acquire {
             ticket,
             key,
             owner,
             wait,
             lease,
+            renew,
+            guard,
             reply,
         };
         let sent = self.commands.send(command).is_ok();
@@ -331,7 +342,7 @@ impl Handle {
         &self,
         grant: &Grant,
     ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         let sent = self.request(Command::Release {
             grant: grant.clone(),
             reply,
@@ -352,7 +363,7 @@ impl Handle {
         key: Key,
         token: u64,
     ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         let sent = self.request(Command::ReleaseToken { key, token, reply });
         Answer { sent, rx }
     }
@@ -365,22 +376,20 @@ impl Handle {
         &self,
         budget: Duration,
     ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        let (reply, rx) = reply_channel();
+        let (reply, rx) = reply::channel();
         let sent = self.request(Command::Shutdown { budget, reply });
         Answer { sent, rx }
     }
 
-    fn request(&self, command: Cmd) -> Result<(), RequestError> {
-        self.commands
-            .send(command)
-            .map_err(|_| RequestError::Stopped)
+    fn request(&self, command: Command) -> Result<(), RequestError> {
+        request(&self.commands, command)
     }
 }
 
 /// The reply to a request that was (or could not be) sent.
 struct Answer<T> {
     sent: Result<(), RequestError>,
-    rx: ReplyRx<Result<T, Error>>,
+    rx: Receiver<Result<T, Error>>,
 }
 
 impl<T> Future for Answer<T> {
@@ -388,7 +397,7 @@ impl<T> Future for Answer<T> {
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         self.sent.clone()?;
-        let reply = std::task::ready!(self.rx.poll(cx));
+        let reply = std::task::ready!(self.rx.poll(cx)).ok_or(RequestError::Stopped);
         Poll::Ready(reply.and_then(|r| r.map_err(RequestError::from)))
     }
 }
@@ -398,7 +407,7 @@ impl<T> Future for Answer<T> {
 /// by its exact token.
 #[must_use = "an acquire only resolves when awaited; dropping it cancels it"]
 pub struct Acquire {
-    rx: ReplyRx<OpResult>,
+    rx: Receiver<OpResult>,
     ticket: u64,
     commands: Sender,
     done: bool,
@@ -448,7 +457,7 @@ impl Future for Acquire {
         if self.done {
             return Poll::Ready(Err(RequestError::Stopped));
         }
-        let result = std::task::ready!(self.rx.poll(cx));
+        let result = std::task::ready!(self.rx.poll(cx)).ok_or(RequestError::Stopped);
         self.done = true;
         Poll::Ready(result.and_then(|outcome| outcome.map_err(RequestError::from)))
     }
@@ -465,12 +474,180 @@ impl Drop for Acquire {
     }
 }
 
+/// The future of a [`Handle::lock`]: the acquire's grant as a [`Lease`],
+/// or why there is none. Dropping it cancels the acquire, as dropping an
+/// [`Acquire`] does.
+#[must_use = "a lock only resolves when awaited; dropping it cancels it"]
+#[derive(Debug)]
+pub struct Lock {
+    acquire: Acquire,
+    shared: Option<Arc<lease::Shared>>,
+}
+
+impl Future for Lock {
+    type Output = Result<Lease, LockError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let outcome = std::task::ready!(Pin::new(&mut self.acquire).poll(cx))?;
+        let shared = self.shared.take().expect("polled after it resolved");
+        Poll::Ready(match outcome {
+            Outcome::Granted(grant) => Ok(Lease {
+                grant: Some(grant),
+                shared,
+                seen: 0,
+                commands: self.acquire.commands.clone(),
+            }),
+            other => Err(LockError::NotAcquired(other)),
+        })
+    }
+}
+
+/// A held grant: a guard, as a lock is in Rust. Dropping it releases the
+/// grant by its exact token, which also stops its renewal, so an
+/// automatically renewed lock never outlives the code that held it.
+/// [`release`](Lease::release) does the same and reports the outcome;
+/// [`let_expire`](Lease::let_expire) keeps the grant to run out.
+#[derive(Debug)]
+pub struct Lease {
+    /// `None` once released or left to run out.
+    grant: Option<Grant>,
+    shared: Arc<lease::Shared>,
+    /// The status version the caller has seen.
+    seen: u64,
+    commands: Sender,
+}
+
+impl Lease {
+    fn held(&self) -> &Grant {
+        self.grant.as_ref().expect("held until consumed")
+    }
+
+    /// The grant (as it was granted; [`valid_until`](Lease::valid_until)
+    /// is where it stands now).
+    pub fn grant(&self) -> &Grant {
+        self.held()
+    }
+
+    /// The fencing token: quote it to the storage the lock protects.
+    pub fn token(&self) -> u64 {
+        self.held().token()
+    }
+
+    /// Where the grant stands now: valid, in jeopardy, lost or expired.
+    pub fn status(&self) -> LeaseStatus {
+        self.shared.status().0
+    }
+
+    /// Until when the holder may count on the key now, renewals included
+    /// (`None` once lost).
+    pub fn valid_until(&self) -> Option<Time> {
+        self.status().valid_until()
+    }
+
+    /// Waits until the status changes from the last one this returned
+    /// (or, the first time, from the grant's), and returns it.
+    pub async fn changed(&mut self) -> LeaseStatus {
+        let shared = Arc::clone(&self.shared);
+        let seen = self.seen.max(1);
+        let (status, version) = std::future::poll_fn(|cx| shared.poll_change(seen, cx)).await;
+        self.seen = version;
+        status
+    }
+
+    /// Renews the grant once, asking for `lease` (`None`: the acquire's).
+    /// Resolves when the request is queued; the renewal's answer shows in
+    /// [`status`](Lease::status).
+    pub fn renew(
+        &self,
+        lease: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let sent = request(
+            &self.commands,
+            Command::Renew {
+                grant: self.held().clone(),
+                lease,
+                reply,
+            },
+        );
+        Answer { sent, rx }
+    }
+
+    /// Renews the grant automatically from now on, for at most `limit`
+    /// (`None`: until released).
+    pub fn auto_renew(
+        &self,
+        limit: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        self.set_auto(true, limit)
+    }
+
+    /// Stops renewing the grant automatically.
+    pub fn stop_renewing(&self) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        self.set_auto(false, None)
+    }
+
+    fn set_auto(
+        &self,
+        on: bool,
+        limit: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let sent = request(
+            &self.commands,
+            Command::AutoRenew {
+                grant: self.held().clone(),
+                on,
+                limit,
+                reply,
+            },
+        );
+        Answer { sent, rx }
+    }
+
+    /// Releases the grant by its exact token; resolves to `Released`,
+    /// `NotHeld` or `Lapsed`.
+    pub fn release(
+        mut self,
+    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+        let grant = self.grant.take().expect("held until consumed");
+        let (reply, rx) = reply::channel();
+        let sent = request(&self.commands, Command::Release { grant, reply });
+        Answer { sent, rx }
+    }
+
+    /// Keeps the grant without its guard: renewal stops, and the grant
+    /// runs out at its `valid_until` unless released by other means.
+    pub fn let_expire(mut self) -> Grant {
+        let grant = self.grant.take().expect("held until consumed");
+        let _ = request(
+            &self.commands,
+            Command::LetExpire {
+                grant: grant.clone(),
+            },
+        );
+        grant
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(grant) = self.grant.take() {
+            let _ = request(&self.commands, Command::DropGuard { grant });
+        }
+    }
+}
+
+fn request(commands: &Sender, command: Command) -> Result<(), RequestError> {
+    commands.send(command).map_err(|_| RequestError::Stopped)
+}
+
 /// Makes a client core and the future that drives it. Nothing happens
 /// until the future is polled (spawned on a runtime).
 pub(crate) fn new<D: Dial, K: Clock>(
     config: Config,
     dial: D,
-    notices: Option<Notices>,
+    notices: Sink,
 ) -> Result<(Handle, Driver<D, K>), ConfigError> {
     let start = Instant::now();
     let client = Client::new(config, Time::ZERO)?;
@@ -516,10 +693,10 @@ pub(crate) fn new<D: Dial, K: Clock>(
 /// handle is dropped (a shutdown with a five-second budget).
 #[must_use = "the driver does nothing unless polled: spawn it"]
 pub struct Driver<D: Dial, K: Clock> {
-    shell: AsyncShell,
+    shell: Shell,
     inbox: Arc<Inbox>,
     /// The requests taken from the inbox (kept for its capacity).
-    taken: Vec<Cmd>,
+    taken: Vec<Command>,
     handles_alive: bool,
     io: DriverIo<D>,
     clock: K,
@@ -605,7 +782,9 @@ impl<D: Dial, K: Clock> Driver<D, K> {
         self.unsent = 0;
         progress |= late > 0;
         self.expected = self.expected.saturating_sub(late);
-        if let Some((conn, stream)) = &mut self.io.stream {
+        // Nothing more is read while the notices' reader is behind.
+        let reading = !self.shell.notices_full(cx);
+        if let Some((conn, stream)) = self.io.stream.as_mut().filter(|_| reading) {
             let conn = *conn;
             if let Poll::Ready(result) = stream.poll_read(cx, &mut self.buf) {
                 let now = self.shell.now();

@@ -38,11 +38,13 @@ use async_io::{Async, Timer};
 use futures_io::{AsyncRead, AsyncWrite};
 
 use crate::adapters::driver::{self, Clock, Dial, Transport};
+use crate::adapters::notices::Sink;
 use crate::client::{Config, ConfigError, Event};
 use crate::names::Endpoint;
 
-pub use crate::adapters::driver::{Acquire, Canceller, Handle};
-pub use crate::adapters::shell::RequestError;
+pub use crate::adapters::driver::{Acquire, Canceller, Handle, Lease, Lock};
+pub use crate::adapters::lease::LeaseStatus;
+pub use crate::adapters::shell::{LockError, RequestError};
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::futures_io::TlsConnector;
 
@@ -99,7 +101,7 @@ pub fn client<C: Connector>(
     config: Config,
     connector: C,
 ) -> Result<(Handle, Driver<C>), ConfigError> {
-    let (handle, driver) = driver::new(config, Dialer(Arc::new(connector)), None)?;
+    let (handle, driver) = driver::new(config, Dialer(Arc::new(connector)), Sink::Nowhere)?;
     Ok((handle, Driver(driver)))
 }
 
@@ -110,8 +112,11 @@ pub fn client_with_notices<C: Connector>(
     connector: C,
     notices: impl FnMut(Event) + Send + 'static,
 ) -> Result<(Handle, Driver<C>), ConfigError> {
-    let (handle, driver) =
-        driver::new(config, Dialer(Arc::new(connector)), Some(Box::new(notices)))?;
+    let (handle, driver) = driver::new(
+        config,
+        Dialer(Arc::new(connector)),
+        Sink::Call(Box::new(notices)),
+    )?;
     Ok((handle, Driver(driver)))
 }
 

@@ -9,24 +9,42 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | `lease` | what a held-grant guard shares with its driver: where the grant stands, renewals included |
+//! | `metrics` | the cores' counters in the `metrics` facade (feature `metrics`) |
+//! | `notices` | the bounded queue of notices, and reading paused while it is full |
+//! | `reply` | the one-value reply channel from a driver to the caller waiting for an operation |
 //! | `shell` | what every client adapter does around the core: reply bookkeeping, grants whose caller went away handed back to the core |
 //! | `driver` | the poll-driven driver future and the cloneable handle shared by the tokio and futures-io adapters |
 //! | `tokio`, `futures_io`, `blocking` | the client adapters |
 //! | `serve` | the server core on tokio and TCP |
 //! | `tls` | TLS for all of them (feature `tls`): the connectors, the listener, and what a failed handshake is called |
+//! | `state` | a state directory: the epoch and the table, kept durably |
+//! | `cluster` | a node of a cluster on etcd: leadership and epochs (feature `etcd`) |
 //!
 //! [`Time`]: crate::Time
 
 #[cfg(feature = "blocking")]
 pub mod blocking;
+#[cfg(feature = "etcd")]
+pub mod cluster;
 #[cfg(any(feature = "tokio", feature = "futures-io"))]
 pub(crate) mod driver;
 #[cfg(feature = "futures-io")]
 pub mod futures_io;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+pub(crate) mod lease;
+#[cfg(feature = "metrics")]
+pub mod metrics;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+pub(crate) mod notices;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+pub(crate) mod reply;
 #[cfg(feature = "server")]
 pub mod serve;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) mod shell;
+#[cfg(feature = "server")]
+pub mod state;
 #[cfg(any(
     feature = "tls",
     feature = "tokio",

@@ -44,11 +44,13 @@ use ::tokio::task::JoinHandle;
 use ::tokio::time::Sleep;
 use bytes::Bytes;
 
-use crate::adapters::driver::{lock, register};
+use crate::adapters::driver::lock;
+use crate::adapters::reply::register;
+use crate::adapters::state::{Epochs, WallClock};
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::serve::{TlsListener, TlsServerStream};
 use crate::names::Endpoint;
-use crate::server::{Action, ConnId, LockTable, Role, Server};
+use crate::server::{Action, ConnId, LockTable, Role, Server, ServerStats, Term, TermError};
 use crate::time::Time;
 
 /// A server running on a tokio task.
@@ -63,10 +65,18 @@ pub struct ServerHandle {
 enum Control {
     TakeTable(oneshot::Sender<LockTable>),
     InstallTable(LockTable),
+    BeginTerm(Term, oneshot::Sender<Result<(), TermError>>),
+    LeadUntil {
+        until: Instant,
+        /// Take the leader role first.
+        lead: bool,
+        reply: oneshot::Sender<bool>,
+    },
     Role(Role),
     Announce(Endpoint),
     DropConnections,
     Pause(bool),
+    Stats(oneshot::Sender<ServerStats>),
     Stop,
 }
 
@@ -98,9 +108,47 @@ impl ServerHandle {
             .map_err(|_| io::Error::other("the server has stopped"))
     }
 
+    /// The core's counters (see [`Server::stats`]).
+    pub async fn stats(&self) -> io::Result<ServerStats> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.control.send(Control::Stats(tx));
+        rx.await
+            .map_err(|_| io::Error::other("the server has stopped"))
+    }
+
     /// Installs a lock table (see [`Server::install_lock_table`]).
     pub fn install_lock_table(&self, table: LockTable) {
         let _ = self.control.send(Control::InstallTable(table));
+    }
+
+    /// Begins a term (see [`Server::begin_term`]): with the table it
+    /// says, or an empty one and a recovery grace, as a node does that
+    /// takes over without being handed the table.
+    pub async fn begin_term(&self, term: Term) -> io::Result<Result<(), TermError>> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.control.send(Control::BeginTerm(term, tx));
+        rx.await
+            .map_err(|_| io::Error::other("the server has stopped"))
+    }
+
+    /// Leads only until `until` (see [`Server::lead_until`]): past it the
+    /// server steps down by itself. Whether it still leads.
+    pub async fn lead_until(&self, until: Instant) -> io::Result<bool> {
+        self.limit(until, false).await
+    }
+
+    /// Takes the leader role and leads only until `until` (see
+    /// [`Server::lead_until`]), in one step: no request is served between
+    /// the two. Whether it leads (not if `until` has passed).
+    pub async fn lead(&self, until: Instant) -> io::Result<bool> {
+        self.limit(until, true).await
+    }
+
+    async fn limit(&self, until: Instant, lead: bool) -> io::Result<bool> {
+        let (reply, rx) = oneshot::channel();
+        let _ = self.control.send(Control::LeadUntil { until, lead, reply });
+        rx.await
+            .map_err(|_| io::Error::other("the server has stopped"))
     }
 
     /// Sends `L addr` to every connection.
@@ -175,9 +223,22 @@ pub fn spawn_with_origin<L: Listener>(
     server: Server,
     origin: Instant,
 ) -> io::Result<ServerHandle> {
-    let addr = listener.local_addr()?;
+    spawn_with_epochs(listener, server, origin, Box::new(WallClock))
+}
+
+/// The same, with the epochs the core asks for
+/// ([`EpochSource::Driver`](crate::server::EpochSource::Driver)) coming
+/// from `epochs`: a state directory keeps each before it is used. While
+/// it fails, nothing is granted and it is tried again on every turn.
+pub fn spawn_with_epochs<L: Listener>(
+    listener: L,
+    server: Server,
+    origin: Instant,
+    epochs: Box<dyn Epochs>,
+) -> io::Result<ServerHandle> {
+    let addr = Listener::local_addr(&listener)?;
     let (control, rx) = mpsc::unbounded_channel();
-    let task = ::tokio::spawn(run(listener, server, rx, origin));
+    let task = ::tokio::spawn(run(listener, server, rx, origin, epochs));
     Ok(ServerHandle {
         control,
         addr,
@@ -432,6 +493,10 @@ struct Serving<L: Listener> {
     accept_paused: bool,
     /// The next pause if accepting fails again.
     accept_backoff: Duration,
+    /// Where the epochs the core asks for come from.
+    epochs: Box<dyn Epochs>,
+    /// The core asked for the epoch after this one and has not got it.
+    wanted_epoch: Option<u64>,
 }
 
 impl<L: Listener> Serving<L> {
@@ -469,6 +534,10 @@ impl<L: Listener> Serving<L> {
                 Poll::Ready(None) => return None,
                 Poll::Pending => break,
             }
+        }
+        if self.wanted_epoch.is_some() {
+            self.give_epoch();
+            self.answer();
         }
         progress |= self.accept(cx);
         self.turn.append(&mut lock(&self.ready.conns));
@@ -575,7 +644,20 @@ impl<L: Listener> Serving<L> {
             Control::TakeTable(reply) => {
                 let _ = reply.send(self.server.take_lock_table(now));
             }
+            Control::Stats(reply) => {
+                let _ = reply.send(self.server.stats());
+            }
             Control::InstallTable(table) => self.server.install_lock_table(now, table),
+            Control::BeginTerm(term, reply) => {
+                let _ = reply.send(self.server.begin_term(now, term));
+            }
+            Control::LeadUntil { until, lead, reply } => {
+                let until = Time::ZERO.saturating_add(until.saturating_duration_since(self.start));
+                if lead {
+                    self.server.set_role(now, Role::Leader);
+                }
+                let _ = reply.send(self.server.lead_until(now, until));
+            }
             Control::Role(role) => self.server.set_role(now, role),
             Control::Announce(addr) => self.server.announce_leader(now, addr),
             Control::DropConnections => {
@@ -614,7 +696,26 @@ impl<L: Listener> Serving<L> {
                         link.retire();
                     }
                 }
+                Action::NeedEpoch { after } => self.new_epoch(after),
             }
+        }
+    }
+
+    /// Gives the core the epoch after `after` that it asked for, once it
+    /// is kept; if keeping it fails, it is tried again on the next turn.
+    fn new_epoch(&mut self, after: u64) {
+        self.wanted_epoch = Some(after);
+        self.give_epoch();
+    }
+
+    fn give_epoch(&mut self) {
+        let Some(after) = self.wanted_epoch else {
+            return;
+        };
+        if let Some(epoch) = self.epochs.next(after) {
+            self.wanted_epoch = None;
+            // Refused only for an epoch past 2109.
+            let _ = self.server.begin_epoch(self.now(), epoch);
         }
     }
 
@@ -661,6 +762,7 @@ async fn run<L: Listener>(
     server: Server,
     control: mpsc::UnboundedReceiver<Control>,
     start: Instant,
+    epochs: Box<dyn Epochs>,
 ) -> Server {
     let mut serving = Serving {
         server,
@@ -679,6 +781,8 @@ async fn run<L: Listener>(
         accept_pause: Box::pin(::tokio::time::sleep_until(start.into())),
         accept_paused: false,
         accept_backoff: ACCEPT_BACKOFF_MIN,
+        epochs,
+        wanted_epoch: None,
     };
     poll_fn(|cx| serving.poll(cx)).await;
     serving.finish()

@@ -34,15 +34,16 @@ use std::task::{ready, Context, Poll};
 use std::time::Instant;
 
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use ::tokio::sync::mpsc;
 use ::tokio::time::Sleep;
 
 use crate::adapters::driver::{self, Clock, Dial, Transport};
-use crate::client::{Config, ConfigError, Event};
+use crate::adapters::notices::{self, Sink};
+use crate::client::{Config, ConfigError};
 use crate::names::Endpoint;
 
-pub use crate::adapters::driver::{Acquire, Canceller, Handle};
-pub use crate::adapters::shell::RequestError;
+pub use crate::adapters::driver::{Acquire, Canceller, Handle, Lease, Lock};
+pub use crate::adapters::lease::LeaseStatus;
+pub use crate::adapters::shell::{LockError, RequestError};
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::tokio::TlsConnector;
 
@@ -71,33 +72,33 @@ impl Connector for TcpConnector {
     }
 }
 
-/// The events that are not outcomes: connected, closed, hints, backoff,
-/// orphan releases, shutdown complete.
-pub type Notices = mpsc::UnboundedReceiver<Event>;
+pub use crate::adapters::notices::{Notices, CAPACITY as NOTICES_CAPACITY};
 
 /// Starts a client on the current tokio runtime (call it from within one).
 /// The driver task ends when the client has shut down: after
 /// [`Handle::shutdown`], or once every handle is dropped.
 pub fn spawn<C: Connector>(config: Config, connector: C) -> Result<Handle, ConfigError> {
-    let (handle, driver) = driver::new::<_, TokioClock>(config, Dialer(Arc::new(connector)), None)?;
+    let (handle, driver) =
+        driver::new::<_, TokioClock>(config, Dialer(Arc::new(connector)), Sink::Nowhere)?;
     ::tokio::spawn(driver);
     Ok(handle)
 }
 
 /// As [`spawn`], also handing out the notices. Read them or drop the
-/// receiver: notices are kept until read.
+/// receiver: while [`NOTICES_CAPACITY`] of them wait unread, the client
+/// reads nothing more from the server.
 pub fn spawn_with_notices<C: Connector>(
     config: Config,
     connector: C,
 ) -> Result<(Handle, Notices), ConfigError> {
-    let (tx, rx) = mpsc::unbounded_channel();
-    let sink = Box::new(move |event| {
-        let _ = tx.send(event);
-    });
-    let (handle, driver) =
-        driver::new::<_, TokioClock>(config, Dialer(Arc::new(connector)), Some(sink))?;
+    let (sender, notices) = notices::channel();
+    let sink = Sink::Queue {
+        sender,
+        held: Default::default(),
+    };
+    let (handle, driver) = driver::new::<_, TokioClock>(config, Dialer(Arc::new(connector)), sink)?;
     ::tokio::spawn(driver);
-    Ok((handle, rx))
+    Ok((handle, notices))
 }
 
 struct Dialer<C>(Arc<C>);

@@ -69,6 +69,8 @@ pub struct Backoffs {
     pub not_active: Backoff,
     /// `E auth_failed`: 1 s up to 60 s.
     pub auth_failed: Backoff,
+    /// `E unsupported_version`: 1 s up to 60 s.
+    pub unsupported_version: Backoff,
     /// Redirects (`M`) after the third in a row without a `W`: 50 ms up to 2 s.
     pub redirect: Backoff,
     /// A `B` answer, between attempts of one acquire: 10 ms up to 500 ms.
@@ -77,12 +79,13 @@ pub struct Backoffs {
 
 impl Backoffs {
     /// Each backoff with the name of its field, as [`ConfigError`] names it.
-    fn by_cause(&self) -> [(&'static str, Backoff); 6] {
+    fn by_cause(&self) -> [(&'static str, Backoff); 7] {
         [
             ("backoff.transport", self.transport),
             ("backoff.no_leader", self.no_leader),
             ("backoff.not_active", self.not_active),
             ("backoff.auth_failed", self.auth_failed),
+            ("backoff.unsupported_version", self.unsupported_version),
             ("backoff.redirect", self.redirect),
             ("backoff.busy", self.busy),
         ]
@@ -97,6 +100,7 @@ impl Default for Backoffs {
             no_leader: Backoff::new(ms(50), ms(2_000)),
             not_active: Backoff::new(ms(200), ms(5_000)),
             auth_failed: Backoff::new(ms(1_000), ms(60_000)),
+            unsupported_version: Backoff::new(ms(1_000), ms(60_000)),
             redirect: Backoff::new(ms(50), ms(2_000)),
             busy: Backoff::new(ms(10), ms(500)),
         }

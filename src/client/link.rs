@@ -43,6 +43,9 @@ pub(crate) struct Link {
     next_conn: u64,
     next_endpoint: usize,
     pub(crate) hint: Option<Endpoint>,
+    /// The last address a hint on the current connection named that the
+    /// allowlist refused.
+    ignored: Option<Endpoint>,
     /// Backoffs in a row since the last `W`.
     failures: u32,
     /// Redirects in a row since the last `W`.
@@ -59,6 +62,7 @@ impl Link {
             next_conn: 1,
             next_endpoint: 0,
             hint: None,
+            ignored: None,
             failures: 0,
             redirects: 0,
         }
@@ -263,6 +267,7 @@ impl Client {
                 "no_leader" => CloseReason::NoLeader,
                 "not_active" => CloseReason::NotActive,
                 "auth_failed" => CloseReason::AuthFailed,
+                "unsupported_version" => CloseReason::UnsupportedVersion,
                 _ => CloseReason::ServerError(Name::from(reason)),
             }),
             ServerFrame::Answer(answer) => {
@@ -278,12 +283,23 @@ impl Client {
     }
 
     /// A leader hint (`L` or `M`): taken only if allowlisted.
+    ///
+    /// A hint that changes nothing for the embedder is not told again: the
+    /// hint it already is, or the address refused last on this connection.
+    /// So a server that repeats itself cannot flood the embedder with
+    /// notices.
     fn take_hint(&mut self, addr: Addr<'_>) {
-        let endpoint = Endpoint::from(addr);
+        let same =
+            |known: &Option<Endpoint>| known.as_ref().map(Endpoint::as_str) == Some(addr.as_str());
         if self.config.allows(addr) {
-            self.link.hint = Some(endpoint.clone());
-            self.events.push_back(Event::LeaderHint { addr: endpoint });
-        } else {
+            if !same(&self.link.hint) {
+                let endpoint = Endpoint::from(addr);
+                self.link.hint = Some(endpoint.clone());
+                self.events.push_back(Event::LeaderHint { addr: endpoint });
+            }
+        } else if !same(&self.link.ignored) {
+            let endpoint = Endpoint::from(addr);
+            self.link.ignored = Some(endpoint.clone());
             self.events.push_back(Event::HintIgnored { addr: endpoint });
         }
     }
@@ -305,7 +321,8 @@ impl Client {
             reason: reason.clone(),
         });
         self.reader.reset();
-        self.settle_on_close();
+        self.link.ignored = None;
+        self.settle_on_close(&reason);
         if self.finishing {
             return;
         }
@@ -322,6 +339,12 @@ impl Client {
                     addr: conn.addr.clone(),
                 });
                 Some(BackoffCause::AuthFailed)
+            }
+            CloseReason::UnsupportedVersion => {
+                self.events.push_back(Event::UnsupportedVersion {
+                    addr: conn.addr.clone(),
+                });
+                Some(BackoffCause::UnsupportedVersion)
             }
             // Our own decisions: the connection itself was fine.
             CloseReason::Cancel | CloseReason::Shutdown => None,
@@ -374,6 +397,7 @@ impl Client {
             BackoffCause::NoLeader => b.no_leader,
             BackoffCause::NotActive => b.not_active,
             BackoffCause::AuthFailed => b.auth_failed,
+            BackoffCause::UnsupportedVersion => b.unsupported_version,
             BackoffCause::Redirect => b.redirect,
             BackoffCause::Busy => b.busy,
         };
@@ -385,11 +409,12 @@ impl Client {
 
     /// Any close: sent acquires end Indeterminate and are never sent again;
     /// abandoned waiters are dropped (lease expiry settles them); sent
-    /// releases go back to the front of the lane, in their order; unsent
-    /// requests stay queued for the next connection.
-    fn settle_on_close(&mut self) {
+    /// releases and renewals go back to the front of the lane, in their
+    /// order; unsent requests stay queued for the next connection.
+    fn settle_on_close(&mut self, reason: &CloseReason) {
         self.acquires_in_flight = 0;
         let mut releases = Vec::new();
+        let mut renewals = Vec::new();
         for (_, op) in self.pending.drain() {
             match Request::of(op) {
                 Request::Acquire(handle) => {
@@ -398,14 +423,19 @@ impl Client {
                         self.acquires.remove(handle);
                     } else {
                         let settles_by = self.settles_by(acquire);
+                        self.events.stats.count_indeterminate(Some(reason));
                         self.end_acquire(handle, Outcome::Indeterminate { settles_by });
                     }
                 }
                 Request::Release(handle) => releases.push(handle),
+                Request::Renew(handle) => renewals.push(handle),
             }
         }
         for &release in releases.iter().rev() {
             self.requeue_release(release);
+        }
+        for &renewal in renewals.iter().rev() {
+            self.requeue_renewal(renewal);
         }
     }
 }

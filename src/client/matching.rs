@@ -9,7 +9,7 @@
 
 use core::num::NonZeroU64;
 
-use super::operations::AcquirePhase;
+use super::operations::{AcquirePhase, Renewal};
 use super::outcome::{
     BackoffCause, CloseReason, Event, Grant, OpId, OpKind, Outcome, ReleaseResult, Violation,
 };
@@ -29,34 +29,25 @@ impl Client {
             self.stray_answer(&answer);
             return Err(CloseReason::Protocol(Violation::UnknownId { id }));
         };
-        let (op, same_key, asked_lease) = match request {
-            Request::Acquire(handle) => {
-                let acquire = self
-                    .acquires
-                    .get(handle)
-                    .expect("requests in flight are stored");
-                (
-                    Op::Acquire,
-                    acquire.key.is(answer.key.as_bytes()),
-                    acquire.lease_ms,
-                )
-            }
-            Request::Release(handle) => {
-                let release = self.holds.get(handle).and_then(Hold::release);
-                let release = release.expect("requests in flight are stored");
-                (
-                    Op::Release,
-                    release.key.is(answer.key.as_bytes()),
-                    NonZeroU64::MAX,
-                )
-            }
-        };
-        let violation = if op != answer.op() || !same_key {
+        let expected = self.expected(request);
+        let violation = if expected.op != answer.op() || !expected.key.is(answer.key.as_bytes()) {
             Some(Violation::Mismatch { id })
         } else {
             match answer.kind {
-                AnswerKind::Granted { lease_ms, .. } if lease_ms > asked_lease => {
+                AnswerKind::Granted { lease_ms, .. } | AnswerKind::Renewed { lease_ms, .. }
+                    if lease_ms > expected.lease_ms =>
+                {
                     Some(Violation::LeaseAboveAsked { id })
+                }
+                AnswerKind::Granted {
+                    waited_ms: None, ..
+                } => Some(Violation::WaitedMissing { id }),
+                AnswerKind::Granted {
+                    waited_ms: Some(waited),
+                    ..
+                } if waited > expected.wait_ms => Some(Violation::WaitedAboveAsked { id }),
+                AnswerKind::Renewed { token, .. } if token != expected.token => {
+                    Some(Violation::TokenMismatch { id })
                 }
                 _ => None,
             }
@@ -74,8 +65,57 @@ impl Client {
                 self.on_acquire_answer(handle, answer.kind);
             }
             Request::Release(handle) => self.on_release_answer(handle, answer.kind),
+            Request::Renew(handle) => self.on_renewal_answer(handle, answer.kind),
         }
         Ok(())
+    }
+
+    /// What an answer to `request` must say: its op and key, and what it
+    /// may not exceed.
+    fn expected(&self, request: Request) -> Expected<'_> {
+        let stored = "requests in flight are stored";
+        match request {
+            Request::Acquire(handle) => {
+                let acquire = self.acquires.get(handle).expect(stored);
+                Expected {
+                    op: Op::Acquire,
+                    key: &acquire.key,
+                    lease_ms: acquire.lease_ms,
+                    wait_ms: acquire.wire_wait_ms(),
+                    token: 0,
+                }
+            }
+            Request::Release(handle) => {
+                let release = self
+                    .holds
+                    .get(handle)
+                    .and_then(Hold::release)
+                    .expect(stored);
+                Expected {
+                    op: Op::Release,
+                    key: &release.key,
+                    lease_ms: NonZeroU64::MAX,
+                    wait_ms: 0,
+                    token: release.token,
+                }
+            }
+            Request::Renew(handle) => {
+                let hold = self.holds.get(handle).expect(stored);
+                let (key, token) = hold.grant();
+                let lease_ms = match hold.held().map(|held| held.renewal) {
+                    Some(Renewal::Sent { lease_ms, .. }) => lease_ms,
+                    // Claimed: its answer changes nothing.
+                    _ => NonZeroU64::MAX,
+                };
+                Expected {
+                    op: Op::Renew,
+                    key,
+                    lease_ms,
+                    wait_ms: 0,
+                    token,
+                }
+            }
+        }
     }
 
     /// `G`, `T` or `B` matched to an acquire.
@@ -91,6 +131,7 @@ impl Client {
                 // An abandoned waiter's answer is claimed; its grant goes
                 // back by exact token, unless the embedder holds it.
                 let acquire = self.acquires.remove(handle).expect("matched");
+                self.renew_on_grant.remove(&handle);
                 if !self.is_known_grant(&acquire.key, token) {
                     let until = self.expires_by(lease_ms);
                     self.queue_orphan_release(acquire.key, token, until);
@@ -98,13 +139,16 @@ impl Client {
             }
             (AcquirePhase::Abandoned, _) => {
                 self.acquires.remove(handle);
+                self.renew_on_grant.remove(&handle);
             }
             (
                 _,
                 AnswerKind::Granted {
-                    token, lease_ms, ..
+                    token,
+                    lease_ms,
+                    waited_ms,
                 },
-            ) => self.grant(handle, token, lease_ms),
+            ) => self.grant(handle, token, lease_ms, waited_ms.unwrap_or(0)),
             (_, AnswerKind::TimedOut) => self.end_acquire(handle, Outcome::TimedOut { sent: true }),
             (_, AnswerKind::Busy) => self.on_busy(handle),
             (_, _) => unreachable!("matched as an acquire"),
@@ -123,28 +167,46 @@ impl Client {
     }
 
     /// An acquire in flight is granted: the embedder holds the grant from
-    /// now on, until `valid_until` (the attempt's send time plus the lease)
-    /// as far as it can tell.
-    fn grant(&mut self, handle: Handle, token: u64, lease_ms: NonZeroU64) {
+    /// now on, until `valid_until` (the attempt's send time, plus how long
+    /// it waited in the key's queue, plus the lease) as far as it can tell;
+    /// renewed automatically if its acquire asked for it.
+    fn grant(&mut self, handle: Handle, token: u64, lease_ms: NonZeroU64, waited_ms: u64) {
         let acquire = self.acquires.remove(handle).expect("matched");
+        let renew = self.renew_on_grant.remove(&handle);
         self.open_acquires -= 1;
+        self.events.stats.grant_wait.record(waited_ms);
         let expires_by = self.expires_by(lease_ms);
+        let valid_until = acquire
+            .sent_at
+            .saturating_add_millis(waited_ms)
+            .saturating_add_millis(lease_ms.get());
         let held = self.holds.insert(Hold::Held(Held {
             key: acquire.key.clone(),
             token,
+            valid_until,
+            lease_ms,
             expires_by,
+            renew_lease_ms: acquire.lease_ms,
+            auto_until: None,
+            renewal: Renewal::Idle,
+            jeopardy: false,
+            expired: false,
         }));
-        self.holds.set_timer(held, expires_by);
         let grant = Grant {
             key: acquire.key,
             token,
             lease: millis(lease_ms.get()),
-            valid_until: acquire.sent_at.saturating_add_millis(lease_ms.get()),
+            valid_until,
             expires_by,
             handle: OpId::of(OpKind::Grant, held),
             issuer: self.issuer.clone(),
         };
         self.emit(OpId::of(OpKind::Acquire, handle), Outcome::Granted(grant));
+        if let Some(limit) = renew {
+            self.renew_from_now(held, limit);
+        }
+        // Its first renewal, jeopardy or expiry may be due at once.
+        self.tend(held);
     }
 
     /// `B`: the attempt was refused before it was queued, so trying again is
@@ -177,7 +239,8 @@ impl Client {
     pub(crate) fn stray_answer(&mut self, answer: &Answer<'_>) {
         if let AnswerKind::Granted {
             token, lease_ms, ..
-        } = answer.kind
+        }
+        | AnswerKind::Renewed { token, lease_ms } = answer.kind
         {
             let key = Key::from(answer.key);
             if !self.is_known_grant(&key, token) {
@@ -201,4 +264,17 @@ impl Client {
 /// the budget to wait with.
 fn fits_an_attempt(at: Time, budget_end: Time) -> bool {
     budget_end.saturating_duration_since(at) >= millis(1)
+}
+
+/// What the answer to a request in flight must say (its op and key), and
+/// what it may not exceed or must repeat.
+struct Expected<'a> {
+    op: Op,
+    key: &'a Key,
+    /// The lease asked for.
+    lease_ms: NonZeroU64,
+    /// The `wait_ms` sent (acquires).
+    wait_ms: u64,
+    /// The token (renewals).
+    token: u64,
 }

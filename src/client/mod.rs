@@ -51,6 +51,8 @@ mod link;
 mod matching;
 mod operations;
 mod outcome;
+mod renewal;
+mod stats;
 mod store;
 
 use core::time::Duration;
@@ -61,11 +63,17 @@ pub use outcome::{
     Action, BackoffCause, CloseReason, ConnId, Error, Event, Grant, InFlight, OpId, OpenOperations,
     Outcome, ReleaseResult, TransportEnd, Violation,
 };
+pub use stats::{
+    AcquireOutcomes, BackoffCounts, ClientStats, CloseCounts, Histogram, IndeterminateCauses,
+    ReleaseOutcomes, RenewalCounts,
+};
 
 use self::link::{Link, LinkState, Phase};
 use self::operations::{Acquire, Held, Hold};
 use self::outcome::{Issuer, OpKind};
+use self::stats::Told;
 use self::store::{Fifo, Handle, Pending, SendBuffer, Slab};
+use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
 use crate::time::Time;
@@ -77,6 +85,8 @@ use crate::wire::LineReader;
 enum Request {
     Acquire(Handle),
     Release(Handle),
+    /// A renewal of the held grant `Handle`.
+    Renew(Handle),
 }
 
 impl Request {
@@ -85,6 +95,7 @@ impl Request {
         match self {
             Request::Acquire(handle) => OpId::of(OpKind::Acquire, handle),
             Request::Release(handle) => OpId::of(OpKind::Release, handle),
+            Request::Renew(handle) => OpId::of(OpKind::Grant, handle),
         }
     }
 
@@ -93,7 +104,8 @@ impl Request {
         match op.parts() {
             Some((OpKind::Acquire, handle)) => Request::Acquire(handle),
             Some((OpKind::Release, handle)) => Request::Release(handle),
-            _ => unreachable!("only acquires and releases are sent"),
+            Some((OpKind::Grant, handle)) => Request::Renew(handle),
+            None => unreachable!("only requests are in flight"),
         }
     }
 }
@@ -230,6 +242,11 @@ pub struct Client {
     queue: Fifo,
     /// The release lane: releases waiting to be sent.
     lane: Fifo,
+    /// Renewals waiting to be sent, after releases and before acquires.
+    renewals: Fifo,
+    /// Acquires that asked for automatic renewal of their grant, and for
+    /// how long at most.
+    renew_on_grant: IdMap<Handle, Duration>,
     /// The id of the next request.
     next_id: u64,
     /// Acquires among the requests in flight.
@@ -240,7 +257,8 @@ pub struct Client {
     open_releases: usize,
     link: Link,
     actions: VecDeque<Action>,
-    events: VecDeque<Event>,
+    /// The events for the embedder, and the counters.
+    events: Told,
     /// Requests encoded and not yet handed out.
     out: SendBuffer,
     reader: LineReader,
@@ -268,13 +286,15 @@ impl Client {
             pending: Pending::default(),
             queue: Fifo::default(),
             lane: Fifo::default(),
+            renewals: Fifo::default(),
+            renew_on_grant: IdMap::default(),
             next_id: 1,
             acquires_in_flight: 0,
             open_acquires: 0,
             open_releases: 0,
             link: Link::new(),
             actions: VecDeque::new(),
-            events: VecDeque::new(),
+            events: Told::default(),
             out: SendBuffer::default(),
             reader: LineReader::new(),
             shutdown: None,
@@ -309,7 +329,99 @@ impl Client {
         wait: Duration,
         lease: Duration,
     ) -> Result<OpId, Error> {
-        self.step(now, |client| client.submit_acquire(key, owner, wait, lease))
+        self.step(now, |client| {
+            client.submit_acquire(key, owner, wait, lease, None)
+        })
+    }
+
+    /// As [`acquire`](Client::acquire), and the grant, once granted, is
+    /// renewed automatically (PROTOCOL.md section 5, "Renewal") for at
+    /// most `limit` from then (`None`: until released).
+    ///
+    /// An automatically renewed grant is renewed, asking for `lease`,
+    /// whenever less than two thirds of its lease is left: [`Event::Renewed`]
+    /// says how long it is good for now; [`Event::LeaseJeopardy`] that
+    /// renewals have gone unanswered for a third of a lease;
+    /// [`Event::LeaseLost`] that the server no longer has it;
+    /// [`Event::LeaseExpired`] that its `valid_until` has passed.
+    pub fn acquire_renewing(
+        &mut self,
+        now: Time,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+    ) -> Result<OpId, Error> {
+        let limit = limit.unwrap_or(Duration::MAX);
+        self.step(now, |client| {
+            client.submit_acquire(key, owner, wait, lease, Some(limit))
+        })
+    }
+
+    /// Renews a held grant once, by its exact token, asking for `lease`
+    /// (`None`: its acquire's lease). At most one renewal of a grant is in
+    /// flight: with one already asked for, this changes nothing. Refused for
+    /// a grant this client does not hold ([`Error::GrantNotHeld`]), one
+    /// another client issued, one whose `valid_until` has passed
+    /// ([`Error::LeaseExpired`]), and while shutting down.
+    pub fn renew(
+        &mut self,
+        now: Time,
+        grant: &Grant,
+        lease: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.step(now, |client| client.submit_renew(grant, lease))
+    }
+
+    /// Starts renewing a held grant automatically, for at most `limit` from
+    /// now (`None`: until released); see
+    /// [`acquire_renewing`](Client::acquire_renewing). Refused as
+    /// [`renew`](Client::renew) is.
+    pub fn auto_renew(
+        &mut self,
+        now: Time,
+        grant: &Grant,
+        limit: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.step(now, |client| client.set_auto_renew(grant, true, limit))
+    }
+
+    /// Stops renewing a held grant automatically (a renewal already in
+    /// flight is still answered). It then runs out at its `valid_until`
+    /// unless renewed or released.
+    pub fn stop_renewing(&mut self, now: Time, grant: &Grant) -> Result<(), Error> {
+        self.step(now, |client| client.set_auto_renew(grant, false, None))
+    }
+
+    /// The client's counters: totals since it was made (operations by
+    /// outcome, Indeterminate by cause, orphan releases, renewals,
+    /// connections, closes by reason, backoffs by cause, two histograms),
+    /// and what is open now. Cheap enough to call every second; it counts
+    /// the held grants.
+    pub fn stats(&self) -> ClientStats {
+        let mut stats = self.events.stats.clone();
+        stats.in_flight = self.pending.len() as u64;
+        stats.acquires_in_flight = self.acquires_in_flight as u64;
+        stats.acquires_queued = self.queue.len() as u64;
+        stats.releases_queued = self.lane.len() as u64;
+        stats.renewals_queued = self.renewals.len() as u64;
+        stats.acquires_open = self.open_acquires as u64;
+        stats.releases_open = self.open_releases as u64;
+        stats.held = self
+            .holds
+            .iter()
+            .filter(|(_, hold)| hold.held().is_some())
+            .count() as u64;
+        stats
+    }
+
+    /// Until when the holder may count on `grant` now, renewals included:
+    /// `None` once this client no longer holds it (released, handed back,
+    /// lost, or issued by another client). It may lie in the past: an
+    /// expired grant is still the holder's to release.
+    pub fn valid_until(&self, grant: &Grant) -> Option<Time> {
+        self.current_valid_until(grant)
     }
 
     /// Releases a grant this client handed out, by its exact token. The
@@ -462,11 +574,7 @@ impl Client {
     /// The next outcome or notice for the embedder.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        let event = self.events.pop_front();
-        if self.events.is_empty() {
-            store::give_back(&mut self.events);
-        }
-        event
+        self.events.pop_front()
     }
 
     /// When the driver must call [`handle_timeout`](Client::handle_timeout)

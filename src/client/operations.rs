@@ -53,6 +53,11 @@ pub(crate) enum AcquirePhase {
 }
 
 impl Acquire {
+    /// Whether it waits in the acquire queue.
+    pub(crate) fn is_queued(&self) -> bool {
+        self.phase == AcquirePhase::Queued
+    }
+
     /// The `wait_ms` of an attempt sent at `sent_at`: what is left of the
     /// budget, at least 0.
     pub(crate) fn wire_wait_ms(&self) -> u64 {
@@ -80,6 +85,9 @@ pub(crate) struct Release {
     /// Issued by the client for a grant nobody can take: it ends in a
     /// notice, not an outcome.
     pub(crate) orphan: bool,
+    /// A renewal of the grant is in flight: its answer is claimed and
+    /// changes nothing.
+    pub(crate) renewal_sent: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +107,7 @@ impl Release {
             attempts: 0,
             phase: ReleasePhase::Queued,
             orphan,
+            renewal_sent: false,
         }
     }
 }
@@ -107,42 +116,105 @@ impl Release {
 pub(crate) struct Held {
     pub(crate) key: Key,
     pub(crate) token: u64,
-    /// When the server has certainly freed it: its timer, and then its
-    /// release's deadline.
+    /// Until when the embedder may count on the grant: what the `G` that
+    /// proves most proves (invariant 7).
+    pub(crate) valid_until: Time,
+    /// The lease that `G` gave: renewal's schedule counts in thirds of it.
+    pub(crate) lease_ms: NonZeroU64,
+    /// When the server has certainly freed it: the latest of every answer's
+    /// arrival, and every renewal's send time, plus the lease plus the
+    /// margin. Its release's deadline.
     pub(crate) expires_by: Time,
+    /// What a renewal asks for: the acquire's lease, or the embedder's.
+    pub(crate) renew_lease_ms: NonZeroU64,
+    /// Renewed automatically until this moment (`Time::MAX`: with no
+    /// limit); `None`: only when the embedder asks.
+    pub(crate) auto_until: Option<Time>,
+    pub(crate) renewal: Renewal,
+    /// The embedder was told LeaseJeopardy since the last renewal.
+    pub(crate) jeopardy: bool,
+    /// `valid_until` has passed: the embedder was told LeaseExpired.
+    pub(crate) expired: bool,
+}
+
+/// Where a held grant's renewal is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// None is asked for.
+    Idle,
+    /// Waiting in the lane, asking for `lease_ms`; `auto`: the schedule
+    /// asked for it, not the embedder.
+    Queued { lease_ms: NonZeroU64, auto: bool },
+    /// In flight since `sent_at`, asking for `lease_ms`.
+    Sent {
+        sent_at: Time,
+        lease_ms: NonZeroU64,
+        auto: bool,
+    },
 }
 
 /// A grant from the moment the embedder holds it to the end of its
-/// release, in one record with one timer: held (its timer the grant's
+/// release, in one record with one timer: held (its timer the next thing
+/// due: a renewal, a jeopardy, its expiry, its renewal's answer grace, its
 /// `expires_by`), then a release under way (its timer the release's
-/// deadline, which is that same moment, or the answer grace of an attempt
-/// in flight). A release of a raw `(key, token)`, or of an orphaned grant,
-/// starts as a release.
+/// deadline, or the answer grace of an attempt in flight). A release of a
+/// raw `(key, token)`, or of an orphaned grant, starts as a release.
 pub(crate) enum Hold {
     Held(Held),
     Release(Release),
+    /// A grant whose renewal was answered `N`: gone on the server, kept
+    /// until its `expires_by` so that a release of it ends NotHeld at once.
+    Lost {
+        key: Key,
+        token: u64,
+        expires_by: Time,
+    },
+    /// A grant that ended (its release did, or its time ran out) while a
+    /// renewal of it was in flight: kept only to claim that renewal's
+    /// answer, which changes nothing.
+    Claimed {
+        key: Key,
+        token: u64,
+    },
 }
 
 impl Hold {
     pub(crate) fn held(&self) -> Option<&Held> {
         match self {
             Hold::Held(held) => Some(held),
-            Hold::Release(_) => None,
+            _ => None,
+        }
+    }
+
+    pub(crate) fn held_mut(&mut self) -> Option<&mut Held> {
+        match self {
+            Hold::Held(held) => Some(held),
+            _ => None,
         }
     }
 
     pub(crate) fn release(&self) -> Option<&Release> {
         match self {
             Hold::Release(release) => Some(release),
-            Hold::Held(_) => None,
+            _ => None,
         }
     }
 
     pub(crate) fn release_mut(&mut self) -> Option<&mut Release> {
         match self {
             Hold::Release(release) => Some(release),
-            Hold::Held(_) => None,
+            _ => None,
         }
+    }
+
+    /// Whether it is a release waiting in the lane.
+    pub(crate) fn is_queued_release(&self) -> bool {
+        matches!(self, Hold::Release(r) if r.phase == ReleasePhase::Queued)
+    }
+
+    /// Whether it is a held grant with a renewal waiting in the lane.
+    pub(crate) fn is_queued_renewal(&self) -> bool {
+        matches!(self, Hold::Held(h) if matches!(h.renewal, Renewal::Queued { .. }))
     }
 
     /// The grant's key and token.
@@ -150,6 +222,7 @@ impl Hold {
         match self {
             Hold::Held(held) => (&held.key, held.token),
             Hold::Release(release) => (&release.key, release.token),
+            Hold::Lost { key, token, .. } | Hold::Claimed { key, token } => (key, *token),
         }
     }
 }
@@ -161,13 +234,16 @@ impl Keyed for Hold {
 }
 
 impl Client {
-    /// [`Client::acquire`].
+    /// [`Client::acquire`], and [`Client::acquire_renewing`] with `renew`:
+    /// the grant is renewed automatically, for at most that long from when
+    /// it is granted.
     pub(crate) fn submit_acquire(
         &mut self,
         key: Key,
         owner: Name,
         wait: Duration,
         lease: Duration,
+        renew: Option<Duration>,
     ) -> Result<OpId, Error> {
         if self.is_finished() {
             return Err(Error::Finished);
@@ -192,14 +268,18 @@ impl Client {
             phase: AcquirePhase::Queued,
         });
         self.open_acquires += 1;
+        self.events.stats.acquires_started += 1;
+        if let Some(limit) = renew {
+            self.renew_on_grant.insert(acquire, limit);
+        }
         self.queue.push_back(acquire);
         self.acquires.set_timer(acquire, queue_deadline);
         Ok(OpId::of(OpKind::Acquire, acquire))
     }
 
-    /// The grant `grant` names, if this client still holds it: `Err` for a
-    /// grant another client issued.
-    fn held(&self, grant: &Grant) -> Result<Option<Handle>, Error> {
+    /// The record of `grant`, if this client still has one that is the
+    /// embedder's (held, or lost): `Err` for a grant another client issued.
+    pub(crate) fn held(&self, grant: &Grant) -> Result<Option<Handle>, Error> {
         if !grant.issuer.is(&self.issuer) {
             return Err(Error::ForeignGrant {
                 key: grant.key.clone(),
@@ -210,11 +290,19 @@ impl Client {
             Some((OpKind::Grant, handle)) => self
                 .holds
                 .get(handle)
-                .and_then(Hold::held)
-                .filter(|held| held.token == grant.token && held.key == grant.key)
+                .filter(|hold| matches!(hold, Hold::Held(_) | Hold::Lost { .. }))
+                .filter(|hold| hold.grant() == (&grant.key, grant.token))
                 .map(|_| handle),
             _ => None,
         })
+    }
+
+    /// The error for a grant the embedder no longer holds.
+    pub(crate) fn not_held(grant: &Grant) -> Error {
+        Error::GrantNotHeld {
+            key: grant.key.clone(),
+            token: grant.token,
+        }
     }
 
     /// [`Client::release`].
@@ -224,35 +312,66 @@ impl Client {
         }
         let Some(handle) = self.held(grant)? else {
             if self.now < grant.expires_by {
-                return Err(Error::GrantNotHeld {
-                    key: grant.key.clone(),
-                    token: grant.token,
-                });
+                return Err(Client::not_held(grant));
             }
+            self.events.stats.releases_started += 1;
             // Freed by lease expiry already: nothing to ask.
-            let release = self.holds.insert(Hold::Release(Release {
-                // Never in the lane: it ends at once.
-                phase: ReleasePhase::Sent,
-                ..Release::new(grant.key.clone(), grant.token, grant.expires_by, false)
-            }));
-            self.open_releases += 1;
+            let release = self.ended_release(grant.key.clone(), grant.token, grant.expires_by);
             self.end_release(release, ReleaseResult::Lapsed);
             return Ok(OpId::of(OpKind::Release, release));
         };
+        if let Some(Hold::Lost { .. }) = self.holds.get(handle) {
+            self.events.stats.releases_started += 1;
+            // Its renewal was answered `N`: gone, and nothing to ask.
+            let Some(Hold::Lost {
+                key,
+                token,
+                expires_by,
+            }) = self.holds.remove(handle)
+            else {
+                unreachable!("just matched")
+            };
+            let release = self.ended_release(key, token, expires_by);
+            self.end_release(release, ReleaseResult::NotHeld);
+            return Ok(OpId::of(OpKind::Release, release));
+        }
         if self.open_releases >= self.config.max_releases {
             return Err(Error::Busy);
         }
         self.open_releases += 1;
-        // The grant becomes its release, in place: its timer, the grant's
-        // `expires_by`, is the release's deadline already.
-        let hold = self.holds.get_mut(handle).expect("held");
-        let Hold::Held(held) = hold else {
-            unreachable!("checked held");
-        };
-        let release = Release::new(held.key.clone(), held.token, held.expires_by, false);
-        *hold = Hold::Release(release);
+        self.events.stats.releases_started += 1;
+        // The grant becomes its release, in place, and its renewal stops:
+        // one not sent yet is dropped, one in flight is claimed.
+        let held = self.holds.get(handle).and_then(Hold::held).expect("held");
+        let left = held.valid_until.millis_since(self.now);
+        self.events.stats.lease_left_at_release.record(left);
+        let mut release = Release::new(held.key.clone(), held.token, held.expires_by, false);
+        release.renewal_sent = matches!(held.renewal, Renewal::Sent { .. });
+        let renewal_queued = matches!(held.renewal, Renewal::Queued { .. });
+        *self.holds.get_mut(handle).expect("held") = Hold::Release(release);
+        if renewal_queued {
+            self.renewals.forget(&self.holds, Hold::is_queued_renewal);
+        }
+        let until = self
+            .holds
+            .get(handle)
+            .and_then(Hold::release)
+            .expect("a release")
+            .until;
+        self.holds.set_timer(handle, until);
         self.enter_lane(handle);
         Ok(OpId::of(OpKind::Release, handle))
+    }
+
+    /// A release that never enters the lane, counted open, to be ended at
+    /// once.
+    fn ended_release(&mut self, key: Key, token: u64, until: Time) -> Handle {
+        let release = self.holds.insert(Hold::Release(Release {
+            phase: ReleasePhase::Sent,
+            ..Release::new(key, token, until, false)
+        }));
+        self.open_releases += 1;
+        release
     }
 
     /// [`Client::release_token`].
@@ -265,6 +384,7 @@ impl Client {
         }
         let until = self.now.saturating_add(self.config.release_horizon);
         self.open_releases += 1;
+        self.events.stats.releases_started += 1;
         let release = self.queue_release(Release::new(key, token, until, false));
         Ok(OpId::of(OpKind::Release, release))
     }
@@ -341,6 +461,7 @@ impl Client {
     pub(crate) fn abandon_waiter(&mut self, handle: Handle) {
         let acquire = self.acquires.get(handle).expect("a sent acquire");
         let settles_by = self.settles_by(acquire);
+        self.events.stats.count_indeterminate(None);
         self.emit(
             OpId::of(OpKind::Acquire, handle),
             Outcome::Indeterminate { settles_by },
@@ -375,17 +496,16 @@ impl Client {
         }
         match self.held(grant)? {
             Some(handle) => {
-                let Some(Hold::Held(held)) = self.holds.remove(handle) else {
-                    unreachable!("checked held");
-                };
-                self.queue_orphan_release(held.key, held.token, held.expires_by);
+                let (key, token) = self.holds.get(handle).map(Hold::grant).expect("held");
+                let (key, token) = (key.clone(), token);
+                // A lost grant has nothing to release.
+                if let Some(expires_by) = self.end_hold(handle) {
+                    self.queue_orphan_release(key, token, expires_by);
+                }
                 Ok(())
             }
             None if self.now >= grant.expires_by => Ok(()),
-            None => Err(Error::GrantNotHeld {
-                key: grant.key.clone(),
-                token: grant.token,
-            }),
+            None => Err(Client::not_held(grant)),
         }
     }
 
@@ -395,6 +515,7 @@ impl Client {
             return Err(Error::ShuttingDown);
         }
         self.shutdown = Some(self.now.saturating_add(budget));
+        self.stop_renewals();
         let mut sent_any = false;
         for handle in self.acquires.handles() {
             match self.acquires.get(handle).map(|a| a.phase) {
@@ -441,20 +562,49 @@ impl Client {
         }
     }
 
-    /// A grant's timer fired: a held grant's `expires_by` (the server has
-    /// freed it), a queued release's deadline, or a sent release's answer
-    /// grace.
+    /// A grant's timer fired: what is due for a held grant (see
+    /// [`Client::tend`]), a lost grant's `expires_by`, a queued release's
+    /// deadline, or a sent release's answer grace.
     pub(crate) fn fire_hold(&mut self, handle: Handle) {
         match self.holds.get(handle) {
-            Some(Hold::Held(_)) => {
+            Some(Hold::Held(_)) => self.tend(handle),
+            Some(Hold::Lost { .. }) => {
                 self.holds.remove(handle);
             }
             Some(Hold::Release(release)) => match release.phase {
                 ReleasePhase::Queued => self.end_release(handle, ReleaseResult::Lapsed),
                 ReleasePhase::Sent => self.close(CloseReason::AnswerTimeout),
             },
-            None => {}
+            Some(Hold::Claimed { .. }) | None => {}
         }
+    }
+
+    /// Forgets a held or lost grant the embedder gave up, stopping its
+    /// renewal (a renewal in flight keeps it as claimed until answered);
+    /// the held grant's `expires_by`, `None` if it was lost.
+    pub(crate) fn end_hold(&mut self, handle: Handle) -> Option<Time> {
+        let hold = self.holds.get(handle)?;
+        let Hold::Held(held) = hold else {
+            self.holds.remove(handle);
+            return None;
+        };
+        let expires_by = held.expires_by;
+        match held.renewal {
+            Renewal::Sent { .. } => {
+                let (key, token) = (held.key.clone(), held.token);
+                *self.holds.get_mut(handle).expect("held") = Hold::Claimed { key, token };
+                // No timer: the renewal's answer, or the close, ends it.
+                self.holds.clear_timer(handle);
+            }
+            Renewal::Queued { .. } => {
+                self.holds.remove(handle);
+                self.renewals.forget(&self.holds, Hold::is_queued_renewal);
+            }
+            Renewal::Idle => {
+                self.holds.remove(handle);
+            }
+        }
+        Some(expires_by)
     }
 
     /// Ends an acquire operation with `outcome` and forgets it.
@@ -468,8 +618,9 @@ impl Client {
             "its outcome was given"
         );
         if acquire.phase == AcquirePhase::Queued {
-            self.queue.forget(&self.acquires);
+            self.queue.forget(&self.acquires, Acquire::is_queued);
         }
+        self.renew_on_grant.remove(&handle);
         self.open_acquires -= 1;
         self.emit(OpId::of(OpKind::Acquire, handle), outcome);
     }
@@ -477,11 +628,29 @@ impl Client {
     /// Ends a release: an outcome for the embedder's, a notice for the
     /// client's own.
     pub(crate) fn end_release(&mut self, handle: Handle, result: ReleaseResult) {
-        let Some(Hold::Release(release)) = self.holds.remove(handle) else {
+        let Some(Hold::Release(release)) = self.holds.get(handle) else {
             return;
         };
+        let release = if release.renewal_sent {
+            // Kept only to claim that renewal's answer.
+            let claimed = Hold::Claimed {
+                key: release.key.clone(),
+                token: release.token,
+            };
+            self.holds.clear_timer(handle);
+            let hold = self.holds.get_mut(handle).expect("stored");
+            let Hold::Release(release) = core::mem::replace(hold, claimed) else {
+                unreachable!("just matched")
+            };
+            release
+        } else {
+            let Some(Hold::Release(release)) = self.holds.remove(handle) else {
+                unreachable!("just matched")
+            };
+            release
+        };
         if release.phase == ReleasePhase::Queued {
-            self.lane.forget(&self.holds);
+            self.lane.forget(&self.holds, Hold::is_queued_release);
         }
         if release.orphan {
             self.events.push_back(Event::OrphanSettled {

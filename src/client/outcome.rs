@@ -14,22 +14,10 @@ use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 use crate::wire::FrameError;
 
-/// Names one connection attempt. Every [`Action::Connect`] has a new one;
-/// inputs about an older connection are ignored.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub(crate) u64);
-
-impl ConnId {
-    /// The number behind the id (1 for the first connection, then up).
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl fmt::Display for ConnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "conn#{}", self.0)
-    }
+crate::conn_id::conn_id! {
+    /// Names one connection attempt. Every [`Action::Connect`] has a new one;
+    /// inputs about an older connection are ignored.
+    ConnId
 }
 
 /// Names one operation (an acquire or a release) for its whole life, across
@@ -224,11 +212,20 @@ impl Grant {
         self.lease
     }
 
-    /// Until when the holder may count on the grant: the time the winning
-    /// request was sent plus the lease. The server started the lease no
-    /// earlier than that, so this errs early, never late.
+    /// Until when the holder could count on the grant when it was
+    /// granted: the time the winning request was sent, plus how long it
+    /// waited in the key's queue, plus the lease. The server started the
+    /// lease no earlier than that, so this errs early, never late. Renewals
+    /// move it on: [`Client::valid_until`](super::Client::valid_until) says
+    /// where it is now.
     pub fn valid_until(&self) -> Time {
         self.valid_until
+    }
+
+    /// The grant's id: what the renewal notices ([`Event::Renewed`] and
+    /// the others) name it by.
+    pub fn id(&self) -> OpId {
+        self.handle
     }
 
     /// By when the server has certainly freed the grant by itself: the time
@@ -301,6 +298,8 @@ pub enum BackoffCause {
     NotActive,
     /// `E auth_failed`.
     AuthFailed,
+    /// `E unsupported_version`.
+    UnsupportedVersion,
     /// Too many redirects in a row.
     Redirect,
     /// A `B` answer (per acquire).
@@ -333,9 +332,28 @@ pub enum Violation {
         /// The id.
         id: u64,
     },
-    /// A `G` with a longer lease than the acquire asked for.
+    /// A `G` with a longer lease than the acquire or renewal asked for.
     #[error("grant for id {id} has a longer lease than asked")]
     LeaseAboveAsked {
+        /// The id.
+        id: u64,
+    },
+    /// A `G` to an acquire that says it waited longer than the acquire's
+    /// `wait_ms`.
+    #[error("grant for id {id} waited longer than asked")]
+    WaitedAboveAsked {
+        /// The id.
+        id: u64,
+    },
+    /// A `G` to an acquire without the `waited_ms` of protocol version 2.
+    #[error("grant for id {id} does not say how long it waited")]
+    WaitedMissing {
+        /// The id.
+        id: u64,
+    },
+    /// A `G` to a renewal whose token is not the renewal's.
+    #[error("renewal of id {id} answered for another token")]
+    TokenMismatch {
         /// The id.
         id: u64,
     },
@@ -351,6 +369,9 @@ impl Violation {
             Violation::UnknownId { .. } => "unknown_id",
             Violation::Mismatch { .. } => "mismatch",
             Violation::LeaseAboveAsked { .. } => "lease_above_asked",
+            Violation::WaitedAboveAsked { .. } => "waited_above_asked",
+            Violation::WaitedMissing { .. } => "waited_missing",
+            Violation::TokenMismatch { .. } => "token_mismatch",
         }
     }
 }
@@ -382,6 +403,9 @@ pub enum CloseReason {
     NotActive,
     /// `E auth_failed`.
     AuthFailed,
+    /// `E unsupported_version`: the server does not speak this client's
+    /// protocol version (2), and there is no fallback.
+    UnsupportedVersion,
     /// Another `E` reason.
     ServerError(Name),
     /// The server broke the protocol.
@@ -407,6 +431,7 @@ impl fmt::Display for CloseReason {
             CloseReason::NoLeader => f.write_str("no_leader"),
             CloseReason::NotActive => f.write_str("not_active"),
             CloseReason::AuthFailed => f.write_str("auth_failed"),
+            CloseReason::UnsupportedVersion => f.write_str("unsupported_version"),
             CloseReason::ServerError(reason) => write!(f, "error:{reason}"),
             CloseReason::Protocol(Violation::Framing(e)) => {
                 write!(f, "protocol:framing:{}", e.code())
@@ -466,11 +491,13 @@ pub enum Event {
         reason: CloseReason,
     },
     /// An allowlisted leader hint was taken: the next connection goes there.
+    /// Not told again while it stays the hint.
     LeaderHint {
         /// The leader.
         addr: Endpoint,
     },
-    /// A leader hint outside the allowlist was ignored.
+    /// A leader hint outside the allowlist was ignored. Not told again for
+    /// the same address named again and again on one connection.
     HintIgnored {
         /// The address the server named.
         addr: Endpoint,
@@ -479,6 +506,59 @@ pub enum Event {
     AuthFailed {
         /// The server's address.
         addr: Endpoint,
+    },
+    /// The server does not speak this client's protocol version.
+    UnsupportedVersion {
+        /// The server's address.
+        addr: Endpoint,
+    },
+    /// A renewal of a held grant was answered: the grant is good until
+    /// `valid_until` now (the renewal's send time plus the lease it got). It
+    /// ends a jeopardy.
+    Renewed {
+        /// The grant ([`Grant::id`]).
+        grant: OpId,
+        /// Its key.
+        key: Key,
+        /// Its token.
+        token: u64,
+        /// Until when the holder may count on it now.
+        valid_until: Time,
+    },
+    /// An automatically renewed grant has less than a third of its lease
+    /// left before `valid_until`: renewals went unanswered, or it arrived
+    /// that late. The holder may still hold the key, but its work should be
+    /// ready to stop. Told once; a later [`Event::Renewed`] ends it.
+    LeaseJeopardy {
+        /// The grant ([`Grant::id`]).
+        grant: OpId,
+        /// Its key.
+        key: Key,
+        /// Its token.
+        token: u64,
+        /// Until when the holder may still count on it.
+        valid_until: Time,
+    },
+    /// A renewal was answered `N`: the grant is gone. Its renewal stops; a
+    /// release of it ends NotHeld at once.
+    LeaseLost {
+        /// The grant ([`Grant::id`]).
+        grant: OpId,
+        /// Its key.
+        key: Key,
+        /// Its token.
+        token: u64,
+    },
+    /// A held grant's `valid_until` passed: the holder can no longer count
+    /// on the key (fencing tokens still protect the storage). Its renewal
+    /// stops; the grant stays the holder's to release, by exact token.
+    LeaseExpired {
+        /// The grant ([`Grant::id`]).
+        grant: OpId,
+        /// Its key.
+        key: Key,
+        /// Its token.
+        token: u64,
     },
     /// No connection (or no further attempt) before `until`.
     Backoff {
@@ -543,6 +623,14 @@ pub enum Error {
     /// issued a grant can release it or hand it back.
     #[error("the grant of {key} with token {token} was issued by another client")]
     ForeignGrant {
+        /// The key.
+        key: Key,
+        /// The token.
+        token: u64,
+    },
+    /// The grant's `valid_until` has passed: it is renewed no more.
+    #[error("the grant of {key} with token {token} has expired")]
+    LeaseExpired {
         /// The key.
         key: Key,
         /// The token.

@@ -403,7 +403,6 @@ impl<T> Slab<T> {
     }
 
     /// Disarms the entry's timer, if armed.
-    #[cfg(test)]
     pub(crate) fn clear_timer(&mut self, handle: Handle) {
         if self.contains(handle) {
             self.disarm(handle.slot);
@@ -692,33 +691,35 @@ impl Fifo {
         self.waiting
     }
 
-    /// The first handle whose entry is still in `slab`.
-    pub(crate) fn pop<T>(&mut self, slab: &Slab<T>) -> Option<Handle> {
+    /// The first handle whose entry in `slab` still `waits`.
+    pub(crate) fn pop<T>(&mut self, slab: &Slab<T>, waits: impl Fn(&T) -> bool) -> Option<Handle> {
+        let waiting = |handle: Handle| slab.get(handle).is_some_and(&waits);
         let found = loop {
             let Some(handle) = self.handles.pop_front() else {
                 break None;
             };
-            if slab.contains(handle) {
+            if waiting(handle) {
                 self.waiting -= 1;
                 break Some(handle);
             }
         };
-        self.drop_stale(slab);
+        self.drop_stale(waiting);
         give_back(&mut self.handles);
         found
     }
 
-    /// An entry of `slab` that waited here left without being popped.
-    pub(crate) fn forget<T>(&mut self, slab: &Slab<T>) {
+    /// An entry of `slab` that waited here stopped waiting (it left the
+    /// slab, or `waits` is no longer true of it) without being popped.
+    pub(crate) fn forget<T>(&mut self, slab: &Slab<T>, waits: impl Fn(&T) -> bool) {
         self.waiting -= 1;
-        self.drop_stale(slab);
+        self.drop_stale(|handle| slab.get(handle).is_some_and(&waits));
     }
 
     /// Drops every stale handle once they outnumber the waiting ones (and
     /// a few more).
-    fn drop_stale<T>(&mut self, slab: &Slab<T>) {
+    fn drop_stale(&mut self, waiting: impl Fn(Handle) -> bool) {
         if self.handles.len() > 2 * self.waiting + 64 {
-            self.handles.retain(|&handle| slab.contains(handle));
+            self.handles.retain(|&handle| waiting(handle));
         }
     }
 }
@@ -1423,37 +1424,47 @@ mod tests {
     /// compared with a `VecDeque` that removes them at once.
     #[test]
     fn a_fifo_behaves_like_a_queue_that_removes_at_once() {
+        // An entry is `true` while it waits; one that stops waiting either
+        // leaves the slab or stays in it as `false`.
+        let waits = |waiting: &bool| *waiting;
         for seed in 0..40 {
             let mut rng = Rng::new(100 + seed);
-            let mut slab: Slab<Key> = Slab::default();
-            let key = Key::new("k").unwrap();
+            let mut slab: Slab<bool> = Slab::default();
             let mut fifo = Fifo::default();
             let mut model: VecDeque<Handle> = VecDeque::new();
             for _ in 0..5_000 {
-                match rng.up_to(5) {
+                match rng.up_to(6) {
                     0 | 1 => {
-                        let handle = slab.insert(key.clone());
+                        let handle = slab.insert(true);
                         fifo.push_back(handle);
                         model.push_back(handle);
                     }
                     2 => {
-                        let handle = slab.insert(key.clone());
+                        let handle = slab.insert(true);
                         fifo.push_front(handle);
                         model.push_front(handle);
                     }
                     3 => {
-                        let popped = fifo.pop(&slab);
+                        let popped = fifo.pop(&slab, waits);
                         assert_eq!(popped, model.pop_front());
                         if let Some(handle) = popped {
                             slab.remove(handle);
+                        }
+                    }
+                    4 => {
+                        if !model.is_empty() {
+                            let at = rng.up_to(model.len() as u64 - 1) as usize;
+                            let handle = model.remove(at).unwrap();
+                            slab.remove(handle);
+                            fifo.forget(&slab, waits);
                         }
                     }
                     _ => {
                         if !model.is_empty() {
                             let at = rng.up_to(model.len() as u64 - 1) as usize;
                             let handle = model.remove(at).unwrap();
-                            slab.remove(handle);
-                            fifo.forget(&slab);
+                            *slab.get_mut(handle).unwrap() = false;
+                            fifo.forget(&slab, waits);
                         }
                     }
                 }
@@ -1476,7 +1487,7 @@ mod tests {
         for _ in 0..100_000 {
             fifo.push_back(slab.insert(key.clone()));
         }
-        while let Some(handle) = fifo.pop(&slab) {
+        while let Some(handle) = fifo.pop(&slab, |_| true) {
             slab.remove(handle);
         }
         assert!(fifo.handles.capacity() <= KEPT_WHEN_EMPTY);

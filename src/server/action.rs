@@ -1,26 +1,11 @@
 //! What the server core hands out: connection ids and actions.
-
-use core::fmt;
-
 use bytes::Bytes;
 
-/// Names one connection accepted by a [`Server`](super::Server). Ids are
-/// handed out by [`Server::handle_accept`](super::Server::handle_accept),
-/// 1 for the first connection and then up, and never reused by that server.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ConnId(pub(crate) u64);
-
-impl ConnId {
-    /// The number behind the id.
-    pub const fn get(self) -> u64 {
-        self.0
-    }
-}
-
-impl fmt::Display for ConnId {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "conn#{}", self.0)
-    }
+crate::conn_id::conn_id! {
+    /// Names one connection accepted by a [`Server`](super::Server). Ids are
+    /// handed out by [`Server::handle_accept`](super::Server::handle_accept),
+    /// 1 for the first connection and then up, and never reused by that server.
+    ConnId
 }
 
 /// What the driver must do. Drained with
@@ -43,5 +28,15 @@ pub enum Action {
     Close {
         /// The connection.
         conn: ConnId,
+    },
+    /// The term's counter is about to reach 2^22 and the configuration
+    /// says the driver gives epochs ([`EpochSource::Driver`](super::EpochSource::Driver)):
+    /// give the next one, greater than `after` (PROTOCOL.md 4.1:
+    /// `max(after + 1, now in ms)`, stored durably first by a driver that
+    /// keeps state), with [`Server::begin_epoch`](super::Server::begin_epoch).
+    /// Nothing is granted until then; acquires queue as usual.
+    NeedEpoch {
+        /// The current epoch.
+        after: u64,
     },
 }

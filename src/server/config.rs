@@ -4,6 +4,7 @@ use core::time::Duration;
 
 use thiserror::Error;
 
+use super::term::EpochSource;
 use crate::names::{Endpoint, Name};
 
 /// What this node is, as far as handshakes are concerned (PROTOCOL.md
@@ -88,6 +89,15 @@ pub struct Config {
     /// pick keys that collide. The core draws no entropy itself: the same
     /// configuration gives the same server.
     pub hash_key: u128,
+    /// The margin of a recovery grace (PROTOCOL.md 4.1, default 1 s): a
+    /// term begun without the previous term's table
+    /// ([`Term::Recovered`](super::Term::Recovered)) grants nothing for
+    /// the greatest earlier lease plus this, so that every earlier grant
+    /// has run out or been reclaimed first, clock drift within it.
+    pub grace_margin: Duration,
+    /// Where the epoch of a term the core begins by itself (when a term's
+    /// counter reaches 2^22) comes from (default [`EpochSource::Core`]).
+    pub epochs: EpochSource,
 }
 
 /// Every field, the secrets (`credential`, `hash_key`) left out.
@@ -104,6 +114,8 @@ impl core::fmt::Debug for Config {
             .field("leader_hint", &self.leader_hint)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("max_unwritten", &self.max_unwritten)
+            .field("grace_margin", &self.grace_margin)
+            .field("epochs", &self.epochs)
             .finish_non_exhaustive()
     }
 }
@@ -123,6 +135,8 @@ impl Config {
             handshake_timeout: Duration::from_secs(10),
             max_unwritten: 256 * 1024,
             hash_key: 0,
+            grace_margin: Duration::from_secs(1),
+            epochs: EpochSource::Core,
         }
     }
 

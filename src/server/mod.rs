@@ -2,8 +2,10 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `mod.rs` | [`Server`]: connections, the handshake, the window, roles, the driver contract |
-//! | `table.rs` | [`LockTable`]: grants, FIFO wait queues, leases, wait deadlines, tokens (rules 2 to 5) |
+//! | `mod.rs` | [`Server`]: connections, the handshake and its versions, the window, roles, terms, the driver contract |
+//! | `table.rs` | [`LockTable`]: grants, FIFO wait queues, leases, wait deadlines, renewals, tokens, the recovery grace (rules 2 to 5 and 9, section 4.1) |
+//! | `term.rs` | [`Term`], [`EpochSource`], [`TermError`]: how a term begins, `token = epoch * 2^22 + n` |
+//! | `image.rs` | [`EpochRecord`], [`TableImage`]: what a server keeps, with a checksum |
 //! | `config.rs` | [`Config`] and [`Role`] |
 //! | `action.rs` | [`Action`] and [`ConnId`] |
 //!
@@ -13,14 +15,20 @@
 //!    exactly once (grant or `T`) unless its connection closes;
 //!    [`Server`] answers everything else at once;
 //! 2. acquire: `LockTable::acquire`;
-//! 3. leases and expiry: `LockTable::advance`;
+//! 3. leases and expiry: `LockTable::advance`; how long a grant waited
+//!    (`waited_ms`, version 2 only): `LockTable::promote`, and
+//!    `Server::answer_at_once`, which leaves it out on version 1;
 //! 4. release: `LockTable::release`;
 //! 5. closed connections: `LockTable::drop_conn`, called by every close;
 //! 6. the window: `Server::on_request`;
 //! 7. roles: `Server::on_hello`, [`Server::set_role`],
-//!    [`Server::announce_leader`];
+//!    [`Server::announce_leader`]; a leader that grants only while its
+//!    leadership is certain (section 4.2): [`Server::lead_until`], fired
+//!    by `Server::advance` before anything else at its time;
 //! 8. credentials: `Server::on_hello`;
-//! 9. renewal (`X`): not spoken by this server yet (it speaks version 1);
+//! 9. renewal (`X`): `LockTable::renew`; refused on version 1 connections
+//!    by `Server::on_request` (the version is kept per connection from its
+//!    `H`, [`VERSIONS`]);
 //! 10. a connection whose answers are not read is not read from:
 //!     [`Server::is_reading`], from what [`Server::handle_written`] reports
 //!     ([`Config::max_unwritten`]); the handshake timeout: a deadline per
@@ -28,26 +36,53 @@
 //!     fired by `Server::advance` ([`Config::handshake_timeout`]). Running
 //!     out of descriptors is the adapter's to survive (`ticketing::serve`
 //!     backs off when accepting fails): the core has none.
+//!
+//! And section 4.1, terms, epochs and recovery:
+//!
+//! - epochs: inputs, never read from a clock: [`Server::begin_term`]
+//!   ([`Term`]) and [`Server::begin_epoch`] (after [`Action::NeedEpoch`]);
+//! - tokens `epoch * 2^22 + n`, and the term begun at `n = 2^22`: the
+//!   table's counter (`Counter::next` in `table.rs`, [`token`]);
+//! - the recovery grace: [`Term::Recovered`]; nothing granted meanwhile:
+//!   `LockTable::acquire` and `LockTable::promote`; reclaiming:
+//!   `LockTable::renew`; its end: `LockTable::advance`;
+//! - the table written out and read back: [`Server::table_image`],
+//!   [`TableImage`], [`Term::Resumed`]; a leadership handed over with the
+//!   table: [`Server::take_lock_table`], [`Server::install_lock_table`].
 
 mod action;
 mod config;
+mod image;
+mod stats;
 mod table;
+mod term;
 
 use core::mem;
+use core::num::NonZeroU64;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::BytesMut;
 
 pub use action::{Action, ConnId};
 pub use config::{Config, ConfigError, Role};
+pub use image::{EpochRecord, ImageError, ImageGrant, TableImage};
+pub use stats::ServerStats;
 pub use table::{Holder, LockTable};
+pub use term::{
+    count_of, epoch_of, next_epoch, token, EpochSource, Term, TermError, COUNTER_BITS, MAX_EPOCH,
+    TERM_GRANTS,
+};
 
-use self::table::{Acquired, Limits, Reply};
+use core::time::Duration;
+
+use self::table::{Acquired, Limits, Renewal, Reply};
 use crate::names::{Endpoint, Name};
 use crate::time::Time;
-use crate::wire::{
-    Answer, AnswerKind, Atom, ClientFrame, LineReader, ServerFrame, Window, VERSION,
-};
+use crate::wire::{Answer, AnswerKind, Atom, ClientFrame, LineReader, ServerFrame, Window};
+
+/// The protocol versions this server speaks (PROTOCOL.md section 3):
+/// version 1 is version 2 without `X`, and without `waited_ms` in grants.
+pub const VERSIONS: core::ops::RangeInclusive<u64> = 1..=2;
 
 /// Why the server ends a connection, sent as `E <reason>` (or `M <addr>`)
 /// before it closes.
@@ -68,7 +103,7 @@ enum Reason {
     HelloRequired,
     /// A second `H`.
     DuplicateHello,
-    /// `H` with a version other than 1.
+    /// `H` with a version this server does not speak ([`VERSIONS`]).
     UnsupportedVersion,
     /// More than `window` requests unanswered (rule 6).
     Window,
@@ -123,7 +158,18 @@ enum Phase {
     Ready {
         /// Requests received and not answered yet.
         unanswered: u64,
+        /// What its `H` said.
+        version: Version,
     },
+}
+
+/// What a connection's `H` said, and so what its frames may be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    /// Version 1: no `X`; grants without `waited_ms`.
+    V1,
+    /// Version 2.
+    V2,
 }
 
 struct Conn {
@@ -242,6 +288,8 @@ pub struct Server {
     hint: Option<Endpoint>,
     now: Time,
     table: LockTable,
+    /// A leader leads until then at most (PROTOCOL.md 4.2).
+    lead_until: Option<Time>,
     conns: BTreeMap<ConnId, Conn>,
     /// The handshake deadline of every connection still waiting for `H`,
     /// earliest first (rule 10).
@@ -250,6 +298,8 @@ pub struct Server {
     outbox: BTreeMap<ConnId, Outgoing>,
     pending: VecDeque<Pending>,
     replies: Vec<Reply>,
+    /// The counters (the current values are filled in when read).
+    stats: ServerStats,
 }
 
 impl Server {
@@ -260,7 +310,8 @@ impl Server {
         Ok(Server {
             role: config.role.clone(),
             hint: config.leader_hint.clone(),
-            table: LockTable::with_hash_key(config.hash_key),
+            table: LockTable::with_hash_key(config.hash_key, config.epochs),
+            lead_until: None,
             config,
             now,
             conns: BTreeMap::new(),
@@ -269,6 +320,7 @@ impl Server {
             outbox: BTreeMap::new(),
             pending: VecDeque::new(),
             replies: Vec::new(),
+            stats: ServerStats::default(),
         })
     }
 
@@ -283,6 +335,7 @@ impl Server {
         self.advance(now);
         let conn = ConnId(self.next_conn);
         self.next_conn += 1;
+        self.stats.accepted += 1;
         let deadline = self.now.saturating_add(self.config.handshake_timeout);
         self.conns.insert(
             conn,
@@ -368,6 +421,38 @@ impl Server {
     /// arrive later are answered by the new role.
     pub fn set_role(&mut self, now: Time, role: Role) {
         self.advance(now);
+        self.step_down(role);
+    }
+
+    /// Leads only until `until` (PROTOCOL.md 4.2): the end of the
+    /// leadership that the driver is certain of (the send time of its
+    /// latest answered keep-alive plus the election TTL). From that moment
+    /// on nothing is granted or renewed: the node steps down by itself,
+    /// sends every connection `E no_leader` and closes them, unless this is
+    /// called again with a later `until` before. Whether the node still
+    /// leads: `false` (and nothing changes) for a node that does not, so
+    /// that a driver whose extension came too late learns that it must win
+    /// again. A role set with [`set_role`](Server::set_role) ends the limit.
+    pub fn lead_until(&mut self, now: Time, until: Time) -> bool {
+        self.advance(now);
+        if !self.role.is_leader() {
+            return false;
+        }
+        self.lead_until = Some(until);
+        self.advance(now);
+        self.role.is_leader()
+    }
+
+    /// The end of the leadership the driver is certain of, while one is set
+    /// ([`lead_until`](Server::lead_until)).
+    pub fn leading_until(&self) -> Option<Time> {
+        self.lead_until
+    }
+
+    /// Takes `role`; a leader that stops leading says so to every
+    /// connection and closes them (rule 7).
+    fn step_down(&mut self, role: Role) {
+        self.lead_until = None;
         let was_leader = self.role.is_leader();
         self.role = role;
         if was_leader {
@@ -426,9 +511,100 @@ impl Server {
         self.advance(now);
         self.close_waiting_connections();
         table.drop_all_waiters();
-        table.tokens_after(self.table.last_token());
+        table.tokens_after(self.table.last_token(), self.config.epochs);
         self.table = table;
         self.advance(now);
+    }
+
+    /// Begins a term (PROTOCOL.md 4.1) with the table `term` says:
+    /// [`Term::First`] and [`Term::Recovered`] an empty one (the latter
+    /// with a recovery grace of `max_lease + grace_margin`), and
+    /// [`Term::Resumed`] the image's grants, their leases shortened by the
+    /// time stopped. Its tokens are `epoch * 2^22 + n`. Connections with
+    /// acquires waiting in the table being replaced are sent
+    /// `E not_active` and closed; the others stay.
+    ///
+    /// The epoch must be greater than every epoch this server or the
+    /// image has granted in, and at most [`MAX_EPOCH`]: anything else is
+    /// refused with a [`TermError`] and changes nothing. Where the epoch
+    /// comes from (the clock, a state directory, etcd) is the driver's.
+    pub fn begin_term(&mut self, now: Time, term: Term) -> Result<(), TermError> {
+        self.advance(now);
+        let epoch = term.epoch();
+        term::check_epoch(epoch, self.table.epoch(), self.table.has_granted())?;
+        let table = match &term {
+            Term::First { .. } => self.table.recovered(self.now, epoch, self.now, 0),
+            Term::Recovered { max_lease, .. } => {
+                let grace = max_lease.saturating_add(self.config.grace_margin);
+                let until = self.now.saturating_add(grace);
+                let max_lease_ms = crate::time::duration_millis(*max_lease);
+                self.table.recovered(self.now, epoch, until, max_lease_ms)
+            }
+            Term::Resumed { image, stopped, .. } => {
+                term::check_epoch(epoch, image.epoch, true)?;
+                for g in &image.grants {
+                    term::check_epoch(epoch, term::epoch_of(g.token), true)?;
+                }
+                self.table.resumed(self.now, epoch, image, *stopped)
+            }
+        };
+        self.close_waiting_connections();
+        self.table = table;
+        self.advance(now);
+        Ok(())
+    }
+
+    /// Gives the new epoch that [`Action::NeedEpoch`] asked for: the term
+    /// goes on with its table under it, from `n = 1`, and what waited for
+    /// it is granted. It must be greater than the epoch `after`
+    /// ([`TermError::EpochNotGreater`]) and asked for
+    /// ([`TermError::NotAsked`]).
+    pub fn begin_epoch(&mut self, now: Time, epoch: u64) -> Result<(), TermError> {
+        self.advance(now);
+        if !self.table.awaiting_epoch() {
+            return Err(TermError::NotAsked);
+        }
+        term::check_epoch(epoch, self.table.epoch(), true)?;
+        let mut replies = mem::take(&mut self.replies);
+        self.table.begin_epoch(self.now, epoch, &mut replies);
+        self.deliver(&mut replies);
+        self.replies = replies;
+        Ok(())
+    }
+
+    /// The lock table written out at `now` (to be encoded with
+    /// [`TableImage::encode`] and kept): every grant with what is left of
+    /// its lease, the epoch and the counter, the greatest lease given, and
+    /// what is left of a grace. `written_at` is the wall-clock time (since
+    /// 1970) that the driver reads; the next term counts the time stopped
+    /// from it. The server goes on as before.
+    pub fn table_image(&mut self, now: Time, written_at: Duration) -> TableImage {
+        self.advance(now);
+        self.table.image(self.now, written_at)
+    }
+
+    /// The server's counters: answers by kind, reclaims, expiries,
+    /// connections, waiters now and at most, the epoch, whether a recovery
+    /// grace holds.
+    pub fn stats(&self) -> ServerStats {
+        ServerStats {
+            expiries: self.table.expiries(),
+            connections: self.conns.len() as u64,
+            waiters: self.table.waiters() as u64,
+            epoch: self.table.epoch(),
+            in_grace: self.grace_until().is_some(),
+            ..self.stats
+        }
+    }
+
+    /// The epoch of the current term.
+    pub fn epoch(&self) -> u64 {
+        self.table.epoch()
+    }
+
+    /// When the current term's recovery grace ends, while one is under way.
+    pub fn grace_until(&self) -> Option<Time> {
+        self.table.grace_until()
     }
 
     // ----- outputs --------------------------------------------------------
@@ -436,6 +612,9 @@ impl Server {
     /// The next thing the driver must do: send bytes, or close a connection.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
+        if let Some(after) = self.table.take_epoch_request() {
+            return Some(Action::NeedEpoch { after });
+        }
         while let Some(pending) = self.pending.pop_front() {
             match pending {
                 Pending::Flush(conn) => {
@@ -480,14 +659,14 @@ impl Server {
     /// `None` when nothing is due, ever, without new input.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Time> {
-        if !self.pending.is_empty() {
+        if !self.pending.is_empty() || self.table.epoch_requested() {
             return Some(self.now);
         }
         let hello = self.hellos.first().map(|&(at, _)| at);
-        match (self.table.next_deadline(), hello) {
-            (Some(table), Some(hello)) => Some(table.min(hello)),
-            (table, hello) => table.or(hello),
-        }
+        [self.table.next_deadline(), hello, self.lead_until]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     // ----- introspection --------------------------------------------------
@@ -523,7 +702,7 @@ impl Server {
     pub fn unanswered(&self, conn: ConnId) -> Option<u64> {
         match self.conns.get(&conn)?.phase {
             Phase::Hello { .. } => None,
-            Phase::Ready { unanswered } => Some(unanswered),
+            Phase::Ready { unanswered, .. } => Some(unanswered),
         }
     }
 
@@ -576,11 +755,26 @@ impl Server {
     /// timeouts among themselves in connection order. (A connection still
     /// waiting for `H` has nothing in the table, so the order only fixes
     /// the order of the actions.)
+    ///
+    /// A leader whose leadership ends at or before `now`
+    /// ([`lead_until`](Server::lead_until)) fires the timers before that
+    /// moment, then steps down, then fires the rest: nothing is granted or
+    /// renewed from that moment on.
     fn advance(&mut self, now: Time) {
         self.now = self.now.max(now);
+        if let Some(until) = self.lead_until.filter(|&until| until <= self.now) {
+            self.fire(Time::from_nanos(until.as_nanos().saturating_sub(1)));
+            self.lead_until = None;
+            self.step_down(Role::NoLeader);
+        }
+        self.fire(self.now);
+    }
+
+    /// Fires every timer due by `upto` (see [`advance`](Server::advance)).
+    fn fire(&mut self, upto: Time) {
         let mut replies = mem::take(&mut self.replies);
         while let Some(&(at, conn)) = self.hellos.first() {
-            if at > self.now {
+            if at > upto {
                 break;
             }
             self.hellos.pop_first();
@@ -588,7 +782,7 @@ impl Server {
             self.deliver(&mut replies);
             self.close(conn, Some(Farewell::Error(Reason::HandshakeTimeout)));
         }
-        self.table.advance(self.now, &mut replies);
+        self.table.advance(upto, &mut replies);
         self.deliver(&mut replies);
         self.replies = replies;
     }
@@ -605,17 +799,46 @@ impl Server {
         let Some(c) = self.conns.get_mut(&conn) else {
             return;
         };
-        if let Phase::Ready { unanswered } = &mut c.phase {
-            *unanswered = unanswered.saturating_sub(1);
-        }
-        ServerFrame::Answer(Answer { id, key, kind }).encode(self.output(conn));
+        let Phase::Ready {
+            unanswered,
+            version,
+        } = &mut c.phase
+        else {
+            return;
+        };
+        *unanswered = unanswered.saturating_sub(1);
+        let version = *version;
+        self.answer_at_once(conn, version, id, key, kind);
     }
 
     /// Writes the answer to a request of `conn` that is answered as soon as
     /// it is counted. Its count of unanswered requests stays as it was: the
     /// window admitted the request, so counting it up cannot saturate, and
-    /// the answer counts it back down.
-    fn answer_at_once(&mut self, conn: ConnId, id: u64, key: Atom<'_>, kind: AnswerKind) {
+    /// the answer counts it back down. A grant on a version 1 connection
+    /// says nothing of its wait (rule 3).
+    fn answer_at_once(
+        &mut self,
+        conn: ConnId,
+        version: Version,
+        id: u64,
+        key: Atom<'_>,
+        mut kind: AnswerKind,
+    ) {
+        if let AnswerKind::Granted { waited_ms, .. } = &mut kind {
+            if version == Version::V1 {
+                *waited_ms = None;
+            }
+        }
+        let s = &mut self.stats;
+        *match kind {
+            AnswerKind::Granted { .. } => &mut s.grants,
+            AnswerKind::TimedOut => &mut s.timed_out,
+            AnswerKind::Busy => &mut s.busy,
+            AnswerKind::Released => &mut s.releases,
+            AnswerKind::NotHeld => &mut s.not_held,
+            AnswerKind::Renewed { .. } => &mut s.renewals,
+            AnswerKind::Gone => &mut s.renewals_gone,
+        } += 1;
         ServerFrame::Answer(Answer { id, key, kind }).encode(self.output(conn));
     }
 
@@ -635,9 +858,13 @@ impl Server {
             (Some(Phase::Ready { .. }), ClientFrame::Hello { .. }) => {
                 Err(Farewell::Error(Reason::DuplicateHello))
             }
-            (Some(Phase::Ready { unanswered }), request) => {
-                self.on_request(conn, unanswered, request)
-            }
+            (
+                Some(Phase::Ready {
+                    unanswered,
+                    version,
+                }),
+                request,
+            ) => self.on_request(conn, unanswered, version, request),
         }
     }
 
@@ -648,9 +875,11 @@ impl Server {
         version: u64,
         credential: Atom<'_>,
     ) -> Result<(), Farewell> {
-        if version != VERSION {
-            return Err(Farewell::Error(Reason::UnsupportedVersion));
-        }
+        let version = match version {
+            1 => Version::V1,
+            2 => Version::V2,
+            _ => return Err(Farewell::Error(Reason::UnsupportedVersion)),
+        };
         if let Some(required) = &self.config.credential {
             if !same_secret(required, credential) {
                 return Err(Farewell::Error(Reason::AuthFailed));
@@ -683,7 +912,10 @@ impl Server {
             if let Phase::Hello { deadline } = c.phase {
                 self.hellos.remove(&(deadline, conn));
             }
-            c.phase = Phase::Ready { unanswered: 0 };
+            c.phase = Phase::Ready {
+                unanswered: 0,
+                version,
+            };
         }
         Ok(())
     }
@@ -705,8 +937,14 @@ impl Server {
         &mut self,
         conn: ConnId,
         unanswered: u64,
+        version: Version,
         request: ClientFrame<'_>,
     ) -> Result<(), Farewell> {
+        if version == Version::V1 && matches!(request, ClientFrame::Renew { .. }) {
+            // Version 1 has no renewal: a frame of an unknown kind, whatever
+            // the window.
+            return Err(Farewell::Error(Reason::BadFrame));
+        }
         let counted = unanswered.saturating_add(1);
         if counted > self.config.window {
             return Err(Farewell::Error(Reason::Window));
@@ -731,21 +969,24 @@ impl Server {
                     Acquired::Granted { token, lease_ms } => AnswerKind::Granted {
                         token,
                         lease_ms,
-                        waited_ms: None,
+                        waited_ms: Some(0),
                     },
                     Acquired::TimedOut => AnswerKind::TimedOut,
                     Acquired::Busy => AnswerKind::Busy,
                     Acquired::Queued => {
+                        let waiters = self.table.waiters() as u64;
+                        self.stats.max_waiters = self.stats.max_waiters.max(waiters);
                         // Unanswered until the table answers it.
                         if let Some(c) = self.conns.get_mut(&conn) {
                             c.phase = Phase::Ready {
                                 unanswered: counted,
+                                version,
                             };
                         }
                         return Ok(());
                     }
                 };
-                self.answer_at_once(conn, id, key, kind);
+                self.answer_at_once(conn, version, id, key, kind);
             }
             ClientFrame::Release { id, key, token } => {
                 let mut replies = mem::take(&mut self.replies);
@@ -757,13 +998,29 @@ impl Server {
                 } else {
                     AnswerKind::NotHeld
                 };
-                self.answer_at_once(conn, id, key, kind);
+                self.answer_at_once(conn, version, id, key, kind);
                 self.deliver(&mut replies);
                 self.replies = replies;
             }
+            ClientFrame::Renew {
+                id,
+                key,
+                token,
+                lease_ms,
+            } => {
+                let lease_ms =
+                    lease_ms.min(NonZeroU64::new(limits.max_lease_ms).unwrap_or(NonZeroU64::MIN));
+                let kind = match self.table.renew(self.now, conn, key, token, lease_ms) {
+                    Renewal::Renewed => AnswerKind::Renewed { token, lease_ms },
+                    Renewal::Reclaimed => {
+                        self.stats.reclaims += 1;
+                        AnswerKind::Renewed { token, lease_ms }
+                    }
+                    Renewal::Gone => AnswerKind::Gone,
+                };
+                self.answer_at_once(conn, version, id, key, kind);
+            }
             ClientFrame::Hello { .. } => return Err(Farewell::Error(Reason::DuplicateHello)),
-            // Version 1 has no renewal.
-            ClientFrame::Renew { .. } => return Err(Farewell::Error(Reason::BadFrame)),
         }
         Ok(())
     }

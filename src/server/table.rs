@@ -12,7 +12,11 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use siphasher::sip::SipHasher13;
 
+use core::time::Duration;
+
 use super::action::ConnId;
+use super::image::{ImageGrant, TableImage};
+use super::term::{self, EpochSource, MAX_EPOCH, TERM_GRANTS};
 use crate::names::Key;
 use crate::time::{millis, Time};
 use crate::wire::{AnswerKind, Atom};
@@ -56,20 +60,22 @@ pub struct Holder {
     /// The fencing token.
     pub token: u64,
     /// The lease given, in milliseconds (the one asked, capped by the
-    /// server's maximum).
+    /// server's maximum). A renewal moves `expires_at`, not this.
     pub lease_ms: NonZeroU64,
     /// When the grant was made; the lease started then.
     pub granted_at: Time,
     /// When the lease runs out and the key is freed, unless released first.
     pub expires_at: Time,
-    /// The connection the grant was made to, on the server that made it.
-    /// For diagnostics only: a grant is released by its token from any
-    /// connection, and outlives the connection it was made to.
+    /// The connection the grant was made to (or reclaimed by), on the
+    /// server that made it; `conn#0` for a grant read back from a table
+    /// image. For diagnostics only: a grant is released by its token from
+    /// any connection, and outlives the connection it was made to.
     pub conn: ConnId,
 }
 
-/// One key's state. A key is in the table only while it is held; an
-/// acquire waits only behind a holder, so a free key never has waiters.
+/// One key's state. A key is in the table only while it is held or waited
+/// for; a free key has waiters only while nothing is granted (a recovery
+/// grace, or a new epoch awaited).
 #[derive(Clone, Default)]
 struct Slot {
     grant: Option<Holder>,
@@ -85,6 +91,10 @@ struct Waiter {
     id: u64,
     key: Key,
     deadline: Time,
+    /// When it was queued: its grant says how long it waited.
+    since: Time,
+    /// The `wait_ms` it asked: what it waited is never said to be more.
+    wait_ms: u64,
     /// The lease it will get, already capped.
     lease_ms: NonZeroU64,
 }
@@ -118,12 +128,23 @@ pub(crate) struct Limits {
 pub(crate) enum Acquired {
     /// `G`: the key was free.
     Granted { token: u64, lease_ms: NonZeroU64 },
-    /// `T`: the key was held and `wait_ms` was 0.
+    /// `T`: the key was held (or nothing is granted yet) and `wait_ms` was 0.
     TimedOut,
     /// `B`: the key's queue or the server's waiters were at their limit.
     Busy,
     /// Waiting: answered later, by a [`Reply`].
     Queued,
+}
+
+/// What a renewal did (rule 9, and reclaiming in a recovery grace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Renewal {
+    /// The grant with that token lasts at least the lease from now.
+    Renewed,
+    /// A grant of an earlier epoch was reclaimed in the grace.
+    Reclaimed,
+    /// No grant of that key has that token.
+    Gone,
 }
 
 /// An answer to a waiting acquire, made later than its request: a grant
@@ -136,8 +157,60 @@ pub(crate) struct Reply {
     pub(crate) kind: AnswerKind,
 }
 
+/// The token counter of the term: `token = epoch * 2^22 + n`.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counter {
+    epoch: u64,
+    /// The `n` of the term's latest grant (0 before the first).
+    count: u64,
+    source: EpochSource,
+    /// A new epoch was asked of the driver and has not come: nothing is
+    /// granted meanwhile.
+    awaiting: bool,
+    /// The request for it is still to be handed out.
+    asked: bool,
+}
+
+impl Counter {
+    /// The next token, beginning a new term first when `n` would reach
+    /// 2^22; `None` while the driver is to give the new epoch (and, in May
+    /// 2109, for ever).
+    fn next(&mut self) -> Option<u64> {
+        if self.awaiting {
+            return None;
+        }
+        let n = self.count.saturating_add(1);
+        if n < TERM_GRANTS {
+            let token = term::token(self.epoch, n)?;
+            self.count = n;
+            return Some(token);
+        }
+        match self.source {
+            EpochSource::Core => {
+                let epoch = self.epoch.checked_add(1).filter(|&e| e <= MAX_EPOCH)?;
+                let token = term::token(epoch, 1)?;
+                self.epoch = epoch;
+                self.count = 1;
+                Some(token)
+            }
+            EpochSource::Driver => {
+                self.awaiting = true;
+                self.asked = true;
+                None
+            }
+        }
+    }
+
+    /// Every token given so far is at most this; every later one is greater.
+    fn last(&self) -> u64 {
+        // epoch <= MAX_EPOCH and count < 2^22: no overflow.
+        (self.epoch << term::COUNTER_BITS) | self.count
+    }
+}
+
 /// The lock table of a Ticketing service: every key's grant and wait
-/// queue, the timers that end leases and waits, and the token counter.
+/// queue, the timers that end leases and waits, the token counter and the
+/// term's recovery grace.
 ///
 /// A [`Server`](super::Server) keeps one and applies PROTOCOL.md section 4
 /// to it. The table is a value of its own so that leadership can move
@@ -145,18 +218,20 @@ pub(crate) struct Reply {
 /// replicated service would: [`Server::take_lock_table`](super::Server::take_lock_table)
 /// takes it out of the old leader and
 /// [`Server::install_lock_table`](super::Server::install_lock_table) puts
-/// it into the new one. Grants (token, lease, expiry) and the token counter
-/// travel; waiting acquires do not, because they belong to connections of
-/// the server they were queued on.
+/// it into the new one. Grants (token, lease, expiry), the token counter
+/// and a grace under way travel; waiting acquires do not, because they
+/// belong to connections of the server they were queued on.
 ///
-/// Tokens come from one counter for all keys, so every grant's token is
-/// greater than every earlier grant's, for one key and across keys.
+/// Tokens are `epoch * 2^22 + n` with `n` counting the term's grants from
+/// one counter for all keys, so every grant's token is greater than every
+/// earlier grant's, for one key and across keys (PROTOCOL.md 4.1).
 ///
 /// Timers fire in time order, each at its own time: a lease that ends at
 /// `t` grants the key's next waiter at `t`, whose lease then starts at `t`.
-/// At equal times lease expiries come before wait deadlines (so a waiter
-/// whose wait ends exactly when the key frees is granted, not timed out),
-/// expiries among themselves in token order and deadlines in arrival order.
+/// At equal times lease expiries come before the end of a grace, and both
+/// before wait deadlines (so a waiter whose wait ends exactly when the key
+/// frees is granted, not timed out), expiries among themselves in token
+/// order and deadlines in arrival order.
 #[derive(Clone, Default)]
 pub struct LockTable {
     /// Hashed, for speed: every request looks its key up. Nothing depends
@@ -167,8 +242,16 @@ pub struct LockTable {
     deadlines: BTreeSet<(Time, u64)>,
     /// The `Expiry` of every grant, with its key.
     expiries: BTreeMap<Expiry, Key>,
-    last_token: u64,
+    counter: Counter,
     next_seq: u64,
+    /// The end of the term's recovery grace: nothing is granted before it,
+    /// and holders of earlier epochs' grants may reclaim them.
+    grace_until: Option<Time>,
+    /// The greatest lease, in ms, that a grant in this table may have: the
+    /// greatest given, or carried from an earlier term.
+    max_lease_ms: u64,
+    /// Grants that ran out unreleased.
+    expired: u64,
 }
 
 impl LockTable {
@@ -179,11 +262,20 @@ impl LockTable {
     }
 
     /// An empty table hashing keys under the secret `hash_key`.
-    pub(crate) fn with_hash_key(hash_key: u128) -> LockTable {
+    pub(crate) fn with_hash_key(hash_key: u128, source: EpochSource) -> LockTable {
         LockTable {
             keys: HashMap::with_hasher(KeyHashing(hash_key)),
+            counter: Counter {
+                source,
+                ..Counter::default()
+            },
             ..LockTable::default()
         }
+    }
+
+    /// Grants that ran out unreleased.
+    pub fn expiries(&self) -> u64 {
+        self.expired
     }
 
     /// The current grant of `key`, if it is held.
@@ -212,20 +304,42 @@ impl LockTable {
         held.into_iter()
     }
 
-    /// The token of the latest grant (0 before the first). The next grant
-    /// gets a greater one.
+    /// The token counter: every token given so far (by this table's terms)
+    /// is at most this, and every later one is greater. It is the latest
+    /// grant's token, or `epoch * 2^22` before a term's first grant.
     pub fn last_token(&self) -> u64 {
-        self.last_token
+        self.counter.last()
     }
 
-    /// The earliest lease expiry or wait deadline.
+    /// The epoch of the table's term.
+    pub fn epoch(&self) -> u64 {
+        self.counter.epoch
+    }
+
+    /// When the term's recovery grace ends, while one is under way.
+    pub fn grace_until(&self) -> Option<Time> {
+        self.grace_until
+    }
+
+    /// The greatest lease, in milliseconds, that a grant in this table may
+    /// have: the greatest given, or carried from an earlier term.
+    pub fn max_lease_ms(&self) -> u64 {
+        self.max_lease_ms
+    }
+
+    /// The earliest lease expiry, end of grace or wait deadline.
     pub fn next_deadline(&self) -> Option<Time> {
         let expiry = self.expiries.keys().next().map(|e| e.at);
         let deadline = self.deadlines.first().map(|&(at, _)| at);
-        match (expiry, deadline) {
-            (Some(e), Some(d)) => Some(e.min(d)),
-            (e, d) => e.or(d),
-        }
+        [expiry, self.grace_until, deadline]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Whether nothing may be granted now: a grace, or a new epoch awaited.
+    fn holding(&self) -> bool {
+        self.grace_until.is_some() || self.counter.awaiting
     }
 
     /// Applies rule 2 to an acquire of `key` by request `id` on `conn`.
@@ -242,41 +356,62 @@ impl LockTable {
     ) -> Acquired {
         let lease_ms =
             lease_ms.min(NonZeroU64::new(limits.max_lease_ms).unwrap_or(NonZeroU64::MIN));
-        // A key is in the table only while it is held, so one lookup tells
-        // a free key (the usual case, granted at once: its name is needed
-        // then) from a held one.
-        let mut held = match self.keys.entry(KeyName(Key::from(key))) {
-            Entry::Vacant(vacant) => {
-                let (token, grant) = Self::new_grant(
-                    &mut self.last_token,
-                    &mut self.expiries,
-                    now,
-                    &vacant.key().0,
-                    conn,
-                    lease_ms,
-                );
-                vacant.insert(Slot {
-                    grant: Some(grant),
-                    queue: BTreeSet::new(),
-                });
-                return Acquired::Granted { token, lease_ms };
-            }
-            Entry::Occupied(held) => held,
-        };
-        debug_assert!(held.get().grant.is_some(), "a key in the table is held");
-        if wait_ms == 0 {
-            return Acquired::TimedOut;
-        }
-        if held.get().queue.len() >= limits.queue_limit || self.waiters.len() >= limits.max_waiters
-        {
-            return Acquired::Busy;
-        }
+        let holding = self.holding();
         let seq = self.next_seq;
+        // A key is in the table only while it is held or waited for, so
+        // one lookup tells a free key (the usual case, granted at once:
+        // its name is needed then) from the others.
+        let key = match self.keys.entry(KeyName(Key::from(key))) {
+            Entry::Vacant(vacant) => {
+                if !holding {
+                    if let Some(token) = self.counter.next() {
+                        let grant = Self::new_grant(
+                            &mut self.expiries,
+                            &mut self.max_lease_ms,
+                            token,
+                            now,
+                            &vacant.key().0,
+                            conn,
+                            lease_ms,
+                        );
+                        vacant.insert(Slot {
+                            grant: Some(grant),
+                            queue: BTreeSet::new(),
+                        });
+                        return Acquired::Granted { token, lease_ms };
+                    }
+                }
+                // Free, but nothing is granted now (a grace, or a new
+                // epoch awaited): it waits as behind a holder.
+                if wait_ms == 0 {
+                    return Acquired::TimedOut;
+                }
+                if limits.queue_limit == 0 || self.waiters.len() >= limits.max_waiters {
+                    return Acquired::Busy;
+                }
+                let key = vacant.key().0.clone();
+                vacant.insert(Slot {
+                    grant: None,
+                    queue: BTreeSet::from([seq]),
+                });
+                key
+            }
+            Entry::Occupied(mut held) => {
+                if wait_ms == 0 {
+                    return Acquired::TimedOut;
+                }
+                if held.get().queue.len() >= limits.queue_limit
+                    || self.waiters.len() >= limits.max_waiters
+                {
+                    return Acquired::Busy;
+                }
+                held.get_mut().queue.insert(seq);
+                // The table's own name of the key, shared.
+                held.key().0.clone()
+            }
+        };
         self.next_seq += 1;
         let deadline = now.saturating_add(millis(wait_ms));
-        held.get_mut().queue.insert(seq);
-        // The table's own name of the key, shared.
-        let key = held.key().0.clone();
         self.by_conn.insert((conn, seq));
         self.deadlines.insert((deadline, seq));
         self.waiters.insert(
@@ -286,6 +421,8 @@ impl LockTable {
                 id,
                 key,
                 deadline,
+                since: now,
+                wait_ms,
                 lease_ms,
             },
         );
@@ -323,48 +460,108 @@ impl LockTable {
         }
     }
 
-    /// Fires every timer due at or before `now`, in order, each at its own
-    /// time: expired leases free their keys and grant the next waiters,
-    /// waits that ran out are answered `T`.
-    pub(crate) fn advance(&mut self, now: Time, out: &mut Vec<Reply>) {
-        loop {
-            let expiry = self.expiries.keys().next().map(|e| e.at);
-            let deadline = self.deadlines.first().map(|&(at, _)| at);
-            let expiry_first = match (expiry, deadline) {
-                (Some(e), Some(d)) => e <= d,
-                (Some(_), None) => true,
-                (None, Some(_)) => false,
-                (None, None) => break,
-            };
-            if expiry_first {
-                let Some((expiry, key)) = self.expiries.pop_first() else {
-                    break;
-                };
-                let Expiry { at, token } = expiry;
-                if at > now {
-                    self.expiries.insert(expiry, key);
-                    break;
-                }
-                if let Some(slot) = self.keys.get_mut(key.as_str()) {
-                    if slot.grant.is_some_and(|g| g.token == token) {
-                        slot.grant = None;
+    /// Applies rule 9 to a renewal of `key`'s grant with `token` for
+    /// `lease_ms` (already capped) by `conn`; in a recovery grace, a token
+    /// of an earlier epoch reclaims the key (PROTOCOL.md 4.1).
+    pub(crate) fn renew(
+        &mut self,
+        now: Time,
+        conn: ConnId,
+        key: Atom<'_>,
+        token: u64,
+        lease_ms: NonZeroU64,
+    ) -> Renewal {
+        let end = now.saturating_add_millis(lease_ms.get());
+        let current = self.keys.get(key.as_str()).and_then(|slot| slot.grant);
+        match current {
+            Some(grant) if grant.token == token => {
+                if end > grant.expires_at {
+                    self.expiries.remove(&Expiry::of(&grant));
+                    let renewed = Holder {
+                        expires_at: end,
+                        ..grant
+                    };
+                    self.expiries.insert(Expiry::of(&renewed), Key::from(key));
+                    if let Some(slot) = self.keys.get_mut(key.as_str()) {
+                        slot.grant = Some(renewed);
                     }
                 }
-                self.promote(at, key.as_str(), out);
-            } else {
-                let Some(&(at, seq)) = self.deadlines.first() else {
-                    break;
-                };
-                if at > now {
-                    break;
+                Renewal::Renewed
+            }
+            _ if self.grace_until.is_none() || !self.is_earlier(token) => Renewal::Gone,
+            // A later reclaim of the key carried a greater token: that one
+            // is the later grant, the only one that can still be live.
+            Some(grant) if grant.token > token => Renewal::Gone,
+            earlier => {
+                if let Some(replaced) = earlier {
+                    self.expiries.remove(&Expiry::of(&replaced));
                 }
-                if let Some(waiter) = self.remove_waiter(seq) {
-                    out.push(Reply {
-                        conn: waiter.conn,
-                        id: waiter.id,
-                        key: waiter.key,
-                        kind: AnswerKind::TimedOut,
-                    });
+                let key = Key::from(key);
+                let grant = Self::new_grant(
+                    &mut self.expiries,
+                    &mut self.max_lease_ms,
+                    token,
+                    now,
+                    &key,
+                    conn,
+                    lease_ms,
+                );
+                self.keys.entry(KeyName(key)).or_default().grant = Some(grant);
+                Renewal::Reclaimed
+            }
+        }
+    }
+
+    /// Whether `token` could have been granted by an earlier term than
+    /// this table's.
+    fn is_earlier(&self, token: u64) -> bool {
+        term::count_of(token) != 0 && term::epoch_of(token) < self.counter.epoch
+    }
+
+    /// Fires every timer due at or before `now`, in order, each at its own
+    /// time: expired leases free their keys and grant the next waiters, the
+    /// end of a grace grants every key waited for, waits that ran out are
+    /// answered `T`.
+    pub(crate) fn advance(&mut self, now: Time, out: &mut Vec<Reply>) {
+        loop {
+            let expiry = self.expiries.keys().next().map(|e| (e.at, 0));
+            let grace = self.grace_until.map(|at| (at, 1));
+            let deadline = self.deadlines.first().map(|&(at, _)| (at, 2));
+            let Some((at, which)) = [expiry, grace, deadline].into_iter().flatten().min() else {
+                break;
+            };
+            if at > now {
+                break;
+            }
+            match which {
+                0 => {
+                    let Some((Expiry { token, .. }, key)) = self.expiries.pop_first() else {
+                        break;
+                    };
+                    if let Some(slot) = self.keys.get_mut(key.as_str()) {
+                        if slot.grant.is_some_and(|g| g.token == token) {
+                            slot.grant = None;
+                            self.expired += 1;
+                        }
+                    }
+                    self.promote(at, key.as_str(), out);
+                }
+                1 => {
+                    self.grace_until = None;
+                    self.promote_all(at, out);
+                }
+                _ => {
+                    let Some(&(_, seq)) = self.deadlines.first() else {
+                        break;
+                    };
+                    if let Some(waiter) = self.remove_waiter(seq) {
+                        out.push(Reply {
+                            conn: waiter.conn,
+                            id: waiter.id,
+                            key: waiter.key,
+                            kind: AnswerKind::TimedOut,
+                        });
+                    }
                 }
             }
         }
@@ -406,45 +603,168 @@ impl LockTable {
     /// An empty table that goes on from this one's token counter.
     pub(crate) fn successor(&self) -> LockTable {
         LockTable {
-            last_token: self.last_token,
+            counter: Counter {
+                awaiting: false,
+                asked: false,
+                ..self.counter
+            },
             next_seq: self.next_seq,
-            ..LockTable::with_hash_key(self.keys.hasher().0)
+            ..LockTable::with_hash_key(self.keys.hasher().0, self.counter.source)
         }
     }
 
-    /// Makes sure no later grant gets a token at or below `token`.
-    pub(crate) fn tokens_after(&mut self, token: u64) {
-        self.last_token = self.last_token.max(token);
+    /// Makes sure no later grant gets a token at or below `token`, and
+    /// takes `source` for the epochs of terms it begins by itself.
+    pub(crate) fn tokens_after(&mut self, token: u64, source: EpochSource) {
+        self.counter.source = source;
+        if token > self.counter.last() {
+            self.counter.epoch = term::epoch_of(token);
+            self.counter.count = term::count_of(token);
+        }
     }
 
-    /// Grants `key` to `holder` at `at`, returning the token.
-    fn grant(&mut self, at: Time, key: Key, holder: ConnId, lease_ms: NonZeroU64) -> u64 {
-        let (token, grant) = Self::new_grant(
-            &mut self.last_token,
-            &mut self.expiries,
-            at,
-            &key,
-            holder,
-            lease_ms,
-        );
-        self.keys.entry(KeyName(key)).or_default().grant = Some(grant);
-        token
+    /// Begins a term with `epoch` on this table: the table of the term
+    /// before it goes on (a new epoch at `n = 0`, no grace, a request for an
+    /// epoch answered). The epoch was checked.
+    pub(crate) fn begin_epoch(&mut self, now: Time, epoch: u64, out: &mut Vec<Reply>) {
+        self.counter.epoch = epoch;
+        self.counter.count = 0;
+        self.counter.awaiting = false;
+        self.counter.asked = false;
+        self.promote_all(now, out);
     }
 
-    /// A grant of `key` at `at` with the next token, its expiry set: the
-    /// token and the holder to put in the key's slot.
+    /// Whether the term's counter has granted.
+    pub(crate) fn has_granted(&self) -> bool {
+        self.counter.count > 0
+    }
+
+    /// Whether the driver has a new epoch to give, and after which one:
+    /// taken once.
+    pub(crate) fn take_epoch_request(&mut self) -> Option<u64> {
+        if self.counter.asked {
+            self.counter.asked = false;
+            Some(self.counter.epoch)
+        } else {
+            None
+        }
+    }
+
+    /// Whether a request for a new epoch is still to be handed out.
+    pub(crate) fn epoch_requested(&self) -> bool {
+        self.counter.asked
+    }
+
+    /// Whether the table waits for a new epoch from the driver.
+    pub(crate) fn awaiting_epoch(&self) -> bool {
+        self.counter.awaiting
+    }
+
+    /// An empty table for a term with `epoch` and a recovery grace until
+    /// `grace_until` (none if that is not after `now`), carrying the bound
+    /// on leases `max_lease_ms`.
+    pub(crate) fn recovered(
+        &self,
+        now: Time,
+        epoch: u64,
+        grace_until: Time,
+        max_lease_ms: u64,
+    ) -> LockTable {
+        let mut table = self.successor();
+        table.counter.epoch = epoch;
+        table.counter.count = 0;
+        table.grace_until = (grace_until > now).then_some(grace_until);
+        table.max_lease_ms = max_lease_ms;
+        table
+    }
+
+    /// A table for a term with `epoch` that goes on from `image`, each
+    /// lease shortened by `stopped`; leases that ran out meanwhile are
+    /// gone. Of two grants of one key (an image not made by a server), the
+    /// greater token stays.
+    pub(crate) fn resumed(
+        &self,
+        now: Time,
+        epoch: u64,
+        image: &TableImage,
+        stopped: Duration,
+    ) -> LockTable {
+        let stopped_ms = crate::time::duration_millis(stopped);
+        let grace_ms = image.grace_ms.saturating_sub(stopped_ms);
+        let grace_until = now.saturating_add_millis(grace_ms);
+        let mut table = self.recovered(now, epoch, grace_until, image.max_lease_ms);
+        for g in &image.grants {
+            let left = g.remaining_ms.saturating_sub(stopped_ms);
+            let Some(lease_ms) = NonZeroU64::new(left) else {
+                continue;
+            };
+            if table
+                .holder(g.key.as_str())
+                .is_some_and(|h| h.token > g.token)
+            {
+                continue;
+            }
+            if let Some(old) = table.holder(g.key.as_str()) {
+                table.expiries.remove(&Expiry::of(&old));
+            }
+            let grant = Self::new_grant(
+                &mut table.expiries,
+                &mut table.max_lease_ms,
+                g.token,
+                now,
+                &g.key,
+                ConnId(0),
+                lease_ms,
+            );
+            table.keys.entry(KeyName(g.key.clone())).or_default().grant = Some(grant);
+        }
+        table
+    }
+
+    /// The table written out at `now`: every grant with what is left of
+    /// its lease, the counter, the bound on leases, what is left of a
+    /// grace; `written_at` is the wall-clock time the driver gives.
+    pub(crate) fn image(&self, now: Time, written_at: Duration) -> TableImage {
+        let grants = self
+            .holders()
+            .filter_map(|(key, h)| {
+                // Rounded up: a lease is never cut short by the rounding.
+                let ns = h.expires_at.as_nanos().saturating_sub(now.as_nanos());
+                let remaining_ms = ns.div_ceil(1_000_000);
+                (remaining_ms > 0).then(|| ImageGrant {
+                    key: key.clone(),
+                    token: h.token,
+                    remaining_ms,
+                })
+            })
+            .collect();
+        TableImage {
+            epoch: self.counter.epoch,
+            count: self.counter.count,
+            max_lease_ms: self.max_lease_ms,
+            grace_ms: self.grace_until.map_or(0, |at| {
+                at.as_nanos()
+                    .saturating_sub(now.as_nanos())
+                    .div_ceil(1_000_000)
+            }),
+            written_at,
+            grants,
+        }
+    }
+
+    /// A grant of `key` with `token` at `at`, its expiry set: the holder to
+    /// put in the key's slot.
     fn new_grant(
-        last_token: &mut u64,
         expiries: &mut BTreeMap<Expiry, Key>,
+        max_lease_ms: &mut u64,
+        token: u64,
         at: Time,
         key: &Key,
         holder: ConnId,
         lease_ms: NonZeroU64,
-    ) -> (u64, Holder) {
-        // 2^64 grants cannot happen; saturate rather than wrap all the same.
-        *last_token = last_token.saturating_add(1);
-        let token = *last_token;
-        let expires_at = at.saturating_add(millis(lease_ms.get()));
+    ) -> Holder {
+        *max_lease_ms = (*max_lease_ms).max(lease_ms.get());
+        let expires_at = at.saturating_add_millis(lease_ms.get());
         let grant = Holder {
             token,
             lease_ms,
@@ -453,13 +773,13 @@ impl LockTable {
             conn: holder,
         };
         expiries.insert(Expiry::of(&grant), key.clone());
-        (token, grant)
+        grant
     }
 
-    /// If `key` is free: grants it to the head of its queue at `at`, or
-    /// forgets the key when nobody waits.
+    /// If `key` is free and grants may be made: grants it to the head of
+    /// its queue at `at`; forgets the key when nobody waits.
     fn promote(&mut self, at: Time, key: &str, out: &mut Vec<Reply>) {
-        let Some(slot) = self.keys.get_mut(key) else {
+        let Some(slot) = self.keys.get(key) else {
             return;
         };
         if slot.grant.is_some() {
@@ -469,10 +789,29 @@ impl LockTable {
             self.keys.remove(key);
             return;
         };
+        if self.holding() {
+            return;
+        }
+        let Some(token) = self.counter.next() else {
+            return;
+        };
         let Some(waiter) = self.remove_waiter(seq) else {
             return;
         };
-        let token = self.grant(at, waiter.key.clone(), waiter.conn, waiter.lease_ms);
+        let grant = Self::new_grant(
+            &mut self.expiries,
+            &mut self.max_lease_ms,
+            token,
+            at,
+            &waiter.key,
+            waiter.conn,
+            waiter.lease_ms,
+        );
+        self.keys
+            .entry(KeyName(waiter.key.clone()))
+            .or_default()
+            .grant = Some(grant);
+        let waited_ms = at.millis_since(waiter.since).min(waiter.wait_ms);
         out.push(Reply {
             conn: waiter.conn,
             id: waiter.id,
@@ -480,9 +819,24 @@ impl LockTable {
             kind: AnswerKind::Granted {
                 token,
                 lease_ms: waiter.lease_ms,
-                waited_ms: None,
+                waited_ms: Some(waited_ms),
             },
         });
+    }
+
+    /// Grants every free key that is waited for, first waiter first (the
+    /// end of a grace, a new epoch given).
+    fn promote_all(&mut self, at: Time, out: &mut Vec<Reply>) {
+        let mut free: Vec<(u64, Key)> = self
+            .keys
+            .iter()
+            .filter(|(_, slot)| slot.grant.is_none())
+            .filter_map(|(key, slot)| Some((*slot.queue.first()?, key.0.clone())))
+            .collect();
+        free.sort_unstable();
+        for (_, key) in free {
+            self.promote(at, key.as_str(), out);
+        }
     }
 
     /// Takes a waiter out of every index.
@@ -499,14 +853,29 @@ impl LockTable {
         Some(waiter)
     }
 
+    /// Sets the term's counter, as if `n` grants had been made.
+    #[cfg(test)]
+    pub(crate) fn set_count(&mut self, n: u64) {
+        self.counter.count = n;
+    }
+
     /// Checks that every index agrees with every other.
     #[cfg(test)]
     pub(crate) fn check(&self) {
         let mut queued = 0;
+        let mut held = 0;
         for (key, slot) in &self.keys {
-            assert!(slot.grant.is_some(), "{:?} is in the table but free", key.0);
-            let g = slot.grant.unwrap();
-            assert_eq!(self.expiries.get(&Expiry::of(&g)), Some(&key.0));
+            match slot.grant {
+                Some(g) => {
+                    held += 1;
+                    assert_eq!(self.expiries.get(&Expiry::of(&g)), Some(&key.0));
+                }
+                None => assert!(
+                    self.holding() && !slot.queue.is_empty(),
+                    "{:?} is in the table but free",
+                    key.0
+                ),
+            }
             for seq in &slot.queue {
                 let w = &self.waiters[seq];
                 assert_eq!(w.key, key.0);
@@ -518,16 +887,18 @@ impl LockTable {
         assert_eq!(queued, self.waiters.len());
         assert_eq!(self.by_conn.len(), self.waiters.len());
         assert_eq!(self.deadlines.len(), self.waiters.len());
-        assert_eq!(self.expiries.len(), self.keys.len());
+        assert_eq!(self.expiries.len(), held);
     }
 }
 
 impl fmt::Debug for LockTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockTable")
-            .field("held", &self.keys.len())
+            .field("held", &self.expiries.len())
             .field("waiters", &self.waiters.len())
-            .field("last_token", &self.last_token)
+            .field("epoch", &self.counter.epoch)
+            .field("last_token", &self.last_token())
+            .field("grace_until", &self.grace_until)
             .field("next_deadline", &self.next_deadline())
             .finish()
     }

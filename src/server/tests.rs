@@ -112,3 +112,71 @@ fn a_taken_table_leaves_a_counter_that_goes_on() {
     s.handle_bytes(Time::ZERO, b, b"H 1 b -\nA 1 k o 0 5\n");
     assert_eq!(drain(&mut s), [send(b, "W n1 4\nG 1 A k 2 5\n")]);
 }
+
+fn in_term(epochs: EpochSource, epoch: u64, count: u64) -> Server {
+    let mut config = Config::new(Name::new("n1").unwrap());
+    config.window = 4;
+    config.epochs = epochs;
+    let mut s = Server::new(config, Time::ZERO).unwrap();
+    s.begin_term(Time::ZERO, Term::First { epoch }).unwrap();
+    s.table.set_count(count);
+    s
+}
+
+#[test]
+fn a_term_about_to_reach_n_2_pow_22_begins_the_next_epoch_keeping_its_table() {
+    let mut s = in_term(EpochSource::Core, 40, TERM_GRANTS - 2);
+    let a = s.handle_accept(Time::ZERO);
+    s.handle_bytes(Time::ZERO, a, b"H 2 a -\nA 1 k o 0 50\nA 2 j o 0 50\n");
+    let (last, first) = (token(40, TERM_GRANTS - 1).unwrap(), token(41, 1).unwrap());
+    assert_eq!(
+        last + 2,
+        first,
+        "n = 2^22 is skipped: it is the next epoch's 0"
+    );
+    assert_eq!(
+        drain(&mut s),
+        [send(
+            a,
+            &format!("W n1 4\nG 1 A k {last} 50 0\nG 2 A j {first} 50 0\n")
+        )]
+    );
+    assert_eq!(s.epoch(), 41);
+    assert_eq!(s.holder("k").unwrap().token, last, "the table is kept");
+    assert_eq!(s.grace_until(), None);
+}
+
+#[test]
+fn a_driver_that_gives_epochs_is_asked_and_nothing_is_granted_meanwhile() {
+    let mut s = in_term(EpochSource::Driver, 40, TERM_GRANTS - 1);
+    let a = s.handle_accept(Time::ZERO);
+    s.handle_bytes(Time::ZERO, a, b"H 2 a -\nA 1 k o 100 50\nA 2 j o 0 50\n");
+    assert_eq!(s.poll_timeout(), Some(Time::ZERO), "an action is waiting");
+    assert_eq!(
+        drain(&mut s),
+        [
+            Action::NeedEpoch { after: 40 },
+            send(a, "W n1 4\nT 2 A j\n"),
+        ]
+    );
+    assert_eq!(s.holder("k"), None);
+    assert_eq!(s.queue_len("k"), 1, "it waits for the epoch");
+    let later = Time::from_millis(7);
+    assert_eq!(
+        s.begin_epoch(later, 40),
+        Err(TermError::EpochNotGreater {
+            epoch: 40,
+            current: 40
+        })
+    );
+    assert_eq!(s.begin_epoch(later, 1_000), Ok(()));
+    let first = token(1_000, 1).unwrap();
+    assert_eq!(drain(&mut s), [send(a, &format!("G 1 A k {first} 50 7\n"))]);
+    assert_eq!(s.begin_epoch(later, 2_000), Err(TermError::NotAsked));
+    s.handle_bytes(later, a, b"A 3 z o 0 50\n");
+    let second = token(1_000, 2).unwrap();
+    assert_eq!(
+        drain(&mut s),
+        [send(a, &format!("G 3 A z {second} 50 0\n"))]
+    );
+}

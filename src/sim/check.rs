@@ -6,7 +6,10 @@
 //!
 //! * the ground truth of the cluster's grants: every `G` a cluster node
 //!   wrote (its token, key, lease end, and the operation whose request it
-//!   answers) and every `D` (when the grant was released);
+//!   answers), every `G` to a renewal (a later lease end; in a recovery
+//!   grace, a grant the cluster holds again), every `D` (when the grant
+//!   was released), and every lock table lost with a leader that crashed
+//!   (its grants no longer held by the cluster);
 //! * the grants the embedders hold, for mutual exclusion, and the fenced
 //!   resources;
 //! * every operation's deadline, and every shutdown's;
@@ -109,6 +112,30 @@ impl Ledger {
     pub(super) fn released(&mut self, key: &Key, token: u64, at: Time) {
         if let Some(t) = self.grants.get_mut(&token) {
             if &t.key == key && t.released_at.is_none() {
+                t.released_at = Some(at);
+            }
+        }
+    }
+
+    /// A cluster node renewed `(key, token)` until `expires_at` at least
+    /// (extend-only), or, in a recovery grace, reclaimed it: the cluster
+    /// holds it again, the table it was lost with or not.
+    pub(super) fn renewed(&mut self, key: &Key, token: u64, expires_at: Time) {
+        if let Some(t) = self.grants.get_mut(&token) {
+            if &t.key == key {
+                t.expires_at = t.expires_at.max(expires_at);
+                t.released_at = None;
+            }
+        }
+    }
+
+    /// The cluster's lock table was lost at `at` (a leader crashed without
+    /// handing it over): no server holds its grants from then on. The
+    /// embedders may still hold them, until their own expiry: that is what
+    /// the recovery grace of the next leader protects.
+    pub(super) fn table_lost(&mut self, at: Time) {
+        for t in self.grants.values_mut() {
+            if t.released_at.is_none() && t.expires_at > at {
                 t.released_at = Some(at);
             }
         }

@@ -20,7 +20,7 @@ use super::net::Target;
 use super::{millis_between, FaultKind, SimConfig};
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
-use crate::server::{Action, Config, Holder, LockTable, Role, Server};
+use crate::server::{Action, Config, Holder, LockTable, Role, Server, Term};
 use crate::time::Time;
 
 /// The index the impostor goes by where nodes are numbered.
@@ -60,6 +60,8 @@ pub(super) enum Effect {
     },
     /// A fault happened.
     Fault(FaultKind),
+    /// The lock table was lost: no server holds its grants any more.
+    TableLost,
     /// A line for the log.
     Note(String),
 }
@@ -98,6 +100,13 @@ pub(super) struct Cluster {
     impostor_addr: Endpoint,
     leader: Option<usize>,
     transit: Option<LockTable>,
+    /// No node leads and the lock table was lost with the leader that
+    /// crashed, whose term had this epoch: the next leader begins a term
+    /// without it, with a recovery grace.
+    lost: Option<u64>,
+    /// The sabotage `no-grace`: that term begins as if it had the table.
+    #[cfg(feature = "sabotage")]
+    no_grace: bool,
     template: Config,
     rng: Rng,
     /// A new leader starts with an empty table (the broken cluster of the
@@ -132,6 +141,9 @@ impl Cluster {
             impostor_addr: Endpoint::new("rogue:6666").expect("an address"),
             leader: Some(0),
             transit: None,
+            lost: None,
+            #[cfg(feature = "sabotage")]
+            no_grace: sim.sabotage == Some(super::Sabotage::NoGrace),
             template: template.clone(),
             rng,
             forget_lock_table: sim.forget_lock_table,
@@ -214,7 +226,8 @@ impl Cluster {
                 .all(|n| n.server.is_some() && n.active && !n.bad_credential)
     }
 
-    /// A grant still in the cluster's lock table, if any.
+    /// A grant still in the cluster's lock table, if any (none while it is
+    /// lost).
     pub(super) fn holder_left(&self) -> Option<(Key, Holder)> {
         let table = match self.leader {
             Some(l) => self.nodes[l].server.as_ref().map(Server::lock_table),
@@ -301,7 +314,8 @@ impl Cluster {
             | FaultKind::Refused
             | FaultKind::Restart
             | FaultKind::Partition
-            | FaultKind::Busy => unreachable!("not a fault of the cluster's"),
+            | FaultKind::Busy
+            | FaultKind::LostTable => unreachable!("not a fault of the cluster's"),
         }
     }
 
@@ -377,15 +391,29 @@ impl Cluster {
     }
 
     /// Node `n` crashes: its connections are reset, or, `silent`, go dead;
-    /// a leader's lock table survives it (replicated), and a new leader is
-    /// elected after a gap. It restarts later.
+    /// a leader's lock table survives it (replicated), or half the time is
+    /// lost with it (no handover); a new leader is elected after a gap. It
+    /// restarts later.
     fn crash(&mut self, n: usize, silent: bool, now: Time, out: &mut Vec<Effect>) {
         let Some(mut server) = self.nodes[n].server.take() else {
             return;
         };
         if self.leader == Some(n) {
             // What the crashed node would have sent is lost with it.
-            self.transit = Some(server.take_lock_table(now));
+            let table = server.take_lock_table(now);
+            if self.rng.chance(1, 2) {
+                self.note(out, || {
+                    format!(
+                        "n{n} crashed without handing over its table (epoch {})",
+                        table.epoch()
+                    )
+                });
+                out.push(Effect::Fault(FaultKind::LostTable));
+                out.push(Effect::TableLost);
+                self.lost = Some(table.epoch());
+            } else {
+                self.transit = Some(table);
+            }
             self.leader = None;
             self.leaderless(now, out);
         }
@@ -477,21 +505,38 @@ impl Cluster {
         node.server.is_some() && node.active
     }
 
-    /// Makes `new` the leader with the lock table in transit, and tells
-    /// every other active node.
+    /// Makes `new` the leader with the lock table in transit (or, if it
+    /// was lost, with a new term and a recovery grace), and tells every
+    /// other active node.
     fn install_leader(&mut self, new: usize, now: Time, out: &mut Vec<Effect>) {
         self.note(out, || format!("n{new} leads"));
-        let mut table = self
-            .transit
-            .take()
-            .expect("without a leader the table is in transit");
-        if self.forget_lock_table {
+        let term = self.lost.take().map(|epoch| self.term_after_loss(epoch));
+        let transit = self.transit.take();
+        let forget = self.forget_lock_table;
+        let server = self.server_mut(new).expect("candidates are up");
+        match (term, transit) {
+            (Some(term), _) => {
+                // Its epoch is above every epoch either table granted in.
+                let term = match term {
+                    Term::Recovered { epoch, max_lease } => Term::Recovered {
+                        epoch: epoch.max(server.epoch().saturating_add(1)),
+                        max_lease,
+                    },
+                    Term::First { epoch } => Term::First {
+                        epoch: epoch.max(server.epoch().saturating_add(1)),
+                    },
+                    other => other,
+                };
+                server
+                    .begin_term(now, term)
+                    .expect("a later epoch, far below 2109");
+            }
             // The broken cluster of the checks' own test: the grants and
             // the token counter are lost.
-            table = LockTable::new();
+            (None, Some(_)) if forget => server.install_lock_table(now, LockTable::new()),
+            (None, Some(table)) => server.install_lock_table(now, table),
+            (None, None) => unreachable!("without a leader the table is in transit or lost"),
         }
-        let server = self.server_mut(new).expect("candidates are up");
-        server.install_lock_table(now, table);
         server.set_role(now, Role::Leader);
         self.leader = Some(new);
         self.drain(new, out);
@@ -564,6 +609,23 @@ impl Cluster {
             config.credential = Some(Name::new("rotated").expect("an atom"));
         }
         Server::new(config, now).expect("the simulator's configs are valid")
+    }
+
+    /// The term a leader begins after the table was lost with a leader of
+    /// `epoch`: a later epoch, and a recovery grace of the longest lease
+    /// plus the margin, so that every grant the lost table held has run
+    /// out before any key is granted again (clients of version 1 cannot
+    /// reclaim; renewing clients will).
+    fn term_after_loss(&self, epoch: u64) -> Term {
+        let epoch = epoch.saturating_add(1);
+        #[cfg(feature = "sabotage")]
+        if self.no_grace {
+            return super::sabotage::as_if_handed_the_table(epoch);
+        }
+        Term::Recovered {
+            epoch,
+            max_lease: self.template.max_lease,
+        }
     }
 
     /// The role of a node that is up, active and does not lead.

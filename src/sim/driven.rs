@@ -47,7 +47,7 @@ impl Driven {
         now: Time,
     ) -> Driven {
         #[cfg(feature = "sabotage")]
-        if let Some(sabotage) = sim.sabotage {
+        if let Some(sabotage) = sim.sabotage.filter(|s| !s.breaks_the_server()) {
             let bad = BadClient::new(sabotage, config, hintable, now);
             return Driven::Bad(bad.expect("the simulator's configs are valid"));
         }

@@ -16,7 +16,7 @@
 //! # One seeded run
 //!
 //! A run ([`run`]) draws everything from its seed, with an
-//! [`Rng`](crate::rng::Rng) seeded with it and the generators it seeds for
+//! [`Rng`] seeded with it and the generators it seeds for
 //! the cluster and the workload: the cluster's settings (window, queue
 //! limits, longest lease, credential), each client's settings (endpoints and
 //! allowlist, reserved slots, cancel and busy policies, answer grace), the
@@ -40,7 +40,9 @@
 //! (short ones delay the bytes, long ones cut the connections); leadership
 //! moving, the old leader sending `M <new>` or `E no_leader` or just
 //! vanishing, with the lock table and the token counter carried to the new
-//! leader as a correctly replicated service would; `L` hints, some naming
+//! leader as a correctly replicated service would, or (half the times a
+//! leader crashes) lost with it, the next leader then beginning a term of
+//! a later epoch with a recovery grace (PROTOCOL.md 4.1); `L` hints, some naming
 //! an impostor outside every allowlist; windows of `E not_active`;
 //! credentials refused for a while; and `B` answers under tight queue
 //! limits.
@@ -94,7 +96,10 @@
 //! orphan release, or takes hints from any address (`sabotage.rs` says how
 //! each works). The checks see what the bad client does on the simulated
 //! wire and what it tells the workload, never what it shows the core, and
-//! hold it to the configuration the seed drew. `tests/sim.rs` shows each one
+//! hold it to the configuration the seed drew. One sabotage breaks a rule
+//! of the server's instead, with honest clients: `no-grace` starts the term
+//! of a leader elected after the lock table was lost as if it had been
+//! handed the table, with no recovery grace. `tests/sim.rs` shows each one
 //! caught, and within how many seeds; a hidden
 //! `SimConfig::forget_lock_table` does the same for the global checks, with
 //! a cluster whose new leader starts with an empty table.
@@ -371,11 +376,14 @@ pub enum FaultKind {
     AuthRefused,
     /// A `B` answer, under tight queue limits.
     Busy,
+    /// A crashed leader's lock table was lost with it (no handover): the
+    /// next leader began a term with a recovery grace.
+    LostTable,
 }
 
 impl FaultKind {
     /// Every kind, in the order reports list them.
-    pub const ALL: [FaultKind; 14] = [
+    pub const ALL: [FaultKind; 15] = [
         FaultKind::Latency,
         FaultKind::Split,
         FaultKind::Reset,
@@ -390,6 +398,7 @@ impl FaultKind {
         FaultKind::NotActive,
         FaultKind::AuthRefused,
         FaultKind::Busy,
+        FaultKind::LostTable,
     ];
 
     /// A short name, as reports print it.
@@ -409,6 +418,7 @@ impl FaultKind {
             FaultKind::NotActive => "not_active",
             FaultKind::AuthRefused => "auth_refused",
             FaultKind::Busy => "busy",
+            FaultKind::LostTable => "lost_table",
         }
     }
 
@@ -422,7 +432,7 @@ impl FaultKind {
 
 /// How many faults of each kind were injected.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Faults([u64; 14]);
+pub struct Faults([u64; 15]);
 
 impl Faults {
     /// The count of `kind`.

@@ -49,6 +49,8 @@ pub(super) enum Request {
     Acquire { op: Option<OpId> },
     /// A release of `(key, token)`.
     Release { key: Key, token: u64 },
+    /// A renewal of `(key, token)` (protocol version 2).
+    Renew { key: Key, token: u64 },
 }
 
 /// One connection.

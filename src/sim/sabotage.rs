@@ -16,6 +16,7 @@
 //! | `use-reserved-slot` | bytes in | shows the core a window larger by the reserved slots | acquires never exceed `window - reserved` (invariant 4) |
 //! | `drop-orphan-release` | actions out | drops the `R` of every release it announces for an orphaned grant | a grant nobody claims is released by its exact token (invariant 5) |
 //! | `any-hint` | configuration | allowlists every address the simulation may hint, the impostor's included | leader hints are followed only to allowlisted addresses |
+//! | `no-grace` | the cluster | a leader elected after the lock table was lost begins its term as if it had been handed it: no recovery grace ([`as_if_handed_the_table`]) | a term begun without the table grants nothing until every earlier grant has run out or been reclaimed (PROTOCOL.md 4.1, invariant 8) |
 //!
 //! The checks keep the honest configuration: the world gives each checker,
 //! and its allowlist check, the configuration the workload drew, not the
@@ -33,6 +34,7 @@ use crate::client::{
     Action, Client, Config, ConfigError, ConnId, Error, Event, Grant, OpId, Outcome, TransportEnd,
 };
 use crate::names::{Endpoint, Key, Name};
+use crate::server::Term;
 use crate::time::Time;
 use crate::wire::{ClientFrame, Op, ServerFrame, Window, MAX_FRAME};
 
@@ -59,16 +61,22 @@ pub enum Sabotage {
     /// Take hints from any address: the core's allowlist holds every address
     /// the simulation may hint, the impostor's included.
     AnyHint,
+    /// Not a client rule but the server's (PROTOCOL.md 4.1): a leader
+    /// elected after the lock table was lost begins its term as if it had
+    /// been handed the table, with no recovery grace. The clients are
+    /// honest.
+    NoGrace,
 }
 
 impl Sabotage {
     /// Every sabotage.
-    pub const ALL: [Sabotage; 5] = [
+    pub const ALL: [Sabotage; 6] = [
         Sabotage::MatchByArrival,
         Sabotage::ResendAfterClose,
         Sabotage::UseReservedSlot,
         Sabotage::DropOrphanRelease,
         Sabotage::AnyHint,
+        Sabotage::NoGrace,
     ];
 
     /// Its name on the command line (`ticketing sim --sabotage NAME`).
@@ -79,7 +87,14 @@ impl Sabotage {
             Sabotage::UseReservedSlot => "use-reserved-slot",
             Sabotage::DropOrphanRelease => "drop-orphan-release",
             Sabotage::AnyHint => "any-hint",
+            Sabotage::NoGrace => "no-grace",
         }
+    }
+
+    /// Whether it breaks a rule of the server's (the clients are honest)
+    /// rather than a client's.
+    pub fn breaks_the_server(self) -> bool {
+        matches!(self, Sabotage::NoGrace)
     }
 }
 
@@ -116,6 +131,13 @@ impl fmt::Display for UnknownSabotage {
 }
 
 impl std::error::Error for UnknownSabotage {}
+
+/// The term that [`Sabotage::NoGrace`] begins after the lock table was
+/// lost: one of a later epoch, as if the table had been handed over (empty,
+/// since it was not), with no recovery grace.
+pub(super) fn as_if_handed_the_table(epoch: u64) -> Term {
+    Term::First { epoch }
+}
 
 /// A client core inside a wrapper that breaks one rule. It offers the part
 /// of the core's interface that the simulator drives, and passes every call
@@ -154,6 +176,8 @@ impl BadClient {
                 }
                 Box::new(AnyHint)
             }
+            // The server's sabotage: the client is honest.
+            Sabotage::NoGrace => Box::new(AnyHint),
         };
         Ok(BadClient {
             core: Client::new(config, now)?,

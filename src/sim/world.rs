@@ -578,13 +578,17 @@ impl World {
                     key,
                     token,
                 }) => {
-                    found.push((
-                        rid,
-                        Request::Release {
-                            key: Key::from(key),
-                            token,
-                        },
-                    ));
+                    let key = Key::from(key);
+                    found.push((rid, Request::Release { key, token }));
+                }
+                Ok(ClientFrame::Renew {
+                    id: rid,
+                    key,
+                    token,
+                    ..
+                }) => {
+                    let key = Key::from(key);
+                    found.push((rid, Request::Renew { key, token }));
                 }
                 _ => {}
             }
@@ -633,6 +637,9 @@ impl World {
                 }
                 self.reap(id);
             }
+            // The simulator's cores take their epochs themselves
+            // (`EpochSource::Core`): they never ask.
+            ServerAction::NeedEpoch { .. } => {}
         }
     }
 
@@ -790,6 +797,12 @@ impl World {
                 }
                 (AnswerKind::Released, Some(Request::Release { key, token })) => {
                     self.ledger.released(&key, token, self.now);
+                }
+                (AnswerKind::Renewed { lease_ms, .. }, Some(Request::Renew { key, token })) => {
+                    let expires_at = self
+                        .now
+                        .saturating_add(Duration::from_millis(lease_ms.get()));
+                    self.ledger.renewed(&key, token, expires_at);
                 }
                 (AnswerKind::Busy, _) => self.faults.bump(FaultKind::Busy),
                 _ => {}
@@ -997,6 +1010,7 @@ impl World {
                     ending,
                 } => self.connections_gone(node, instance, ending),
                 cluster::Effect::Fault(kind) => self.faults.bump(kind),
+                cluster::Effect::TableLost => self.ledger.table_lost(self.now),
                 cluster::Effect::Note(line) => self.note(|| line),
             }
         }

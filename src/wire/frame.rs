@@ -8,7 +8,7 @@ use bytes::BytesMut;
 use super::atom::{Addr, Atom};
 
 /// The protocol version this crate's client speaks.
-pub const VERSION: u64 = 1;
+pub const VERSION: u64 = 2;
 
 /// The op an answer answers: `A` (acquire), `R` (release) or `X` (renew).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -3,7 +3,8 @@
 //! - [`Serve`]: `ticketing serve --listen 127.0.0.1:0` as a child process;
 //!   its address is read from the `listening on ADDR` line on stderr; it is
 //!   killed when dropped.
-//! - [`Raw`]: a raw TCP connection speaking the wire protocol line by line.
+//! - [`Raw`]: a raw TCP connection speaking the wire protocol line by line
+//!   (version 1, or version 2 with `hello_v2`).
 //! - [`Client`]: `ticketing client` as a coprocess: commands to its stdin,
 //!   JSON lines from its stdout.
 //! - [`Fake`]: a scripted server, for what the reference server never does.
@@ -63,6 +64,13 @@ pub fn status_kb(pid: u32, field: &str) -> u64 {
         .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|rest| rest.trim().strip_suffix("kB")?.trim().parse().ok())
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{status}"))
+}
+
+/// A loopback address with a port the OS just handed out, free again (for
+/// a process that must be told its port before it starts).
+pub fn free_addr() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+    listener.local_addr().expect("local addr").to_string()
 }
 
 /// An address nobody listens on: a port the OS just handed out, closed
@@ -176,9 +184,14 @@ impl Serve {
     /// The same, with `configure` applied to the command first (to set
     /// resource limits, say).
     pub fn start_with(extra: &[&str], configure: impl FnOnce(&mut Command)) -> Serve {
+        Serve::start_on("127.0.0.1:0", extra, configure)
+    }
+
+    /// The same, listening on `listen`.
+    pub fn start_on(listen: &str, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Serve {
         let mut command = Command::new(BIN);
         command
-            .args(["serve", "--listen", "127.0.0.1:0"])
+            .args(["serve", "--listen", listen])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -357,6 +370,39 @@ impl Raw {
             fields[4].parse().expect("token"),
             fields[5].parse().expect("lease"),
         )
+    }
+
+    /// `H 2 test -` (protocol version 2); expects `W`.
+    pub fn hello_v2(&mut self) {
+        self.send("H 2 test -\n");
+        let w = self.line("W after H 2");
+        assert!(
+            w.starts_with("W "),
+            "expected `W <node> <window>`, got {w:?}"
+        );
+    }
+
+    /// Reads a version 2 grant `G id A key <token> <lease> <waited>` of
+    /// request `id`; returns (token, waited_ms).
+    pub fn granted_v2(&mut self, id: u64, key: &str) -> (u64, u64) {
+        let g = self.line("G");
+        let fields: Vec<&str> = g.split(' ').collect();
+        let prefix = format!("G {id} A {key} ");
+        assert!(
+            g.starts_with(&prefix) && fields.len() == 7,
+            "expected `{prefix}<token> <lease> <waited>`, got {g:?}"
+        );
+        (
+            fields[4].parse().expect("token"),
+            fields[6].parse().expect("waited"),
+        )
+    }
+
+    /// Sends `A id key owner wait lease` on a version 2 connection; expects
+    /// `G` at once, returns its token.
+    pub fn grant_v2(&mut self, id: u64, key: &str, wait_ms: u64, lease_ms: u64) -> u64 {
+        self.send(&format!("A {id} {key} test {wait_ms} {lease_ms}\n"));
+        self.granted_v2(id, key).0
     }
 
     /// Half-closes the writing side.

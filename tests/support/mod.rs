@@ -135,7 +135,7 @@ impl Harness {
     /// <window>`. Returns the connection.
     pub fn ready(&mut self, window: u64) -> ConnId {
         let conn = self.connect();
-        assert_eq!(self.take_sent(), "H 1 c1 -\n");
+        assert_eq!(self.take_sent(), "H 2 c1 -\n");
         self.feed(&format!("W node-1 {window}\n"));
         conn
     }
@@ -184,15 +184,114 @@ impl Harness {
     }
 }
 
+impl Harness {
+    /// Acquires `key` with owner `o`, renewed automatically once granted,
+    /// for at most `limit_ms` of holding (`None`: no limit).
+    pub fn acquire_renewing(
+        &mut self,
+        key_: &str,
+        wait_ms: u64,
+        lease_ms: u64,
+        limit_ms: Option<u64>,
+    ) -> OpId {
+        let op = self
+            .client
+            .acquire_renewing(
+                self.now,
+                key(key_),
+                name("o"),
+                ms(wait_ms),
+                ms(lease_ms),
+                limit_ms.map(ms),
+            )
+            .expect("accepted");
+        self.pump();
+        op
+    }
+
+    /// The grant of `op`, answered now by `answer`: checks that it is the
+    /// one outcome among the events, and keeps the other events.
+    pub fn granted_by(&mut self, op: OpId, answer: &str) -> ticketing::client::Grant {
+        self.feed(answer);
+        let events = std::mem::take(&mut self.events);
+        let mut grant = None;
+        for event in events {
+            match event {
+                Event::Outcome {
+                    op: done,
+                    outcome: Outcome::Granted(g),
+                } if done == op => grant = Some(g),
+                Event::Outcome { .. } => panic!("another outcome: {event:?}"),
+                other => self.events.push(other),
+            }
+        }
+        grant.expect("granted")
+    }
+
+    /// Renews `grant` once now (the command must be accepted), and drains.
+    pub fn renew(&mut self, grant: &ticketing::client::Grant, lease_ms: Option<u64>) {
+        self.client
+            .renew(self.now, grant, lease_ms.map(ms))
+            .expect("accepted");
+        self.pump();
+    }
+}
+
 // ----- Appended for tests/rules_lane.rs, tests/rules_operations.rs and
 // ----- tests/cut_points.rs.
 
 /// The grant inside a `Granted` outcome; panics on any other outcome.
-pub fn grant_of(outcome: &Outcome) -> ticketing::client::Grant {
+pub fn granted(outcome: &Outcome) -> &ticketing::client::Grant {
     match outcome {
-        Outcome::Granted(grant) => grant.clone(),
+        Outcome::Granted(grant) => grant,
         other => panic!("expected Granted, got {other:?}"),
     }
+}
+
+/// A copy of the grant inside a `Granted` outcome.
+pub fn grant_of(outcome: &Outcome) -> ticketing::client::Grant {
+    granted(outcome).clone()
+}
+
+/// `Indeterminate` as PROTOCOL.md defines its bound: the moment the client
+/// gave up, plus `wait_ms`, plus `lease_ms`, plus the settle margin (1 s by
+/// default).
+pub fn indeterminate(gave_up: Time, wait_ms: u64, lease_ms: u64) -> Outcome {
+    Outcome::Indeterminate {
+        settles_by: gave_up.saturating_add(ms(wait_ms + lease_ms + 1_000)),
+    }
+}
+
+/// A harness made with `config` whose first connection (to its first
+/// endpoint) is ready with `window`, at t=0, with its start-up events
+/// dropped.
+pub fn ready_with(config: Config, window: u64) -> (Harness, ConnId) {
+    let mut h = Harness::new(config);
+    let conn = h.ready(window);
+    h.take_events();
+    (h, conn)
+}
+
+/// The connections opened by `Connect` actions from `actions[from..]`.
+pub fn connects(h: &Harness, from: usize) -> Vec<(ConnId, Endpoint)> {
+    h.actions[from..]
+        .iter()
+        .filter_map(|a| match a {
+            Action::Connect { conn, addr } => Some((*conn, addr.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The connections closed by `Close` actions from `actions[from..]`.
+pub fn close_actions(h: &Harness, from: usize) -> Vec<ConnId> {
+    h.actions[from..]
+        .iter()
+        .filter_map(|a| match a {
+            Action::Close { conn } => Some(*conn),
+            _ => None,
+        })
+        .collect()
 }
 
 impl Harness {
@@ -253,13 +352,17 @@ impl Harness {
 
     /// Every `Close` action handed out so far.
     pub fn closes(&self) -> Vec<ConnId> {
-        self.actions
-            .iter()
-            .filter_map(|a| match a {
-                Action::Close { conn } => Some(*conn),
-                _ => None,
-            })
-            .collect()
+        close_actions(self, 0)
+    }
+
+    /// Jumps through deadlines until the client hands out a new `Connect`,
+    /// then accepts it with `W node-1 <window>`.
+    pub fn reconnect(&mut self, window: u64) {
+        let before = self.last_connect().map(|(c, _)| c);
+        while self.last_connect().map(|(c, _)| c) == before {
+            self.next_deadline();
+        }
+        self.ready(window);
     }
 
     /// Every byte sent so far, across connections, from the recorded actions

@@ -3,9 +3,12 @@
 //! Two reference servers on free loopback ports (one leads, one follows),
 //! many clients over real TCP contending for a few keys, each grant
 //! writing to a resource that refuses writes with an older fencing token.
-//! Mid-run every connection is cut, and later leadership moves to the other
-//! node with the lock table carried over. The run ends with a table and
-//! exits non-zero if any safety check failed.
+//! Mid-run every connection is cut; later leadership moves to the other
+//! node with the lock table carried over; later still that leader crashes
+//! without handing the table over, and the first node leads again from a
+//! new term with a recovery grace (PROTOCOL.md 4.1): nothing is granted
+//! until every grant of the lost table has run out. The run ends with a
+//! table and exits non-zero if any safety check failed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::error::Error;
@@ -17,10 +20,13 @@ use std::time::{Duration, Instant};
 use clap::Args as ClapArgs;
 use ticketing::client::{CancelPolicy, Config, Event, Grant, Outcome, ReleaseResult};
 use ticketing::rng::Rng;
-use ticketing::server::{self, Role, Server};
+use ticketing::server::{self, Role, Server, Term};
 use ticketing::tokio::Handle;
 use ticketing::{Endpoint, Key, Name, Time};
 use tokio::net::TcpListener;
+
+/// The longest lease the demo's servers give (the workers ask 0.5 to 1.5 s).
+const MAX_LEASE: Duration = Duration::from_millis(1_500);
 
 /// Options of `ticketing demo`.
 #[derive(ClapArgs)]
@@ -161,7 +167,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         let mut config = server::Config::new(Name::new(name)?);
         config.role = role;
         config.queue_limit = 64;
-        config.max_lease = Duration::from_secs(10);
+        // The workers' leases are at most 1.5 s: a grace is 1.8 s.
+        config.max_lease = MAX_LEASE;
+        config.grace_margin = Duration::from_millis(300);
         Ok(Server::new(config, Time::ZERO)?)
     };
     let server_a =
@@ -237,19 +245,20 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         handles.push(handle);
     }
 
-    // The timeline: cut every connection at a third, move leadership at
-    // two thirds, report progress twice a second.
+    // The timeline: cut every connection at a fifth, move leadership at
+    // two fifths, crash the new leader at half time, report progress twice
+    // a second.
     let started = Instant::now();
-    let (mut cut, mut moved) = (false, false);
+    let (mut cut, mut moved, mut crashed) = (false, false, false);
     while Instant::now() < stop_at {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let elapsed = started.elapsed().as_secs_f64();
-        if !cut && elapsed >= args.secs / 3.0 {
+        if !cut && elapsed >= args.secs / 5.0 {
             cut = true;
             server_a.drop_connections();
             println!("[{elapsed:4.1}s] every connection to node-a cut mid-flight");
         }
-        if !moved && elapsed >= 2.0 * args.secs / 3.0 {
+        if !moved && elapsed >= 2.0 * args.secs / 5.0 {
             moved = true;
             server_b.set_role(Role::NotActive);
             server_a.set_role(Role::Follower {
@@ -259,6 +268,30 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             server_b.install_lock_table(table);
             server_b.set_role(Role::Leader);
             println!("[{elapsed:4.1}s] leadership moved to node-b, lock table carried over");
+        }
+        if moved && !crashed && elapsed >= args.secs / 2.0 {
+            crashed = true;
+            // node-b's clients lose it at once, and its table is lost with
+            // it: node-a leads from a term of a later epoch, with a grace.
+            server_b.drop_connections();
+            server_b.set_role(Role::NoLeader);
+            let now = ticketing::state::unix_now();
+            let epoch = ticketing::server::next_epoch(0, now);
+            let grace = MAX_LEASE + Duration::from_millis(300);
+            server_a
+                .begin_term(Term::Recovered {
+                    epoch,
+                    max_lease: MAX_LEASE,
+                })
+                .await??;
+            server_a.set_role(Role::Leader);
+            server_b.set_role(Role::Follower {
+                leader: addr_a.clone(),
+            });
+            println!(
+                "[{elapsed:4.1}s] node-b crashed without handing its table over: node-a leads a new term (epoch {epoch}), no grant for {:.1} s (recovery grace)",
+                grace.as_secs_f64()
+            );
         }
         progress(elapsed, &world.stats);
     }

@@ -3,11 +3,13 @@
 use std::error::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::{Args as ClapArgs, ValueEnum};
+use ticketing::cluster::{self, ClusterConfig, ClusterEpochs, Notice};
 use ticketing::serve::TlsListener;
-use ticketing::server::{Config, Role, Server};
+use ticketing::server::{Config, EpochSource, Role, Server, Term};
+use ticketing::state::{unix_now, Epochs, KeptEpochs, StateDir, WallClock};
 use ticketing::tls::{Identity, ServerTls};
 use ticketing::{Endpoint, Name, Time};
 use tokio::net::TcpListener;
@@ -69,6 +71,38 @@ pub struct Args {
     /// certificates of FILE (PEM) signed.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_client_ca: Option<PathBuf>,
+    /// Keep the epoch here, and the lock table on a clean stop, so that a
+    /// restart keeps every promise (PROTOCOL.md 4.1).
+    #[arg(long, value_name = "DIR")]
+    state_dir: Option<PathBuf>,
+    /// A recovery grace is the longest earlier lease plus this, in
+    /// milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 1_000)]
+    grace_margin_ms: u64,
+    /// Join a cluster on etcd at these client URLs (PROTOCOL.md 4.2): lead
+    /// or redirect. `--role` is then not used.
+    #[arg(
+        long,
+        value_name = "URL[,URL...]",
+        value_delimiter = ',',
+        requires_all = ["cluster", "advertise"],
+        conflicts_with = "state_dir"
+    )]
+    etcd: Vec<String>,
+    /// The cluster's name in etcd.
+    #[arg(long, value_name = "NAME", requires = "etcd")]
+    cluster: Option<String>,
+    /// The address clients reach this node at: its election value, and what
+    /// `M` names it by.
+    #[arg(long, value_name = "ADDR", requires = "etcd")]
+    advertise: Option<Endpoint>,
+    /// The TTL of the etcd lease the node campaigns under, in milliseconds
+    /// (etcd counts whole seconds: rounded up).
+    #[arg(long, value_name = "N", default_value_t = 5_000)]
+    election_ttl_ms: u64,
+    /// Serve the server's counters at ADDR in the Prometheus text format.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Args {
@@ -95,6 +129,8 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     config.credential = args.credential;
     config.leader_hint = args.leader_hint;
     config.handshake_timeout = Duration::from_millis(args.handshake_timeout_ms);
+    config.grace_margin = Duration::from_millis(args.grace_margin_ms);
+    config.epochs = EpochSource::Driver;
     config.hash_key = secret();
     config.role = match (args.role, args.leader) {
         (RoleArg::Leader, _) => Role::Leader,
@@ -106,16 +142,162 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     // The handlers are in place before `listening on` is printed: a signal
     // sent as soon as that line is seen must stop the server cleanly.
     let stop = stop_signal()?;
-    let core = Server::new(config, Time::ZERO)?;
+    if let (Some(cluster), Some(advertise)) = (args.cluster.clone(), args.advertise.clone()) {
+        let mut node = ClusterConfig::new(args.etcd.clone(), cluster, advertise);
+        node.election_ttl = Duration::from_millis(args.election_ttl_ms);
+        node.max_lease = config.max_lease;
+        node.grace_margin = config.grace_margin;
+        config.role = Role::NoLeader;
+        return serve_in_cluster(config, &args.listen, tls, node, args.metrics_listen, stop).await;
+    }
+    let max_lease = config.max_lease;
+    let origin = Instant::now();
+    let mut core = Server::new(config, Time::ZERO)?;
+    let (state, epochs) = begin_term(&mut core, origin, args.state_dir, max_lease).await?;
+    if let Some(until) = core.grace_until() {
+        let ends = origin + Duration::from_nanos(until.as_nanos());
+        eprintln!(
+            "recovery grace: no grant for {} ms, until every earlier grant has run out or been reclaimed",
+            ends.saturating_duration_since(Instant::now()).as_millis()
+        );
+        tokio::spawn(async move {
+            tokio::time::sleep_until(ends.into()).await;
+            eprintln!("recovery grace over: granting");
+        });
+    }
     let listener = TcpListener::bind(&args.listen).await?;
     let handle = match tls {
-        Some(tls) => ticketing::serve::spawn(TlsListener::new(listener, tls), core)?,
-        None => ticketing::serve::spawn(listener, core)?,
+        Some(tls) => ticketing::serve::spawn_with_epochs(
+            TlsListener::new(listener, tls),
+            core,
+            origin,
+            epochs,
+        )?,
+        None => ticketing::serve::spawn_with_epochs(listener, core, origin, epochs)?,
     };
     eprintln!("listening on {}", handle.local_addr());
-    stop.await;
-    handle.stop().await?;
+    tokio::select! {
+        () = stop => {}
+        () = publish_metrics(&handle, args.metrics_listen) => {}
+    }
+    let mut core = handle.stop().await?;
+    if let Some(state) = state {
+        // A clean stop: the table, kept for the next start.
+        let image = core.table_image(since(origin), unix_now());
+        state.write_table(&image)?;
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A node of a cluster on etcd: it serves as etcd says (PROTOCOL.md 4.2)
+/// until a signal, or until it cannot go on.
+async fn serve_in_cluster(
+    config: Config,
+    listen: &str,
+    tls: Option<ServerTls>,
+    node: ClusterConfig,
+    metrics_listen: Option<std::net::SocketAddr>,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<ExitCode, Box<dyn Error>> {
+    let core = Server::new(config, Time::ZERO)?;
+    let epochs = ClusterEpochs::new();
+    let listener = TcpListener::bind(listen).await?;
+    let origin = Instant::now();
+    let handle = match tls {
+        Some(tls) => ticketing::serve::spawn_with_epochs(
+            TlsListener::new(listener, tls),
+            core,
+            origin,
+            Box::new(epochs.clone()),
+        )?,
+        None => {
+            ticketing::serve::spawn_with_epochs(listener, core, origin, Box::new(epochs.clone()))?
+        }
+    };
+    eprintln!("listening on {}", handle.local_addr());
+    let name = node.cluster.clone();
+    let run = cluster::run(&handle, &node, &epochs, |notice| match notice {
+        Notice::Leading { epoch, grace } => {
+            eprintln!("leading cluster {name}: a term of epoch {epoch}");
+            if let Some(grace) = grace {
+                eprintln!(
+                    "recovery grace: no grant for {} ms, until every earlier grant has run out or been reclaimed",
+                    grace.as_millis()
+                );
+            }
+        }
+        Notice::GraceOver { .. } => eprintln!("recovery grace over: granting"),
+        Notice::SteppedDown { why } => eprintln!("no longer leading cluster {name}: {why}"),
+        Notice::Following {
+            leader: Some(leader),
+        } => eprintln!("following {leader}"),
+        Notice::Following { leader: None } => eprintln!("no leader known"),
+        Notice::Trouble { what } => eprintln!("{what}"),
+        _ => {}
+    });
+    let failed = tokio::select! {
+        () = stop => None,
+        e = run => Some(e),
+        () = publish_metrics(&handle, metrics_listen) => None,
+    };
+    handle.stop().await?;
+    match failed {
+        None => Ok(ExitCode::SUCCESS),
+        Some(e) => Err(e.into()),
+    }
+}
+
+/// Begins the server's first term (PROTOCOL.md 4.1): from the state
+/// directory if there is one (its epoch kept before any grant, its table
+/// taken once), else from the clock; and where its later epochs come from.
+async fn begin_term(
+    core: &mut Server,
+    origin: Instant,
+    state_dir: Option<PathBuf>,
+    max_lease: Duration,
+) -> Result<(Option<StateDir>, Box<dyn Epochs>), Box<dyn Error>> {
+    let Some(dir) = state_dir else {
+        let term = Term::stateless(unix_now());
+        let epoch = term.epoch();
+        // No grant before the epoch's millisecond has begun, so that a
+        // restart can never take the same epoch.
+        let begins = Duration::from_millis(epoch);
+        tokio::time::sleep(begins.saturating_sub(unix_now())).await;
+        core.begin_term(since(origin), term)?;
+        eprintln!(
+            "no --state-dir: a restart forgets every grant (tokens still increase: epoch {epoch})"
+        );
+        return Ok((None, Box::new(WallClock)));
+    };
+    let state = StateDir::open(dir)?;
+    let previous = state.read_epoch()?;
+    let table = match state.take_table()? {
+        Some(Ok(image)) => Some(image),
+        Some(Err(e)) => {
+            eprintln!(
+                "{}: unreadable ({e}): a recovery grace instead",
+                state.table_path().display()
+            );
+            None
+        }
+        None => None,
+    };
+    let (term, record) = Term::next(previous.as_ref(), table, unix_now(), max_lease);
+    state.write_epoch(&record)?;
+    // The leases and the grace count from now, when the time stopped was
+    // measured: never from earlier.
+    core.begin_term(since(origin), term)?;
+    let epochs = KeptEpochs {
+        dir: state.clone(),
+        max_lease_ms: record.max_lease_ms,
+        failed: None,
+    };
+    Ok((Some(state), Box::new(epochs)))
+}
+
+/// The core's time now, its time counting from `origin`.
+fn since(origin: Instant) -> Time {
+    Time::from_nanos(u64::try_from(origin.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
 /// Installs the SIGINT and SIGTERM handlers now; the future resolves on
@@ -147,4 +329,31 @@ fn secret() -> u128 {
     use std::hash::{BuildHasher, RandomState};
     let half = |n: u8| u128::from(RandomState::new().hash_one(n));
     (half(0) << 64) | half(1)
+}
+
+/// With `listen`, serves the core's counters there in the Prometheus text
+/// format, refreshed every second, for as long as it is polled; without,
+/// never ends.
+async fn publish_metrics(
+    handle: &ticketing::serve::ServerHandle,
+    listen: Option<std::net::SocketAddr>,
+) {
+    let Some(addr) = listen else {
+        return std::future::pending().await;
+    };
+    if let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+    {
+        eprintln!("cannot serve metrics on {addr}: {e}");
+        return std::future::pending().await;
+    }
+    eprintln!("metrics on {addr}");
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        if let Ok(stats) = handle.stats().await {
+            ticketing::metrics::record_server(&stats);
+        }
+        tick.tick().await;
+    }
 }

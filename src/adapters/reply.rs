@@ -1,0 +1,217 @@
+//! The one-value reply channel between a driver and the caller waiting for
+//! an operation's result, shared by every adapter: an async caller polls
+//! it, a blocking caller waits on it.
+//!
+//! Unlike a channel, the caller can give it up and, in the same step, get
+//! back a value already sent: a grant that reached an acquire just as its
+//! caller went away is then handed back to the core, which releases it by
+//! its exact token, and is never lost between "sent" and "dropped".
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+
+struct Slot<T> {
+    state: Mutex<State<T>>,
+    /// The value came, or it never will (for blocking callers).
+    changed: Condvar,
+}
+
+enum State<T> {
+    /// Nothing yet; the waker of the task waiting for it, if any.
+    Waiting(Option<Waker>),
+    Ready(T),
+    /// No value will be taken any more: it was taken, given up, or the
+    /// driver dropped its end without sending.
+    Closed,
+}
+
+impl<T> Slot<T> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // Nothing is ever left half-changed under this lock.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Ends the wait: `next` replaces a waiting state, and whoever waits
+    /// is woken. `false` if nobody was waiting any more.
+    fn settle(&self, next: State<T>) -> Result<(), State<T>> {
+        let waker = {
+            let mut state = self.lock();
+            let State::Waiting(waker) = &mut *state else {
+                return Err(next);
+            };
+            let waker = waker.take();
+            *state = next;
+            waker
+        };
+        self.changed.notify_all();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+        Ok(())
+    }
+}
+
+impl<T> State<T> {
+    /// Closes the slot, handing back a value it held.
+    fn close(&mut self) -> Option<T> {
+        match std::mem::replace(self, State::Closed) {
+            State::Ready(value) => Some(value),
+            State::Waiting(_) | State::Closed => None,
+        }
+    }
+}
+
+/// Keeps `cx`'s waker in `slot`, cloning it only if it is a new one.
+#[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
+pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
+    if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+        *slot = Some(cx.waker().clone());
+    }
+}
+
+/// A new channel: the driver's end and the caller's.
+pub(crate) fn channel<T>() -> (Sender<T>, Receiver<T>) {
+    let slot = Arc::new(Slot {
+        state: Mutex::new(State::Waiting(None)),
+        changed: Condvar::new(),
+    });
+    (Sender(Some(Arc::clone(&slot))), Receiver(slot))
+}
+
+/// The driver's end.
+pub(crate) struct Sender<T>(Option<Arc<Slot<T>>>);
+
+impl<T> Sender<T> {
+    /// Hands `value` to the caller; it comes back if the caller gave up.
+    pub(crate) fn send(mut self, value: T) -> Result<(), T> {
+        let Some(slot) = self.0.take() else {
+            return Err(value);
+        };
+        slot.settle(State::Ready(value))
+            .map_err(|state| match state {
+                State::Ready(value) => value,
+                _ => unreachable!("handed in as Ready"),
+            })
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        if let Some(slot) = self.0.take() {
+            // A caller still waiting learns that no value will come.
+            let _ = slot.settle(State::Closed);
+        }
+    }
+}
+
+/// The caller's end.
+pub(crate) struct Receiver<T>(Arc<Slot<T>>);
+
+impl<T> Receiver<T> {
+    /// The value once sent, `None` if it never will be (for async callers).
+    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
+    pub(crate) fn poll(&self, cx: &Context<'_>) -> Poll<Option<T>> {
+        let mut state = self.0.lock();
+        match &mut *state {
+            State::Waiting(waker) => {
+                register(waker, cx);
+                Poll::Pending
+            }
+            _ => Poll::Ready(state.close()),
+        }
+    }
+
+    /// Blocks until the value comes (`None`: it never will).
+    #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
+    pub(crate) fn recv(&self) -> Option<T> {
+        let mut state = self.0.lock();
+        while matches!(*state, State::Waiting(_)) {
+            state = self
+                .0
+                .changed
+                .wait(state)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        state.close()
+    }
+
+    /// The value if it came, `Some(None)` if it never will, `None` if it
+    /// may still come.
+    #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
+    pub(crate) fn try_recv(&self) -> Option<Option<T>> {
+        let mut state = self.0.lock();
+        match *state {
+            State::Waiting(_) => None,
+            _ => Some(state.close()),
+        }
+    }
+
+    /// Gives the value up: from now on the driver's send fails (and the
+    /// driver hands a grant back to the core); a value already sent is
+    /// returned.
+    pub(crate) fn abandon(&self) -> Option<T> {
+        self.0.lock().close()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::task::Wake;
+
+    struct Count(AtomicUsize);
+
+    impl Wake for Count {
+        fn wake(self: Arc<Self>) {
+            self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_sent_value_wakes_the_waiting_task_and_is_taken_once() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let cx = Context::from_waker(&waker);
+        let (tx, rx) = channel();
+        assert_eq!(rx.poll(&cx), Poll::Pending);
+        assert_eq!(tx.send(7), Ok(()));
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(rx.poll(&cx), Poll::Ready(Some(7)));
+        assert_eq!(rx.poll(&cx), Poll::Ready(None));
+    }
+
+    #[test]
+    fn a_dropped_sender_wakes_the_caller_with_nothing() {
+        let count = Arc::new(Count(AtomicUsize::new(0)));
+        let waker = Waker::from(Arc::clone(&count));
+        let (tx, rx) = channel::<u8>();
+        assert_eq!(rx.poll(&Context::from_waker(&waker)), Poll::Pending);
+        drop(tx);
+        assert_eq!(count.0.load(Ordering::SeqCst), 1);
+        assert_eq!(rx.try_recv(), Some(None));
+        let (tx, rx) = channel::<u8>();
+        let waiter = std::thread::spawn(move || rx.recv());
+        drop(tx);
+        assert_eq!(waiter.join().unwrap(), None);
+    }
+
+    #[test]
+    fn giving_up_hands_back_a_value_already_sent_and_refuses_later_ones() {
+        let (tx, rx) = channel();
+        assert_eq!(rx.try_recv(), None);
+        tx.send("grant").unwrap();
+        assert_eq!(rx.abandon(), Some("grant"));
+        let (tx, rx) = channel();
+        assert_eq!(rx.abandon(), None);
+        assert_eq!(tx.send("grant"), Err("grant"));
+    }
+
+    #[test]
+    fn a_blocking_caller_gets_a_value_sent_from_another_thread() {
+        let (tx, rx) = channel();
+        let sender = std::thread::spawn(move || tx.send(42));
+        assert_eq!(rx.recv(), Some(42));
+        assert_eq!(sender.join().unwrap(), Ok(()));
+    }
+}

@@ -1,0 +1,500 @@
+//! PROTOCOL.md section 5, "Renewal": one scenario per rule, on exact bytes
+//! and times, through the client core alone.
+
+mod support;
+
+use support::*;
+use ticketing::client::{BackoffCause, Error, Event, Outcome, TransportEnd};
+use ticketing::Time;
+
+/// The renewal notices among `events`, as `(what, token, valid_until)`.
+fn renewal_notices(events: &[Event]) -> Vec<(&'static str, u64, Option<Time>)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Renewed {
+                token, valid_until, ..
+            } => Some(("renewed", *token, Some(*valid_until))),
+            Event::LeaseJeopardy {
+                token, valid_until, ..
+            } => Some(("jeopardy", *token, Some(*valid_until))),
+            Event::LeaseLost { token, .. } => Some(("lost", *token, None)),
+            Event::LeaseExpired { token, .. } => Some(("expired", *token, None)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A ready harness (window 4) holding the grant of `k`, token 7, lease
+/// 3000 ms, granted at once at t=0 from an acquire sent at t=0, renewed
+/// automatically if `auto`.
+fn holding(auto: bool) -> (Harness, ticketing::client::Grant) {
+    let (mut h, _) = ready_with(config(), 4);
+    let op = if auto {
+        h.acquire_renewing("k", 0, 3_000, None)
+    } else {
+        h.acquire("k", 0, 3_000)
+    };
+    assert_eq!(h.take_sent(), "A 1 k o 0 3000\n");
+    let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
+    assert_eq!(g.valid_until(), t(3_000));
+    (h, g)
+}
+
+#[test]
+fn a_manual_renewal_goes_by_exact_token_and_valid_until_counts_from_its_send_time() {
+    let (mut h, g) = holding(false);
+    // Not renewed unless asked.
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "");
+    h.renew(&g, None);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n", "the acquire's lease");
+    // Answered later: valid_until counts from the send time, not the
+    // arrival, with the lease the answer gives.
+    h.at_ms(1_200);
+    h.feed("G 2 X k 7 2500\n");
+    let events = h.take_events();
+    assert_eq!(
+        renewal_notices(&events),
+        [("renewed", 7, Some(t(3_500)))],
+        "{events:?}"
+    );
+    assert!(matches!(&events[0], Event::Renewed { grant, .. } if *grant == g.id()));
+    assert_eq!(h.client.valid_until(&g), Some(t(3_500)));
+    assert_eq!(g.valid_until(), t(3_000), "the grant itself is a snapshot");
+    // A lease the embedder asks for.
+    h.renew(&g, Some(10_000));
+    assert_eq!(h.take_sent(), "X 3 k 7 10000\n");
+    h.feed("G 3 X k 7 10000\n");
+    assert_eq!(h.client.valid_until(&g), Some(t(11_200)));
+}
+
+#[test]
+fn automatic_renewal_asks_a_third_of_the_way_through_each_lease_for_the_acquires_lease() {
+    let (mut h, g) = holding(true);
+    assert_eq!(h.client.poll_timeout(), Some(t(1_000)));
+    assert_eq!(h.next_deadline(), t(1_000));
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    h.at_ms(1_050);
+    h.feed("G 2 X k 7 3000\n");
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("renewed", 7, Some(t(4_000)))]
+    );
+    // The next one when less than two thirds of the new lease is left.
+    assert_eq!(h.client.poll_timeout(), Some(t(2_000)));
+    h.next_deadline();
+    assert_eq!(h.take_sent(), "X 3 k 7 3000\n");
+    // An answer that proves less than the grant has changes nothing; the
+    // schedule goes by the lease of the G that set valid_until, of which
+    // no more than two thirds is left: it asks again.
+    h.feed("G 3 X k 7 1500\n");
+    assert_eq!(h.client.valid_until(&g), Some(t(4_000)), "never shortened");
+    assert_eq!(h.take_sent(), "X 4 k 7 3000\n");
+}
+
+#[test]
+fn a_grant_that_waited_long_counts_its_wait_and_one_that_arrives_late_is_renewed_at_once() {
+    let (mut h, _) = ready_with(config(), 4);
+    let op = h.acquire_renewing("k", 5_000, 3_000, None);
+    assert_eq!(h.take_sent(), "A 1 k o 5000 3000\n");
+    // It waited 2.4 s in the key's queue; the answer took 1.1 s more.
+    h.at_ms(3_500);
+    let g = h.granted_by(op, "G 1 A k 7 3000 2400\n");
+    assert_eq!(
+        g.valid_until(),
+        t(5_400),
+        "sent at 0, plus 2400 waited, plus 3000"
+    );
+    // Less than two thirds of the lease is left: renewed at once.
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    assert_eq!(renewal_notices(&h.take_events()), []);
+    // Less than a third left when it arrives: renewed, and in jeopardy, at
+    // once.
+    let (mut h, _) = ready_with(config(), 4);
+    let op = h.acquire_renewing("j", 5_000, 3_000, None);
+    assert_eq!(h.take_sent(), "A 1 j o 5000 3000\n");
+    h.at_ms(2_500);
+    let g = h.granted_by(op, "G 1 A j 8 3000 0\n");
+    assert_eq!(g.valid_until(), t(3_000));
+    assert_eq!(h.take_sent(), "X 2 j 8 3000\n");
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("jeopardy", 8, Some(t(3_000)))]
+    );
+}
+
+#[test]
+fn at_most_one_renewal_of_a_grant_is_in_flight() {
+    let (mut h, g) = holding(true);
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    // Asked again by hand, and by the schedule: nothing more goes out.
+    h.at_ms(1_500);
+    h.renew(&g, None);
+    h.at_ms(2_500);
+    assert_eq!(h.take_sent(), "");
+    // Once answered, the schedule goes on.
+    h.feed("G 2 X k 7 3000\n");
+    assert_eq!(h.client.valid_until(&g), Some(t(4_000)));
+    assert_eq!(
+        h.take_sent(),
+        "X 3 k 7 3000\n",
+        "less than 2/3 of it left at once"
+    );
+}
+
+#[test]
+fn renewals_wait_after_releases_and_before_acquires_and_may_use_the_reserved_slot() {
+    // Window 3, one slot reserved: at most two acquires in flight.
+    let (mut h, _) = ready_with(config(), 3);
+    let mut grants = Vec::new();
+    for (id, key) in [(1, "k1"), (2, "k2"), (3, "k3")] {
+        let op = h.acquire(key, 0, 30_000);
+        assert_eq!(h.take_sent(), format!("A {id} {key} o 0 30000\n"));
+        grants.push(h.granted_by(op, &format!("G {id} A {key} {id}0 30000 0\n")));
+    }
+    h.acquire("k4", 60_000, 30_000);
+    h.acquire("k5", 60_000, 30_000);
+    assert_eq!(
+        h.take_sent(),
+        "A 4 k4 o 60000 30000\nA 5 k5 o 60000 30000\n"
+    );
+    // The acquires fill their part of the window; a renewal takes the
+    // reserved slot.
+    h.acquire("k6", 60_000, 30_000);
+    h.renew(&grants[0], None);
+    assert_eq!(h.take_sent(), "X 6 k1 10 30000\n");
+    // The window is full: an acquire, a renewal and a release wait.
+    h.acquire("k7", 60_000, 30_000);
+    h.renew(&grants[1], None);
+    h.release(&grants[2]);
+    assert_eq!(h.take_sent(), "");
+    // Each slot that frees goes to the release, then the renewal, then an
+    // acquire.
+    h.feed("T 4 A k4\n");
+    assert_eq!(h.take_sent(), "R 7 k3 30\n");
+    h.feed("G 6 X k1 10 30000\n");
+    assert_eq!(h.take_sent(), "X 8 k2 20 30000\n");
+    h.feed("D 7 R k3\n");
+    assert_eq!(h.take_sent(), "A 9 k6 o 60000 30000\n");
+}
+
+#[test]
+fn a_g_to_a_renewal_with_another_token_closes_and_that_token_is_released() {
+    let (mut h, g) = holding(false);
+    h.at_ms(100);
+    h.renew(&g, None);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let mark = h.actions.len();
+    h.feed("G 2 X k 8 3000\n");
+    let events = h.take_events();
+    assert_eq!(
+        closed(&events),
+        [("a:1".to_string(), "protocol:token_mismatch".to_string())]
+    );
+    assert_eq!(close_actions(&h, mark).len(), 1);
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::OrphanRelease { key, token: 8 } if key.as_str() == "k")));
+    assert_eq!(renewal_notices(&events), [], "nothing proved");
+    // The renewal goes again on the next connection, the release of 8
+    // before it.
+    h.reconnect(4);
+    assert_eq!(h.take_sent(), "R 3 k 8\nX 4 k 7 3000\n");
+    assert_eq!(h.client.valid_until(&g), Some(t(3_000)));
+}
+
+#[test]
+fn n_to_a_renewal_is_lease_lost_and_a_later_release_ends_not_held_without_a_request() {
+    let (mut h, g) = holding(true);
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    h.feed("N 2 X k\n");
+    let events = h.take_events();
+    assert_eq!(renewal_notices(&events), [("lost", 7, None)]);
+    assert!(matches!(&events[0], Event::LeaseLost { grant, .. } if *grant == g.id()));
+    assert_eq!(h.client.valid_until(&g), None);
+    // No renewal any more, no jeopardy, no expiry: it is gone.
+    h.at_ms(3_500);
+    assert_eq!(h.take_sent(), "");
+    assert_eq!(renewal_notices(&h.take_events()), []);
+    assert_eq!(
+        h.client.renew(h.now, &g, None),
+        Err(Error::GrantNotHeld {
+            key: key("k"),
+            token: 7
+        })
+    );
+    let op = h.release(&g);
+    assert_eq!(h.take_outcomes(), [(op, Outcome::NotHeld)]);
+    assert_eq!(h.take_sent(), "", "nothing asked");
+}
+
+#[test]
+fn a_close_with_a_renewal_in_flight_resends_it_while_valid_and_not_after() {
+    let (mut h, g) = holding(false);
+    h.at_ms(1_000);
+    h.renew(&g, None);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    h.at_ms(1_100);
+    h.transport_closed(TransportEnd::Eof);
+    h.reconnect(4);
+    assert!(h.now < t(3_000));
+    assert_eq!(h.take_sent(), "X 3 k 7 3000\n", "sent again, with a new id");
+    // Lost again, and no connection until its valid_until has passed.
+    h.transport_closed(TransportEnd::Eof);
+    h.refuse_connects_until(t(3_100));
+    let events = h.take_events();
+    assert_eq!(renewal_notices(&events), [("expired", 7, None)]);
+    h.reconnect(4);
+    assert_eq!(h.take_sent(), "", "not after its valid_until");
+}
+
+#[test]
+fn a_renewal_without_an_answer_within_the_answer_grace_closes_with_answer_timeout() {
+    let (mut h, g) = holding(false);
+    h.at_ms(10);
+    h.renew(&g, Some(30_000));
+    assert_eq!(h.take_sent(), "X 2 k 7 30000\n");
+    // valid_until (3000) passes first: told, but the renewal still waits.
+    assert_eq!(h.next_deadline(), t(3_000));
+    assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
+    assert_eq!(h.next_deadline(), t(5_010));
+    assert_eq!(
+        closed(&h.take_events()),
+        [("a:1".to_string(), "answer_timeout".to_string())]
+    );
+}
+
+#[test]
+fn jeopardy_is_told_once_when_a_third_of_the_lease_is_left_and_renewed_ends_it() {
+    let (mut h, g) = holding(true);
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    // Unanswered: at 2000 less than a third of the lease is left.
+    assert_eq!(h.next_deadline(), t(2_000));
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("jeopardy", 7, Some(t(3_000)))]
+    );
+    h.at_ms(2_400);
+    assert_eq!(renewal_notices(&h.take_events()), [], "once");
+    // Renewed ends it; renewed again at once (less than 2/3 left), and
+    // that one unanswered brings a new jeopardy.
+    h.feed("G 2 X k 7 3000\n");
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("renewed", 7, Some(t(4_000)))]
+    );
+    assert_eq!(h.take_sent(), "X 3 k 7 3000\n");
+    assert_eq!(h.next_deadline(), t(3_000));
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("jeopardy", 7, Some(t(4_000)))]
+    );
+    assert_eq!(h.client.valid_until(&g), Some(t(4_000)));
+}
+
+#[test]
+fn every_held_grant_expires_at_its_valid_until_renewed_or_not() {
+    let (mut h, g) = holding(false);
+    assert_eq!(h.next_deadline(), t(3_000));
+    let events = h.take_events();
+    assert_eq!(renewal_notices(&events), [("expired", 7, None)]);
+    assert!(matches!(&events[0], Event::LeaseExpired { grant, .. } if *grant == g.id()));
+    assert_eq!(
+        h.client.renew(h.now, &g, None),
+        Err(Error::LeaseExpired {
+            key: key("k"),
+            token: 7
+        })
+    );
+    // Still the embedder's to release, by exact token.
+    assert_eq!(h.client.valid_until(&g), Some(t(3_000)));
+    h.release(&g);
+    assert_eq!(h.take_sent(), "R 2 k 7\n");
+
+    // An automatically renewed one whose renewals go unanswered.
+    let (mut h, _) = holding(true);
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    h.at_ms(3_000);
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("jeopardy", 7, Some(t(3_000))), ("expired", 7, None)]
+    );
+    // The late answer is claimed and changes nothing.
+    h.feed("G 2 X k 7 3000\n");
+    assert_eq!(renewal_notices(&h.take_events()), []);
+    h.at_ms(10_000);
+    assert_eq!(h.take_sent(), "", "renewed no more");
+}
+
+#[test]
+fn queuing_a_release_stops_renewal_and_a_renewal_in_flight_is_claimed() {
+    let (mut h, g) = holding(true);
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    h.at_ms(1_100);
+    let op = h.release(&g);
+    assert_eq!(h.take_sent(), "R 3 k 7\n");
+    h.feed("G 2 X k 7 3000\n");
+    assert_eq!(renewal_notices(&h.take_events()), [], "claimed");
+    h.feed("D 3 R k\n");
+    assert_eq!(h.take_outcomes(), [(op, Outcome::Released)]);
+    h.at_ms(10_000);
+    assert_eq!(h.take_sent(), "");
+    assert_eq!(renewal_notices(&h.take_events()), []);
+
+    // Released while its renewal waits for a slot: the renewal is dropped.
+    let (mut h, _) = ready_with(config(), 2);
+    let op = h.acquire_renewing("k", 0, 3_000, None);
+    assert_eq!(h.take_sent(), "A 1 k o 0 3000\n");
+    let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
+    let other = h.acquire("m", 0, 30_000);
+    assert_eq!(h.take_sent(), "A 2 m o 0 30000\n");
+    let m = h.granted_by(other, "G 2 A m 5 30000 0\n");
+    h.renew(&m, None);
+    h.release_token("x", 1);
+    assert_eq!(h.take_sent(), "X 3 m 5 30000\nR 4 x 1\n");
+    h.at_ms(1_000);
+    h.release(&g);
+    h.feed("D 4 R x\n");
+    assert_eq!(h.take_sent(), "R 5 k 7\n", "the release, and no renewal");
+}
+
+#[test]
+fn shutdown_stops_every_renewal() {
+    let (mut h, g) = holding(true);
+    // A release of another grant keeps the shutdown going for a while.
+    h.release_token("x", 1);
+    assert_eq!(h.take_sent(), "R 2 x 1\n");
+    h.at_ms(500);
+    h.client.shutdown(h.now, ms(10_000)).expect("accepted");
+    h.pump();
+    assert_eq!(h.client.renew(h.now, &g, None), Err(Error::ShuttingDown));
+    h.at_ms(2_500);
+    assert_eq!(h.take_sent(), "", "no renewal");
+    assert_eq!(renewal_notices(&h.take_events()), [], "no jeopardy");
+}
+
+#[test]
+fn e_unsupported_version_backs_off_long_and_is_told() {
+    let mut h = Harness::new(config());
+    h.connect();
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    h.feed("E unsupported_version\n");
+    let events = h.take_events();
+    assert_eq!(
+        closed(&events),
+        [("a:1".to_string(), "unsupported_version".to_string())]
+    );
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, Event::UnsupportedVersion { addr } if addr.as_str() == "a:1")));
+    let until = backoffs(&events)
+        .into_iter()
+        .find(|(cause, _)| *cause == BackoffCause::UnsupportedVersion)
+        .map(|(_, until)| until)
+        .expect("a backoff");
+    // The first step of 1 s, with equal jitter.
+    assert!(until >= t(500) && until <= t(1_000), "{until}");
+}
+
+#[test]
+fn renew_until_ends_automatic_renewal_with_no_jeopardy_after_it() {
+    let (mut h, _) = ready_with(config(), 4);
+    let op = h.acquire_renewing("k", 0, 3_000, Some(2_500));
+    assert_eq!(h.take_sent(), "A 1 k o 0 3000\n");
+    let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    h.feed("G 2 X k 7 3000\n");
+    h.at_ms(2_000);
+    assert_eq!(
+        h.take_sent(),
+        "X 3 k 7 3000\n",
+        "before the limit: the whole lease"
+    );
+    h.at_ms(2_010);
+    h.feed("G 3 X k 7 3000\n");
+    assert_eq!(h.client.valid_until(&g), Some(t(5_000)));
+    // The limit passes at 2500: no renewal at 3000, no jeopardy at 4000.
+    h.at_ms(4_900);
+    assert_eq!(h.take_sent(), "");
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [
+            ("renewed", 7, Some(t(4_000))),
+            ("renewed", 7, Some(t(5_000)))
+        ]
+    );
+    assert_eq!(h.next_deadline(), t(5_000));
+    assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
+}
+
+#[test]
+fn auto_renew_can_start_and_stop_for_a_held_grant() {
+    let (mut h, g) = holding(false);
+    h.at_ms(500);
+    h.client.auto_renew(h.now, &g, None).expect("accepted");
+    h.pump();
+    assert_eq!(h.client.poll_timeout(), Some(t(1_000)));
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    h.feed("G 2 X k 7 3000\n");
+    h.client.stop_renewing(h.now, &g).expect("accepted");
+    h.pump();
+    h.at_ms(3_900);
+    assert_eq!(h.take_sent(), "");
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("renewed", 7, Some(t(4_000)))],
+        "no jeopardy once stopped"
+    );
+}
+
+#[test]
+fn a_g_that_waited_longer_than_asked_or_does_not_say_is_a_bad_answer() {
+    for (answer, reason) in [
+        ("G 1 A k 7 3000 1001\n", "protocol:waited_above_asked"),
+        ("G 1 A k 7 3000\n", "protocol:waited_missing"),
+    ] {
+        let (mut h, _) = ready_with(config(), 4);
+        let op = h.acquire("k", 1_000, 3_000);
+        assert_eq!(h.take_sent(), "A 1 k o 1000 3000\n");
+        h.at_ms(20);
+        h.feed(answer);
+        let events = h.take_events();
+        assert_eq!(closed(&events), [("a:1".to_string(), reason.to_string())]);
+        // Treated as sent and unanswered; its token released.
+        assert_eq!(
+            outcomes(&events),
+            [(op, indeterminate(t(20), 1_000, 3_000))]
+        );
+        assert!(events
+            .iter()
+            .any(|e| matches!(e, Event::OrphanRelease { key, token: 7 } if key.as_str() == "k")));
+    }
+}
+
+#[test]
+fn an_expired_grants_release_deadline_counts_from_its_latest_renewal() {
+    let (mut h, g) = holding(false);
+    // expires_by from the grant: 0 + 3000 + the 1 s margin = 4000.
+    assert_eq!(g.expires_by(), t(4_000));
+    h.at_ms(2_900);
+    h.renew(&g, None);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    h.at_ms(2_950);
+    h.transport_closed(TransportEnd::Eof);
+    h.at_ms(3_100);
+    h.release(&g);
+    // No connection until 5000: past the grant's expires_by, but the
+    // renewal may have extended it to 2900 + 3000 + 1000.
+    h.refuse_connects_until(t(5_000));
+    assert!(h.take_outcomes().is_empty(), "not lapsed");
+    h.reconnect(4);
+    assert_eq!(h.take_sent(), "R 3 k 7\n");
+}
