@@ -8,10 +8,8 @@
 //! and mixes every bit of the key into the top ones. Maps keyed by what a
 //! peer chooses (the server's lock table) use a keyed hash instead.
 
-#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking", test))]
-use core::hash::Hasher;
-#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
-use {core::hash::BuildHasherDefault, std::collections::HashMap};
+use core::hash::{BuildHasherDefault, Hasher};
+use std::collections::HashMap;
 
 /// `n` times 2^64/φ (Fibonacci hashing): consecutive numbers get distinct
 /// low bits (the multiplier is odd) and every bit of `n` reaches the top
@@ -22,11 +20,9 @@ pub(crate) const fn spread(n: u64) -> u64 {
 }
 
 /// Multiplies each number written into it by 2^64/φ (see [`spread`]).
-#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking", test))]
 #[derive(Debug, Default, Clone, Copy)]
 pub(crate) struct IdHasher(u64);
 
-#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking", test))]
 impl Hasher for IdHasher {
     fn write(&mut self, bytes: &[u8]) {
         for &byte in bytes {
@@ -51,8 +47,8 @@ impl Hasher for IdHasher {
     }
 }
 
-/// A map keyed by numbers the crate makes itself (the adapters' replies).
-#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+/// A map keyed by numbers the crate makes itself (the adapters' replies,
+/// the client's renewals asked before their grant came).
 pub(crate) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 #[cfg(test)]
