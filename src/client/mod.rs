@@ -10,6 +10,8 @@
 //! | `matching.rs` | answers: matched by id, op and key; grants, `T`, `D`, `N`, `B` retries; answers nobody claims |
 //! | `lane.rs` | the release lane, the reserved slots, the window, sending |
 //! | `link.rs` | connecting, the handshake, leader hints, `M` and `E`, any close, backing off |
+//! | `renewal.rs` | renewal: when, in the lane, `G` and `N` to an `X`, jeopardy, expiry, stopping |
+//! | `stats.rs` | the counters read with [`Client::stats`] |
 //! | `store.rs` | storage: slabs with one timer per entry, queues, requests in flight |
 //! | `outcome.rs`, `config.rs` | what the core hands out; its configuration |
 //!
@@ -23,7 +25,7 @@
 //! | `B` matched | `Client::on_busy` |
 //! | the client's own capacity is full | `Client::submit_acquire`, `Client::submit_release` |
 //! | `L addr`, `M addr` | `Client::on_frame`, `Client::take_hint` |
-//! | `E no_leader`, `E not_active`, `E auth_failed` | `Client::on_frame`, `Client::close` |
+//! | `E no_leader`, `E not_active`, `E auth_failed`, `E unsupported_version` | `Client::on_frame`, `Client::close` |
 //! | other `E`, unknown kind, bad pairing, framing error, over-long line | `Client::read` |
 //! | an id no pending request holds, a second answer | `Client::on_answer`, `Client::stray_answer` |
 //! | an id pending with another op or key | `Client::on_answer` |
@@ -42,8 +44,15 @@
 //! | a release's outcomes, the accepted boundary | `Client::end_release`, [`Outcome::Lapsed`] |
 //! | endpoints, allowlist, where the next connection goes | `Client::connect`, `Config::allows` |
 //! | backoff, its reset, forgetting the hint | `Client::close`, `Client::backoff_until`, `Client::on_frame` |
-//! | a sent release past its answer grace | `Client::fire_release` |
+//! | a sent release past its answer grace | `Client::fire_hold` |
 //! | a second `W`, an answer before `W` | `Client::on_frame` |
+//! | a `waited_ms` missing or above the `wait_ms` asked | `Client::on_acquire_answer` |
+//! | *Renewal*: who renews | [`Client::renew`], [`Client::auto_renew`], [`Client::acquire_renewing`], `Client::submit_renew`, `Client::set_auto_renew` |
+//! | *Renewal*: when; jeopardy; expiry | `Client::tend`, `Client::renew_at`, `Client::jeopardy_at`, `Client::fire_hold` |
+//! | *Renewal*: in the lane, one in flight per grant | `Client::fill_window`, `Client::send_renewal` |
+//! | *Renewal*: `G` and `N` to an `X` | `Client::on_renewal_answer`, `Client::lose` |
+//! | *Renewal*: a close, no answer | `Client::requeue_renewal`, `Client::fire_hold` |
+//! | *Renewal*: stopping | [`Client::stop_renewing`], `Client::queue_release`, `Client::stop_renewals` |
 
 mod config;
 mod lane;
