@@ -3,7 +3,10 @@
 //! replaced by one that starts with a recovery grace, in which the holder
 //! reclaims its grant by renewing it; no key has two live grants; tokens
 //! never go back. A leader paused past its election TTL steps down without
-//! granting, and comes back as a follower.
+//! granting, and comes back as a follower. And tokio clients that renew,
+//! each write fenced by its token, keep working through a killed leader and
+//! then a paused one, with no two live grants of a key, no token going back
+//! and no write refused by fencing; a holder keeps its key through both.
 
 mod cli;
 mod etcd;
@@ -120,4 +123,247 @@ fn a_leader_paused_past_its_ttl_steps_down_without_granting_and_rejoins_as_follo
         assert!(Instant::now() < deadline, "the old leader never followed");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+// ----- tokio clients on the cluster -------------------------------------
+
+/// The storage the locks protect, and the judge of every claim on it: a
+/// write carries the writer's token and is refused when a greater one was
+/// seen for the key (fencing); a claim is refused, as a violation, when
+/// another holder of the key may still count on it, or when its token does
+/// not exceed every token of that key claimed before.
+#[derive(Default)]
+struct Fenced {
+    keys: std::collections::HashMap<String, FencedKey>,
+    violations: Vec<String>,
+    grants: usize,
+    writes: usize,
+    fenced_off: usize,
+}
+
+#[derive(Default)]
+struct FencedKey {
+    /// The greatest token claimed or written.
+    greatest: u64,
+    /// Live claims: holder and until when it may count on the key.
+    holders: Vec<(usize, Instant)>,
+}
+
+impl Fenced {
+    fn claim(&mut self, key: &str, holder: usize, token: u64, until: Instant) {
+        let now = Instant::now();
+        let k = self.keys.entry(key.to_owned()).or_default();
+        for &(other, other_until) in &k.holders {
+            if other != holder && other_until > now {
+                self.violations.push(format!(
+                    "{key}: worker {holder} granted token {token} while worker {other} may count on it for {:?} more",
+                    other_until - now
+                ));
+            }
+        }
+        if token <= k.greatest {
+            self.violations
+                .push(format!("{key}: token {token} after {}", k.greatest));
+        }
+        k.greatest = k.greatest.max(token);
+        k.holders.retain(|&(other, _)| other != holder);
+        k.holders.push((holder, until));
+        self.grants += 1;
+    }
+
+    fn write(&mut self, key: &str, token: u64) {
+        let k = self.keys.entry(key.to_owned()).or_default();
+        if token < k.greatest {
+            self.fenced_off += 1;
+        } else {
+            k.greatest = token;
+            self.writes += 1;
+        }
+    }
+
+    /// A renewal moved the end of `holder`'s claim of `key`.
+    fn claim_extend(&mut self, key: &str, holder: usize, until: Instant) {
+        if let Some(k) = self.keys.get_mut(key) {
+            for claim in k.holders.iter_mut().filter(|c| c.0 == holder) {
+                claim.1 = claim.1.max(until);
+            }
+        }
+    }
+
+    fn unclaim(&mut self, key: &str, holder: usize) {
+        if let Some(k) = self.keys.get_mut(key) {
+            k.holders.retain(|&(other, _)| other != holder);
+        }
+    }
+}
+
+type Shared = std::sync::Arc<std::sync::Mutex<Fenced>>;
+
+fn client_config(nodes: &[Node], id: &str) -> ticketing::client::Config {
+    let endpoints = nodes
+        .iter()
+        .map(|n| ticketing::Endpoint::new(&n.addr).expect("an endpoint"));
+    let mut config =
+        ticketing::client::Config::new(endpoints, ticketing::Name::new(id).expect("a name"));
+    // Quick to come back: the faults below are the only ones.
+    let quick = ticketing::client::Backoff {
+        base: Duration::from_millis(20),
+        cap: Duration::from_millis(200),
+    };
+    config.backoff.transport = quick;
+    config.backoff.no_leader = quick;
+    config.backoff.redirect = quick;
+    // A paused leader answers nothing: give up on it well within a lease
+    // of 3 s, so that a renewal can reach its successor in time.
+    // A paused node still accepts connections (the kernel does): give up
+    // on its handshake as quickly.
+    config.answer_grace = Duration::from_millis(500);
+    config.handshake_timeout = Duration::from_millis(500);
+    config
+}
+
+/// Until `stop`: lock one of `keys` with automatic renewal, claim it, write
+/// three times while the lease is valid, release it. Counts the grants.
+async fn worker(
+    handle: ticketing::tokio::Handle,
+    id: usize,
+    keys: &'static [&'static str],
+    fenced: Shared,
+    stop: Instant,
+) {
+    let owner = ticketing::Name::new(format!("w{id}")).expect("a name");
+    let mut n = id;
+    while Instant::now() < stop {
+        n += 1;
+        let key = keys[n % keys.len()];
+        let lock = handle.lock_renewing(
+            ticketing::Key::new(key).expect("a key"),
+            owner.clone(),
+            Duration::from_millis(1500),
+            Duration::from_millis(3000),
+            None,
+        );
+        let Ok(lease) = lock.await else {
+            // Timed out or Indeterminate (a leader died under it): the
+            // rules say what it means; try again.
+            continue;
+        };
+        let until = |status: ticketing::tokio::LeaseStatus| {
+            status
+                .valid_until()
+                .and_then(|t| handle.instant_of(t))
+                .unwrap_or_else(Instant::now)
+        };
+        fenced
+            .lock()
+            .unwrap()
+            .claim(key, id, lease.token(), until(lease.status()));
+        for _ in 0..3 {
+            match lease.status() {
+                status @ ticketing::tokio::LeaseStatus::Valid { .. } => {
+                    let mut f = fenced.lock().unwrap();
+                    // A renewal may have moved the claim's end.
+                    f.claim_extend(key, id, until(status));
+                    f.write(key, lease.token());
+                }
+                _ => break,
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        fenced.lock().unwrap().unclaim(key, id);
+        let _ = lease.release().await;
+    }
+}
+
+#[test]
+fn tokio_clients_keep_fenced_writes_safe_through_a_killed_and_a_paused_leader() {
+    static KEYS: [&str; 3] = ["a", "b", "c"];
+    const WORKERS: usize = 4;
+    let etcd = Etcd::start("fenced");
+    let mut nodes = three(&etcd, "fenced");
+    let first = leader(&nodes, None);
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime");
+    let fenced = Shared::default();
+    let handles: Vec<_> = (0..=WORKERS)
+        .map(|i| {
+            let _guard = runtime.enter();
+            ticketing::tokio::spawn(
+                client_config(&nodes, &format!("c{i}")),
+                ticketing::tokio::TcpConnector,
+            )
+            .expect("a valid config")
+        })
+        .collect();
+    // A holder that keeps one key through both faults by renewing it.
+    let holder = handles[WORKERS].clone();
+    let held = runtime
+        .block_on(holder.lock_renewing(
+            ticketing::Key::new("held").expect("a key"),
+            ticketing::Name::new("holder").expect("a name"),
+            Duration::from_secs(5),
+            Duration::from_millis(3000),
+            None,
+        ))
+        .expect("the long hold");
+    let stop = Instant::now() + Duration::from_secs(24);
+    let workers: Vec<_> = (0..WORKERS)
+        .map(|i| runtime.spawn(worker(handles[i].clone(), i, &KEYS, fenced.clone(), stop)))
+        .collect();
+    let grants = || fenced.lock().unwrap().grants;
+
+    // Work goes on; then the leader dies without a word.
+    std::thread::sleep(Duration::from_secs(3));
+    let before_kill = grants();
+    assert!(before_kill > 0, "no grant before the kill");
+    nodes[first].serve.signal(Signal::SIGKILL);
+    nodes[first].serve.kill();
+    let second = leader(&nodes, Some(first));
+    std::thread::sleep(Duration::from_secs(7));
+    let before_pause = grants();
+    assert!(
+        before_pause > before_kill,
+        "no grant after the kill ({before_kill} before it)"
+    );
+
+    // Then the new leader stops past its election TTL, and comes back.
+    nodes[second].serve.signal(Signal::SIGSTOP);
+    std::thread::sleep(Duration::from_millis(2500));
+    nodes[second].serve.signal(Signal::SIGCONT);
+    for w in workers {
+        runtime.block_on(w).expect("a worker");
+    }
+    let f = fenced.lock().unwrap();
+    assert!(
+        f.violations.is_empty(),
+        "{} violations: {:#?}",
+        f.violations.len(),
+        f.violations
+    );
+    assert!(
+        f.grants > before_pause,
+        "no grant after the pause ({before_pause} before it)"
+    );
+    assert!(
+        f.writes >= f.grants,
+        "{} writes for {} grants",
+        f.writes,
+        f.grants
+    );
+    // The holder reclaimed its key at each new leader and holds it still,
+    // with the token it was first granted.
+    let status = held.status();
+    assert!(
+        matches!(status, ticketing::tokio::LeaseStatus::Valid { .. }),
+        "the long hold after both faults: {status:?}"
+    );
+    let token = held.token();
+    let outcome = runtime.block_on(held.release()).expect("the release");
+    assert!(
+        matches!(outcome, ticketing::client::Outcome::Released),
+        "the long hold (token {token}) released: {outcome:?}"
+    );
+    eprintln!(
+        "{} grants, {} writes, {} fenced off",
+        f.grants, f.writes, f.fenced_off
+    );
 }
