@@ -1,5 +1,6 @@
 //! A real etcd for the tests of `ticketing serve --etcd` (PROTOCOL.md 4.2):
-//! Debian's `etcd-server` (`.ci/install-etcd` installs it), one member on
+//! Debian's `etcd-server` (`.ci/install-etcd` installs it, and the tests
+//! run it themselves when etcd is missing), one member on
 //! free loopback ports in a temporary directory, stopped by its pid when
 //! dropped. Its heartbeat and election timeout are short, so that leases
 //! of one second are granted as asked and the tests stay quick.
@@ -14,11 +15,37 @@ use std::time::{Duration, Instant};
 
 use crate::cli::{free_addr, Raw, Serve, WAIT};
 
-/// The etcd binary: `$ETCD`, else `etcd` on the PATH, else Debian's.
+/// The etcd binary: `$ETCD`, else `etcd` on the PATH, else Debian's;
+/// when there is none, `.ci/install-etcd` installs Debian's `etcd-server`
+/// first (once for all the tests of the run), so that the README's test
+/// command passes on a fresh machine.
 fn etcd_binary() -> String {
     if let Ok(path) = std::env::var("ETCD") {
         return path;
     }
+    static INSTALLED: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    if let Some(found) = find_etcd() {
+        return found;
+    }
+    let installed = INSTALLED.get_or_init(|| {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/.ci/install-etcd");
+        match Command::new("bash").arg(script).status() {
+            Ok(status) if status.success() => Ok(()),
+            Ok(status) => Err(format!("{script} failed: {status}")),
+            Err(e) => Err(format!("{script} did not start: {e}")),
+        }
+    });
+    match (installed, find_etcd()) {
+        (_, Some(found)) => found,
+        (Err(why), None) => panic!(
+            "no etcd, and installing Debian's etcd-server did not work ({why}); set ETCD=/path/to/etcd"
+        ),
+        (Ok(()), None) => panic!("no etcd even after .ci/install-etcd; set ETCD=/path/to/etcd"),
+    }
+}
+
+/// `etcd` on the PATH, else Debian's.
+fn find_etcd() -> Option<String> {
     let on_path = std::env::var_os("PATH")
         .map(|p| {
             std::env::split_paths(&p)
@@ -29,11 +56,9 @@ fn etcd_binary() -> String {
         .into_iter()
         .find(|p| p.is_file());
     match on_path {
-        Some(p) => p.to_string_lossy().into_owned(),
-        None if std::path::Path::new("/usr/bin/etcd").is_file() => "/usr/bin/etcd".into(),
-        None => panic!(
-            "no etcd: these tests need Debian's etcd-server (run .ci/install-etcd, or set ETCD=/path/to/etcd)"
-        ),
+        Some(p) => Some(p.to_string_lossy().into_owned()),
+        None if std::path::Path::new("/usr/bin/etcd").is_file() => Some("/usr/bin/etcd".into()),
+        None => None,
     }
 }
 
