@@ -380,6 +380,26 @@ fn shutdown_stops_every_renewal() {
 }
 
 #[test]
+fn a_renewal_in_flight_when_shutdown_starts_is_not_sent_again_after_a_close() {
+    let (mut h, g) = holding(false);
+    // A release of another grant keeps the shutdown going, and connected.
+    h.release_token("x", 1);
+    assert_eq!(h.take_sent(), "R 2 x 1\n");
+    h.at_ms(500);
+    h.renew(&g, None);
+    assert_eq!(h.take_sent(), "X 3 k 7 3000\n");
+    h.client.shutdown(h.now, ms(10_000)).expect("accepted");
+    h.pump();
+    // The connection goes while the renewal is in flight: the release goes
+    // out again on the next one, the renewal does not.
+    h.at_ms(600);
+    h.transport_closed(TransportEnd::Eof);
+    h.reconnect(4);
+    assert!(h.now < t(3_000), "the grant is still valid");
+    assert_eq!(h.take_sent(), "R 4 x 1\n", "shutdown stops every renewal");
+}
+
+#[test]
 fn e_unsupported_version_backs_off_long_and_is_told() {
     let mut h = Harness::new(config());
     h.connect();

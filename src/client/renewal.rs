@@ -335,18 +335,19 @@ impl Client {
     }
 
     /// A renewal in flight at a close: back to the front of the lane while
-    /// its grant is held and its `valid_until` has not passed; a renewal of
-    /// a grant given up meanwhile is forgotten with it.
+    /// its grant is held and its `valid_until` has not passed, unless the
+    /// client is shutting down (which stops every renewal); a renewal of a
+    /// grant given up meanwhile is forgotten with it.
     pub(crate) fn requeue_renewal(&mut self, handle: Handle) {
         let now = self.now;
-        let finishing = self.finishing;
+        let shutting_down = self.shutdown.is_some();
         match self.holds.get_mut(handle) {
             Some(Hold::Held(held)) => {
                 let Renewal::Sent { lease_ms, auto, .. } = held.renewal else {
                     unreachable!("a renewal in flight");
                 };
                 let allowed = !auto || held.auto_until.is_some_and(|until| now < until);
-                if !held.expired && now < held.valid_until && !finishing && allowed {
+                if !held.expired && now < held.valid_until && !shutting_down && allowed {
                     held.renewal = Renewal::Queued { lease_ms, auto };
                     self.renewals.push_front(handle);
                 } else {
