@@ -518,3 +518,25 @@ fn an_expired_grants_release_deadline_counts_from_its_latest_renewal() {
     h.reconnect(4);
     assert_eq!(h.take_sent(), "R 3 k 7\n");
 }
+
+#[test]
+fn a_release_after_the_deadline_its_latest_renewal_allows_ends_lapsed_at_once() {
+    let (mut h, g) = holding(false);
+    // A short renewal, never answered within its answer grace (5 s): the
+    // grant's release deadline becomes 10 + 30 + the 1 s margin, but the
+    // grant's own expires_by (4000) is later.
+    h.at_ms(10);
+    h.renew(&g, Some(30));
+    assert_eq!(h.take_sent(), "X 2 k 7 30\n");
+    // valid_until (3000) and expires_by (4000) pass with the renewal still
+    // in flight: the server has certainly freed the grant, renewal or not.
+    h.at_ms(4_500);
+    assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
+    let op = h.release(&g);
+    assert_eq!(h.take_outcomes(), [(op, Outcome::Lapsed)], "at once");
+    assert_eq!(h.take_sent(), "", "no attempt after its deadline");
+    // The renewal's answer is still claimed, and changes nothing.
+    h.feed("G 2 X k 7 30\n");
+    assert_eq!(h.take_events(), []);
+    assert_eq!(h.take_sent(), "");
+}
