@@ -1089,9 +1089,9 @@ fn the_checker_catches_misattributed_and_double_outcomes() {
     while let Some(action) = client.poll_action() {
         checker.action(&action).unwrap();
     }
-    client.handle_bytes(Time::ZERO, conn, b"G 2 A k 5 1000\n");
+    client.handle_bytes(Time::ZERO, conn, b"G 2 A k 5 1000 0\n");
     checker
-        .bytes(Time::ZERO, conn, b"G 2 A k 5 1000\n")
+        .bytes(Time::ZERO, conn, b"G 2 A k 5 1000 0\n")
         .unwrap();
     let granted = std::iter::from_fn(|| client.poll_event())
         .find_map(|e| match e {
@@ -1147,9 +1147,9 @@ fn the_checker_catches_a_release_behind_the_embedders_back_and_a_lost_orphan() {
     while let Some(action) = client.poll_action() {
         checker.action(&action).unwrap();
     }
-    client.handle_bytes(Time::ZERO, conn, b"G 1 A k 5 10000\n");
+    client.handle_bytes(Time::ZERO, conn, b"G 1 A k 5 10000 0\n");
     checker
-        .bytes(Time::ZERO, conn, b"G 1 A k 5 10000\n")
+        .bytes(Time::ZERO, conn, b"G 1 A k 5 10000 0\n")
         .unwrap();
     while let Some(event) = client.poll_event() {
         checker.event(&event).unwrap();
@@ -1164,7 +1164,7 @@ fn the_checker_catches_a_release_behind_the_embedders_back_and_a_lost_orphan() {
     handshake(&mut client, &mut checker);
     let conn = conn_of(&client);
     checker
-        .bytes(Time::ZERO, conn, b"G 77 A k 9 10000\n")
+        .bytes(Time::ZERO, conn, b"G 77 A k 9 10000 0\n")
         .unwrap();
     // (the client is not given the bytes: it does nothing)
     let err = checker.end_step(&client).unwrap_err();
