@@ -540,3 +540,28 @@ fn a_release_after_the_deadline_its_latest_renewal_allows_ends_lapsed_at_once() 
     assert_eq!(h.take_events(), []);
     assert_eq!(h.take_sent(), "");
 }
+
+#[test]
+fn an_n_to_a_renewal_after_the_grants_expires_by_leaves_no_deadline_behind() {
+    let (mut h, g) = holding(false);
+    h.at_ms(10);
+    h.renew(&g, Some(30));
+    assert_eq!(h.take_sent(), "X 2 k 7 30\n");
+    // Past valid_until (3000) and expires_by (4000), within the renewal's
+    // answer grace (5 s): the record is kept only for that answer.
+    h.at_ms(4_500);
+    assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
+    h.feed("N 2 X k\n");
+    assert_eq!(renewal_notices(&h.take_events()), [("lost", 7, None)]);
+    // Nothing is left due in the past: the client is idle until input.
+    assert!(
+        h.client.poll_timeout().map_or(true, |at| at > h.now),
+        "a deadline at {:?}, now {}",
+        h.client.poll_timeout(),
+        h.now
+    );
+    // The server has freed it: a release ends at once, with no request.
+    let op = h.release(&g);
+    assert_eq!(h.take_outcomes(), [(op, Outcome::Lapsed)]);
+    assert_eq!(h.take_sent(), "");
+}

@@ -314,8 +314,11 @@ impl Client {
     }
 
     /// `N` to a renewal: the grant is gone. The embedder is told LeaseLost;
-    /// a release of it ends NotHeld at once, until its `expires_by`.
+    /// a release of it ends NotHeld at once, until its `expires_by`. An
+    /// answer that comes after that (the record was kept for it) leaves no
+    /// record: the server has freed the grant by then anyway.
     fn lose(&mut self, handle: Handle) {
+        let now = self.now;
         let hold = self.holds.get_mut(handle).expect("held");
         let Hold::Held(held) = hold else {
             unreachable!("a held grant's renewal");
@@ -331,7 +334,11 @@ impl Client {
             key,
             token,
         });
-        self.holds.set_timer(handle, expires_by);
+        if now >= expires_by {
+            self.holds.remove(handle);
+        } else {
+            self.holds.set_timer(handle, expires_by);
+        }
     }
 
     /// A renewal in flight at a close: back to the front of the lane while

@@ -481,6 +481,16 @@ pub struct Operations {
     pub refused: u64,
     /// Releases the clients issued by themselves for orphaned grants.
     pub orphan_releases: u64,
+    /// Calls to `renew`, `auto_renew` and `stop_renewing`.
+    pub renew_calls: u64,
+    /// `Renewed` notices.
+    pub renewed: u64,
+    /// `LeaseJeopardy` notices.
+    pub jeopardies: u64,
+    /// `LeaseLost` notices.
+    pub leases_lost: u64,
+    /// `LeaseExpired` notices.
+    pub leases_expired: u64,
 }
 
 impl Operations {
@@ -510,6 +520,11 @@ impl Operations {
         self.lapsed += o.lapsed;
         self.refused += o.refused;
         self.orphan_releases += o.orphan_releases;
+        self.renew_calls += o.renew_calls;
+        self.renewed += o.renewed;
+        self.jeopardies += o.jeopardies;
+        self.leases_lost += o.leases_lost;
+        self.leases_expired += o.leases_expired;
     }
 }
 
@@ -546,6 +561,9 @@ pub struct Checked {
     /// Releases under way once the cluster was healthy, checked to have
     /// freed their grant in time where lease expiry alone would not have.
     pub release_watches: u64,
+    /// Renewals that extended a valid grant, each checked for mutual
+    /// exclusion.
+    pub renewals: u64,
 }
 
 impl Checked {
@@ -553,6 +571,7 @@ impl Checked {
         self.holds += o.holds;
         self.settle_watches += o.settle_watches;
         self.release_watches += o.release_watches;
+        self.renewals += o.renewals;
     }
 }
 
@@ -618,13 +637,18 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
+            "  renewal: {} calls, renewed {}, jeopardy {}, lost {}, expired {}",
+            o.renew_calls, o.renewed, o.jeopardies, o.leases_lost, o.leases_expired
+        )?;
+        writeln!(
+            f,
             "writes: {} under valid grants, {} late and accepted, {} late and refused",
             self.writes.valid, self.writes.stale_accepted, self.writes.stale_refused
         )?;
         writeln!(
             f,
-            "checked: {} valid grants for mutual exclusion, {} grants of Indeterminate acquires, {} releases that had to free a grant",
-            self.checked.holds, self.checked.settle_watches, self.checked.release_watches
+            "checked: {} valid grants and {} renewals for mutual exclusion, {} grants of Indeterminate acquires, {} releases that had to free a grant",
+            self.checked.holds, self.checked.renewals, self.checked.settle_watches, self.checked.release_watches
         )?;
         writeln!(f, "faults injected: {}", self.faults.total())?;
         let kinds: Vec<String> = FaultKind::ALL
