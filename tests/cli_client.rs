@@ -705,3 +705,122 @@ fn a_connect_that_does_not_complete_closes_with_connect_timeout() {
     c.finish_without_closing_stdin();
     drop((fillers, listener));
 }
+
+/// The renewal commands and the four renewal events (CLI.md).
+#[test]
+fn renewal_commands_and_events() {
+    let serve = Serve::start(&["--node-id", "alpha"]);
+    let mut c = Client::start(&[&serve.addr], &[]);
+    c.event("connected");
+    let event = |c: &mut Client, name: &str, tag: &str| {
+        let name = name.to_string();
+        let tag = tag.to_string();
+        c.wait_for(&format!("{name} of {tag}"), move |v| {
+            v["type"] == "event" && v["event"] == name.as_str() && v["tag"] == tag.as_str()
+        })
+    };
+
+    // Renewed automatically, a third of the way through each lease.
+    c.send("acquire a1 k me 0 600 renew");
+    let (token, _) = c.granted("a1", "k");
+    for _ in 0..3 {
+        let v = event(&mut c, "renewed", "a1");
+        assert_eq!(
+            (v["key"].as_str(), v["token"].as_u64()),
+            (Some("k"), Some(token)),
+            "{v}"
+        );
+        let valid_for = u64_of(&v, "valid_for_ms");
+        assert!(valid_for > 0 && valid_for <= 600, "{v}");
+    }
+    // Held past several leases: another try-lock of the key times out.
+    c.send("acquire a2 k me 0 600");
+    c.outcome_is("a2", "timed_out");
+    // Stopped: it runs out, told once.
+    c.send("auto-renew a1 off");
+    let v = event(&mut c, "lease_expired", "a1");
+    assert_eq!(v["token"].as_u64(), Some(token), "{v}");
+    // Renewing an expired grant is refused; releasing it still goes.
+    c.send("renew a1");
+    let message = c.error();
+    assert!(message.contains("expired"), "{message}");
+    c.send("release-grant r1 a1");
+    c.outcome("r1");
+
+    // Renewed by hand, with a lease of its own, and with a limit.
+    c.send("acquire a3 m me 0 600");
+    c.granted("a3", "m");
+    c.send("renew a3 5000");
+    let v = event(&mut c, "renewed", "a3");
+    assert!(u64_of(&v, "valid_for_ms") > 600, "the lease asked: {v}");
+    c.send("acquire a4 n me 0 600 renew=100");
+    c.granted("a4", "n");
+    event(&mut c, "lease_expired", "a4");
+
+    // Bad lines.
+    for line in [
+        "acquire a5 k me 0 600 renew=soon",
+        "acquire a5 k me 0 600 forever",
+        "auto-renew a3 maybe",
+        "renew nobody",
+    ] {
+        c.send(line);
+        let message = c.error();
+        assert!(!message.is_empty(), "{line}");
+    }
+    c.finish();
+}
+
+/// `stats` (CLI.md): one object whose counts match the outcomes printed.
+#[test]
+fn stats_match_the_outcomes_printed() {
+    let serve = Serve::start(&["--node-id", "alpha"]);
+    let mut c = Client::start(&[&serve.addr], &[]);
+    c.event("connected");
+    c.send("acquire a1 k me 0 5000");
+    let (token, _) = c.granted("a1", "k");
+    c.send("acquire a2 k me 0 5000");
+    c.outcome_is("a2", "timed_out");
+    c.send("acquire a3 j me 0 5000");
+    c.granted("a3", "j");
+    c.send("release-grant r1 a1");
+    c.outcome_is("r1", "released");
+    c.send(&format!("release r2 k {token}"));
+    c.outcome_is("r2", "not_held");
+    c.send("stats");
+    let v = c.wait_for("the stats", |v| v["type"] == "stats");
+    let outcomes: Vec<&Value> = c.all.iter().filter(|v| v["type"] == "outcome").collect();
+    let count = |op: &str, outcome: &str| {
+        outcomes
+            .iter()
+            .filter(|v| v["op"] == op && v["outcome"] == outcome)
+            .count() as u64
+    };
+    assert_eq!(u64_of(&v["acquires"], "started"), 3, "{v}");
+    assert_eq!(
+        u64_of(&v["acquires"], "granted"),
+        count("acquire", "granted")
+    );
+    assert_eq!(
+        u64_of(&v["acquires"], "timed_out"),
+        count("acquire", "timed_out")
+    );
+    assert_eq!(u64_of(&v["releases"], "started"), 2);
+    assert_eq!(
+        u64_of(&v["releases"], "released"),
+        count("release", "released")
+    );
+    assert_eq!(
+        u64_of(&v["releases"], "not_held"),
+        count("release", "not_held")
+    );
+    assert_eq!(u64_of(&v, "connected"), 1);
+    assert_eq!(u64_of(&v["now"], "held"), 1, "j is still held");
+    assert_eq!(u64_of(&v["grant_wait_ms"], "count"), 2);
+    assert_eq!(
+        u64_of(&v["lease_left_at_release_ms"], "count"),
+        1,
+        "the grant of a1"
+    );
+    c.finish();
+}

@@ -150,15 +150,21 @@ fn an_indeterminate_acquire_is_75_and_the_command_does_not_run() {
 #[test]
 fn a_lease_about_to_run_out_stops_the_child_with_124() {
     let serve = Serve::start(&[]);
-    // The client stops the child two graces (a quarter of the lease each)
-    // before the lease ends: about 1.5 s in, 1.5 s before the server would
-    // free the key by itself.
+    // Not renewed: the client stops the child a kill grace (1 s) before
+    // the lease ends: about 2 s in, 1 s before the server would free the
+    // key by itself.
     let lease_ms = 3000;
     let lease = lease_ms.to_string();
     let mut p = Proc::start(&run_args(
         &serve.addr,
         "k",
-        &["--lease-ms", &lease],
+        &[
+            "--lease-ms",
+            &lease,
+            "--no-renew",
+            "--kill-grace-ms",
+            "1000",
+        ],
         &[
             "sh",
             "-c",
@@ -241,4 +247,102 @@ fn sigint_while_the_child_runs_is_130() {
 #[test]
 fn sigterm_while_the_child_runs_is_143() {
     stopped_by(Signal::SIGTERM, 143);
+}
+
+#[test]
+fn a_command_that_runs_ten_times_its_lease_keeps_the_lock_the_whole_time() {
+    let serve = Serve::start(&[]);
+    let started = Instant::now();
+    let mut first = Proc::start(&run_args(
+        &serve.addr,
+        "k",
+        &["--lease-ms", "300"],
+        &[
+            "sh",
+            "-c",
+            "echo \"env $TICKETING_KEY $TICKETING_TOKEN\"; sleep 3",
+        ],
+    ));
+    let line = first
+        .stdout
+        .until("the child's start", |l| l.starts_with("env "));
+    let token: u64 = line.rsplit(' ').next().unwrap().parse().expect("token");
+    // Well past its first lease, and again later: another run cannot get it.
+    for at in [Duration::from_millis(900), Duration::from_millis(2_100)] {
+        std::thread::sleep(at.saturating_sub(started.elapsed()));
+        let other = run(
+            &serve.addr,
+            "k",
+            &["--wait-ms", "0"],
+            &["sh", "-c", &report_env_and_exit(0)],
+        );
+        assert_eq!(other.code, Some(75), "held at {at:?}: {other:?}");
+    }
+    let (status, _) = first.wait(WAIT);
+    assert_eq!(status.code(), Some(0), "{status}");
+    assert!(started.elapsed() >= Duration::from_secs(3));
+    assert_free(&serve.addr, "k", token);
+}
+
+#[test]
+fn when_renewal_stops_the_child_is_stopped_before_the_lease_runs_out_with_124() {
+    let serve = Serve::start(&[]);
+    // Renewed for at most 300 ms of a 600 ms lease: valid until about
+    // 800 ms in. The child ignores SIGTERM and is killed a grace later.
+    let mut p = Proc::start(&run_args(
+        &serve.addr,
+        "k",
+        &[
+            "--lease-ms",
+            "600",
+            "--max-hold-ms",
+            "300",
+            "--kill-grace-ms",
+            "200",
+        ],
+        &["sh", "-c", "trap '' TERM; echo started; exec sleep 30"],
+    ));
+    p.stdout.until("the child's start", |l| l == "started");
+    let started = Instant::now();
+    let (status, _) = p.wait(WAIT);
+    assert_eq!(status.code(), Some(124), "{status}");
+    let ran = started.elapsed();
+    assert!(
+        ran < Duration::from_secs(5),
+        "the child was killed: {ran:?}"
+    );
+    p.stderr.rest();
+    assert!(
+        p.stderr.seen.iter().any(|l| l.contains("about to run out")),
+        "{:?}",
+        p.stderr.seen
+    );
+}
+
+#[test]
+fn a_lost_lease_stops_the_child_with_124() {
+    let mut serve = Serve::start(&[]);
+    let addr = serve.addr.clone();
+    let mut p = Proc::start(&run_args(
+        &addr,
+        "k",
+        &["--lease-ms", "1500", "--kill-grace-ms", "200"],
+        &["sh", "-c", "echo started; exec sleep 30"],
+    ));
+    p.stdout.until("the child's start", |l| l == "started");
+    // The server restarts without its table: the next renewal is answered
+    // N, the lease is lost.
+    serve.kill();
+    let _restarted = Serve::start_on(&addr, &[], |_| {});
+    let (status, _) = p.wait(WAIT);
+    assert_eq!(status.code(), Some(124), "{status}");
+    p.stderr.rest();
+    assert!(
+        p.stderr
+            .seen
+            .iter()
+            .any(|l| l.contains("was lost") || l.contains("about to run out")),
+        "{:?}",
+        p.stderr.seen
+    );
 }

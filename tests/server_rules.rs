@@ -1770,3 +1770,58 @@ fn rule10_a_connection_whose_answers_are_not_written_is_not_read_from_until_they
     assert!(h.closed(a));
     assert!(!h.server.is_reading(a));
 }
+
+// ----- Server::stats (issue 14) --------------------------------------------
+
+#[test]
+fn stats_count_every_answer_by_kind_expiries_waiters_and_connections() {
+    let mut h = leader();
+    let a = h.connect_v2();
+    let b = h.connect_v2();
+    h.send(a, "A 1 k o 0 100\n");
+    h.send(
+        b,
+        "A 1 k o 0 100\nA 2 k o 5000 100\nA 3 k o 5000 100\nA 4 k o 5000 100\n",
+    );
+    let s = h.server.stats();
+    assert_eq!((s.grants, s.timed_out, s.busy), (1, 1, 1));
+    assert_eq!((s.waiters, s.max_waiters), (2, 2));
+    assert_eq!((s.accepted, s.connections), (2, 2));
+    let token = h.token("k").unwrap();
+    h.send(a, &format!("X 2 k {token} 100\nX 3 k 999 100\nR 4 k 999\n"));
+    let s = h.server.stats();
+    assert_eq!((s.renewals, s.renewals_gone, s.not_held), (1, 1, 1));
+    h.send(a, &format!("R 5 k {token}\n"));
+    let s = h.server.stats();
+    assert_eq!(s.releases, 1);
+    assert_eq!(
+        (s.grants, s.waiters, s.max_waiters),
+        (2, 1, 2),
+        "the next waiter got it"
+    );
+    // The new holder's lease runs out, the last waiter gets it; then that
+    // one runs out too.
+    h.at(1_000);
+    h.at(2_000);
+    let s = h.server.stats();
+    assert_eq!((s.expiries, s.grants, s.waiters), (2, 3, 0));
+    h.server.handle_closed(h.now, b);
+    assert_eq!(h.server.stats().connections, 1);
+}
+
+#[test]
+fn stats_tell_the_epoch_the_grace_and_reclaims() {
+    let mut h = in_term(Term::Recovered {
+        epoch: E,
+        max_lease: Duration::from_millis(400),
+    });
+    let s = h.server.stats();
+    assert_eq!((s.epoch, s.in_grace), (E, true));
+    let a = h.connect_v2();
+    h.at(10);
+    h.send(a, &format!("X 1 k {} 5000\n", tok(E - 5, 42)));
+    let s = h.server.stats();
+    assert_eq!((s.reclaims, s.renewals), (1, 1));
+    h.at(500);
+    assert!(!h.server.stats().in_grace);
+}

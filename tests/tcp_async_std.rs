@@ -7,7 +7,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use ticketing::client::{Config, Grant, Outcome};
-use ticketing::futures_io::{Acquire, Connector, Handle, RequestError, TcpConnector};
+use ticketing::futures_io::{Acquire, Connector, Handle, Lease, RequestError, TcpConnector};
 use ticketing::{Key, Name};
 
 struct AsyncStd;

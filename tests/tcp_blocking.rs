@@ -14,7 +14,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;
 
-use ticketing::blocking::{Connector, Handle, PendingAcquire, RequestError, TcpConnector};
+use ticketing::blocking::{Connector, Handle, Lease, PendingAcquire, RequestError, TcpConnector};
 use ticketing::client::{Config, Grant, Outcome};
 use ticketing::{Key, Name};
 
@@ -125,6 +125,45 @@ impl tcp::Adapter for Blocking {
     ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
         let client = client.clone();
         off_thread(move || client.shutdown(budget))
+    }
+
+    type Lease = Lease;
+
+    fn lock(
+        client: &Handle,
+        key: Key,
+        lease: Duration,
+        renew: bool,
+    ) -> impl Future<Output = Result<Lease, String>> + Send + 'static {
+        let client = client.clone();
+        off_thread(move || {
+            let owner = Name::new("me").expect("a name");
+            let locked = match renew {
+                true => client.lock_renewing(key, owner, Duration::ZERO, lease, None),
+                false => client.lock(key, owner, Duration::ZERO, lease),
+            };
+            locked.map_err(|e| format!("{e:?}"))
+        })
+    }
+
+    fn lease_state(lease: &Lease) -> (u64, tcp::LeaseStatus) {
+        (lease.token(), lease.status())
+    }
+
+    fn lease_changed(
+        mut lease: Lease,
+        limit: Duration,
+    ) -> impl Future<Output = (Lease, tcp::LeaseStatus)> + Send + 'static {
+        off_thread(move || {
+            let status = lease.wait_change(Some(limit));
+            (lease, status)
+        })
+    }
+
+    fn release_lease(
+        lease: Lease,
+    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+        off_thread(move || lease.release())
     }
 }
 

@@ -6,7 +6,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use ticketing::client::{Config, Grant, Outcome};
-use ticketing::tokio::{Acquire, Connector, Handle, RequestError, TcpConnector};
+use ticketing::tokio::{Acquire, Connector, Handle, Lease, RequestError, TcpConnector};
 use ticketing::{Key, Name};
 
 struct Tokio;

@@ -35,17 +35,19 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::adapters::lease;
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::{self, Receiver};
 use crate::adapters::shell::{Command, Io, OpResult, Shell};
 use crate::adapters::tls;
 use crate::client::{
-    Client, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
+    Client, ClientStats, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
 };
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 
-pub use crate::adapters::shell::RequestError;
+pub use crate::adapters::lease::LeaseStatus;
+pub use crate::adapters::shell::{LockError, RequestError};
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::blocking::{TlsConnector, TlsStream};
 
@@ -290,6 +292,115 @@ impl Handle {
         wait: Duration,
         lease: Duration,
     ) -> PendingAcquire {
+        self.acquire_with(key, owner, wait, lease, None, None)
+    }
+
+    /// The client core's counters ([`Client::stats`](crate::client::Client::stats)).
+    pub fn stats(&self) -> Result<ClientStats, RequestError> {
+        let (reply, rx) = reply::channel();
+        if !(self.inner.commands)(Command::Stats { reply }) {
+            return Err(RequestError::Stopped);
+        }
+        rx.recv().ok_or(RequestError::Stopped)
+    }
+
+    /// Renews a held grant once, asking for `lease` (`None`: its acquire's).
+    /// Returns when the renewal is queued; the core's notices tell how it
+    /// went.
+    pub fn renew(&self, grant: &Grant, lease: Option<Duration>) -> Result<(), RequestError> {
+        let (reply, rx) = reply::channel();
+        let grant = grant.clone();
+        self.call(
+            Command::Renew {
+                grant,
+                lease,
+                reply,
+            },
+            &rx,
+        )
+    }
+
+    /// Starts (`on`, for at most `limit`) or stops renewing a held grant
+    /// automatically.
+    pub fn auto_renew(
+        &self,
+        grant: &Grant,
+        on: bool,
+        limit: Option<Duration>,
+    ) -> Result<(), RequestError> {
+        let (reply, rx) = reply::channel();
+        let command = Command::AutoRenew {
+            grant: grant.clone(),
+            on,
+            limit,
+            reply,
+        };
+        self.call(command, &rx)
+    }
+
+    /// Acquires `key` as [`acquire`](Handle::acquire) does, and hands the
+    /// grant over as a [`Lease`]: a guard that releases it by exact token
+    /// when dropped. Not renewed unless asked ([`Lease::auto_renew`]).
+    pub fn lock(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<Lease, LockError> {
+        self.lock_with(key, owner, wait, lease, None)
+    }
+
+    /// As [`lock`](Handle::lock), with the grant renewed automatically for
+    /// at most `limit` of holding (`None`: until released), each renewal
+    /// asking for `lease`.
+    pub fn lock_renewing(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+    ) -> Result<Lease, LockError> {
+        self.lock_with(
+            key,
+            owner,
+            wait,
+            lease,
+            Some(limit.unwrap_or(Duration::MAX)),
+        )
+    }
+
+    fn lock_with(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+    ) -> Result<Lease, LockError> {
+        let shared = lease::Shared::new();
+        let pending = self.acquire_with(key, owner, wait, lease, renew, Some(Arc::clone(&shared)));
+        match pending.wait()? {
+            Outcome::Granted(grant) => Ok(Lease {
+                grant: Some(grant),
+                shared,
+                seen: 0,
+                handle: self.clone(),
+            }),
+            other => Err(LockError::NotAcquired(other)),
+        }
+    }
+
+    fn acquire_with(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+        guard: Option<Arc<lease::Shared>>,
+    ) -> PendingAcquire {
         let ticket = self
             .inner
             .tickets
@@ -301,6 +412,8 @@ impl Handle {
             owner,
             wait,
             lease,
+            renew,
+            guard,
             reply,
         });
         PendingAcquire {
@@ -357,6 +470,123 @@ impl Handle {
         rx.recv()
             .ok_or(RequestError::Stopped)?
             .map_err(RequestError::from)
+    }
+}
+
+/// A held grant: a guard, as a lock is in Rust. Dropping it releases the
+/// grant by its exact token, which also stops its renewal, so an
+/// automatically renewed lock never outlives the code that held it.
+/// [`release`](Lease::release) does the same and reports the outcome;
+/// [`let_expire`](Lease::let_expire) keeps the grant to run out.
+#[derive(Debug)]
+pub struct Lease {
+    /// `None` once released or left to run out.
+    grant: Option<Grant>,
+    shared: Arc<lease::Shared>,
+    /// The status version the caller has seen.
+    seen: u64,
+    handle: Handle,
+}
+
+impl Lease {
+    fn held(&self) -> &Grant {
+        self.grant.as_ref().expect("held until consumed")
+    }
+
+    /// The grant (as it was granted; [`valid_until`](Lease::valid_until)
+    /// is where it stands now).
+    pub fn grant(&self) -> &Grant {
+        self.held()
+    }
+
+    /// The fencing token: quote it to the storage the lock protects.
+    pub fn token(&self) -> u64 {
+        self.held().token()
+    }
+
+    /// Where the grant stands now: valid, in jeopardy, lost or expired.
+    pub fn status(&self) -> LeaseStatus {
+        self.shared.status().0
+    }
+
+    /// Until when the holder may count on the key now, renewals included
+    /// (`None` once lost).
+    pub fn valid_until(&self) -> Option<Time> {
+        self.status().valid_until()
+    }
+
+    /// Blocks until the status changes from the last one this returned
+    /// (or, the first time, from the grant's), or until `timeout` passes;
+    /// returns the status then.
+    pub fn wait_change(&mut self, timeout: Option<Duration>) -> LeaseStatus {
+        let (status, version) = self.shared.wait_change(self.seen.max(1), timeout);
+        self.seen = version;
+        status
+    }
+
+    /// Renews the grant once, asking for `lease` (`None`: the acquire's).
+    /// Returns when the request is queued; the renewal's answer shows in
+    /// [`status`](Lease::status).
+    pub fn renew(&self, lease: Option<Duration>) -> Result<(), RequestError> {
+        let (reply, rx) = reply::channel();
+        let grant = self.held().clone();
+        self.handle.call(
+            Command::Renew {
+                grant,
+                lease,
+                reply,
+            },
+            &rx,
+        )
+    }
+
+    /// Renews the grant automatically from now on, for at most `limit`
+    /// (`None`: until released).
+    pub fn auto_renew(&self, limit: Option<Duration>) -> Result<(), RequestError> {
+        self.set_auto(true, limit)
+    }
+
+    /// Stops renewing the grant automatically.
+    pub fn stop_renewing(&self) -> Result<(), RequestError> {
+        self.set_auto(false, None)
+    }
+
+    fn set_auto(&self, on: bool, limit: Option<Duration>) -> Result<(), RequestError> {
+        let (reply, rx) = reply::channel();
+        let grant = self.held().clone();
+        let command = Command::AutoRenew {
+            grant,
+            on,
+            limit,
+            reply,
+        };
+        self.handle.call(command, &rx)
+    }
+
+    /// Releases the grant by its exact token and blocks until the outcome
+    /// (`Released`, `NotHeld` or `Lapsed`).
+    pub fn release(mut self) -> Result<Outcome, RequestError> {
+        let grant = self.grant.take().expect("held until consumed");
+        let (reply, rx) = reply::channel();
+        self.handle.call(Command::Release { grant, reply }, &rx)
+    }
+
+    /// Keeps the grant without its guard: renewal stops, and the grant
+    /// runs out at its `valid_until` unless released by other means.
+    pub fn let_expire(mut self) -> Grant {
+        let grant = self.grant.take().expect("held until consumed");
+        (self.handle.inner.commands)(Command::LetExpire {
+            grant: grant.clone(),
+        });
+        grant
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(grant) = self.grant.take() {
+            (self.handle.inner.commands)(Command::DropGuard { grant });
+        }
     }
 }
 

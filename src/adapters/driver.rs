@@ -23,11 +23,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::adapters::lease::{self, LeaseStatus};
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::{self, register, Receiver};
-use crate::adapters::shell::{Command, Io, OpResult, RequestError, Shell};
+use crate::adapters::shell::{Command, Io, LockError, OpResult, RequestError, Shell};
 use crate::adapters::tls;
-use crate::client::{Client, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd};
+use crate::client::{
+    Client, ClientStats, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd,
+};
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 
@@ -188,6 +191,128 @@ impl Handle {
     /// total. Resolves to the acquire's outcome. Dropping the future before
     /// it resolves cancels the acquire through the core.
     pub fn acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Acquire {
+        self.start_acquire(key, owner, wait, lease, None, None)
+    }
+
+    /// As [`acquire`](Handle::acquire), with the grant, once granted,
+    /// renewed automatically for at most `limit` of holding (`None`: until
+    /// released), each renewal asking for `lease`. The grant is the
+    /// caller's to release; [`lock_renewing`](Handle::lock_renewing) gives
+    /// a guard instead.
+    pub fn acquire_renewing(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+    ) -> Acquire {
+        let renew = Some(limit.unwrap_or(Duration::MAX));
+        self.start_acquire(key, owner, wait, lease, renew, None)
+    }
+
+    /// The client core's counters ([`Client::stats`](crate::client::Client::stats)).
+    pub fn stats(
+        &self,
+    ) -> impl Future<Output = Result<ClientStats, RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let sent = self.request(Command::Stats { reply });
+        async move {
+            sent?;
+            std::future::poll_fn(|cx| rx.poll(cx))
+                .await
+                .ok_or(RequestError::Stopped)
+        }
+    }
+
+    /// Renews a held grant once, asking for `lease` (`None`: its acquire's).
+    /// Resolves when the renewal is queued; the core's notices tell how it
+    /// went.
+    pub fn renew(
+        &self,
+        grant: &Grant,
+        lease: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let grant = grant.clone();
+        let sent = self.request(Command::Renew {
+            grant,
+            lease,
+            reply,
+        });
+        Answer { sent, rx }
+    }
+
+    /// Starts (`on`, for at most `limit`) or stops renewing a held grant
+    /// automatically.
+    pub fn auto_renew(
+        &self,
+        grant: &Grant,
+        on: bool,
+        limit: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let command = Command::AutoRenew {
+            grant: grant.clone(),
+            on,
+            limit,
+            reply,
+        };
+        let sent = self.request(command);
+        Answer { sent, rx }
+    }
+
+    /// Acquires `key` as [`acquire`](Handle::acquire) does, and hands the
+    /// grant over as a [`Lease`]: a guard that releases it by exact token
+    /// when dropped. Not renewed unless asked ([`Lease::auto_renew`]).
+    pub fn lock(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Lock {
+        self.lock_with(key, owner, wait, lease, None)
+    }
+
+    /// As [`lock`](Handle::lock), with the grant renewed automatically for
+    /// at most `limit` of holding (`None`: until released), each renewal
+    /// asking for `lease`.
+    pub fn lock_renewing(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+    ) -> Lock {
+        self.lock_with(
+            key,
+            owner,
+            wait,
+            lease,
+            Some(limit.unwrap_or(Duration::MAX)),
+        )
+    }
+
+    fn lock_with(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+    ) -> Lock {
+        let shared = lease::Shared::new();
+        Lock {
+            acquire: self.start_acquire(key, owner, wait, lease, renew, Some(Arc::clone(&shared))),
+            shared: Some(shared),
+        }
+    }
+
+    fn start_acquire(
+        &self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+        guard: Option<Arc<lease::Shared>>,
+    ) -> Acquire {
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = reply::channel();
         let command = Command::Acquire {
@@ -196,6 +321,8 @@ impl Handle {
             owner,
             wait,
             lease,
+            renew,
+            guard,
             reply,
         };
         let sent = self.commands.send(command).is_ok();
@@ -255,9 +382,7 @@ impl Handle {
     }
 
     fn request(&self, command: Command) -> Result<(), RequestError> {
-        self.commands
-            .send(command)
-            .map_err(|_| RequestError::Stopped)
+        request(&self.commands, command)
     }
 }
 
@@ -347,6 +472,174 @@ impl Drop for Acquire {
             let _ = self.commands.send(command);
         }
     }
+}
+
+/// The future of a [`Handle::lock`]: the acquire's grant as a [`Lease`],
+/// or why there is none. Dropping it cancels the acquire, as dropping an
+/// [`Acquire`] does.
+#[must_use = "a lock only resolves when awaited; dropping it cancels it"]
+#[derive(Debug)]
+pub struct Lock {
+    acquire: Acquire,
+    shared: Option<Arc<lease::Shared>>,
+}
+
+impl Future for Lock {
+    type Output = Result<Lease, LockError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let outcome = std::task::ready!(Pin::new(&mut self.acquire).poll(cx))?;
+        let shared = self.shared.take().expect("polled after it resolved");
+        Poll::Ready(match outcome {
+            Outcome::Granted(grant) => Ok(Lease {
+                grant: Some(grant),
+                shared,
+                seen: 0,
+                commands: self.acquire.commands.clone(),
+            }),
+            other => Err(LockError::NotAcquired(other)),
+        })
+    }
+}
+
+/// A held grant: a guard, as a lock is in Rust. Dropping it releases the
+/// grant by its exact token, which also stops its renewal, so an
+/// automatically renewed lock never outlives the code that held it.
+/// [`release`](Lease::release) does the same and reports the outcome;
+/// [`let_expire`](Lease::let_expire) keeps the grant to run out.
+#[derive(Debug)]
+pub struct Lease {
+    /// `None` once released or left to run out.
+    grant: Option<Grant>,
+    shared: Arc<lease::Shared>,
+    /// The status version the caller has seen.
+    seen: u64,
+    commands: Sender,
+}
+
+impl Lease {
+    fn held(&self) -> &Grant {
+        self.grant.as_ref().expect("held until consumed")
+    }
+
+    /// The grant (as it was granted; [`valid_until`](Lease::valid_until)
+    /// is where it stands now).
+    pub fn grant(&self) -> &Grant {
+        self.held()
+    }
+
+    /// The fencing token: quote it to the storage the lock protects.
+    pub fn token(&self) -> u64 {
+        self.held().token()
+    }
+
+    /// Where the grant stands now: valid, in jeopardy, lost or expired.
+    pub fn status(&self) -> LeaseStatus {
+        self.shared.status().0
+    }
+
+    /// Until when the holder may count on the key now, renewals included
+    /// (`None` once lost).
+    pub fn valid_until(&self) -> Option<Time> {
+        self.status().valid_until()
+    }
+
+    /// Waits until the status changes from the last one this returned
+    /// (or, the first time, from the grant's), and returns it.
+    pub async fn changed(&mut self) -> LeaseStatus {
+        let shared = Arc::clone(&self.shared);
+        let seen = self.seen.max(1);
+        let (status, version) = std::future::poll_fn(|cx| shared.poll_change(seen, cx)).await;
+        self.seen = version;
+        status
+    }
+
+    /// Renews the grant once, asking for `lease` (`None`: the acquire's).
+    /// Resolves when the request is queued; the renewal's answer shows in
+    /// [`status`](Lease::status).
+    pub fn renew(
+        &self,
+        lease: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let sent = request(
+            &self.commands,
+            Command::Renew {
+                grant: self.held().clone(),
+                lease,
+                reply,
+            },
+        );
+        Answer { sent, rx }
+    }
+
+    /// Renews the grant automatically from now on, for at most `limit`
+    /// (`None`: until released).
+    pub fn auto_renew(
+        &self,
+        limit: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        self.set_auto(true, limit)
+    }
+
+    /// Stops renewing the grant automatically.
+    pub fn stop_renewing(&self) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        self.set_auto(false, None)
+    }
+
+    fn set_auto(
+        &self,
+        on: bool,
+        limit: Option<Duration>,
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let sent = request(
+            &self.commands,
+            Command::AutoRenew {
+                grant: self.held().clone(),
+                on,
+                limit,
+                reply,
+            },
+        );
+        Answer { sent, rx }
+    }
+
+    /// Releases the grant by its exact token; resolves to `Released`,
+    /// `NotHeld` or `Lapsed`.
+    pub fn release(
+        mut self,
+    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+        let grant = self.grant.take().expect("held until consumed");
+        let (reply, rx) = reply::channel();
+        let sent = request(&self.commands, Command::Release { grant, reply });
+        Answer { sent, rx }
+    }
+
+    /// Keeps the grant without its guard: renewal stops, and the grant
+    /// runs out at its `valid_until` unless released by other means.
+    pub fn let_expire(mut self) -> Grant {
+        let grant = self.grant.take().expect("held until consumed");
+        let _ = request(
+            &self.commands,
+            Command::LetExpire {
+                grant: grant.clone(),
+            },
+        );
+        grant
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Some(grant) = self.grant.take() {
+            let _ = request(&self.commands, Command::DropGuard { grant });
+        }
+    }
+}
+
+fn request(commands: &Sender, command: Command) -> Result<(), RequestError> {
+    commands.send(command).map_err(|_| RequestError::Stopped)
 }
 
 /// Makes a client core and the future that drives it. Nothing happens

@@ -42,8 +42,9 @@ use crate::adapters::notices::Sink;
 use crate::client::{Config, ConfigError, Event};
 use crate::names::Endpoint;
 
-pub use crate::adapters::driver::{Acquire, Canceller, Handle};
-pub use crate::adapters::shell::RequestError;
+pub use crate::adapters::driver::{Acquire, Canceller, Handle, Lease, Lock};
+pub use crate::adapters::lease::LeaseStatus;
+pub use crate::adapters::shell::{LockError, RequestError};
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::futures_io::TlsConnector;
 

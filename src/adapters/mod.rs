@@ -9,6 +9,8 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | `lease` | what a held-grant guard shares with its driver: where the grant stands, renewals included |
+//! | `metrics` | the cores' counters in the `metrics` facade (feature `metrics`) |
 //! | `notices` | the bounded queue of notices, and reading paused while it is full |
 //! | `reply` | the one-value reply channel from a driver to the caller waiting for an operation |
 //! | `shell` | what every client adapter does around the core: reply bookkeeping, grants whose caller went away handed back to the core |
@@ -29,6 +31,10 @@ pub mod cluster;
 pub(crate) mod driver;
 #[cfg(feature = "futures-io")]
 pub mod futures_io;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+pub(crate) mod lease;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) mod notices;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]

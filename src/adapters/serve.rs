@@ -50,7 +50,7 @@ use crate::adapters::state::{Epochs, WallClock};
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::serve::{TlsListener, TlsServerStream};
 use crate::names::Endpoint;
-use crate::server::{Action, ConnId, LockTable, Role, Server, Term, TermError};
+use crate::server::{Action, ConnId, LockTable, Role, Server, ServerStats, Term, TermError};
 use crate::time::Time;
 
 /// A server running on a tokio task.
@@ -76,6 +76,7 @@ enum Control {
     Announce(Endpoint),
     DropConnections,
     Pause(bool),
+    Stats(oneshot::Sender<ServerStats>),
     Stop,
 }
 
@@ -103,6 +104,14 @@ impl ServerHandle {
     pub async fn take_lock_table(&self) -> io::Result<LockTable> {
         let (tx, rx) = oneshot::channel();
         let _ = self.control.send(Control::TakeTable(tx));
+        rx.await
+            .map_err(|_| io::Error::other("the server has stopped"))
+    }
+
+    /// The core's counters (see [`Server::stats`]).
+    pub async fn stats(&self) -> io::Result<ServerStats> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.control.send(Control::Stats(tx));
         rx.await
             .map_err(|_| io::Error::other("the server has stopped"))
     }
@@ -634,6 +643,9 @@ impl<L: Listener> Serving<L> {
         match command {
             Control::TakeTable(reply) => {
                 let _ = reply.send(self.server.take_lock_table(now));
+            }
+            Control::Stats(reply) => {
+                let _ = reply.send(self.server.stats());
             }
             Control::InstallTable(table) => self.server.install_lock_table(now, table),
             Control::BeginTerm(term, reply) => {

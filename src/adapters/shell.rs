@@ -11,9 +11,12 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use std::sync::Arc;
+
+use crate::adapters::lease::{self, Guards};
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::Sender;
-use crate::client::{Action, Client, ConnId, Error, Event, Grant, OpId, Outcome};
+use crate::client::{Action, Client, ClientStats, ConnId, Error, Event, Grant, OpId, Outcome};
 use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
@@ -34,6 +37,19 @@ pub enum RequestError {
     Stopped,
 }
 
+/// Why a lock gave no held grant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The acquire ended without a grant: timed out, busy, cancelled, or
+    /// Indeterminate (the outcome says which).
+    #[error("not acquired: {0:?}")]
+    NotAcquired(Outcome),
+    /// The request failed.
+    #[error(transparent)]
+    Request(#[from] RequestError),
+}
+
 /// A request from the embedder to the driver.
 pub(crate) enum Command {
     Acquire {
@@ -42,6 +58,10 @@ pub(crate) enum Command {
         owner: Name,
         wait: Duration,
         lease: Duration,
+        /// Renew the grant automatically, for at most this long.
+        renew: Option<Duration>,
+        /// The guard that will hold the grant, kept up to date.
+        guard: Option<Arc<lease::Shared>>,
         reply: Sender<OpResult>,
     },
     Release {
@@ -57,6 +77,26 @@ pub(crate) enum Command {
     Cancel { ticket: u64 },
     /// A grant its receiver could not take: release it by exact token.
     Undeliverable { grant: Grant },
+    /// Renew a held grant once.
+    Renew {
+        grant: Grant,
+        lease: Option<Duration>,
+        reply: Sender<Result<(), Error>>,
+    },
+    /// Start (for at most `limit`) or stop renewing a held grant.
+    AutoRenew {
+        grant: Grant,
+        on: bool,
+        limit: Option<Duration>,
+        reply: Sender<Result<(), Error>>,
+    },
+    /// A guard went away without a release: release its grant by exact
+    /// token (which stops its renewal), its outcome to nobody.
+    DropGuard { grant: Grant },
+    /// A guard's grant is left to run out: no more renewal.
+    LetExpire { grant: Grant },
+    /// The core's counters.
+    Stats { reply: Sender<ClientStats> },
     Shutdown {
         budget: Duration,
         reply: Sender<Result<(), Error>>,
@@ -92,7 +132,11 @@ pub(crate) struct Shell {
     waiters: IdMap<OpId, (Option<u64>, Sender<OpResult>)>,
     tickets: IdMap<u64, OpId>,
     shutdown_waiters: Vec<Sender<Result<(), Error>>>,
+    guards: Guards,
     notices: Sink,
+    /// When the counters were last published (feature `metrics`).
+    #[cfg(feature = "metrics")]
+    published: Option<Instant>,
 }
 
 impl Shell {
@@ -104,7 +148,10 @@ impl Shell {
             waiters: IdMap::default(),
             tickets: IdMap::default(),
             shutdown_waiters: Vec::new(),
+            guards: Guards::default(),
             notices,
+            #[cfg(feature = "metrics")]
+            published: None,
         }
     }
 
@@ -158,33 +205,30 @@ impl Shell {
                 owner,
                 wait,
                 lease,
+                renew,
+                guard,
                 reply,
-            } => match self.client.acquire(now, key, owner, wait, lease) {
-                Ok(op) => {
-                    self.waiters.insert(op, (Some(ticket), reply));
-                    self.tickets.insert(ticket, op);
+            } => {
+                let started = match renew {
+                    None => self.client.acquire(now, key, owner, wait, lease),
+                    Some(limit) => {
+                        self.client
+                            .acquire_renewing(now, key, owner, wait, lease, Some(limit))
+                    }
+                };
+                if let (Ok(op), Some(guard)) = (&started, guard) {
+                    self.guards.expect(*op, guard);
                 }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
-            },
-            Command::Release { grant, reply } => match self.client.release(now, &grant) {
-                Ok(op) => {
-                    self.waiters.insert(op, (None, reply));
-                }
-                Err(e) => {
-                    let _ = reply.send(Err(e));
-                }
-            },
+                self.await_outcome(started, Some(ticket), reply);
+            }
+            Command::Release { grant, reply } => {
+                self.guards.forget(&grant);
+                let started = self.client.release(now, &grant);
+                self.await_outcome(started, None, reply);
+            }
             Command::ReleaseToken { key, token, reply } => {
-                match self.client.release_token(now, key, token) {
-                    Ok(op) => {
-                        self.waiters.insert(op, (None, reply));
-                    }
-                    Err(e) => {
-                        let _ = reply.send(Err(e));
-                    }
-                }
+                let started = self.client.release_token(now, key, token);
+                self.await_outcome(started, None, reply);
             }
             Command::Cancel { ticket } => {
                 if let Some(op) = self.tickets.remove(&ticket) {
@@ -197,6 +241,37 @@ impl Shell {
                 // A grant already released or expired needs nothing more.
                 let _ = self.client.undeliverable(now, &grant);
             }
+            Command::Renew {
+                grant,
+                lease,
+                reply,
+            } => {
+                let _ = reply.send(self.client.renew(now, &grant, lease));
+            }
+            Command::AutoRenew {
+                grant,
+                on,
+                limit,
+                reply,
+            } => {
+                let result = match on {
+                    true => self.client.auto_renew(now, &grant, limit),
+                    false => self.client.stop_renewing(now, &grant),
+                };
+                let _ = reply.send(result);
+            }
+            Command::DropGuard { grant } => {
+                self.guards.forget(&grant);
+                // Released or gone already: nothing more to do.
+                let _ = self.client.release(now, &grant);
+            }
+            Command::LetExpire { grant } => {
+                self.guards.forget(&grant);
+                let _ = self.client.stop_renewing(now, &grant);
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.client.stats());
+            }
             Command::Shutdown { budget, reply } => match self.client.shutdown(now, budget) {
                 Ok(()) => self.shutdown_waiters.push(reply),
                 Err(e) => {
@@ -206,11 +281,49 @@ impl Shell {
         }
     }
 
+    /// Publishes the core's counters to the `metrics` facade, at most once
+    /// a second.
+    #[cfg(feature = "metrics")]
+    fn publish(&mut self) {
+        let now = Instant::now();
+        if self
+            .published
+            .is_some_and(|at| now.saturating_duration_since(at) < Duration::from_secs(1))
+        {
+            return;
+        }
+        self.published = Some(now);
+        crate::adapters::metrics::record_client(&self.client.stats());
+    }
+
+    /// Keeps `reply` for the outcome of the operation just `started` (the
+    /// acquire of `ticket`, if one), or answers at once with its refusal.
+    fn await_outcome(
+        &mut self,
+        started: Result<OpId, Error>,
+        ticket: Option<u64>,
+        reply: Sender<OpResult>,
+    ) {
+        match started {
+            Ok(op) => {
+                self.waiters.insert(op, (ticket, reply));
+                if let Some(ticket) = ticket {
+                    self.tickets.insert(ticket, op);
+                }
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e));
+            }
+        }
+    }
+
     /// Drains the core: actions to `io`, outcomes to their callers, notices
     /// to the notice sink. A grant whose caller is gone is handed back to
     /// the core, which releases it by its exact token. Returns how many
     /// outcomes went to callers (each may wake a task).
     pub(crate) fn pump(&mut self, io: &mut impl Io) -> usize {
+        #[cfg(feature = "metrics")]
+        self.publish();
         let mut delivered = 0;
         loop {
             while let Some(action) = self.client.poll_action() {
@@ -234,7 +347,10 @@ impl Shell {
                     }
                     self.notify(Event::ShutdownComplete);
                 }
-                other => self.notify(other),
+                other => {
+                    self.guards.notice(&other);
+                    self.notify(other);
+                }
             }
         }
     }
@@ -245,7 +361,13 @@ impl Shell {
                 if let Some(ticket) = ticket {
                     self.tickets.remove(&ticket);
                 }
-                reply.send(Ok(outcome)).err().and_then(Result::ok)
+                // The guard is kept up to date before its caller can look.
+                self.guards.acquired(op, &outcome, true);
+                let undelivered = reply.send(Ok(outcome)).err().and_then(Result::ok);
+                if let Some(Outcome::Granted(grant)) = &undelivered {
+                    self.guards.forget(grant);
+                }
+                undelivered
             }
             None => Some(outcome),
         };

@@ -41,8 +41,9 @@ use crate::adapters::notices::{self, Sink};
 use crate::client::{Config, ConfigError};
 use crate::names::Endpoint;
 
-pub use crate::adapters::driver::{Acquire, Canceller, Handle};
-pub use crate::adapters::shell::RequestError;
+pub use crate::adapters::driver::{Acquire, Canceller, Handle, Lease, Lock};
+pub use crate::adapters::lease::LeaseStatus;
+pub use crate::adapters::shell::{LockError, RequestError};
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::tokio::TlsConnector;
 

@@ -77,6 +77,7 @@ impl Client {
         }
         let id = self.next_request_id();
         self.pending.insert(id, Request::Renew(handle).op());
+        self.events.stats.renewals.sent += 1;
         let held = self
             .holds
             .get_mut(handle)

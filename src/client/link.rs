@@ -319,7 +319,7 @@ impl Client {
         });
         self.reader.reset();
         self.link.ignored = None;
-        self.settle_on_close();
+        self.settle_on_close(&reason);
         if self.finishing {
             return;
         }
@@ -408,7 +408,7 @@ impl Client {
     /// abandoned waiters are dropped (lease expiry settles them); sent
     /// releases and renewals go back to the front of the lane, in their
     /// order; unsent requests stay queued for the next connection.
-    fn settle_on_close(&mut self) {
+    fn settle_on_close(&mut self, reason: &CloseReason) {
         self.acquires_in_flight = 0;
         let mut releases = Vec::new();
         let mut renewals = Vec::new();
@@ -420,6 +420,7 @@ impl Client {
                         self.acquires.remove(handle);
                     } else {
                         let settles_by = self.settles_by(acquire);
+                        self.events.stats.count_indeterminate(Some(reason));
                         self.end_acquire(handle, Outcome::Indeterminate { settles_by });
                     }
                 }

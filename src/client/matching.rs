@@ -174,6 +174,7 @@ impl Client {
         let acquire = self.acquires.remove(handle).expect("matched");
         let renew = self.renew_on_grant.remove(&handle);
         self.open_acquires -= 1;
+        self.events.stats.grant_wait.record(waited_ms);
         let expires_by = self.expires_by(lease_ms);
         let valid_until = acquire
             .sent_at

@@ -52,6 +52,7 @@ mod matching;
 mod operations;
 mod outcome;
 mod renewal;
+mod stats;
 mod store;
 
 use core::time::Duration;
@@ -62,10 +63,15 @@ pub use outcome::{
     Action, BackoffCause, CloseReason, ConnId, Error, Event, Grant, InFlight, OpId, OpenOperations,
     Outcome, ReleaseResult, TransportEnd, Violation,
 };
+pub use stats::{
+    AcquireOutcomes, BackoffCounts, ClientStats, CloseCounts, Histogram, IndeterminateCauses,
+    ReleaseOutcomes, RenewalCounts,
+};
 
 use self::link::{Link, LinkState, Phase};
 use self::operations::{Acquire, Held, Hold};
 use self::outcome::{Issuer, OpKind};
+use self::stats::Told;
 use self::store::{Fifo, Handle, Pending, SendBuffer, Slab};
 use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
@@ -251,7 +257,8 @@ pub struct Client {
     open_releases: usize,
     link: Link,
     actions: VecDeque<Action>,
-    events: VecDeque<Event>,
+    /// The events for the embedder, and the counters.
+    events: Told,
     /// Requests encoded and not yet handed out.
     out: SendBuffer,
     reader: LineReader,
@@ -287,7 +294,7 @@ impl Client {
             open_releases: 0,
             link: Link::new(),
             actions: VecDeque::new(),
-            events: VecDeque::new(),
+            events: Told::default(),
             out: SendBuffer::default(),
             reader: LineReader::new(),
             shutdown: None,
@@ -385,6 +392,28 @@ impl Client {
     /// unless renewed or released.
     pub fn stop_renewing(&mut self, now: Time, grant: &Grant) -> Result<(), Error> {
         self.step(now, |client| client.set_auto_renew(grant, false, None))
+    }
+
+    /// The client's counters: totals since it was made (operations by
+    /// outcome, Indeterminate by cause, orphan releases, renewals,
+    /// connections, closes by reason, backoffs by cause, two histograms),
+    /// and what is open now. Cheap enough to call every second; it counts
+    /// the held grants.
+    pub fn stats(&self) -> ClientStats {
+        let mut stats = self.events.stats.clone();
+        stats.in_flight = self.pending.len() as u64;
+        stats.acquires_in_flight = self.acquires_in_flight as u64;
+        stats.acquires_queued = self.queue.len() as u64;
+        stats.releases_queued = self.lane.len() as u64;
+        stats.renewals_queued = self.renewals.len() as u64;
+        stats.acquires_open = self.open_acquires as u64;
+        stats.releases_open = self.open_releases as u64;
+        stats.held = self
+            .holds
+            .iter()
+            .filter(|(_, hold)| hold.held().is_some())
+            .count() as u64;
+        stats
     }
 
     /// Until when the holder may count on `grant` now, renewals included:
@@ -545,11 +574,7 @@ impl Client {
     /// The next outcome or notice for the embedder.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        let event = self.events.pop_front();
-        if self.events.is_empty() {
-            store::give_back(&mut self.events);
-        }
-        event
+        self.events.pop_front()
     }
 
     /// When the driver must call [`handle_timeout`](Client::handle_timeout)

@@ -256,6 +256,7 @@ impl Client {
             phase: AcquirePhase::Queued,
         });
         self.open_acquires += 1;
+        self.events.stats.acquires_started += 1;
         if let Some(limit) = renew {
             self.renew_on_grant.insert(acquire, limit);
         }
@@ -301,12 +302,14 @@ impl Client {
             if self.now < grant.expires_by {
                 return Err(Client::not_held(grant));
             }
+            self.events.stats.releases_started += 1;
             // Freed by lease expiry already: nothing to ask.
             let release = self.ended_release(grant.key.clone(), grant.token, grant.expires_by);
             self.end_release(release, ReleaseResult::Lapsed);
             return Ok(OpId::of(OpKind::Release, release));
         };
         if let Some(Hold::Lost { .. }) = self.holds.get(handle) {
+            self.events.stats.releases_started += 1;
             // Its renewal was answered `N`: gone, and nothing to ask.
             let Some(Hold::Lost {
                 key,
@@ -324,9 +327,12 @@ impl Client {
             return Err(Error::Busy);
         }
         self.open_releases += 1;
+        self.events.stats.releases_started += 1;
         // The grant becomes its release, in place, and its renewal stops:
         // one not sent yet is dropped, one in flight is claimed.
         let held = self.holds.get(handle).and_then(Hold::held).expect("held");
+        let left = held.valid_until.millis_since(self.now);
+        self.events.stats.lease_left_at_release.record(left);
         let mut release = Release::new(held.key.clone(), held.token, held.expires_by, false);
         release.renewal_sent = matches!(held.renewal, Renewal::Sent { .. });
         let renewal_queued = matches!(held.renewal, Renewal::Queued { .. });
@@ -377,6 +383,7 @@ impl Client {
         }
         let until = self.now.saturating_add(self.config.release_horizon);
         self.open_releases += 1;
+        self.events.stats.releases_started += 1;
         let release = self.queue_release(Release::new(key, token, until, false));
         Ok(OpId::of(OpKind::Release, release))
     }
@@ -453,6 +460,7 @@ impl Client {
     pub(crate) fn abandon_waiter(&mut self, handle: Handle) {
         let acquire = self.acquires.get(handle).expect("a sent acquire");
         let settles_by = self.settles_by(acquire);
+        self.events.stats.count_indeterminate(None);
         self.emit(
             OpId::of(OpKind::Acquire, handle),
             Outcome::Indeterminate { settles_by },

@@ -20,20 +20,21 @@ use crate::time::{duration_millis, Time};
 use crate::wire::AnswerKind;
 
 impl Held {
-    /// The grant's lease, in nanoseconds, as the schedule counts it.
-    fn lease(&self) -> Duration {
-        Duration::from_millis(self.lease_ms.get())
+    /// A third of the grant's lease, in nanoseconds: the schedule's step.
+    fn third(&self) -> u64 {
+        self.lease_ms.get().saturating_mul(1_000_000) / 3
     }
 
     /// When an automatically renewed grant is renewed: once less than two
     /// thirds of its lease is left before `valid_until`.
     fn renew_at(&self) -> Time {
-        self.valid_until.saturating_sub(self.lease() * 2 / 3)
+        self.valid_until
+            .saturating_sub_nanos(self.third().saturating_mul(2))
     }
 
     /// When it is in jeopardy: once less than a third of its lease is left.
     fn jeopardy_at(&self) -> Time {
-        self.valid_until.saturating_sub(self.lease() / 3)
+        self.valid_until.saturating_sub_nanos(self.third())
     }
 
     /// The next moment something is due for the grant.

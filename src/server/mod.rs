@@ -53,6 +53,7 @@
 mod action;
 mod config;
 mod image;
+mod stats;
 mod table;
 mod term;
 
@@ -65,6 +66,7 @@ use bytes::BytesMut;
 pub use action::{Action, ConnId};
 pub use config::{Config, ConfigError, Role};
 pub use image::{EpochRecord, ImageError, ImageGrant, TableImage};
+pub use stats::ServerStats;
 pub use table::{Holder, LockTable};
 pub use term::{
     count_of, epoch_of, next_epoch, token, EpochSource, Term, TermError, COUNTER_BITS, MAX_EPOCH,
@@ -296,6 +298,8 @@ pub struct Server {
     outbox: BTreeMap<ConnId, Outgoing>,
     pending: VecDeque<Pending>,
     replies: Vec<Reply>,
+    /// The counters (the current values are filled in when read).
+    stats: ServerStats,
 }
 
 impl Server {
@@ -316,6 +320,7 @@ impl Server {
             outbox: BTreeMap::new(),
             pending: VecDeque::new(),
             replies: Vec::new(),
+            stats: ServerStats::default(),
         })
     }
 
@@ -330,6 +335,7 @@ impl Server {
         self.advance(now);
         let conn = ConnId(self.next_conn);
         self.next_conn += 1;
+        self.stats.accepted += 1;
         let deadline = self.now.saturating_add(self.config.handshake_timeout);
         self.conns.insert(
             conn,
@@ -577,6 +583,20 @@ impl Server {
         self.table.image(self.now, written_at)
     }
 
+    /// The server's counters: answers by kind, reclaims, expiries,
+    /// connections, waiters now and at most, the epoch, whether a recovery
+    /// grace holds.
+    pub fn stats(&self) -> ServerStats {
+        ServerStats {
+            expiries: self.table.expiries(),
+            connections: self.conns.len() as u64,
+            waiters: self.table.waiters() as u64,
+            epoch: self.table.epoch(),
+            in_grace: self.grace_until().is_some(),
+            ..self.stats
+        }
+    }
+
     /// The epoch of the current term.
     pub fn epoch(&self) -> u64 {
         self.table.epoch()
@@ -809,6 +829,16 @@ impl Server {
                 *waited_ms = None;
             }
         }
+        let s = &mut self.stats;
+        *match kind {
+            AnswerKind::Granted { .. } => &mut s.grants,
+            AnswerKind::TimedOut => &mut s.timed_out,
+            AnswerKind::Busy => &mut s.busy,
+            AnswerKind::Released => &mut s.releases,
+            AnswerKind::NotHeld => &mut s.not_held,
+            AnswerKind::Renewed { .. } => &mut s.renewals,
+            AnswerKind::Gone => &mut s.renewals_gone,
+        } += 1;
         ServerFrame::Answer(Answer { id, key, kind }).encode(self.output(conn));
     }
 
@@ -944,6 +974,8 @@ impl Server {
                     Acquired::TimedOut => AnswerKind::TimedOut,
                     Acquired::Busy => AnswerKind::Busy,
                     Acquired::Queued => {
+                        let waiters = self.table.waiters() as u64;
+                        self.stats.max_waiters = self.stats.max_waiters.max(waiters);
                         // Unanswered until the table answers it.
                         if let Some(c) = self.conns.get_mut(&conn) {
                             c.phase = Phase::Ready {
@@ -979,7 +1011,9 @@ impl Server {
                 let lease_ms =
                     lease_ms.min(NonZeroU64::new(limits.max_lease_ms).unwrap_or(NonZeroU64::MIN));
                 let kind = match self.table.renew(self.now, conn, key, token, lease_ms) {
-                    Renewal::Renewed | Renewal::Reclaimed => {
+                    Renewal::Renewed => AnswerKind::Renewed { token, lease_ms },
+                    Renewal::Reclaimed => {
+                        self.stats.reclaims += 1;
                         AnswerKind::Renewed { token, lease_ms }
                     }
                     Renewal::Gone => AnswerKind::Gone,

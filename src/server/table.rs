@@ -250,6 +250,8 @@ pub struct LockTable {
     /// The greatest lease, in ms, that a grant in this table may have: the
     /// greatest given, or carried from an earlier term.
     max_lease_ms: u64,
+    /// Grants that ran out unreleased.
+    expired: u64,
 }
 
 impl LockTable {
@@ -269,6 +271,11 @@ impl LockTable {
             },
             ..LockTable::default()
         }
+    }
+
+    /// Grants that ran out unreleased.
+    pub fn expiries(&self) -> u64 {
+        self.expired
     }
 
     /// The current grant of `key`, if it is held.
@@ -534,6 +541,7 @@ impl LockTable {
                     if let Some(slot) = self.keys.get_mut(key.as_str()) {
                         if slot.grant.is_some_and(|g| g.token == token) {
                             slot.grant = None;
+                            self.expired += 1;
                         }
                     }
                     self.promote(at, key.as_str(), out);

@@ -43,6 +43,8 @@ pub mod pki;
 #[cfg(feature = "tls")]
 pub mod tls;
 
+pub use ticketing::tokio::LeaseStatus;
+
 /// The notices of one client, as every adapter hands them to the tests.
 #[allow(dead_code)] // each test binary builds the variant of its adapter
 pub enum NoticeRx {
@@ -122,6 +124,26 @@ pub trait Adapter: 'static {
         client: &Self::Client,
         budget: Duration,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static;
+    /// A held grant, as the adapter's guard.
+    type Lease: Send + 'static;
+    /// The adapter's lock with automatic renewal (`renew`), or without.
+    fn lock(
+        client: &Self::Client,
+        key: Key,
+        lease: Duration,
+        renew: bool,
+    ) -> impl Future<Output = Result<Self::Lease, String>> + Send + 'static;
+    /// The guard's token and where its grant stands.
+    fn lease_state(lease: &Self::Lease) -> (u64, LeaseStatus);
+    /// Waits, at most `limit`, for the guard's status to change.
+    fn lease_changed(
+        lease: Self::Lease,
+        limit: Duration,
+    ) -> impl Future<Output = (Self::Lease, LeaseStatus)> + Send + 'static;
+    /// Releases the guard's grant; its outcome.
+    fn release_lease(
+        lease: Self::Lease,
+    ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send + 'static;
 }
 
 /// The [`Adapter`] methods of an async adapter (tokio, futures-io), whose
@@ -181,6 +203,43 @@ macro_rules! async_handle_methods {
             let client = client.clone();
             async move { client.shutdown(budget).await }
         }
+
+        type Lease = Lease;
+
+        fn lock(
+            client: &Handle,
+            key: Key,
+            lease: Duration,
+            renew: bool,
+        ) -> impl Future<Output = Result<Lease, String>> + Send + 'static {
+            let owner = ticketing::Name::new("me").expect("a name");
+            let lock = match renew {
+                true => client.lock_renewing(key, owner, Duration::ZERO, lease, None),
+                false => client.lock(key, owner, Duration::ZERO, lease),
+            };
+            async move { lock.await.map_err(|e| format!("{e:?}")) }
+        }
+
+        fn lease_state(lease: &Lease) -> (u64, tcp::LeaseStatus) {
+            (lease.token(), lease.status())
+        }
+
+        fn lease_changed(
+            mut lease: Lease,
+            limit: Duration,
+        ) -> impl Future<Output = (Lease, tcp::LeaseStatus)> + Send + 'static {
+            async move {
+                let changed = tcp::within_opt::<Self, _>(limit, lease.changed()).await;
+                let status = changed.unwrap_or_else(|| lease.status());
+                (lease, status)
+            }
+        }
+
+        fn release_lease(
+            lease: Lease,
+        ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+            lease.release()
+        }
     };
 }
 #[allow(unused_imports)]
@@ -197,6 +256,21 @@ macro_rules! adapter_tests {
         #[test]
         fn server_restart_ends_acquires_indeterminate_and_resends_releases() {
             $crate::tcp::server_restart::<$adapter>();
+        }
+
+        #[test]
+        fn an_auto_renewed_lock_is_held_past_three_leases() {
+            $crate::tcp::renewal_keeps_a_lock::<$adapter>();
+        }
+
+        #[test]
+        fn a_restart_under_an_auto_renewed_lock_ends_in_lost_or_expired() {
+            $crate::tcp::renewal_across_a_restart::<$adapter>();
+        }
+
+        #[test]
+        fn dropping_a_lease_releases_it_by_exact_token() {
+            $crate::tcp::dropping_a_lease_releases_it::<$adapter>();
         }
 
         #[test]
@@ -1019,6 +1093,142 @@ pub fn server_restart<A: Adapter>() {
             held.token(),
             "the new server granted nothing"
         );
+    });
+}
+
+// ----- 2b. renewal -------------------------------------------------------------
+
+/// The lease of the renewal scenarios: short, so that three of them pass
+/// quickly.
+const SHORT_LEASE: Duration = Duration::from_millis(300);
+
+/// A lock renewed automatically is held past three times its lease while
+/// another client's try-locks keep timing out; released, the other gets it.
+pub fn renewal_keeps_a_lock<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
+        let ep = endpoint(server.local_addr());
+        let (holder, _notices) = A::connect(client_config(&ep, "holder"));
+        let (other, _other_notices) = A::connect(client_config(&ep, "other"));
+        let lease = within::<A, _>("the lock", A::lock(&holder, key("r"), SHORT_LEASE, true))
+            .await
+            .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME));
+        let (token, status) = A::lease_state(&lease);
+        let first_until = status.valid_until().expect("valid");
+        let start = std::time::Instant::now();
+        let mut tries = 0;
+        while start.elapsed() < SHORT_LEASE * 4 {
+            let outcome = within::<A, _>(
+                "a try-lock of the held key",
+                A::acquire(&other, key("r"), name("other"), Duration::ZERO, SHORT_LEASE),
+            )
+            .await;
+            assert!(
+                matches!(outcome, Ok(Outcome::TimedOut { sent: true })),
+                "[{}] the key is held: {outcome:?}",
+                A::NAME
+            );
+            tries += 1;
+            A::sleep(Duration::from_millis(50)).await;
+        }
+        let (_, status) = A::lease_state(&lease);
+        assert!(
+            matches!(status, LeaseStatus::Valid { .. }),
+            "[{}] still held: {status:?}",
+            A::NAME
+        );
+        let until = status.valid_until().expect("valid");
+        assert!(
+            until.as_nanos() >= first_until.as_nanos() + 3 * SHORT_LEASE.as_nanos() as u64,
+            "[{}] renewed on and on: valid until {until}, first {first_until}",
+            A::NAME
+        );
+        let released = within::<A, _>("the release", A::release_lease(lease)).await;
+        assert!(matches!(released, Ok(Outcome::Released)), "{released:?}");
+        let grant = granted(
+            "the other's lock once released",
+            within::<A, _>(
+                "the other's acquire",
+                A::acquire(&other, key("r"), name("other"), Duration::ZERO, SHORT_LEASE),
+            )
+            .await,
+        );
+        assert!(grant.token() > token);
+        assert!(tries >= 10, "{tries} tries");
+        shutdown::<A>(&holder).await;
+        shutdown::<A>(&other).await;
+        lab.stop(server).await;
+    });
+}
+
+/// A server that restarts without its table under an auto-renewed lock:
+/// the holder is told the lease is lost, or expired, never nothing.
+pub fn renewal_across_a_restart<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let first = lab.serve(server_core(server_config("n1", |_| {}))).await;
+        let port = first.local_addr();
+        let (client, _notices) = A::connect(client_config(&endpoint(port), "c"));
+        let lease = within::<A, _>("the lock", A::lock(&client, key("r"), SHORT_LEASE, true))
+            .await
+            .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME));
+        drop(lab.stop(first).await);
+        let second = lab
+            .serve_at(server_core(server_config("n2", |_| {})), port)
+            .await;
+        let mut lease = lease;
+        let mut status = A::lease_state(&lease).1;
+        let start = std::time::Instant::now();
+        while !status.is_over() {
+            assert!(
+                start.elapsed() < PATIENCE,
+                "[{}] silence after the restart: {status:?}",
+                A::NAME
+            );
+            (lease, status) = A::lease_changed(lease, PATIENCE).await;
+        }
+        assert!(
+            matches!(status, LeaseStatus::Lost | LeaseStatus::Expired { .. }),
+            "{status:?}"
+        );
+        drop(lease);
+        shutdown::<A>(&client).await;
+        lab.stop(second).await;
+    });
+}
+
+/// A guard dropped without a release releases its grant by exact token.
+pub fn dropping_a_lease_releases_it<A: Adapter>() {
+    let lab = Lab::start();
+    A::block_on(async {
+        let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
+        let ep = endpoint(server.local_addr());
+        let (client, _notices) = A::connect(client_config(&ep, "c"));
+        let lease = within::<A, _>("the lock", A::lock(&client, key("r"), LONG_LEASE, true))
+            .await
+            .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME));
+        let token = A::lease_state(&lease).0;
+        drop(lease);
+        // Another acquire of the key gets it long before the lease ends.
+        let grant = granted(
+            "the lock once its guard is dropped",
+            within::<A, _>(
+                "the acquire after the drop",
+                A::acquire(
+                    &client,
+                    key("r"),
+                    name("me"),
+                    Duration::from_secs(5),
+                    LONG_LEASE,
+                ),
+            )
+            .await,
+        );
+        assert!(grant.token() > token);
+        release::<A>(&client, &grant).await;
+        shutdown::<A>(&client).await;
+        lab.stop(server).await;
     });
 }
 

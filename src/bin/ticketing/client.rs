@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Args as ClapArgs;
 use serde_json::{json, Value};
-use ticketing::client::{self as core, Event, Grant, Outcome, ReleaseResult};
+use ticketing::client::{self as core, Event, Grant, OpId, Outcome, ReleaseResult};
 use ticketing::tokio::{Canceller, Handle, RequestError};
 use ticketing::{Key, Name, Time};
 use tokio::io::BufReader;
@@ -36,6 +36,18 @@ enum Line {
         owner: Name,
         wait: Duration,
         lease: Duration,
+        /// Renew automatically once granted, for at most this long
+        /// (`Some(None)`: with no limit).
+        renew: Option<Option<Duration>>,
+    },
+    Renew {
+        acquire: String,
+        lease: Option<Duration>,
+    },
+    AutoRenew {
+        acquire: String,
+        /// `Some(limit)`: on, for at most `limit`; `None`: off.
+        on: Option<Option<Duration>>,
     },
     Release {
         tag: String,
@@ -52,6 +64,7 @@ enum Line {
     Abandon {
         tag: String,
     },
+    Stats,
     Shutdown {
         budget: Duration,
     },
@@ -90,7 +103,16 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
     };
     let parsed = match words[0] {
         "acquire" => {
-            want(6, "acquire TAG KEY OWNER WAIT_MS LEASE_MS")?;
+            let usage = "acquire TAG KEY OWNER WAIT_MS LEASE_MS [renew[=UNTIL_MS]]";
+            if words.len() != 7 {
+                want(6, usage)?;
+            }
+            let renew = match words.get(6) {
+                None => None,
+                Some(word) => {
+                    Some(switch(word, "renew").ok_or_else(|| format!("usage: {usage}"))??)
+                }
+            };
             Line::Acquire {
                 tag: tag(1)?,
                 key: key(2)?,
@@ -98,6 +120,34 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
                     .map_err(|e| format!("bad owner {}: {e}", quote(words[3])))?,
                 wait: Duration::from_millis(number(4, "WAIT_MS")?),
                 lease: Duration::from_millis(number(5, "LEASE_MS")?),
+                renew,
+            }
+        }
+        "renew" => {
+            let usage = "renew ACQUIRE_TAG [LEASE_MS]";
+            if words.len() != 3 {
+                want(2, usage)?;
+            }
+            let lease = match words.get(2) {
+                Some(_) => Some(Duration::from_millis(number(2, "LEASE_MS")?)),
+                None => None,
+            };
+            Line::Renew {
+                acquire: words[1].to_string(),
+                lease,
+            }
+        }
+        "auto-renew" => {
+            let usage = "auto-renew ACQUIRE_TAG on[=UNTIL_MS]|off";
+            want(3, usage)?;
+            let on = match switch(words[2], "on") {
+                Some(limit) => Some(limit?),
+                None if words[2] == "off" => None,
+                None => return Err(format!("usage: {usage}")),
+            };
+            Line::AutoRenew {
+                acquire: words[1].to_string(),
+                on,
             }
         }
         "release" => {
@@ -127,6 +177,10 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
                 tag: words[1].to_string(),
             }
         }
+        "stats" => {
+            want(1, "stats")?;
+            Line::Stats
+        }
         "shutdown" => {
             want(2, "shutdown BUDGET_MS")?;
             Line::Shutdown {
@@ -136,6 +190,21 @@ fn parse(line: &str) -> Result<Option<Line>, String> {
         other => return Err(format!("unknown command {}", quote(other))),
     };
     Ok(Some(parsed))
+}
+
+/// `word` as `NAME` or `NAME=MS`: `None` if it is neither; else the
+/// limit it gives (`Ok(None)`: none), or why that limit is bad.
+fn switch(word: &str, name: &str) -> Option<Result<Option<Duration>, String>> {
+    let rest = word.strip_prefix(name)?;
+    if rest.is_empty() {
+        return Some(Ok(None));
+    }
+    let ms = rest.strip_prefix('=')?;
+    Some(
+        ms.parse::<u64>()
+            .map(|ms| Some(Duration::from_millis(ms)))
+            .map_err(|_| format!("bad UNTIL_MS {}: not a number", quote(ms))),
+    )
 }
 
 /// What the session knows of a tag.
@@ -160,6 +229,8 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     let (handle, mut notices) = spawn_client(&args.client)?;
     let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
     let mut tags: HashMap<String, Tagged> = HashMap::new();
+    // The tags of the acquires whose grants the renewal notices name.
+    let mut renewals = Renewals::default();
     let mut open = 0usize;
     // Each line is read whatever it holds, keeping at most `MAX_LINE` bytes
     // of it: a bad line is an error to print, never the end of the input.
@@ -174,7 +245,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             // Notices first: the core emits a close before the outcomes it
             // causes, and the output keeps that order.
             biased;
-            Some(event) = notices.recv() => notice(&event),
+            Some(event) = notices.recv() => renewals.notice(event, handle.now()),
             line = input.next(), if shutdown.is_none() => match line {
                 Ok(Some(input::Line::Bad(message))) => {
                     emit(json!({"type": "error", "message": message}));
@@ -193,7 +264,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             },
             Some(done) = done_rx.recv() => {
                 open -= 1;
-                finish(done, &handle, &mut tags);
+                if let Some((grant, tag)) = finish(done, &handle, &mut tags) {
+                    renewals.granted(grant, tag, handle.now());
+                }
             }
             result = async { shutting_down.as_mut().expect("guarded").await }, if shutting_down.is_some() => {
                 if let Err(e) = result {
@@ -212,10 +285,12 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             break;
         };
         open -= 1;
-        finish(done, &handle, &mut tags);
+        if let Some((grant, tag)) = finish(done, &handle, &mut tags) {
+            renewals.granted(grant, tag, handle.now());
+        }
     }
     while let Some(event) = notices.try_recv() {
-        notice(&event);
+        renewals.notice(event, handle.now());
     }
     emit(json!({"type": "done"}));
     Ok(ExitCode::SUCCESS)
@@ -243,9 +318,13 @@ fn start(
             owner,
             wait,
             lease,
+            renew,
         } => {
             fresh(tags, &tag)?;
-            let acquire = handle.acquire(key.clone(), owner, wait, lease);
+            let acquire = match renew {
+                None => handle.acquire(key.clone(), owner, wait, lease),
+                Some(limit) => handle.acquire_renewing(key.clone(), owner, wait, lease, limit),
+            };
             tags.insert(tag.clone(), Tagged::Acquiring(acquire.canceller()));
             spawn_op(done, open, tag, "acquire", key, acquire);
         }
@@ -280,9 +359,127 @@ fn start(
                 .undeliverable(grant)
                 .map_err(|e| format!("abandon {}: {e}", quote(&tag)))?;
         }
+        Line::Renew { acquire, lease } => {
+            let grant = held_grant(tags, &acquire)?;
+            report_refusal(
+                format!("renew {}", quote(&acquire)),
+                handle.renew(&grant, lease),
+            );
+        }
+        Line::AutoRenew { acquire, on } => {
+            let grant = held_grant(tags, &acquire)?;
+            let request = handle.auto_renew(&grant, on.is_some(), on.flatten());
+            report_refusal(format!("auto-renew {}", quote(&acquire)), request);
+        }
+        Line::Stats => {
+            let stats = handle.stats();
+            tokio::spawn(async move {
+                match stats.await {
+                    Ok(stats) => emit(stats_line(&stats)),
+                    Err(e) => emit(json!({"type": "error", "message": format!("stats: {e}")})),
+                }
+            });
+        }
         Line::Shutdown { .. } => unreachable!("handled by the session"),
     }
     Ok(())
+}
+
+/// The `stats` object (CLI.md; README.md lists its fields).
+fn stats_line(s: &core::ClientStats) -> Value {
+    let histogram = |h: &core::Histogram| {
+        json!({
+            "count": h.count,
+            "sum": h.sum_ms,
+            "max": h.max_ms,
+            "p50_at_most": h.quantile_bound_ms(0.5),
+            "p99_at_most": h.quantile_bound_ms(0.99),
+        })
+    };
+    let releases = |r: &core::ReleaseOutcomes| json!({"released": r.released, "not_held": r.not_held, "lapsed": r.lapsed});
+    let (a, i, r, c, b) = (
+        &s.acquires,
+        &s.indeterminate,
+        &s.renewals,
+        &s.closes,
+        &s.backoffs,
+    );
+    json!({
+        "type": "stats",
+        "acquires": {
+            "started": s.acquires_started,
+            "granted": a.granted,
+            "timed_out": a.timed_out,
+            "busy": a.busy,
+            "cancelled": a.cancelled,
+            "indeterminate": a.indeterminate,
+        },
+        "indeterminate": {"close": i.close, "cancel": i.cancel, "answer_timeout": i.answer_timeout},
+        "releases": merge(json!({"started": s.releases_started}), releases(&s.releases)),
+        "orphans": merge(json!({"queued": s.orphan_releases}), releases(&s.orphans)),
+        "renewals": {
+            "sent": r.sent,
+            "renewed": r.renewed,
+            "lost": r.lost,
+            "jeopardy": r.jeopardy,
+            "expired": r.expired,
+        },
+        "connects": s.connects,
+        "connected": s.connected,
+        "closes": {
+            "eof": c.eof, "io": c.io, "connect_failed": c.connect_failed,
+            "connect_timeout": c.connect_timeout, "tls": c.tls,
+            "handshake_timeout": c.handshake_timeout, "moved": c.moved,
+            "no_leader": c.no_leader, "not_active": c.not_active,
+            "auth_failed": c.auth_failed, "unsupported_version": c.unsupported_version,
+            "server_error": c.server_error, "protocol": c.protocol, "cancel": c.cancel,
+            "answer_timeout": c.answer_timeout, "shutdown": c.shutdown,
+        },
+        "backoffs": {
+            "transport": b.transport, "no_leader": b.no_leader, "not_active": b.not_active,
+            "auth_failed": b.auth_failed, "unsupported_version": b.unsupported_version,
+            "redirect": b.redirect, "busy": b.busy,
+        },
+        "hints": {"taken": s.hints_taken, "ignored": s.hints_ignored},
+        "grant_wait_ms": histogram(&s.grant_wait),
+        "lease_left_at_release_ms": histogram(&s.lease_left_at_release),
+        "now": {
+            "in_flight": s.in_flight,
+            "acquires_in_flight": s.acquires_in_flight,
+            "acquires_queued": s.acquires_queued,
+            "releases_queued": s.releases_queued,
+            "renewals_queued": s.renewals_queued,
+            "acquires_open": s.acquires_open,
+            "releases_open": s.releases_open,
+            "held": s.held,
+        },
+    })
+}
+
+/// The grant of acquire `tag`, while held.
+fn held_grant(tags: &HashMap<String, Tagged>, tag: &str) -> Result<Grant, String> {
+    match tags.get(tag) {
+        Some(Tagged::Granted(Some(grant))) => Ok(grant.clone()),
+        Some(Tagged::Granted(None)) => Err(format!(
+            "the grant of {} was already released or abandoned",
+            quote(tag)
+        )),
+        Some(Tagged::Acquiring(_)) => Err(format!("acquire {} has no outcome yet", quote(tag))),
+        Some(Tagged::Done) => Err(format!("{} holds no grant", quote(tag))),
+        None => Err(format!("no operation tagged {}", quote(tag))),
+    }
+}
+
+/// Prints an `error` object if the core refuses `request`.
+fn report_refusal(
+    what: String,
+    request: impl Future<Output = Result<(), RequestError>> + Send + 'static,
+) {
+    tokio::spawn(async move {
+        if let Err(e) = request.await {
+            emit(json!({"type": "error", "message": format!("{what}: {e}")}));
+        }
+    });
 }
 
 fn take_grant(tags: &mut HashMap<String, Tagged>, tag: &str) -> Result<Grant, String> {
@@ -320,8 +517,13 @@ fn spawn_op(
     });
 }
 
-/// Prints an operation's outcome and remembers a grant.
-fn finish(done: Done, handle: &Handle, tags: &mut HashMap<String, Tagged>) {
+/// Prints an operation's outcome and remembers a grant; a grant's id and
+/// the tag of its acquire.
+fn finish(
+    done: Done,
+    handle: &Handle,
+    tags: &mut HashMap<String, Tagged>,
+) -> Option<(OpId, String)> {
     let Done {
         tag,
         op,
@@ -336,9 +538,10 @@ fn finish(done: Done, handle: &Handle, tags: &mut HashMap<String, Tagged>) {
                 "token": grant.token(),
                 "lease_ms": u64::try_from(grant.lease().as_millis()).unwrap_or(u64::MAX),
             });
-            tags.insert(tag, Tagged::Granted(Some(grant)));
+            let id = grant.id();
+            tags.insert(tag.clone(), Tagged::Granted(Some(grant)));
             emit(merge(line, fields));
-            return;
+            return Some((id, tag));
         }
         Ok(Outcome::TimedOut { sent }) => json!({"outcome": "timed_out", "sent": sent}),
         Ok(Outcome::Busy) | Err(RequestError::Refused(core::Error::Busy)) => {
@@ -357,13 +560,71 @@ fn finish(done: Done, handle: &Handle, tags: &mut HashMap<String, Tagged>) {
             tags.insert(tag.clone(), Tagged::Done);
             line = json!({"type": "error", "tag": tag, "message": e.to_string()});
             emit(line);
-            return;
+            return None;
         }
     };
     if matches!(tags.get(&tag), Some(Tagged::Acquiring(_))) {
         tags.insert(tag, Tagged::Done);
     }
     emit(merge(line, fields));
+    None
+}
+
+/// The renewal notices name a grant by its id; the output names it by the
+/// tag of its acquire. A notice that comes before its grant's outcome (a
+/// grant in jeopardy at once) waits for it.
+#[derive(Default)]
+struct Renewals {
+    tags: HashMap<OpId, String>,
+    early: Vec<Event>,
+}
+
+impl Renewals {
+    fn granted(&mut self, grant: OpId, tag: String, now: Time) {
+        self.tags.insert(grant, tag);
+        let early = std::mem::take(&mut self.early);
+        for event in early {
+            self.notice(event, now);
+        }
+    }
+
+    fn notice(&mut self, event: Event, now: Time) {
+        let (grant, name, key, token, valid_until) = match &event {
+            Event::Renewed {
+                grant,
+                key,
+                token,
+                valid_until,
+            } => (grant, "renewed", key, token, Some(*valid_until)),
+            Event::LeaseJeopardy {
+                grant,
+                key,
+                token,
+                valid_until,
+            } => (grant, "lease_jeopardy", key, token, Some(*valid_until)),
+            Event::LeaseLost { grant, key, token } => (grant, "lease_lost", key, token, None),
+            Event::LeaseExpired { grant, key, token } => (grant, "lease_expired", key, token, None),
+            _ => return notice(&event),
+        };
+        let Some(tag) = self.tags.get(grant) else {
+            self.early.push(event);
+            return;
+        };
+        let mut line = json!({
+            "type": "event",
+            "event": name,
+            "tag": tag,
+            "key": key.as_str(),
+            "token": token,
+        });
+        if let Some(valid_until) = valid_until {
+            line = merge(
+                line,
+                json!({"valid_for_ms": millis_until(valid_until, now)}),
+            );
+        }
+        emit(line);
+    }
 }
 
 fn millis_until(at: Time, now: Time) -> u64 {

@@ -1,12 +1,18 @@
 //! `ticketing run`: holds a lock while a command runs, like `flock(1)`
 //! across machines (CLI.md).
 //!
+//! The grant is renewed automatically while the child runs (unless
+//! `--no-renew`; for at most `--max-hold-ms` of holding if given), so a
+//! command may run as long as it needs and a `ticketing run` that dies
+//! frees the key within one lease.
+//!
 //! Exit statuses: the child's (128 + the signal if a signal ended it); 75
 //! when the lock was not acquired (timed out, busy) or the acquire is
-//! Indeterminate (the command is then not run); 124 when the lease was
-//! about to run out and the child had to be stopped; 128 + the signal when
-//! `ticketing run` itself got SIGINT or SIGTERM (the child gets SIGTERM
-//! first). The grant is released by its exact token on every path.
+//! Indeterminate (the command is then not run); 124 when the lease was lost
+//! or about to run out and the child had to be stopped (SIGTERM, then
+//! SIGKILL after `--kill-grace-ms`); 128 + the signal when `ticketing run`
+//! itself got SIGINT or SIGTERM (the child gets SIGTERM first). The grant is
+//! released by its exact token on every path.
 
 use std::error::Error;
 use std::process::ExitCode;
@@ -15,8 +21,8 @@ use std::time::{Duration, Instant};
 use clap::Args as ClapArgs;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use ticketing::client::{Event, Grant, Outcome};
-use ticketing::tokio::{Handle, Notices};
+use ticketing::client::{Event, Outcome};
+use ticketing::tokio::{Handle, Lease, LeaseStatus, LockError, Notices};
 use ticketing::{Key, Name};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
@@ -34,9 +40,21 @@ pub struct Args {
     /// How long to wait for the lock, in milliseconds.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     wait_ms: u64,
-    /// The lease to ask for, in milliseconds.
-    #[arg(long, value_name = "N", default_value_t = 60_000)]
+    /// The lease to ask for, of the acquire and of each renewal, in
+    /// milliseconds.
+    #[arg(long, value_name = "N", default_value_t = 30_000)]
     lease_ms: u64,
+    /// Never renew: the command must end within one lease.
+    #[arg(long)]
+    no_renew: bool,
+    /// Stop renewing after this much holding, in milliseconds.
+    #[arg(long, value_name = "N", conflicts_with = "no_renew")]
+    max_hold_ms: Option<u64>,
+    /// How long the child has between SIGTERM and SIGKILL, in milliseconds
+    /// (at most a third of the lease): it gets SIGTERM that long before the
+    /// lease runs out.
+    #[arg(long, value_name = "N", default_value_t = 2_000)]
+    kill_grace_ms: u64,
     /// The owner named in the request (default: run-<pid>).
     #[arg(long)]
     owner: Option<Name>,
@@ -47,7 +65,8 @@ pub struct Args {
 
 /// Not acquired, or Indeterminate (sysexits' EX_TEMPFAIL).
 const NOT_ACQUIRED: u8 = 75;
-/// The lease ran out while the child ran (as `timeout(1)` says it).
+/// The lease was lost, or ran out, while the child ran (as `timeout(1)`
+/// says it).
 const LEASE_EXPIRED: u8 = 124;
 /// The command could not be started.
 const CANNOT_START: u8 = 127;
@@ -63,29 +82,35 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
 
-    let acquire = handle.acquire(
+    let (key, wait, lease) = (
         args.key.clone(),
-        owner,
         Duration::from_millis(args.wait_ms),
         Duration::from_millis(args.lease_ms),
     );
-    // A signal while waiting: dropping the acquire cancels it through the
-    // core (and a grant that still comes is released by its exact token).
-    let outcome = tokio::select! {
-        outcome = acquire => outcome?,
+    let lock = match args.no_renew {
+        true => handle.lock(key, owner, wait, lease),
+        false => {
+            let limit = args.max_hold_ms.map(Duration::from_millis);
+            handle.lock_renewing(key, owner, wait, lease, limit)
+        }
+    };
+    // A signal while waiting: dropping the lock cancels the acquire through
+    // the core (and a grant that still comes is released by its exact token).
+    let locked = tokio::select! {
+        locked = lock => locked,
         _ = sigint.recv() => return stop(&handle, 128 + Signal::SIGINT as u8).await,
         _ = sigterm.recv() => return stop(&handle, 128 + Signal::SIGTERM as u8).await,
     };
-    let grant = match outcome {
-        Outcome::Granted(grant) => grant,
-        Outcome::Indeterminate { .. } => {
+    let lease = match locked {
+        Ok(lease) => lease,
+        Err(LockError::NotAcquired(Outcome::Indeterminate { .. })) => {
             eprintln!(
                 "ticketing run: the acquire of {} is indeterminate (the connection failed after it was sent); not running the command",
                 args.key
             );
             return stop(&handle, NOT_ACQUIRED).await;
         }
-        other => {
+        Err(LockError::NotAcquired(other)) => {
             eprintln!(
                 "ticketing run: {} not acquired: {other:?}{}",
                 args.key,
@@ -93,23 +118,30 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             );
             return stop(&handle, NOT_ACQUIRED).await;
         }
+        Err(e) => return Err(e.into()),
     };
     // Nothing reads the notices from here on: they are not kept.
     drop(notices);
 
-    let status = supervise(&handle, &grant, &args.command, &mut sigint, &mut sigterm).await;
-    match handle.release(&grant).await {
+    // A grace longer than a third of the lease would stop every command at
+    // once: it is cut to that.
+    let grace =
+        Duration::from_millis(args.kill_grace_ms).min(Duration::from_millis(args.lease_ms) / 3);
+    let mut lease = lease;
+    let status = supervise(
+        &handle,
+        &mut lease,
+        &args.command,
+        grace,
+        &mut sigint,
+        &mut sigterm,
+    )
+    .await;
+    let (key, token) = (lease.grant().key().clone(), lease.token());
+    match lease.release().await {
         Ok(Outcome::Released) => {}
-        Ok(other) => eprintln!(
-            "ticketing run: release of {} token {}: {other:?}",
-            grant.key(),
-            grant.token()
-        ),
-        Err(e) => eprintln!(
-            "ticketing run: release of {} token {}: {e}",
-            grant.key(),
-            grant.token()
-        ),
+        Ok(other) => eprintln!("ticketing run: release of {key} token {token}: {other:?}"),
+        Err(e) => eprintln!("ticketing run: release of {key} token {token}: {e}"),
     }
     stop(&handle, status).await
 }
@@ -127,17 +159,22 @@ fn last_close(notices: &mut Notices) -> String {
 }
 
 /// Runs the command while the grant is valid; returns the exit status.
+/// The child is stopped once the lease is lost, or `grace` before its
+/// `valid_until` as the client knows it (renewals move it on), so that it
+/// has ended by then.
 async fn supervise(
     handle: &Handle,
-    grant: &Grant,
+    lease: &mut Lease,
     command: &[String],
+    grace: Duration,
     sigint: &mut tokio::signal::unix::Signal,
     sigterm: &mut tokio::signal::unix::Signal,
 ) -> u8 {
+    let key = lease.grant().key().clone();
     let mut child = match Command::new(&command[0])
         .args(&command[1..])
-        .env("TICKETING_KEY", grant.key().as_str())
-        .env("TICKETING_TOKEN", grant.token().to_string())
+        .env("TICKETING_KEY", key.as_str())
+        .env("TICKETING_TOKEN", lease.token().to_string())
         .spawn()
     {
         Ok(child) => child,
@@ -146,30 +183,40 @@ async fn supervise(
             return CANNOT_START;
         }
     };
-    // Stop the child before the lease ends, as the client knows it: SIGTERM
-    // two graces before `valid_until`, SIGKILL one grace before.
-    let grace = (grant.lease() / 4).min(Duration::from_secs(2));
-    let valid_until = handle
-        .instant_of(grant.valid_until())
-        .unwrap_or_else(Instant::now);
-    let term_at = valid_until.checked_sub(grace * 2).unwrap_or(valid_until);
-    tokio::select! {
-        status = child.wait() => exit_status(status),
-        _ = tokio::time::sleep_until(term_at.into()) => {
-            eprintln!(
-                "ticketing run: the lease of {} is about to run out; stopping the command",
-                grant.key()
-            );
-            end(&mut child, grace).await;
-            LEASE_EXPIRED
-        }
-        _ = sigint.recv() => {
-            end(&mut child, grace).await;
-            128 + Signal::SIGINT as u8
-        }
-        _ = sigterm.recv() => {
-            end(&mut child, grace).await;
-            128 + Signal::SIGTERM as u8
+    loop {
+        let term_at = lease
+            .valid_until()
+            .and_then(|at| handle.instant_of(at))
+            .map(|at| at.checked_sub(grace).unwrap_or(at))
+            .unwrap_or_else(Instant::now);
+        tokio::select! {
+            status = child.wait() => return exit_status(status),
+            status = lease.changed() => match status {
+                LeaseStatus::Jeopardy { .. } => eprintln!(
+                    "ticketing run: the lease of {key} is in jeopardy: renewals go unanswered"
+                ),
+                LeaseStatus::Lost => {
+                    eprintln!("ticketing run: the lease of {key} was lost; stopping the command");
+                    end(&mut child, grace).await;
+                    return LEASE_EXPIRED;
+                }
+                _ => {}
+            },
+            _ = tokio::time::sleep_until(term_at.into()) => {
+                eprintln!(
+                    "ticketing run: the lease of {key} is about to run out; stopping the command"
+                );
+                end(&mut child, grace).await;
+                return LEASE_EXPIRED;
+            }
+            _ = sigint.recv() => {
+                end(&mut child, grace).await;
+                return 128 + Signal::SIGINT as u8;
+            }
+            _ = sigterm.recv() => {
+                end(&mut child, grace).await;
+                return 128 + Signal::SIGTERM as u8;
+            }
         }
     }
 }

@@ -100,6 +100,9 @@ pub struct Args {
     /// (etcd counts whole seconds: rounded up).
     #[arg(long, value_name = "N", default_value_t = 5_000)]
     election_ttl_ms: u64,
+    /// Serve the server's counters at ADDR in the Prometheus text format.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
 }
 
 impl Args {
@@ -145,7 +148,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         node.max_lease = config.max_lease;
         node.grace_margin = config.grace_margin;
         config.role = Role::NoLeader;
-        return serve_in_cluster(config, &args.listen, tls, node, stop).await;
+        return serve_in_cluster(config, &args.listen, tls, node, args.metrics_listen, stop).await;
     }
     let max_lease = config.max_lease;
     let origin = Instant::now();
@@ -173,7 +176,10 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         None => ticketing::serve::spawn_with_epochs(listener, core, origin, epochs)?,
     };
     eprintln!("listening on {}", handle.local_addr());
-    stop.await;
+    tokio::select! {
+        () = stop => {}
+        () = publish_metrics(&handle, args.metrics_listen) => {}
+    }
     let mut core = handle.stop().await?;
     if let Some(state) = state {
         // A clean stop: the table, kept for the next start.
@@ -190,6 +196,7 @@ async fn serve_in_cluster(
     listen: &str,
     tls: Option<ServerTls>,
     node: ClusterConfig,
+    metrics_listen: Option<std::net::SocketAddr>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<ExitCode, Box<dyn Error>> {
     let core = Server::new(config, Time::ZERO)?;
@@ -231,6 +238,7 @@ async fn serve_in_cluster(
     let failed = tokio::select! {
         () = stop => None,
         e = run => Some(e),
+        () = publish_metrics(&handle, metrics_listen) => None,
     };
     handle.stop().await?;
     match failed {
@@ -321,4 +329,31 @@ fn secret() -> u128 {
     use std::hash::{BuildHasher, RandomState};
     let half = |n: u8| u128::from(RandomState::new().hash_one(n));
     (half(0) << 64) | half(1)
+}
+
+/// With `listen`, serves the core's counters there in the Prometheus text
+/// format, refreshed every second, for as long as it is polled; without,
+/// never ends.
+async fn publish_metrics(
+    handle: &ticketing::serve::ServerHandle,
+    listen: Option<std::net::SocketAddr>,
+) {
+    let Some(addr) = listen else {
+        return std::future::pending().await;
+    };
+    if let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .install()
+    {
+        eprintln!("cannot serve metrics on {addr}: {e}");
+        return std::future::pending().await;
+    }
+    eprintln!("metrics on {addr}");
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        if let Ok(stats) = handle.stats().await {
+            ticketing::metrics::record_server(&stats);
+        }
+        tick.tick().await;
+    }
 }

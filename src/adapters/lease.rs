@@ -1,0 +1,216 @@
+//! What every adapter's held-grant guard shares with its driver: where the
+//! grant stands (valid until when, in jeopardy, lost, expired), as the
+//! core's renewal notices tell it, and a way to wait for that to change.
+//!
+//! The rules are the core's (PROTOCOL.md section 5, "Renewal"): the driver
+//! only copies each notice about a guarded grant into the guard's state.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use crate::adapters::reply::register;
+use crate::client::{Event, Grant, Outcome};
+use crate::time::Time;
+
+/// Where a held grant stands, as its client knows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LeaseStatus {
+    /// The holder may count on the key until `valid_until`.
+    Valid {
+        /// Until when, renewals included.
+        valid_until: Time,
+    },
+    /// Renewals have gone unanswered: less than a third of the lease is
+    /// left before `valid_until`. The work should be ready to stop; a
+    /// renewal that gets through makes it [`Valid`](LeaseStatus::Valid)
+    /// again.
+    Jeopardy {
+        /// Until when the holder may still count on the key.
+        valid_until: Time,
+    },
+    /// The server no longer has the grant (a renewal was answered `N`):
+    /// stop using the key at once.
+    Lost,
+    /// `valid_until` has passed: the holder can no longer count on the key
+    /// (fencing tokens still protect the storage). Still the holder's to
+    /// release.
+    Expired {
+        /// When it passed.
+        valid_until: Time,
+    },
+}
+
+impl LeaseStatus {
+    /// Until when the holder may count on the key; `None` once lost.
+    pub fn valid_until(self) -> Option<Time> {
+        match self {
+            LeaseStatus::Valid { valid_until }
+            | LeaseStatus::Jeopardy { valid_until }
+            | LeaseStatus::Expired { valid_until } => Some(valid_until),
+            LeaseStatus::Lost => None,
+        }
+    }
+
+    /// Whether the holder can no longer count on the key.
+    pub fn is_over(self) -> bool {
+        matches!(self, LeaseStatus::Lost | LeaseStatus::Expired { .. })
+    }
+}
+
+/// A guard's state, written by the driver, read by the guard.
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    /// The status changed (for blocking waiters).
+    changed: Condvar,
+}
+
+struct State {
+    status: LeaseStatus,
+    /// Bumped at every change.
+    version: u64,
+    /// A task waiting for a change.
+    waker: Option<Waker>,
+}
+
+impl Shared {
+    /// A guard's state before its grant comes.
+    pub(crate) fn new() -> Arc<Shared> {
+        Arc::new(Shared {
+            state: Mutex::new(State {
+                status: LeaseStatus::Valid {
+                    valid_until: Time::ZERO,
+                },
+                version: 0,
+                waker: None,
+            }),
+            changed: Condvar::new(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Nothing is ever left half-changed under this lock.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn set(&self, status: LeaseStatus) {
+        let waker = {
+            let mut state = self.lock();
+            state.status = status;
+            state.version += 1;
+            state.waker.take()
+        };
+        self.changed.notify_all();
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+
+    /// The status now, and its version.
+    pub(crate) fn status(&self) -> (LeaseStatus, u64) {
+        let state = self.lock();
+        (state.status, state.version)
+    }
+
+    /// Ready with the status once its version is past `seen`.
+    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
+    pub(crate) fn poll_change(&self, seen: u64, cx: &Context<'_>) -> Poll<(LeaseStatus, u64)> {
+        let mut state = self.lock();
+        if state.version > seen {
+            return Poll::Ready((state.status, state.version));
+        }
+        register(&mut state.waker, cx);
+        Poll::Pending
+    }
+
+    /// Blocks until the version is past `seen`, or `timeout` passes.
+    #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
+    pub(crate) fn wait_change(&self, seen: u64, timeout: Option<Duration>) -> (LeaseStatus, u64) {
+        let mut state = self.lock();
+        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        while state.version <= seen {
+            state = match deadline {
+                None => self
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    self.changed
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+        (state.status, state.version)
+    }
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("Shared").field(&self.status().0).finish()
+    }
+}
+
+/// The guards the driver keeps up to date: by acquire while it is under
+/// way, then by grant.
+#[derive(Default)]
+pub(crate) struct Guards {
+    waiting: crate::hash::IdMap<crate::client::OpId, Arc<Shared>>,
+    held: crate::hash::IdMap<crate::client::OpId, Arc<Shared>>,
+}
+
+impl Guards {
+    /// The acquire `op` will be held by a guard with `shared`.
+    pub(crate) fn expect(&mut self, op: crate::client::OpId, shared: Arc<Shared>) {
+        self.waiting.insert(op, shared);
+    }
+
+    /// The acquire `op` ended with `outcome`, and its caller took it
+    /// (`delivered`): a grant is guarded from now on.
+    pub(crate) fn acquired(&mut self, op: crate::client::OpId, outcome: &Outcome, delivered: bool) {
+        let Some(shared) = self.waiting.remove(&op) else {
+            return;
+        };
+        if let (Outcome::Granted(grant), true) = (outcome, delivered) {
+            shared.set(LeaseStatus::Valid {
+                valid_until: grant.valid_until(),
+            });
+            self.held.insert(grant.id(), shared);
+        }
+    }
+
+    /// The guard of `grant` is done (released, dropped, or left to run out).
+    pub(crate) fn forget(&mut self, grant: &Grant) {
+        self.held.remove(&grant.id());
+    }
+
+    /// Copies a renewal notice into the guard of its grant, if it has one.
+    pub(crate) fn notice(&mut self, event: &Event) {
+        let (grant, status) = match *event {
+            Event::Renewed {
+                grant, valid_until, ..
+            } => (grant, LeaseStatus::Valid { valid_until }),
+            Event::LeaseJeopardy {
+                grant, valid_until, ..
+            } => (grant, LeaseStatus::Jeopardy { valid_until }),
+            Event::LeaseLost { grant, .. } => (grant, LeaseStatus::Lost),
+            Event::LeaseExpired { grant, .. } => {
+                let Some(shared) = self.held.get(&grant) else {
+                    return;
+                };
+                let valid_until = shared.status().0.valid_until().unwrap_or(Time::ZERO);
+                (grant, LeaseStatus::Expired { valid_until })
+            }
+            _ => return,
+        };
+        if let Some(shared) = self.held.get(&grant) {
+            shared.set(status);
+        }
+    }
+}
