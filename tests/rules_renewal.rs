@@ -565,3 +565,35 @@ fn an_n_to_a_renewal_after_the_grants_expires_by_leaves_no_deadline_behind() {
     assert_eq!(h.take_outcomes(), [(op, Outcome::Lapsed)]);
     assert_eq!(h.take_sent(), "");
 }
+
+#[test]
+fn automatic_renewal_is_due_the_first_nanosecond_less_than_two_thirds_of_the_lease_is_left() {
+    // A lease of 200 ms is 200,000,000 ns, whose two thirds are
+    // 133,333,333.3 ns: from valid_until - 133,333,333 ns on, less than two
+    // thirds is left (a third of the way through is 66,666,666.7 ns after
+    // the send, so 66,666,667 ns). Not one nanosecond later.
+    let (mut h, _) = ready_with(config(), 4);
+    let op = h.acquire_renewing("k", 0, 200, None);
+    assert_eq!(h.take_sent(), "A 1 k o 0 200\n");
+    let g = h.granted_by(op, "G 1 A k 7 200 0\n");
+    assert_eq!(g.valid_until(), t(200));
+    let due = Time::from_nanos(66_666_667);
+    assert_eq!(h.client.poll_timeout(), Some(due));
+    h.at(Time::from_nanos(66_666_666));
+    assert_eq!(
+        h.take_sent(),
+        "",
+        "133,333,334 ns left: not less than two thirds"
+    );
+    h.at(due);
+    assert_eq!(h.take_sent(), "X 2 k 7 200\n");
+    // Jeopardy: from the first nanosecond less than a third is left
+    // (66,666,666.7 ns before valid_until, so at 133,333,334 ns).
+    h.at(Time::from_nanos(133_333_333));
+    assert_eq!(renewal_notices(&h.take_events()), []);
+    h.at(Time::from_nanos(133_333_334));
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("jeopardy", 7, Some(t(200)))]
+    );
+}

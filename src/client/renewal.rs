@@ -20,21 +20,25 @@ use crate::time::{duration_millis, Time};
 use crate::wire::AnswerKind;
 
 impl Held {
-    /// A third of the grant's lease, in nanoseconds: the schedule's step.
-    fn third(&self) -> u64 {
-        self.lease_ms.get().saturating_mul(1_000_000) / 3
+    /// `thirds` thirds of the grant's lease, in whole nanoseconds rounded
+    /// down. Each is computed on its own: twice a rounded third can be a
+    /// nanosecond short of two thirds rounded (200 ms is 66,666,666 ns
+    /// twice, but 133,333,333 ns as two thirds).
+    fn thirds(&self, thirds: u64) -> u64 {
+        let nanos = u128::from(self.lease_ms.get()) * 1_000_000 * u128::from(thirds) / 3;
+        u64::try_from(nanos).unwrap_or(u64::MAX)
     }
 
     /// When an automatically renewed grant is renewed: once less than two
-    /// thirds of its lease is left before `valid_until`.
+    /// thirds of its lease is left before `valid_until`, from the first
+    /// nanosecond that is so.
     fn renew_at(&self) -> Time {
-        self.valid_until
-            .saturating_sub_nanos(self.third().saturating_mul(2))
+        self.valid_until.saturating_sub_nanos(self.thirds(2))
     }
 
     /// When it is in jeopardy: once less than a third of its lease is left.
     fn jeopardy_at(&self) -> Time {
-        self.valid_until.saturating_sub_nanos(self.third())
+        self.valid_until.saturating_sub_nanos(self.thirds(1))
     }
 
     /// The next moment something is due for the grant.
