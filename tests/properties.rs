@@ -1170,3 +1170,43 @@ fn the_checker_catches_a_release_behind_the_embedders_back_and_a_lost_orphan() {
     let err = checker.end_step(&client).unwrap_err();
     assert_eq!(err.invariant, Invariant::OrphanRelease, "{err}");
 }
+
+#[test]
+fn a_grant_of_another_client_is_refused_and_changes_nothing() {
+    // The grant the Foreign step hands over is a real one, of another
+    // client, with the key, token and lease asked for.
+    let grant = ticketing::testkit::run::foreign_grant("k1", 41, 2_000).expect("a foreign grant");
+    assert_eq!(
+        (grant.key().as_str(), grant.token(), grant.lease()),
+        ("k1", 41, Duration::from_secs(2))
+    );
+    // Handed to each call, on a client that holds a grant with that very
+    // key, token and handle: refused every time, and the run goes on.
+    let setup = Setup {
+        seed: 5,
+        max_lease: 3,
+        ..Setup::default()
+    };
+    let mut steps = vec![
+        Step::Connected,
+        Step::ServerReads { bytes: 0 },
+        Step::ServerEmits { frames: 0 },
+        Step::Deliver { bytes: 0 },
+        Step::Acquire {
+            key: 1,
+            wait: 0,
+            lease: 5,
+        },
+        Step::ServerReads { bytes: 0 },
+        Step::ServerEmits { frames: 0 },
+        Step::Deliver { bytes: 0 },
+    ];
+    for what in 0..5 {
+        steps.push(Step::Foreign { pick: 0, what });
+    }
+    steps.push(Step::Release { pick: 0 });
+    let report = Runner::run_twice(&setup, &steps).unwrap();
+    assert_eq!(report.stats.granted, 1, "{:?}", report.stats);
+    assert_eq!(report.stats.foreign_refused, 5, "{:?}", report.stats);
+    assert_eq!(report.stats.released, 1, "{:?}", report.stats);
+}

@@ -500,11 +500,22 @@ fn renew_limit(limit: u8) -> Option<Duration> {
 /// A grant of `key` with `token` and `lease_ms`, issued by a client of its
 /// own (so with the same handle as the first grant of any client), for
 /// handing to a client that did not issue it.
+///
+/// The issuing client is driven in the order the driver contract asks:
+/// its `H` is handed out before the `W` comes, and its `A` before the `G`
+/// (an answer to a request not yet handed out would be a stray).
 pub fn foreign_grant(key: &str, token: u64, lease_ms: u64) -> Option<Grant> {
     let config = Config::new([ep("f:9")], Name::new("foreign").ok()?);
     let key = Key::new(key).ok()?;
     let now = Time::ZERO;
     let mut client = Client::new(config, now).ok()?;
+    let conn = std::iter::from_fn(|| client.poll_action()).find_map(|action| match action {
+        Action::Connect { conn, .. } => Some(conn),
+        _ => None,
+    })?;
+    client.handle_connected(now, conn);
+    while client.poll_action().is_some() {}
+    client.handle_bytes(now, conn, b"W f 4\n");
     let op = client
         .acquire(
             now,
@@ -514,33 +525,16 @@ pub fn foreign_grant(key: &str, token: u64, lease_ms: u64) -> Option<Grant> {
             Duration::from_millis(lease_ms.max(1)),
         )
         .ok()?;
-    let mut conn = None;
-    let mut fed = false;
-    for _ in 0..8 {
-        while let Some(action) = client.poll_action() {
-            if let Action::Connect { conn: c, .. } = action {
-                conn = Some(c);
-                client.handle_connected(now, c);
-            }
-        }
-        while let Some(event) = client.poll_event() {
-            if let Event::Outcome {
-                op: done,
-                outcome: Outcome::Granted(grant),
-            } = event
-            {
-                if done == op {
-                    return Some(grant);
-                }
-            }
-        }
-        if let (Some(c), false) = (conn, fed) {
-            fed = true;
-            let answer = format!("W f 4\nG 1 A {key} {token} {} 0\n", lease_ms.max(1));
-            client.handle_bytes(now, c, answer.as_bytes());
-        }
-    }
-    None
+    while client.poll_action().is_some() {}
+    let answer = format!("G 1 A {key} {token} {} 0\n", lease_ms.max(1));
+    client.handle_bytes(now, conn, answer.as_bytes());
+    std::iter::from_fn(|| client.poll_event()).find_map(|event| match event {
+        Event::Outcome {
+            op: done,
+            outcome: Outcome::Granted(grant),
+        } if done == op => Some(grant),
+        _ => None,
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
