@@ -10,7 +10,7 @@
 //! | `sabotage.rs` | the bad clients, one per `Sabotage` (feature `sabotage`) |
 //! | `net.rs` | connections: latency, answers split into chunks, resets, refusals, partitions |
 //! | `cluster.rs` | the server nodes: crashes and restarts, leadership moving with the lock table, hints, `not_active` windows, refused credentials |
-//! | `workload.rs` | what the embedders do: acquire, hold, write, release, cancel, abandon, shut down |
+//! | `workload.rs` | what the embedders do: acquire (a third of the time renewing automatically), hold, write, renew (by hand, or automatically, asked later and maybe stopped), release, cancel, abandon, let a lease lapse, shut down |
 //! | `check.rs` | the global checks and the ground truth they use |
 //!
 //! # One seeded run
@@ -54,13 +54,18 @@
 //!
 //! # The checks, after every step
 //!
-//! * the six invariants of PROTOCOL.md section 5, by one
+//! * invariants 1 to 7 of PROTOCOL.md section 5, renewal included (every
+//!   `valid_until` the client reports or gives is what the `G`s prove, and
+//!   a renewal goes only for a held, unreleased, unexpired grant), by one
 //!   [`Checker`](crate::testkit::Checker) per client core, fed exactly as
-//!   its documentation requires ([`Check::Invariant`]);
+//!   its documentation requires ([`Check::Invariant`]); the clients speak
+//!   protocol version 2 to the cluster;
 //! * no two grants of one key are valid at the same moment, a grant being
 //!   valid from its delivery until the client's own conservative expiry
-//!   ([`Grant::valid_until`](crate::client::Grant::valid_until)) or until
-//!   the embedder releases or abandons it ([`Check::MutualExclusion`]);
+//!   ([`Grant::valid_until`](crate::client::Grant::valid_until), moved by
+//!   every [`Event::Renewed`](crate::client::Event::Renewed)) or until the
+//!   embedder releases or abandons it, or is told its lease was lost
+//!   ([`Check::MutualExclusion`]);
 //! * each key guards a resource that accepts a write only with a token at
 //!   least the last one it accepted; a write under a valid grant must never
 //!   be refused ([`Check::Fencing`]);
@@ -93,8 +98,9 @@
 //! client that misbehaves the way a buggy one would, between the core and
 //! the network or the workload. It matches answers by arrival order,
 //! resends an acquire after a close, fills the reserved slots, drops the
-//! orphan release, or takes hints from any address (`sabotage.rs` says how
-//! each works). The checks see what the bad client does on the simulated
+//! orphan release, takes hints from any address, or counts a renewed
+//! grant's validity from the arrival of the renewal's `G` instead of its
+//! send time (`sabotage.rs` says how each works). The checks see what the bad client does on the simulated
 //! wire and what it tells the workload, never what it shows the core, and
 //! hold it to the configuration the seed drew. One sabotage breaks a rule
 //! of the server's instead, with honest clients: `no-grace` starts the term
@@ -282,7 +288,7 @@ pub fn run_seeds(first: u64, count: u64, config: &SimConfig, jobs: usize) -> Rep
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Check {
-    /// One of the six invariants of PROTOCOL.md section 5 (or another rule
+    /// One of invariants 1 to 7 of PROTOCOL.md section 5 (or another rule
     /// of the protocol), as a client's [`Checker`](crate::testkit::Checker)
     /// saw it.
     Invariant(Invariant),

@@ -87,7 +87,7 @@ use crate::names::{Key, Name};
 use crate::time::Time;
 use crate::wire::{Answer, AnswerKind, ClientFrame, LineReader, Op, ServerFrame, VERSION};
 
-/// Which rule a violation breaks: one of the six invariants of PROTOCOL.md
+/// Which rule a violation breaks: one of invariants 1 to 7 of PROTOCOL.md
 /// section 5, or another rule of the protocol that the checker's model of
 /// the session relies on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
