@@ -1267,3 +1267,151 @@ fn a_grant_of_another_client_is_refused_and_changes_nothing() {
     assert_eq!(report.stats.foreign_refused, 5, "{:?}", report.stats);
     assert_eq!(report.stats.released, 1, "{:?}", report.stats);
 }
+
+/// A client holding `(k3, 1)` (lease 30 ms) whose renewal asking for 10 s
+/// went out at t=0 and is never answered, and whose driver then sleeps
+/// until t=22.359 s (an odd advance: the client learns the time from its
+/// next input) before renewing again.
+fn a_late_renewal_of_an_expired_grant() -> (Setup, Vec<Step>) {
+    let setup = Setup {
+        seed: 6,
+        max_lease: 3,
+        // An answer grace of 5 s.
+        answer_grace: 2,
+        ..Setup::default()
+    };
+    let round_trip = [
+        Step::ServerReads { bytes: 0 },
+        Step::ServerEmits { frames: 0 },
+        Step::Deliver { bytes: 0 },
+    ];
+    let mut steps = vec![Step::Connected];
+    steps.extend(round_trip.clone());
+    steps.push(Step::Acquire {
+        key: 3,
+        wait: 0,
+        lease: 2,
+    });
+    steps.extend(round_trip);
+    steps.push(Step::Renew { pick: 0, lease: 6 });
+    steps.push(Step::Advance { ms: 22_359 });
+    steps.push(Step::Renew { pick: 0, lease: 6 });
+    (setup, steps)
+}
+
+#[test]
+fn a_renewal_command_after_a_close_the_clients_own_timers_made_within_the_call_is_not_held() {
+    // Found by the client fuzz target. At the second renew the client
+    // first fires what fell due meanwhile: the renewal's answer grace ran
+    // out at t=5 s, so it closed then and put the renewal down (the grant
+    // had expired), and at the record's end, t=11 s (the renewal's send
+    // plus the 10 s it asked plus the margin), forgot the grant. So the
+    // renew is refused GrantNotHeld, which the checker, knowing of no
+    // close yet, took for a wrong LeaseExpired.
+    let (setup, steps) = a_late_renewal_of_an_expired_grant();
+    let report = Runner::run_twice(&setup, &steps).unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(report.stats.granted, 1, "{:?}", report.stats);
+    assert_eq!(report.stats.renewals, 1, "{:?}", report.stats);
+    assert!(report.stats.closes >= 1, "{:?}", report.stats);
+}
+
+/// A watched client (window 4) holding `(k3, 1)`, granted at t=0 for
+/// 30 ms, with a renewal asking for 10 s in flight since t=0.
+fn holding_with_a_renewal_in_flight() -> (Client, Checker, ticketing::client::Grant) {
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    let (key, owner, lease) = (
+        Key::new("k3").unwrap(),
+        Name::new("o1").unwrap(),
+        Duration::from_millis(30),
+    );
+    let r = client.acquire(
+        Time::ZERO,
+        key.clone(),
+        owner.clone(),
+        Duration::ZERO,
+        lease,
+    );
+    checker
+        .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
+        .unwrap();
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+    }
+    checker.end_step(&client).unwrap();
+    let conn = conn_of(&client);
+    client.handle_bytes(Time::ZERO, conn, b"G 1 A k3 1 30 0\n");
+    checker
+        .bytes(Time::ZERO, conn, b"G 1 A k3 1 30 0\n")
+        .unwrap();
+    let mut grant = None;
+    while let Some(event) = client.poll_event() {
+        checker.event(&event).unwrap();
+        if let Event::Outcome {
+            outcome: Outcome::Granted(g),
+            ..
+        } = event
+        {
+            grant = Some(g);
+        }
+    }
+    checker.end_step(&client).unwrap();
+    let grant = grant.expect("granted");
+    let ten_s = Some(Duration::from_secs(10));
+    let r = client.renew(Time::ZERO, &grant, ten_s);
+    checker.renew(Time::ZERO, &grant, ten_s, &r).unwrap();
+    let mut sent = Vec::new();
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+        if let Action::Send { data, .. } = action {
+            sent.extend_from_slice(&data);
+        }
+    }
+    assert_eq!(sent, b"X 2 k3 1 10000\n");
+    checker.end_step(&client).unwrap();
+    (client, checker, grant)
+}
+
+#[test]
+fn the_checker_catches_a_grant_forgotten_with_its_renewal_in_flight_and_no_close() {
+    let late = Time::from_millis(22_359);
+    let ten_s = Some(Duration::from_secs(10));
+    // The real client, late: it closes first, within the call, then
+    // refuses the renewal of a grant it has forgotten. The checker agrees.
+    let (mut client, mut checker, grant) = holding_with_a_renewal_in_flight();
+    let r = client.renew(late, &grant, ten_s);
+    assert!(
+        matches!(r, Err(ticketing::client::Error::GrantNotHeld { .. })),
+        "{r:?}"
+    );
+    checker.renew(late, &grant, ten_s, &r).unwrap();
+    let mut closed = false;
+    while let Some(action) = client.poll_action() {
+        closed |= matches!(action, Action::Close { .. });
+        checker.action(&action).unwrap();
+    }
+    while let Some(event) = client.poll_event() {
+        checker.event(&event).unwrap();
+    }
+    assert!(closed);
+    checker.end_step(&client).unwrap();
+    // A client that says the same without having closed is caught: with
+    // its renewal in flight, the grant is still known.
+    let (client, mut checker, grant) = holding_with_a_renewal_in_flight();
+    let forgotten = Err(ticketing::client::Error::GrantNotHeld {
+        key: Key::new("k3").unwrap(),
+        token: 1,
+    });
+    checker.renew(late, &grant, ten_s, &forgotten).unwrap();
+    let err = checker.end_step(&client).unwrap_err();
+    assert_eq!(err.invariant, Invariant::Protocol, "{err}");
+    assert!(err.detail.contains("none came"), "{err}");
+    // And one that says LeaseExpired, as if no close had come, is right
+    // as far as the checker can tell from the call alone.
+    let (_, mut checker, grant) = holding_with_a_renewal_in_flight();
+    let expired = Err(ticketing::client::Error::LeaseExpired {
+        key: Key::new("k3").unwrap(),
+        token: 1,
+    });
+    checker.renew(late, &grant, ten_s, &expired).unwrap();
+}
