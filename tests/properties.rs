@@ -1415,3 +1415,101 @@ fn the_checker_catches_a_grant_forgotten_with_its_renewal_in_flight_and_no_close
     });
     checker.renew(late, &grant, ten_s, &expired).unwrap();
 }
+
+/// Feeds `client` and `checker` the same bytes at `now` and drains both,
+/// ending the step; returns what the client sent and the grants it handed
+/// out.
+fn feed(
+    client: &mut Client,
+    checker: &mut Checker,
+    now: Time,
+    text: &str,
+) -> (String, Vec<ticketing::client::Grant>) {
+    let conn = conn_of(client);
+    client.handle_bytes(now, conn, text.as_bytes());
+    checker.bytes(now, conn, text.as_bytes()).unwrap();
+    drain(client, checker)
+}
+
+/// Drains `client` into `checker` and ends the step.
+fn drain(client: &mut Client, checker: &mut Checker) -> (String, Vec<ticketing::client::Grant>) {
+    let mut sent = String::new();
+    let mut grants = Vec::new();
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+        if let Action::Send { data, .. } = &action {
+            sent.push_str(std::str::from_utf8(data).unwrap());
+        }
+    }
+    while let Some(event) = client.poll_event() {
+        checker.event(&event).unwrap();
+        if let Event::Outcome {
+            outcome: Outcome::Granted(g),
+            ..
+        } = event
+        {
+            grants.push(g);
+        }
+    }
+    checker.end_step(client).unwrap();
+    (sent, grants)
+}
+
+#[test]
+fn two_grants_with_one_key_and_token_are_renewed_each_as_its_own() {
+    // Found by the client fuzz target: a forged G took a token that the
+    // server gave later, so the embedder held two grants of (k, 5). The
+    // client renewed the one it was asked to; the checker took the X for
+    // the other one, whose renewal nobody had asked for.
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    let key = Key::new("k").unwrap();
+    for (owner, lease) in [("o1", 3_000), ("o2", 60_000)] {
+        let owner = Name::new(owner).unwrap();
+        let lease = Duration::from_millis(lease);
+        let r = client.acquire(
+            Time::ZERO,
+            key.clone(),
+            owner.clone(),
+            Duration::ZERO,
+            lease,
+        );
+        checker
+            .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
+            .unwrap();
+    }
+    let (sent, _) = drain(&mut client, &mut checker);
+    assert_eq!(sent, "A 1 k o1 0 3000\nA 2 k o2 0 60000\n");
+    let (_, grants) = feed(
+        &mut client,
+        &mut checker,
+        Time::ZERO,
+        "G 1 A k 5 3000 0\nG 2 A k 5 60000 0\n",
+    );
+    let [short, long] = &grants[..] else {
+        panic!("two grants: {grants:?}");
+    };
+    assert_eq!((short.token(), long.token()), (5, 5));
+    // The second one, asking for 1 ms: it keeps what it has.
+    let one_ms = Some(Duration::from_millis(1));
+    let r = client.renew(Time::ZERO, long, one_ms);
+    checker.renew(Time::ZERO, long, one_ms, &r).unwrap();
+    let (sent, _) = drain(&mut client, &mut checker);
+    assert_eq!(sent, "X 3 k 5 1\n");
+    feed(&mut client, &mut checker, Time::ZERO, "G 3 X k 5 1\n");
+    assert_eq!(client.valid_until(long), Some(Time::from_millis(60_000)));
+    // Then the first one, at t=1 s: its own valid_until moves, and the
+    // checker, which compares each grant's after every step, agrees.
+    let at = Time::from_millis(1_000);
+    let r = client.renew(at, short, None);
+    checker.renew(at, short, None, &r).unwrap();
+    let (sent, _) = drain(&mut client, &mut checker);
+    assert_eq!(sent, "X 4 k 5 3000\n");
+    feed(&mut client, &mut checker, at, "G 4 X k 5 3000\n");
+    assert_eq!(client.valid_until(short), Some(Time::from_millis(4_000)));
+    assert_eq!(client.valid_until(long), Some(Time::from_millis(60_000)));
+    // An X for (k, 5) that neither asked for is still caught.
+    let err = checker.action(&send(&client, "X 5 k 5 7\n")).unwrap_err();
+    assert_eq!(err.invariant, Invariant::Protocol, "{err}");
+    assert!(err.detail.contains("nobody asked"), "{err}");
+}

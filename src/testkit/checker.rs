@@ -395,6 +395,10 @@ struct HeldGrant {
     /// Renewed automatically until this.
     auto_until: Option<Time>,
     renewal: Renewal,
+    /// When its renewal went into the lane, while [`Renewal::Queued`]
+    /// (`Time::ZERO`: put back at its front by a close): the lane sends
+    /// renewals in that order.
+    queued_at: Time,
     /// In jeopardy (told, or owed).
     jeopardy: bool,
     expired: bool,
@@ -496,6 +500,7 @@ impl HeldGrant {
                     lease_ms: self.renew_lease_ms,
                     auto: true,
                 };
+                self.queued_at = at;
             }
         }
         if self.expired && at >= self.record_until && !matches!(self.renewal, Renewal::Sent { .. })
@@ -1153,6 +1158,7 @@ impl Checker {
                     lease_ms: lease.map_or(h.renew_lease_ms, ms),
                     auto: false,
                 };
+                h.queued_at = now;
             }
         }
         Ok(())
@@ -1557,6 +1563,7 @@ impl Checker {
                                 record_until: expires_by,
                                 auto_until: renew.map(|limit| now.saturating_add(limit)),
                                 renewal: Renewal::Idle,
+                                queued_at: Time::ZERO,
                                 jeopardy: false,
                                 expired: false,
                                 lost: false,
@@ -1758,6 +1765,7 @@ impl Checker {
                 };
                 let allowed = !auto || h.auto_until.is_some_and(|until| now < until);
                 h.renewal = if !h.expired && now < h.valid_until && !shutting && allowed {
+                    h.queued_at = Time::ZERO;
                     Renewal::Queued { lease_ms, auto }
                 } else {
                     Renewal::Idle
@@ -1963,11 +1971,19 @@ impl Checker {
     ) -> Checked {
         let now = self.now;
         let margin = self.settle_margin;
-        let Some(i) = self
+        // The grant it renews. Two the embedder holds may have one key and
+        // token (a forged `G` took a token the server gave later): then the
+        // one whose renewal asked for this lease, first in the lane.
+        let asked = |h: &HeldGrant| matches!(h.renewal, Renewal::Queued { lease_ms: asked, .. } if asked == lease_ms);
+        let same = |h: &&HeldGrant| h.live() && h.key == key && h.token == token;
+        let first_asked = self
             .held
             .iter()
-            .position(|h| h.live() && h.key == key && h.token == token)
-        else {
+            .enumerate()
+            .filter(|(_, h)| same(h) && asked(h))
+            .min_by_key(|(_, h)| h.queued_at)
+            .map(|(i, _)| i);
+        let Some(i) = first_asked.or_else(|| self.held.iter().position(|h| same(&h))) else {
             let why = if self.releasing(key, token) {
                 "a grant that is being released"
             } else {
