@@ -495,8 +495,15 @@ const ADVANCES: &[u16] = &[
 
 fn raw_bytes(g: &mut Gen) -> Vec<u8> {
     let pieces: &[&[u8]] = &[
+        // Version 1 grants (no waited_ms), which a version 2 client must
+        // refuse, and version 2 answers to acquires and renewals.
         b"G 1 A k0 1 5\n",
         b"G 2 A k1 9 100\n",
+        b"G 1 A k0 1 5 0\n",
+        b"G 2 A k1 9 100 7\n",
+        b"G 2 X k1 9 100\n",
+        b"N 3 X k2\n",
+        b"T 2 X k1\n",
         b"D 1 R k0\n",
         b"T 3 A k2\n",
         b"W x 4\n",
@@ -525,7 +532,7 @@ fn raw_bytes(g: &mut Gen) -> Vec<u8> {
 fn step(g: &mut Gen, faulty: bool, shuts_down: bool) -> Step {
     let u = |g: &mut Gen| u8::arbitrary(g);
     loop {
-        let roll = below(g, 100);
+        let roll = below(g, 118);
         let step = match roll {
             0..=13 => Step::Acquire {
                 key: u(g),
@@ -572,6 +579,34 @@ fn step(g: &mut Gen, faulty: bool, shuts_down: bool) -> Step {
                 ms: pick(g, ADVANCES),
             },
             95..=98 => Step::NextDeadline,
+            // Renewal (PROTOCOL.md section 5, "Renewal").
+            100..=107 => Step::AcquireRenewing {
+                key: u(g),
+                wait: u(g),
+                lease: u(g),
+                limit: u(g),
+            },
+            108..=111 => Step::Renew {
+                pick: if below(g, 10) == 0 {
+                    128 | u(g)
+                } else {
+                    u(g) % 128
+                },
+                lease: u(g),
+            },
+            112..=113 => Step::AutoRenew {
+                pick: u(g),
+                limit: u(g),
+            },
+            114 => Step::StopRenewing { pick: u(g) },
+            115 if faulty => Step::HintFlood {
+                count: u(g) % 8,
+                kind: u(g),
+            },
+            116..=117 => Step::Foreign {
+                pick: u(g),
+                what: u(g),
+            },
             _ => continue,
         };
         return step;
@@ -601,7 +636,21 @@ impl Arbitrary for Scenario {
         // A quarter of the runs may shut down before the end.
         let shuts_down = below(g, 4) == 0;
         let len = 10 + below(g, 190);
-        let steps = (0..len).map(|_| step(g, faulty, shuts_down)).collect();
+        let mut steps = Vec::with_capacity(len + 2);
+        while steps.len() < len {
+            if below(g, 5) == 0 {
+                // A round trip on a healthy network: all the client sent is
+                // read, answered and delivered. Without these, a connection
+                // rarely lives long enough for a grant to be renewed.
+                steps.extend([
+                    Step::ServerReads { bytes: 0 },
+                    Step::ServerEmits { frames: 0 },
+                    Step::Deliver { bytes: 0 },
+                ]);
+            } else {
+                steps.push(step(g, faulty, shuts_down));
+            }
+        }
         Scenario { setup, steps }
     }
 
@@ -671,6 +720,14 @@ fn random_runs_keep_every_invariant() {
         ("retries after B", stats.retries),
         ("stray answers", stats.strays),
         ("closes", stats.closes),
+        ("renewals sent", stats.renewals),
+        ("Renewed notices", stats.renewed),
+        ("LeaseJeopardy notices", stats.jeopardies),
+        ("LeaseLost notices", stats.lost),
+        ("LeaseExpired notices", stats.expired),
+        ("hint notices", stats.hint_notices),
+        ("L lines read", stats.hints_read),
+        ("foreign grants refused", stats.foreign_refused),
         ("cancels under KeepWaiter", keep),
         ("cancels under Close", close),
     ];
@@ -1089,9 +1146,9 @@ fn the_checker_catches_misattributed_and_double_outcomes() {
     while let Some(action) = client.poll_action() {
         checker.action(&action).unwrap();
     }
-    client.handle_bytes(Time::ZERO, conn, b"G 2 A k 5 1000\n");
+    client.handle_bytes(Time::ZERO, conn, b"G 2 A k 5 1000 0\n");
     checker
-        .bytes(Time::ZERO, conn, b"G 2 A k 5 1000\n")
+        .bytes(Time::ZERO, conn, b"G 2 A k 5 1000 0\n")
         .unwrap();
     let granted = std::iter::from_fn(|| client.poll_event())
         .find_map(|e| match e {
@@ -1147,9 +1204,9 @@ fn the_checker_catches_a_release_behind_the_embedders_back_and_a_lost_orphan() {
     while let Some(action) = client.poll_action() {
         checker.action(&action).unwrap();
     }
-    client.handle_bytes(Time::ZERO, conn, b"G 1 A k 5 10000\n");
+    client.handle_bytes(Time::ZERO, conn, b"G 1 A k 5 10000 0\n");
     checker
-        .bytes(Time::ZERO, conn, b"G 1 A k 5 10000\n")
+        .bytes(Time::ZERO, conn, b"G 1 A k 5 10000 0\n")
         .unwrap();
     while let Some(event) = client.poll_event() {
         checker.event(&event).unwrap();
@@ -1164,9 +1221,295 @@ fn the_checker_catches_a_release_behind_the_embedders_back_and_a_lost_orphan() {
     handshake(&mut client, &mut checker);
     let conn = conn_of(&client);
     checker
-        .bytes(Time::ZERO, conn, b"G 77 A k 9 10000\n")
+        .bytes(Time::ZERO, conn, b"G 77 A k 9 10000 0\n")
         .unwrap();
     // (the client is not given the bytes: it does nothing)
     let err = checker.end_step(&client).unwrap_err();
     assert_eq!(err.invariant, Invariant::OrphanRelease, "{err}");
+}
+
+#[test]
+fn a_grant_of_another_client_is_refused_and_changes_nothing() {
+    // The grant the Foreign step hands over is a real one, of another
+    // client, with the key, token and lease asked for.
+    let grant = ticketing::testkit::run::foreign_grant("k1", 41, 2_000).expect("a foreign grant");
+    assert_eq!(
+        (grant.key().as_str(), grant.token(), grant.lease()),
+        ("k1", 41, Duration::from_secs(2))
+    );
+    // Handed to each call, on a client that holds a grant with that very
+    // key, token and handle: refused every time, and the run goes on.
+    let setup = Setup {
+        seed: 5,
+        max_lease: 3,
+        ..Setup::default()
+    };
+    let mut steps = vec![
+        Step::Connected,
+        Step::ServerReads { bytes: 0 },
+        Step::ServerEmits { frames: 0 },
+        Step::Deliver { bytes: 0 },
+        Step::Acquire {
+            key: 1,
+            wait: 0,
+            lease: 5,
+        },
+        Step::ServerReads { bytes: 0 },
+        Step::ServerEmits { frames: 0 },
+        Step::Deliver { bytes: 0 },
+    ];
+    for what in 0..5 {
+        steps.push(Step::Foreign { pick: 0, what });
+    }
+    steps.push(Step::Release { pick: 0 });
+    let report = Runner::run_twice(&setup, &steps).unwrap();
+    assert_eq!(report.stats.granted, 1, "{:?}", report.stats);
+    assert_eq!(report.stats.foreign_refused, 5, "{:?}", report.stats);
+    assert_eq!(report.stats.released, 1, "{:?}", report.stats);
+}
+
+/// A client holding `(k3, 1)` (lease 30 ms) whose renewal asking for 10 s
+/// went out at t=0 and is never answered, and whose driver then sleeps
+/// until t=22.359 s (an odd advance: the client learns the time from its
+/// next input) before renewing again.
+fn a_late_renewal_of_an_expired_grant() -> (Setup, Vec<Step>) {
+    let setup = Setup {
+        seed: 6,
+        max_lease: 3,
+        // An answer grace of 5 s.
+        answer_grace: 2,
+        ..Setup::default()
+    };
+    let round_trip = [
+        Step::ServerReads { bytes: 0 },
+        Step::ServerEmits { frames: 0 },
+        Step::Deliver { bytes: 0 },
+    ];
+    let mut steps = vec![Step::Connected];
+    steps.extend(round_trip.clone());
+    steps.push(Step::Acquire {
+        key: 3,
+        wait: 0,
+        lease: 2,
+    });
+    steps.extend(round_trip);
+    steps.push(Step::Renew { pick: 0, lease: 6 });
+    steps.push(Step::Advance { ms: 22_359 });
+    steps.push(Step::Renew { pick: 0, lease: 6 });
+    (setup, steps)
+}
+
+#[test]
+fn a_renewal_command_after_a_close_the_clients_own_timers_made_within_the_call_is_not_held() {
+    // Found by the client fuzz target. At the second renew the client
+    // first fires what fell due meanwhile: the renewal's answer grace ran
+    // out at t=5 s, so it closed then and put the renewal down (the grant
+    // had expired), and at the record's end, t=11 s (the renewal's send
+    // plus the 10 s it asked plus the margin), forgot the grant. So the
+    // renew is refused GrantNotHeld, which the checker, knowing of no
+    // close yet, took for a wrong LeaseExpired.
+    let (setup, steps) = a_late_renewal_of_an_expired_grant();
+    let report = Runner::run_twice(&setup, &steps).unwrap_or_else(|v| panic!("{v}"));
+    assert_eq!(report.stats.granted, 1, "{:?}", report.stats);
+    assert_eq!(report.stats.renewals, 1, "{:?}", report.stats);
+    assert!(report.stats.closes >= 1, "{:?}", report.stats);
+}
+
+/// A watched client (window 4) holding `(k3, 1)`, granted at t=0 for
+/// 30 ms, with a renewal asking for 10 s in flight since t=0.
+fn holding_with_a_renewal_in_flight() -> (Client, Checker, ticketing::client::Grant) {
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    let (key, owner, lease) = (
+        Key::new("k3").unwrap(),
+        Name::new("o1").unwrap(),
+        Duration::from_millis(30),
+    );
+    let r = client.acquire(
+        Time::ZERO,
+        key.clone(),
+        owner.clone(),
+        Duration::ZERO,
+        lease,
+    );
+    checker
+        .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
+        .unwrap();
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+    }
+    checker.end_step(&client).unwrap();
+    let conn = conn_of(&client);
+    client.handle_bytes(Time::ZERO, conn, b"G 1 A k3 1 30 0\n");
+    checker
+        .bytes(Time::ZERO, conn, b"G 1 A k3 1 30 0\n")
+        .unwrap();
+    let mut grant = None;
+    while let Some(event) = client.poll_event() {
+        checker.event(&event).unwrap();
+        if let Event::Outcome {
+            outcome: Outcome::Granted(g),
+            ..
+        } = event
+        {
+            grant = Some(g);
+        }
+    }
+    checker.end_step(&client).unwrap();
+    let grant = grant.expect("granted");
+    let ten_s = Some(Duration::from_secs(10));
+    let r = client.renew(Time::ZERO, &grant, ten_s);
+    checker.renew(Time::ZERO, &grant, ten_s, &r).unwrap();
+    let mut sent = Vec::new();
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+        if let Action::Send { data, .. } = action {
+            sent.extend_from_slice(&data);
+        }
+    }
+    assert_eq!(sent, b"X 2 k3 1 10000\n");
+    checker.end_step(&client).unwrap();
+    (client, checker, grant)
+}
+
+#[test]
+fn the_checker_catches_a_grant_forgotten_with_its_renewal_in_flight_and_no_close() {
+    let late = Time::from_millis(22_359);
+    let ten_s = Some(Duration::from_secs(10));
+    // The real client, late: it closes first, within the call, then
+    // refuses the renewal of a grant it has forgotten. The checker agrees.
+    let (mut client, mut checker, grant) = holding_with_a_renewal_in_flight();
+    let r = client.renew(late, &grant, ten_s);
+    assert!(
+        matches!(r, Err(ticketing::client::Error::GrantNotHeld { .. })),
+        "{r:?}"
+    );
+    checker.renew(late, &grant, ten_s, &r).unwrap();
+    let mut closed = false;
+    while let Some(action) = client.poll_action() {
+        closed |= matches!(action, Action::Close { .. });
+        checker.action(&action).unwrap();
+    }
+    while let Some(event) = client.poll_event() {
+        checker.event(&event).unwrap();
+    }
+    assert!(closed);
+    checker.end_step(&client).unwrap();
+    // A client that says the same without having closed is caught: with
+    // its renewal in flight, the grant is still known.
+    let (client, mut checker, grant) = holding_with_a_renewal_in_flight();
+    let forgotten = Err(ticketing::client::Error::GrantNotHeld {
+        key: Key::new("k3").unwrap(),
+        token: 1,
+    });
+    checker.renew(late, &grant, ten_s, &forgotten).unwrap();
+    let err = checker.end_step(&client).unwrap_err();
+    assert_eq!(err.invariant, Invariant::Protocol, "{err}");
+    assert!(err.detail.contains("none came"), "{err}");
+    // And one that says LeaseExpired, as if no close had come, is right
+    // as far as the checker can tell from the call alone.
+    let (_, mut checker, grant) = holding_with_a_renewal_in_flight();
+    let expired = Err(ticketing::client::Error::LeaseExpired {
+        key: Key::new("k3").unwrap(),
+        token: 1,
+    });
+    checker.renew(late, &grant, ten_s, &expired).unwrap();
+}
+
+/// Feeds `client` and `checker` the same bytes at `now` and drains both,
+/// ending the step; returns what the client sent and the grants it handed
+/// out.
+fn feed(
+    client: &mut Client,
+    checker: &mut Checker,
+    now: Time,
+    text: &str,
+) -> (String, Vec<ticketing::client::Grant>) {
+    let conn = conn_of(client);
+    client.handle_bytes(now, conn, text.as_bytes());
+    checker.bytes(now, conn, text.as_bytes()).unwrap();
+    drain(client, checker)
+}
+
+/// Drains `client` into `checker` and ends the step.
+fn drain(client: &mut Client, checker: &mut Checker) -> (String, Vec<ticketing::client::Grant>) {
+    let mut sent = String::new();
+    let mut grants = Vec::new();
+    while let Some(action) = client.poll_action() {
+        checker.action(&action).unwrap();
+        if let Action::Send { data, .. } = &action {
+            sent.push_str(std::str::from_utf8(data).unwrap());
+        }
+    }
+    while let Some(event) = client.poll_event() {
+        checker.event(&event).unwrap();
+        if let Event::Outcome {
+            outcome: Outcome::Granted(g),
+            ..
+        } = event
+        {
+            grants.push(g);
+        }
+    }
+    checker.end_step(client).unwrap();
+    (sent, grants)
+}
+
+#[test]
+fn two_grants_with_one_key_and_token_are_renewed_each_as_its_own() {
+    // Found by the client fuzz target: a forged G took a token that the
+    // server gave later, so the embedder held two grants of (k, 5). The
+    // client renewed the one it was asked to; the checker took the X for
+    // the other one, whose renewal nobody had asked for.
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    let key = Key::new("k").unwrap();
+    for (owner, lease) in [("o1", 3_000), ("o2", 60_000)] {
+        let owner = Name::new(owner).unwrap();
+        let lease = Duration::from_millis(lease);
+        let r = client.acquire(
+            Time::ZERO,
+            key.clone(),
+            owner.clone(),
+            Duration::ZERO,
+            lease,
+        );
+        checker
+            .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
+            .unwrap();
+    }
+    let (sent, _) = drain(&mut client, &mut checker);
+    assert_eq!(sent, "A 1 k o1 0 3000\nA 2 k o2 0 60000\n");
+    let (_, grants) = feed(
+        &mut client,
+        &mut checker,
+        Time::ZERO,
+        "G 1 A k 5 3000 0\nG 2 A k 5 60000 0\n",
+    );
+    let [short, long] = &grants[..] else {
+        panic!("two grants: {grants:?}");
+    };
+    assert_eq!((short.token(), long.token()), (5, 5));
+    // The second one, asking for 1 ms: it keeps what it has.
+    let one_ms = Some(Duration::from_millis(1));
+    let r = client.renew(Time::ZERO, long, one_ms);
+    checker.renew(Time::ZERO, long, one_ms, &r).unwrap();
+    let (sent, _) = drain(&mut client, &mut checker);
+    assert_eq!(sent, "X 3 k 5 1\n");
+    feed(&mut client, &mut checker, Time::ZERO, "G 3 X k 5 1\n");
+    assert_eq!(client.valid_until(long), Some(Time::from_millis(60_000)));
+    // Then the first one, at t=1 s: its own valid_until moves, and the
+    // checker, which compares each grant's after every step, agrees.
+    let at = Time::from_millis(1_000);
+    let r = client.renew(at, short, None);
+    checker.renew(at, short, None, &r).unwrap();
+    let (sent, _) = drain(&mut client, &mut checker);
+    assert_eq!(sent, "X 4 k 5 3000\n");
+    feed(&mut client, &mut checker, at, "G 4 X k 5 3000\n");
+    assert_eq!(client.valid_until(short), Some(Time::from_millis(4_000)));
+    assert_eq!(client.valid_until(long), Some(Time::from_millis(60_000)));
+    // An X for (k, 5) that neither asked for is still caught.
+    let err = checker.action(&send(&client, "X 5 k 5 7\n")).unwrap_err();
+    assert_eq!(err.invariant, Invariant::Protocol, "{err}");
+    assert!(err.detail.contains("nobody asked"), "{err}");
 }

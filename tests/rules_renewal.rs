@@ -380,6 +380,26 @@ fn shutdown_stops_every_renewal() {
 }
 
 #[test]
+fn a_renewal_in_flight_when_shutdown_starts_is_not_sent_again_after_a_close() {
+    let (mut h, g) = holding(false);
+    // A release of another grant keeps the shutdown going, and connected.
+    h.release_token("x", 1);
+    assert_eq!(h.take_sent(), "R 2 x 1\n");
+    h.at_ms(500);
+    h.renew(&g, None);
+    assert_eq!(h.take_sent(), "X 3 k 7 3000\n");
+    h.client.shutdown(h.now, ms(10_000)).expect("accepted");
+    h.pump();
+    // The connection goes while the renewal is in flight: the release goes
+    // out again on the next one, the renewal does not.
+    h.at_ms(600);
+    h.transport_closed(TransportEnd::Eof);
+    h.reconnect(4);
+    assert!(h.now < t(3_000), "the grant is still valid");
+    assert_eq!(h.take_sent(), "R 4 x 1\n", "shutdown stops every renewal");
+}
+
+#[test]
 fn e_unsupported_version_backs_off_long_and_is_told() {
     let mut h = Harness::new(config());
     h.connect();
@@ -497,4 +517,83 @@ fn an_expired_grants_release_deadline_counts_from_its_latest_renewal() {
     assert!(h.take_outcomes().is_empty(), "not lapsed");
     h.reconnect(4);
     assert_eq!(h.take_sent(), "R 3 k 7\n");
+}
+
+#[test]
+fn a_release_after_the_deadline_its_latest_renewal_allows_ends_lapsed_at_once() {
+    let (mut h, g) = holding(false);
+    // A short renewal, never answered within its answer grace (5 s): the
+    // grant's release deadline becomes 10 + 30 + the 1 s margin, but the
+    // grant's own expires_by (4000) is later.
+    h.at_ms(10);
+    h.renew(&g, Some(30));
+    assert_eq!(h.take_sent(), "X 2 k 7 30\n");
+    // valid_until (3000) and expires_by (4000) pass with the renewal still
+    // in flight: the server has certainly freed the grant, renewal or not.
+    h.at_ms(4_500);
+    assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
+    let op = h.release(&g);
+    assert_eq!(h.take_outcomes(), [(op, Outcome::Lapsed)], "at once");
+    assert_eq!(h.take_sent(), "", "no attempt after its deadline");
+    // The renewal's answer is still claimed, and changes nothing.
+    h.feed("G 2 X k 7 30\n");
+    assert_eq!(h.take_events(), []);
+    assert_eq!(h.take_sent(), "");
+}
+
+#[test]
+fn an_n_to_a_renewal_after_the_grants_expires_by_leaves_no_deadline_behind() {
+    let (mut h, g) = holding(false);
+    h.at_ms(10);
+    h.renew(&g, Some(30));
+    assert_eq!(h.take_sent(), "X 2 k 7 30\n");
+    // Past valid_until (3000) and expires_by (4000), within the renewal's
+    // answer grace (5 s): the record is kept only for that answer.
+    h.at_ms(4_500);
+    assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
+    h.feed("N 2 X k\n");
+    assert_eq!(renewal_notices(&h.take_events()), [("lost", 7, None)]);
+    // Nothing is left due in the past: the client is idle until input.
+    assert!(
+        h.client.poll_timeout().map_or(true, |at| at > h.now),
+        "a deadline at {:?}, now {}",
+        h.client.poll_timeout(),
+        h.now
+    );
+    // The server has freed it: a release ends at once, with no request.
+    let op = h.release(&g);
+    assert_eq!(h.take_outcomes(), [(op, Outcome::Lapsed)]);
+    assert_eq!(h.take_sent(), "");
+}
+
+#[test]
+fn automatic_renewal_is_due_the_first_nanosecond_less_than_two_thirds_of_the_lease_is_left() {
+    // A lease of 200 ms is 200,000,000 ns, whose two thirds are
+    // 133,333,333.3 ns: from valid_until - 133,333,333 ns on, less than two
+    // thirds is left (a third of the way through is 66,666,666.7 ns after
+    // the send, so 66,666,667 ns). Not one nanosecond later.
+    let (mut h, _) = ready_with(config(), 4);
+    let op = h.acquire_renewing("k", 0, 200, None);
+    assert_eq!(h.take_sent(), "A 1 k o 0 200\n");
+    let g = h.granted_by(op, "G 1 A k 7 200 0\n");
+    assert_eq!(g.valid_until(), t(200));
+    let due = Time::from_nanos(66_666_667);
+    assert_eq!(h.client.poll_timeout(), Some(due));
+    h.at(Time::from_nanos(66_666_666));
+    assert_eq!(
+        h.take_sent(),
+        "",
+        "133,333,334 ns left: not less than two thirds"
+    );
+    h.at(due);
+    assert_eq!(h.take_sent(), "X 2 k 7 200\n");
+    // Jeopardy: from the first nanosecond less than a third is left
+    // (66,666,666.7 ns before valid_until, so at 133,333,334 ns).
+    h.at(Time::from_nanos(133_333_333));
+    assert_eq!(renewal_notices(&h.take_events()), []);
+    h.at(Time::from_nanos(133_333_334));
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("jeopardy", 7, Some(t(200)))]
+    );
 }

@@ -358,6 +358,17 @@ impl Client {
             .and_then(Hold::release)
             .expect("a release")
             .until;
+        if self.now >= until {
+            // An expired grant kept only for its renewal in flight, past
+            // the deadline that renewal allows: the server has freed it,
+            // and no attempt may start. It never enters the lane (as
+            // `ended_release`); the renewal's answer is claimed.
+            if let Some(release) = self.holds.get_mut(handle).and_then(Hold::release_mut) {
+                release.phase = ReleasePhase::Sent;
+            }
+            self.end_release(handle, ReleaseResult::Lapsed);
+            return Ok(OpId::of(OpKind::Release, handle));
+        }
         self.holds.set_timer(handle, until);
         self.enter_lane(handle);
         Ok(OpId::of(OpKind::Release, handle))

@@ -20,21 +20,25 @@ use crate::time::{duration_millis, Time};
 use crate::wire::AnswerKind;
 
 impl Held {
-    /// A third of the grant's lease, in nanoseconds: the schedule's step.
-    fn third(&self) -> u64 {
-        self.lease_ms.get().saturating_mul(1_000_000) / 3
+    /// `thirds` thirds of the grant's lease, in whole nanoseconds rounded
+    /// down. Each is computed on its own: twice a rounded third can be a
+    /// nanosecond short of two thirds rounded (200 ms is 66,666,666 ns
+    /// twice, but 133,333,333 ns as two thirds).
+    fn thirds(&self, thirds: u64) -> u64 {
+        let nanos = u128::from(self.lease_ms.get()) * 1_000_000 * u128::from(thirds) / 3;
+        u64::try_from(nanos).unwrap_or(u64::MAX)
     }
 
     /// When an automatically renewed grant is renewed: once less than two
-    /// thirds of its lease is left before `valid_until`.
+    /// thirds of its lease is left before `valid_until`, from the first
+    /// nanosecond that is so.
     fn renew_at(&self) -> Time {
-        self.valid_until
-            .saturating_sub_nanos(self.third().saturating_mul(2))
+        self.valid_until.saturating_sub_nanos(self.thirds(2))
     }
 
     /// When it is in jeopardy: once less than a third of its lease is left.
     fn jeopardy_at(&self) -> Time {
-        self.valid_until.saturating_sub_nanos(self.third())
+        self.valid_until.saturating_sub_nanos(self.thirds(1))
     }
 
     /// The next moment something is due for the grant.
@@ -315,8 +319,11 @@ impl Client {
     }
 
     /// `N` to a renewal: the grant is gone. The embedder is told LeaseLost;
-    /// a release of it ends NotHeld at once, until its `expires_by`.
+    /// a release of it ends NotHeld at once, until its `expires_by`. An
+    /// answer that comes after that (the record was kept for it) leaves no
+    /// record: the server has freed the grant by then anyway.
     fn lose(&mut self, handle: Handle) {
+        let now = self.now;
         let hold = self.holds.get_mut(handle).expect("held");
         let Hold::Held(held) = hold else {
             unreachable!("a held grant's renewal");
@@ -332,22 +339,27 @@ impl Client {
             key,
             token,
         });
-        self.holds.set_timer(handle, expires_by);
+        if now >= expires_by {
+            self.holds.remove(handle);
+        } else {
+            self.holds.set_timer(handle, expires_by);
+        }
     }
 
     /// A renewal in flight at a close: back to the front of the lane while
-    /// its grant is held and its `valid_until` has not passed; a renewal of
-    /// a grant given up meanwhile is forgotten with it.
+    /// its grant is held and its `valid_until` has not passed, unless the
+    /// client is shutting down (which stops every renewal); a renewal of a
+    /// grant given up meanwhile is forgotten with it.
     pub(crate) fn requeue_renewal(&mut self, handle: Handle) {
         let now = self.now;
-        let finishing = self.finishing;
+        let shutting_down = self.shutdown.is_some();
         match self.holds.get_mut(handle) {
             Some(Hold::Held(held)) => {
                 let Renewal::Sent { lease_ms, auto, .. } = held.renewal else {
                     unreachable!("a renewal in flight");
                 };
                 let allowed = !auto || held.auto_until.is_some_and(|until| now < until);
-                if !held.expired && now < held.valid_until && !finishing && allowed {
+                if !held.expired && now < held.valid_until && !shutting_down && allowed {
                     held.renewal = Renewal::Queued { lease_ms, auto };
                     self.renewals.push_front(handle);
                 } else {

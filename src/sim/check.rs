@@ -273,6 +273,49 @@ impl Ledger {
         Ok(())
     }
 
+    /// A renewal of `client`'s grant `token` of `key` was answered at
+    /// `now`: it is valid until `valid_until` from now on (never shorter).
+    /// No other grant of the key may be valid now.
+    pub(super) fn extend(
+        &mut self,
+        client: usize,
+        key: &Key,
+        token: u64,
+        valid_until: Time,
+        now: Time,
+    ) -> Result<(), Failure> {
+        let Some(holds) = self.holds.get_mut(key) else {
+            return Ok(());
+        };
+        let Some(i) = holds
+            .iter()
+            .position(|h| h.client == client && h.token == token && h.ended.is_none())
+        else {
+            return Ok(());
+        };
+        holds[i].valid_until = holds[i].valid_until.max(valid_until);
+        if valid_until <= now {
+            return Ok(());
+        }
+        self.checked.renewals += 1;
+        if let Some(other) = holds
+            .iter()
+            .enumerate()
+            .find(|&(j, h)| j != i && h.ended.is_none() && h.valid_until > now)
+            .map(|(_, h)| h)
+        {
+            return Err((
+                Check::MutualExclusion,
+                Some(client),
+                format!(
+                    "c{client}'s grant of {key} with token {token} was renewed until {valid_until} while c{} holds it with token {}, handed at {} and valid until {}",
+                    other.client, other.token, other.since, other.valid_until
+                ),
+            ));
+        }
+        Ok(())
+    }
+
     /// The embedder of `client` gave the grant up (released or abandoned
     /// it) at `now`.
     pub(super) fn unhold(&mut self, client: usize, key: &Key, token: u64, now: Time) {

@@ -77,6 +77,10 @@ impl Driven {
 
     forward! {
         fn acquire(&mut self, now: Time, key: Key, owner: Name, wait: Duration, lease: Duration) -> Result<OpId, Error>;
+        fn acquire_renewing(&mut self, now: Time, key: Key, owner: Name, wait: Duration, lease: Duration, limit: Option<Duration>) -> Result<OpId, Error>;
+        fn renew(&mut self, now: Time, grant: &Grant, lease: Option<Duration>) -> Result<(), Error>;
+        fn auto_renew(&mut self, now: Time, grant: &Grant, limit: Option<Duration>) -> Result<(), Error>;
+        fn stop_renewing(&mut self, now: Time, grant: &Grant) -> Result<(), Error>;
         fn release(&mut self, now: Time, grant: &Grant) -> Result<OpId, Error>;
         fn undeliverable(&mut self, now: Time, grant: &Grant) -> Result<(), Error>;
         fn cancel(&mut self, now: Time, op: OpId) -> Result<(), Error>;

@@ -10,7 +10,7 @@
 //! | `sabotage.rs` | the bad clients, one per `Sabotage` (feature `sabotage`) |
 //! | `net.rs` | connections: latency, answers split into chunks, resets, refusals, partitions |
 //! | `cluster.rs` | the server nodes: crashes and restarts, leadership moving with the lock table, hints, `not_active` windows, refused credentials |
-//! | `workload.rs` | what the embedders do: acquire, hold, write, release, cancel, abandon, shut down |
+//! | `workload.rs` | what the embedders do: acquire (a third of the time renewing automatically), hold, write, renew (by hand, or automatically, asked later and maybe stopped), release, cancel, abandon, let a lease lapse, shut down |
 //! | `check.rs` | the global checks and the ground truth they use |
 //!
 //! # One seeded run
@@ -54,13 +54,18 @@
 //!
 //! # The checks, after every step
 //!
-//! * the six invariants of PROTOCOL.md section 5, by one
+//! * invariants 1 to 7 of PROTOCOL.md section 5, renewal included (every
+//!   `valid_until` the client reports or gives is what the `G`s prove, and
+//!   a renewal goes only for a held, unreleased, unexpired grant), by one
 //!   [`Checker`](crate::testkit::Checker) per client core, fed exactly as
-//!   its documentation requires ([`Check::Invariant`]);
+//!   its documentation requires ([`Check::Invariant`]); the clients speak
+//!   protocol version 2 to the cluster;
 //! * no two grants of one key are valid at the same moment, a grant being
 //!   valid from its delivery until the client's own conservative expiry
-//!   ([`Grant::valid_until`](crate::client::Grant::valid_until)) or until
-//!   the embedder releases or abandons it ([`Check::MutualExclusion`]);
+//!   ([`Grant::valid_until`](crate::client::Grant::valid_until), moved by
+//!   every [`Event::Renewed`](crate::client::Event::Renewed)) or until the
+//!   embedder releases or abandons it, or is told its lease was lost
+//!   ([`Check::MutualExclusion`]);
 //! * each key guards a resource that accepts a write only with a token at
 //!   least the last one it accepted; a write under a valid grant must never
 //!   be refused ([`Check::Fencing`]);
@@ -93,8 +98,9 @@
 //! client that misbehaves the way a buggy one would, between the core and
 //! the network or the workload. It matches answers by arrival order,
 //! resends an acquire after a close, fills the reserved slots, drops the
-//! orphan release, or takes hints from any address (`sabotage.rs` says how
-//! each works). The checks see what the bad client does on the simulated
+//! orphan release, takes hints from any address, or counts a renewed
+//! grant's validity from the arrival of the renewal's `G` instead of its
+//! send time (`sabotage.rs` says how each works). The checks see what the bad client does on the simulated
 //! wire and what it tells the workload, never what it shows the core, and
 //! hold it to the configuration the seed drew. One sabotage breaks a rule
 //! of the server's instead, with honest clients: `no-grace` starts the term
@@ -282,7 +288,7 @@ pub fn run_seeds(first: u64, count: u64, config: &SimConfig, jobs: usize) -> Rep
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum Check {
-    /// One of the six invariants of PROTOCOL.md section 5 (or another rule
+    /// One of invariants 1 to 7 of PROTOCOL.md section 5 (or another rule
     /// of the protocol), as a client's [`Checker`](crate::testkit::Checker)
     /// saw it.
     Invariant(Invariant),
@@ -481,6 +487,16 @@ pub struct Operations {
     pub refused: u64,
     /// Releases the clients issued by themselves for orphaned grants.
     pub orphan_releases: u64,
+    /// Calls to `renew`, `auto_renew` and `stop_renewing`.
+    pub renew_calls: u64,
+    /// `Renewed` notices.
+    pub renewed: u64,
+    /// `LeaseJeopardy` notices.
+    pub jeopardies: u64,
+    /// `LeaseLost` notices.
+    pub leases_lost: u64,
+    /// `LeaseExpired` notices.
+    pub leases_expired: u64,
 }
 
 impl Operations {
@@ -510,6 +526,11 @@ impl Operations {
         self.lapsed += o.lapsed;
         self.refused += o.refused;
         self.orphan_releases += o.orphan_releases;
+        self.renew_calls += o.renew_calls;
+        self.renewed += o.renewed;
+        self.jeopardies += o.jeopardies;
+        self.leases_lost += o.leases_lost;
+        self.leases_expired += o.leases_expired;
     }
 }
 
@@ -546,6 +567,9 @@ pub struct Checked {
     /// Releases under way once the cluster was healthy, checked to have
     /// freed their grant in time where lease expiry alone would not have.
     pub release_watches: u64,
+    /// Renewals that extended a valid grant, each checked for mutual
+    /// exclusion.
+    pub renewals: u64,
 }
 
 impl Checked {
@@ -553,6 +577,7 @@ impl Checked {
         self.holds += o.holds;
         self.settle_watches += o.settle_watches;
         self.release_watches += o.release_watches;
+        self.renewals += o.renewals;
     }
 }
 
@@ -618,13 +643,18 @@ impl fmt::Display for Report {
         )?;
         writeln!(
             f,
+            "  renewal: {} calls, renewed {}, jeopardy {}, lost {}, expired {}",
+            o.renew_calls, o.renewed, o.jeopardies, o.leases_lost, o.leases_expired
+        )?;
+        writeln!(
+            f,
             "writes: {} under valid grants, {} late and accepted, {} late and refused",
             self.writes.valid, self.writes.stale_accepted, self.writes.stale_refused
         )?;
         writeln!(
             f,
-            "checked: {} valid grants for mutual exclusion, {} grants of Indeterminate acquires, {} releases that had to free a grant",
-            self.checked.holds, self.checked.settle_watches, self.checked.release_watches
+            "checked: {} valid grants and {} renewals for mutual exclusion, {} grants of Indeterminate acquires, {} releases that had to free a grant",
+            self.checked.holds, self.checked.renewals, self.checked.settle_watches, self.checked.release_watches
         )?;
         writeln!(f, "faults injected: {}", self.faults.total())?;
         let kinds: Vec<String> = FaultKind::ALL

@@ -16,6 +16,7 @@
 //! | `use-reserved-slot` | bytes in | shows the core a window larger by the reserved slots | acquires never exceed `window - reserved` (invariant 4) |
 //! | `drop-orphan-release` | actions out | drops the `R` of every release it announces for an orphaned grant | a grant nobody claims is released by its exact token (invariant 5) |
 //! | `any-hint` | configuration | allowlists every address the simulation may hint, the impostor's included | leader hints are followed only to allowlisted addresses |
+//! | `valid-until-from-arrival` | notices out | tells the workload, with every `Renewed`, a `valid_until` counted from the arrival of the renewal's `G` (plus the lease it gave) instead of from the renewal's send time | `valid_until` never runs past what a `G` proves (invariant 7) |
 //! | `no-grace` | the cluster | a leader elected after the lock table was lost begins its term as if it had been handed it: no recovery grace ([`as_if_handed_the_table`]) | a term begun without the table grants nothing until every earlier grant has run out or been reclaimed (PROTOCOL.md 4.1, invariant 8) |
 //!
 //! The checks keep the honest configuration: the world gives each checker,
@@ -61,6 +62,11 @@ pub enum Sabotage {
     /// Take hints from any address: the core's allowlist holds every address
     /// the simulation may hint, the impostor's included.
     AnyHint,
+    /// Count a renewed grant's validity from the arrival of the renewal's
+    /// `G`, not from the renewal's send time: every [`Event::Renewed`] the
+    /// workload is told carries the arrival time plus the lease the `G`
+    /// gave, later than what the `G` proves by the round trip.
+    ValidUntilFromArrival,
     /// Not a client rule but the server's (PROTOCOL.md 4.1): a leader
     /// elected after the lock table was lost begins its term as if it had
     /// been handed the table, with no recovery grace. The clients are
@@ -70,12 +76,13 @@ pub enum Sabotage {
 
 impl Sabotage {
     /// Every sabotage.
-    pub const ALL: [Sabotage; 6] = [
+    pub const ALL: [Sabotage; 7] = [
         Sabotage::MatchByArrival,
         Sabotage::ResendAfterClose,
         Sabotage::UseReservedSlot,
         Sabotage::DropOrphanRelease,
         Sabotage::AnyHint,
+        Sabotage::ValidUntilFromArrival,
         Sabotage::NoGrace,
     ];
 
@@ -87,6 +94,7 @@ impl Sabotage {
             Sabotage::UseReservedSlot => "use-reserved-slot",
             Sabotage::DropOrphanRelease => "drop-orphan-release",
             Sabotage::AnyHint => "any-hint",
+            Sabotage::ValidUntilFromArrival => "valid-until-from-arrival",
             Sabotage::NoGrace => "no-grace",
         }
     }
@@ -176,6 +184,7 @@ impl BadClient {
                 }
                 Box::new(AnyHint)
             }
+            Sabotage::ValidUntilFromArrival => Box::<ValidUntilFromArrival>::default(),
             // The server's sabotage: the client is honest.
             Sabotage::NoGrace => Box::new(AnyHint),
         };
@@ -213,6 +222,53 @@ impl BadClient {
             });
         }
         result
+    }
+
+    pub(super) fn acquire_renewing(
+        &mut self,
+        now: Time,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+    ) -> Result<OpId, Error> {
+        let result =
+            self.core
+                .acquire_renewing(now, key.clone(), owner.clone(), wait, lease, limit);
+        if let Ok(op) = result {
+            self.rule.acquired(Submitted {
+                op,
+                key,
+                owner,
+                budget_end: now.saturating_add(wait),
+                lease,
+                cancelled: false,
+            });
+        }
+        result
+    }
+
+    pub(super) fn renew(
+        &mut self,
+        now: Time,
+        grant: &Grant,
+        lease: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.core.renew(now, grant, lease)
+    }
+
+    pub(super) fn auto_renew(
+        &mut self,
+        now: Time,
+        grant: &Grant,
+        limit: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.core.auto_renew(now, grant, limit)
+    }
+
+    pub(super) fn stop_renewing(&mut self, now: Time, grant: &Grant) -> Result<(), Error> {
+        self.core.stop_renewing(now, grant)
     }
 
     pub(super) fn release(&mut self, now: Time, grant: &Grant) -> Result<OpId, Error> {
@@ -576,6 +632,58 @@ impl Rule for DropOrphanRelease {
             _ => {}
         }
         Some(event)
+    }
+}
+
+/// `valid-until-from-arrival`: every `Renewed` the workload is told says
+/// the grant is valid until the moment the renewal's `G` arrived plus the
+/// lease it gave, instead of the renewal's send time plus that lease.
+#[derive(Default)]
+struct ValidUntilFromArrival {
+    lines: Lines,
+    /// The lease of the latest `G .. X` read for each `(key, token)`.
+    leases: BTreeMap<(Key, u64), u64>,
+}
+
+impl Rule for ValidUntilFromArrival {
+    fn bytes_in<'a>(&mut self, conn: ConnId, data: &'a [u8]) -> Cow<'a, [u8]> {
+        let leases = &mut self.leases;
+        self.lines.rewrite(conn, data, |line, out| {
+            if let Ok(ServerFrame::Answer(answer)) = ServerFrame::parse(line) {
+                if let crate::wire::AnswerKind::Renewed { token, lease_ms } = answer.kind {
+                    leases.insert((Key::from(answer.key), token), lease_ms.get());
+                }
+            }
+            verbatim(line, out);
+        })
+    }
+
+    fn action_out(&mut self, action: Action) -> Option<Action> {
+        self.lines.follow(&action);
+        Some(action)
+    }
+
+    fn event_out(&mut self, core: &mut Client, event: Event) -> Option<Event> {
+        let Event::Renewed {
+            grant,
+            key,
+            token,
+            valid_until,
+        } = event
+        else {
+            return Some(event);
+        };
+        let valid_until = match self.leases.get(&(key.clone(), token)) {
+            // The core reads the answer at its arrival: its time is now.
+            Some(&lease_ms) => valid_until.max(core.now().saturating_add_millis(lease_ms)),
+            None => valid_until,
+        };
+        Some(Event::Renewed {
+            grant,
+            key,
+            token,
+            valid_until,
+        })
     }
 }
 

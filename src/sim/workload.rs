@@ -3,13 +3,17 @@
 //!
 //! Each client, at random intervals: acquires a random key (sometimes a
 //! burst of acquires, often of one key) with a random wait budget and
-//! lease; or cancels one of its open acquires; or idles. A grant it is
-//! handed is written to the key's resource at once, maybe again while it
-//! holds it, and after a random time released, abandoned (handed back as
-//! undeliverable, as when the waiting task is gone), or leaked (left to
-//! expire); now and then a late write follows, as from a process that
-//! paused. At the end each client, maybe after releasing what it holds,
-//! shuts down with a random budget.
+//! lease, a third of the time renewed automatically (`acquire_renewing`,
+//! with or without a limit); or cancels one of its open acquires; or idles.
+//! A grant it is handed is written to the key's resource at once, maybe
+//! again while it holds it, and after a random time released, abandoned
+//! (handed back as undeliverable, as when the waiting task is gone), or
+//! leaked (left to expire); now and then a late write follows, as from a
+//! process that paused. A grant it means to keep longer than its lease it
+//! renews: by hand, now and then before its lease runs out, or by asking
+//! for automatic renewal (with or without a limit) once it holds it, which
+//! it may stop again. At the end each client, maybe after releasing what it
+//! holds, shuts down with a random budget.
 //!
 //! The [`Workload`] is every client's embedder. It owns what they hold and
 //! draws what they do from a generator of its own. It calls no client: it
@@ -34,6 +38,9 @@ const WAITS_MS: [u64; 7] = [0, 0, 10, 100, 500, 2_000, 5_000];
 const LEASES_MS: [u64; 7] = [20, 100, 300, 1_000, 3_000, 10_000, 30_000];
 /// Shutdown budgets, in milliseconds.
 const BUDGETS_MS: [u64; 4] = [0, 100, 1_000, 5_000];
+/// Limits on automatic renewal (`renew_until`), in leases: `None` renews
+/// until released.
+const RENEW_LIMITS: [Option<u64>; 5] = [None, None, Some(0), Some(1), Some(3)];
 
 /// The fault kinds injected on a schedule (the others happen per write, per
 /// connect, or as consequences).
@@ -164,6 +171,13 @@ pub(super) enum Ev {
     Fate { client: usize, no: u64 },
     /// A client writes to a key's resource with a grant it holds.
     Write { client: usize, no: u64 },
+    /// A client renews a grant it holds, by hand, or asks for (or stops)
+    /// its automatic renewal.
+    Renew {
+        client: usize,
+        no: u64,
+        how: RenewHow,
+    },
     /// A late write, with a grant given up or past its validity.
     Zombie { client: usize, key: Key, token: u64 },
     /// A client shuts down.
@@ -177,6 +191,7 @@ impl Ev {
             Ev::Work { client }
             | Ev::Fate { client, .. }
             | Ev::Write { client, .. }
+            | Ev::Renew { client, .. }
             | Ev::Zombie { client, .. }
             | Ev::Shutdown { client } => client,
         }
@@ -194,16 +209,33 @@ pub(super) enum Effect {
     Write { key: Key, token: u64 },
 }
 
+/// How an embedder renews a grant it holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum RenewHow {
+    /// `renew(grant, lease)` once, then again before that runs out.
+    Manual { lease: Option<Duration> },
+    /// `auto_renew(grant, limit)`.
+    Auto { limit: Option<Duration> },
+    /// `stop_renewing(grant)`.
+    Stop,
+}
+
 /// A call an embedder makes to its client.
 #[derive(Debug)]
 pub(super) enum Command {
-    /// `acquire(key, owner, wait, lease)`; the owner is the acquire's own.
+    /// `acquire(key, owner, wait, lease)`, or with `renew`,
+    /// `acquire_renewing(key, owner, wait, lease, limit)`; the owner is the
+    /// acquire's own.
     Acquire {
         key: Key,
         owner: Name,
         wait: Duration,
         lease: Duration,
+        renew: Option<Option<Duration>>,
     },
+    /// `renew(grant, lease)`, `auto_renew(grant, limit)` or
+    /// `stop_renewing(grant)`.
+    Renew(Grant, RenewHow),
     /// `cancel(op)`.
     Cancel(OpId),
     /// `release(grant)`.
@@ -237,6 +269,8 @@ struct Embedder {
     next_owner: u64,
     /// Acquires without an outcome yet (for cancelling one).
     open_acquires: BTreeSet<OpId>,
+    /// Those that asked for automatic renewal.
+    renewing: BTreeSet<OpId>,
     held: BTreeMap<u64, Held>,
     next_no: u64,
     release_at_shutdown: bool,
@@ -280,6 +314,7 @@ impl Workload {
                     interval_ms: (lo, hi),
                     next_owner: 0,
                     open_acquires: BTreeSet::new(),
+                    renewing: BTreeSet::new(),
                     held: BTreeMap::new(),
                     next_no: 0,
                     release_at_shutdown: rng.chance(1, 2),
@@ -309,14 +344,19 @@ impl Workload {
                     out.push(Effect::Write { key, token });
                 }
             }
+            Ev::Renew { client, no, how } => self.renew(client, no, how, now, out),
             Ev::Zombie { key, token, .. } => out.push(Effect::Write { key, token }),
             Ev::Shutdown { client } => self.shutdown(client, out),
         }
     }
 
-    /// The client accepted an acquire of `client`'s embedder as `op`.
-    pub(super) fn acquired(&mut self, client: usize, op: OpId) {
+    /// The client accepted an acquire of `client`'s embedder as `op`
+    /// (renewed automatically once granted, with `renewing`).
+    pub(super) fn acquired(&mut self, client: usize, op: OpId, renewing: bool) {
         self.embedders[client].open_acquires.insert(op);
+        if renewing {
+            self.embedders[client].renewing.insert(op);
+        }
     }
 
     /// The client told `client`'s embedder that `op` ended with `outcome`,
@@ -331,8 +371,9 @@ impl Workload {
         out: &mut Vec<Effect>,
     ) {
         self.embedders[client].open_acquires.remove(&op);
+        let auto = self.embedders[client].renewing.remove(&op);
         if let Outcome::Granted(grant) = outcome {
-            self.granted(client, grant.clone(), now, out);
+            self.granted(client, grant.clone(), auto, now, out);
         }
     }
 
@@ -366,6 +407,7 @@ impl Workload {
                 };
                 let wait = Duration::from_millis(pick(&mut self.rng, &WAITS_MS));
                 let lease = Duration::from_millis(pick(&mut self.rng, &LEASES_MS));
+                let renew = self.rng.chance(1, 3).then(|| self.renew_limit(lease));
                 let embedder = &mut self.embedders[c];
                 embedder.next_owner += 1;
                 let owner = Name::new(format!("c{c}.{}", embedder.next_owner)).expect("an atom");
@@ -374,6 +416,7 @@ impl Workload {
                     owner,
                     wait,
                     lease,
+                    renew,
                 }));
             }
         } else if roll < 82 {
@@ -389,9 +432,17 @@ impl Workload {
         out.push(Effect::At(now.saturating_add(next), Ev::Work { client: c }));
     }
 
-    /// The embedder of `c` was handed `grant`: it writes with it at once,
-    /// and decides when to give it up.
-    fn granted(&mut self, c: usize, grant: Grant, now: Time, out: &mut Vec<Effect>) {
+    /// A limit on automatic renewal: none, or a few leases.
+    fn renew_limit(&mut self, lease: Duration) -> Option<Duration> {
+        pick(&mut self.rng, &RENEW_LIMITS).map(|leases| {
+            lease * u32::try_from(leases).unwrap_or(1) + millis_between(&mut self.rng, 0, 500)
+        })
+    }
+
+    /// The embedder of `c` was handed `grant` (renewed automatically if
+    /// `auto`): it writes with it at once, decides when to give it up, and
+    /// whether to renew it meanwhile.
+    fn granted(&mut self, c: usize, grant: Grant, auto: bool, now: Time, out: &mut Vec<Effect>) {
         out.push(Effect::Write {
             key: grant.key().clone(),
             token: grant.token(),
@@ -402,9 +453,29 @@ impl Workload {
             70..=84 => Fate::Abandon,
             _ => Fate::Leak,
         };
+        // How it renews it, if at all: one grant in four it renews by hand
+        // or starts renewing later, besides those acquired renewing.
+        let renew = match self.rng.up_to(7) {
+            0 => Some(RenewHow::Manual {
+                lease: self
+                    .rng
+                    .chance(1, 2)
+                    .then(|| Duration::from_millis(pick(&mut self.rng, &LEASES_MS))),
+            }),
+            1 => Some(RenewHow::Auto {
+                limit: self.renew_limit(grant.lease()),
+            }),
+            _ => None,
+        };
         // Held up to one and a half leases, or six seconds: long leases are
-        // mostly given up early, so that their releases matter.
-        let hold = millis_between(&mut self.rng, 0, (lease_ms + lease_ms / 2).min(6_000));
+        // mostly given up early, so that their releases matter. A grant it
+        // renews it may keep for several leases.
+        let longest = if auto || renew.is_some() {
+            (lease_ms * 4).clamp(1_000, 12_000)
+        } else {
+            (lease_ms + lease_ms / 2).min(6_000)
+        };
+        let hold = millis_between(&mut self.rng, 0, longest);
         let embedder = &mut self.embedders[c];
         embedder.next_no += 1;
         let no = embedder.next_no;
@@ -419,6 +490,66 @@ impl Workload {
                 now.saturating_add(write),
                 Ev::Write { client: c, no },
             ));
+        }
+        if let Some(how) = renew {
+            // By hand a third of the way through its lease (or at once),
+            // or automatic renewal asked for after a while.
+            let after = match how {
+                RenewHow::Manual { .. } => millis_between(&mut self.rng, 0, lease_ms / 2),
+                _ => millis_between(&mut self.rng, 0, lease_ms),
+            };
+            out.push(Effect::At(
+                now.saturating_add(after),
+                Ev::Renew { client: c, no, how },
+            ));
+        } else if auto && self.rng.chance(1, 6) {
+            let after = millis_between(&mut self.rng, 0, lease_ms * 2);
+            out.push(Effect::At(
+                now.saturating_add(after),
+                Ev::Renew {
+                    client: c,
+                    no,
+                    how: RenewHow::Stop,
+                },
+            ));
+        }
+    }
+
+    /// The embedder renews a grant it still holds, or asks for or stops its
+    /// automatic renewal; by hand, it renews again before that renewal's
+    /// lease runs out, while it holds the grant.
+    fn renew(&mut self, c: usize, no: u64, how: RenewHow, now: Time, out: &mut Vec<Effect>) {
+        let embedder = &self.embedders[c];
+        if embedder.finished || embedder.shut_down {
+            return;
+        }
+        let Some(held) = embedder.held.get(&no) else {
+            return;
+        };
+        out.push(Effect::Command(Command::Renew(held.grant.clone(), how)));
+        match how {
+            RenewHow::Manual { lease } => {
+                let lease = lease.unwrap_or(held.grant.lease());
+                let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+                let again = millis_between(&mut self.rng, lease_ms / 3, lease_ms * 2 / 3);
+                out.push(Effect::At(
+                    now.saturating_add(again),
+                    Ev::Renew { client: c, no, how },
+                ));
+            }
+            RenewHow::Auto { .. } if self.rng.chance(1, 4) => {
+                let lease_ms = held.grant.lease().as_millis() as u64;
+                let after = millis_between(&mut self.rng, 0, lease_ms * 2);
+                out.push(Effect::At(
+                    now.saturating_add(after),
+                    Ev::Renew {
+                        client: c,
+                        no,
+                        how: RenewHow::Stop,
+                    },
+                ));
+            }
+            _ => {}
         }
     }
 

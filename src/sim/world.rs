@@ -129,6 +129,9 @@ struct Slot {
     release_grace: Duration,
     /// The embedder's releases without an outcome yet, with their token.
     release_ops: BTreeMap<OpId, u64>,
+    /// For each grant it renewed, the latest end a renewal sent could
+    /// give it: the send time plus the lease asked.
+    renewal_ends: BTreeMap<(Key, u64), Time>,
 }
 
 /// The whole simulated world of one seed.
@@ -218,6 +221,7 @@ impl World {
                     op_grace,
                     release_grace,
                     release_ops: BTreeMap::new(),
+                    renewal_ends: BTreeMap::new(),
                 }
             })
             .collect();
@@ -585,9 +589,13 @@ impl World {
                     id: rid,
                     key,
                     token,
-                    ..
+                    lease_ms,
                 }) => {
                     let key = Key::from(key);
+                    let end = self.now.saturating_add_millis(lease_ms.get());
+                    let ends = &mut self.clients[c].renewal_ends;
+                    let latest = ends.entry((key.clone(), token)).or_insert(end);
+                    *latest = (*latest).max(end);
                     found.push((rid, Request::Renew { key, token }));
                 }
                 _ => {}
@@ -837,6 +845,7 @@ impl World {
                 workload::Ev::Write { client, no } => (11, *client as u64, *no),
                 workload::Ev::Zombie { client, token, .. } => (12, *client as u64, *token),
                 workload::Ev::Shutdown { client } => (13, *client as u64, 0),
+                workload::Ev::Renew { client, no, .. } => (19, *client as u64, *no),
             },
             Ev::Fault(kind) => (14, kind.index() as u64, 0),
             Ev::Cluster(ev) => match ev {
@@ -1241,6 +1250,24 @@ impl World {
             } => self.ledger.release_lapsed(c, token),
             Event::ShutdownComplete => self.ledger.shutdown_complete(c),
             Event::LeaderHint { addr } => self.check_allowed(c, &addr, "takes a leader hint to")?,
+            Event::Renewed {
+                key,
+                token,
+                valid_until,
+                ..
+            } => {
+                self.ops.renewed += 1;
+                if let Err(failure) = self.ledger.extend(c, &key, token, valid_until, self.now) {
+                    return Err(self.failure(failure));
+                }
+            }
+            Event::LeaseJeopardy { .. } => self.ops.jeopardies += 1,
+            Event::LeaseLost { key, token, .. } => {
+                // The grant is gone: the holder stops counting on it.
+                self.ops.leases_lost += 1;
+                self.ledger.unhold(c, &key, token, self.now);
+            }
+            Event::LeaseExpired { .. } => self.ops.leases_expired += 1,
             _ => {}
         }
         Ok(())
@@ -1274,7 +1301,9 @@ impl World {
                 owner,
                 wait,
                 lease,
-            } => self.cmd_acquire(c, key, owner, wait, lease),
+                renew,
+            } => self.cmd_acquire(c, key, owner, wait, lease, renew),
+            Command::Renew(grant, how) => self.cmd_renew(c, &grant, how),
             Command::Cancel(op) => self.cmd_cancel(c, op),
             Command::Release(grant) => self.cmd_release(c, &grant),
             Command::Undeliverable(grant) => self.cmd_undeliverable(c, &grant),
@@ -1289,20 +1318,40 @@ impl World {
         owner: Name,
         wait: Duration,
         lease: Duration,
+        renew: Option<Option<Duration>>,
     ) -> Step {
         let now = self.now;
         let slot = &mut self.clients[c];
-        let result = slot
-            .client
-            .acquire(now, key.clone(), owner.clone(), wait, lease);
-        if let Err(v) = slot
-            .checker
-            .acquire(now, &key, &owner, wait, lease, &result)
-        {
+        let (result, checked) = match renew {
+            None => {
+                let result = slot
+                    .client
+                    .acquire(now, key.clone(), owner.clone(), wait, lease);
+                let checked = slot
+                    .checker
+                    .acquire(now, &key, &owner, wait, lease, &result);
+                (result, checked)
+            }
+            Some(limit) => {
+                let result = slot.client.acquire_renewing(
+                    now,
+                    key.clone(),
+                    owner.clone(),
+                    wait,
+                    lease,
+                    limit,
+                );
+                let checked = slot
+                    .checker
+                    .acquire_renewing(now, &key, &owner, wait, lease, limit, &result);
+                (result, checked)
+            }
+        };
+        if let Err(v) = checked {
             return Err(self.checker_violation(c, v));
         }
         self.note(|| {
-            format!("c{c} acquire {key} as {owner} wait {wait:?} lease {lease:?}: {result:?}")
+            format!("c{c} acquire {key} as {owner} wait {wait:?} lease {lease:?} renew {renew:?}: {result:?}")
         });
         match result {
             Ok(op) => {
@@ -1321,7 +1370,7 @@ impl World {
                         deadline: now.saturating_add(wait + lease + grace),
                     },
                 );
-                self.workload.acquired(c, op);
+                self.workload.acquired(c, op, renew.is_some());
             }
             Err(ClientError::Busy) => self.ops.refused += 1,
             Err(_) => {}
@@ -1338,8 +1387,19 @@ impl World {
         }
         self.note(|| format!("c{c} release {} {}: {result:?}", grant.key(), grant.token()));
         self.ledger.unhold(c, grant.key(), grant.token(), now);
+        // A renewed grant's release keeps trying until the latest end its
+        // renewals could give it (plus the margin), and the renewal's
+        // answer may come a round trip later than its send.
+        let renewed_until = self.clients[c]
+            .renewal_ends
+            .remove(&(grant.key().clone(), grant.token()))
+            .map(|end| end.saturating_add(ROUND_TRIP));
         if let Ok(op) = result {
             let grace = self.clients[c].op_grace;
+            let deadline = now
+                .saturating_add(grant.lease())
+                .max(renewed_until.unwrap_or(Time::ZERO))
+                .saturating_add(grace);
             self.ledger.op_started(
                 c,
                 op,
@@ -1351,7 +1411,7 @@ impl World {
                         grant.lease().as_millis()
                     ),
                     submitted: now,
-                    deadline: now.saturating_add(grant.lease() + grace),
+                    deadline,
                 },
             );
             self.clients[c].release_ops.insert(op, grant.token());
@@ -1377,6 +1437,34 @@ impl World {
             )
         });
         self.ledger.unhold(c, grant.key(), grant.token(), now);
+        self.end_client_step(c)
+    }
+
+    fn cmd_renew(&mut self, c: usize, grant: &Grant, how: workload::RenewHow) -> Step {
+        let now = self.now;
+        let slot = &mut self.clients[c];
+        let (result, checked) = match how {
+            workload::RenewHow::Manual { lease } => {
+                let result = slot.client.renew(now, grant, lease);
+                let checked = slot.checker.renew(now, grant, lease, &result);
+                (result, checked)
+            }
+            workload::RenewHow::Auto { limit } => {
+                let result = slot.client.auto_renew(now, grant, limit);
+                let checked = slot.checker.auto_renew(now, grant, limit, &result);
+                (result, checked)
+            }
+            workload::RenewHow::Stop => {
+                let result = slot.client.stop_renewing(now, grant);
+                let checked = slot.checker.stop_renewing(now, grant, &result);
+                (result, checked)
+            }
+        };
+        if let Err(v) = checked {
+            return Err(self.checker_violation(c, v));
+        }
+        self.ops.renew_calls += 1;
+        self.note(|| format!("c{c} {how:?} {} {}: {result:?}", grant.key(), grant.token()));
         self.end_client_step(c)
     }
 
@@ -1427,6 +1515,11 @@ enum Input {
     Bytes(ConnId, Bytes),
     Closed(ConnId, TransportEnd),
 }
+
+/// The longest a request and its answer take on the simulated network:
+/// [`MAX_DELAY`] each way at most (a longer partition cuts the
+/// connection).
+const ROUND_TRIP: Duration = MAX_DELAY.saturating_mul(2);
 
 /// How the log names a server.
 fn node_name(n: usize) -> String {

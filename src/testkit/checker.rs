@@ -1,5 +1,6 @@
 //! The invariant checker: watches one client core from the outside and
-//! checks the six invariants of PROTOCOL.md section 5 after every step.
+//! checks invariants 1 to 7 of PROTOCOL.md section 5 after every step,
+//! for a client of protocol version 2.
 //!
 //! The checker sees what an embedder and a driver see, nothing more: the
 //! operations submitted (with their parameters and the results of the
@@ -33,8 +34,35 @@
 //! must close; a timer firing first would make that prediction ambiguous.
 //!
 //! The harness must give every acquire its own owner: that is how an `A`
-//! frame is mapped to its operation. Releases are mapped by their exact
-//! `(key, token)`.
+//! frame is mapped to its operation. Releases and renewals are mapped by
+//! their exact `(key, token)`.
+//!
+//! # Renewal (section 5, "Renewal", and invariant 7)
+//!
+//! For every grant the embedder holds the checker keeps its own
+//! `valid_until` (the answered attempt's send time, plus the `waited_ms`
+//! of the acquire's `G`, plus the lease given; a renewal's `G` moves it to
+//! `max(valid_until, its send time + lease)`), whether it is renewed
+//! automatically and until when, and the renewal that is asked for, queued
+//! by the schedule or in flight. After every step it compares
+//! [`Client::valid_until`] with it, and it holds the client to the rules
+//! it can see from outside: an `X` only for a grant the embedder holds,
+//! that is not being released, whose `valid_until` has not passed, asked
+//! for (by the embedder, or by the schedule once less than two thirds of
+//! the lease is left) and with the lease asked; at most one in flight per
+//! grant; releases, then renewals, then acquires in what is sent, and a
+//! renewal waiting while a slot of the window is free is a violation; one
+//! in flight at a close resent only while `valid_until` has not passed;
+//! Renewed with the new `valid_until`, LeaseJeopardy once per jeopardy,
+//! LeaseLost on `N .. X`, LeaseExpired when `valid_until` passes, each at
+//! the step it falls due and never otherwise.
+//!
+//! # Hints
+//!
+//! The checker keeps the leader hint and the address refused last, as the
+//! client must, and expects exactly the notices that change something for
+//! the embedder: a flood of `L` lines naming the same addresses gives a
+//! bounded number of notices.
 //!
 //! # Limits
 //!
@@ -52,14 +80,14 @@ use thiserror::Error;
 
 use super::TraceHash;
 use crate::client::{
-    Action, Client, Config, ConnId, Error as ClientError, Event, Grant, OpId, Outcome,
+    Action, Client, CloseReason, Config, ConnId, Error as ClientError, Event, Grant, OpId, Outcome,
     ReleaseResult,
 };
 use crate::names::{Key, Name};
 use crate::time::Time;
 use crate::wire::{Answer, AnswerKind, ClientFrame, LineReader, Op, ServerFrame, VERSION};
 
-/// Which rule a violation breaks: one of the six invariants of PROTOCOL.md
+/// Which rule a violation breaks: one of invariants 1 to 7 of PROTOCOL.md
 /// section 5, or another rule of the protocol that the checker's model of
 /// the session relies on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -84,6 +112,10 @@ pub enum Invariant {
     /// 6. The same inputs at the same times give the same actions, byte for
     ///    byte.
     Determinism,
+    /// 7. `valid_until` never runs past what a `G` proves; a renewal is sent
+    ///    only for a grant the embedder holds, that is not being released,
+    ///    whose `valid_until` has not passed.
+    Renewal,
     /// Another rule of PROTOCOL.md sections 2 to 5, or of the driver
     /// contract of [`Client`] (what an `H` carries, closing after an
     /// illegal frame, which outcome fits which history, API results).
@@ -101,6 +133,7 @@ impl Invariant {
             Invariant::Window => Some(4),
             Invariant::OrphanRelease => Some(5),
             Invariant::Determinism => Some(6),
+            Invariant::Renewal => Some(7),
             Invariant::Protocol => None,
         }
     }
@@ -120,6 +153,9 @@ impl Invariant {
                 "an unclaimed or undeliverable grant is released by its exact token unless its lease ran out, and a held grant never is"
             }
             Invariant::Determinism => "the same inputs give the same actions, byte for byte",
+            Invariant::Renewal => {
+                "valid_until never runs past what a G proves, and a renewal goes only for a held, unreleased, unexpired grant"
+            }
             Invariant::Protocol => "the protocol and the driver contract",
         }
     }
@@ -181,6 +217,22 @@ pub struct Stats {
     pub orphan_releases: u64,
     /// Acquire attempts after a `B`.
     pub retries: u64,
+    /// Renewals (`X`) handed out.
+    pub renewals: u64,
+    /// `Renewed` notices.
+    pub renewed: u64,
+    /// `LeaseJeopardy` notices.
+    pub jeopardies: u64,
+    /// `LeaseLost` notices.
+    pub lost: u64,
+    /// `LeaseExpired` notices.
+    pub expired: u64,
+    /// Leader hint notices (`LeaderHint`, `HintIgnored`).
+    pub hint_notices: u64,
+    /// `L` lines read.
+    pub hints_read: u64,
+    /// Calls with a grant of another client, refused.
+    pub foreign_refused: u64,
 }
 
 impl Stats {
@@ -201,6 +253,14 @@ impl Stats {
         self.lapsed += other.lapsed;
         self.orphan_releases += other.orphan_releases;
         self.retries += other.retries;
+        self.renewals += other.renewals;
+        self.renewed += other.renewed;
+        self.jeopardies += other.jeopardies;
+        self.lost += other.lost;
+        self.expired += other.expired;
+        self.hint_notices += other.hint_notices;
+        self.hints_read += other.hints_read;
+        self.foreign_refused += other.foreign_refused;
     }
 }
 
@@ -217,6 +277,11 @@ enum Request {
     Release {
         key: String,
         token: u64,
+    },
+    Renew {
+        key: String,
+        token: u64,
+        lease_ms: u64,
     },
 }
 
@@ -243,6 +308,7 @@ enum Answered {
     Granted {
         token: u64,
         lease_ms: u64,
+        waited_ms: u64,
         at: Time,
         sent_at: Time,
     },
@@ -265,11 +331,20 @@ struct AcquireRecord {
     wire_wait_ms: u64,
     last: Option<Answered>,
     cancel_requested: bool,
+    /// Asked with `acquire_renewing`: renewed automatically for at most this
+    /// long from the grant (`Duration::MAX`: no limit).
+    renew: Option<Duration>,
 }
 
 enum OpKind {
     Acquire(AcquireRecord),
-    Release { key: String, token: u64 },
+    /// A release; `lost` when its grant's renewal was answered `N`: it
+    /// ends NotHeld at once, with no request.
+    Release {
+        key: String,
+        token: u64,
+        lost: bool,
+    },
 }
 
 struct OpRecord {
@@ -277,14 +352,179 @@ struct OpRecord {
     outcome: Option<Outcome>,
 }
 
+/// Where a held grant's renewal is, as the client must have it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    Idle,
+    /// Asked for (by the embedder, or by the schedule: `auto`), not sent.
+    Queued {
+        lease_ms: u64,
+        auto: bool,
+    },
+    /// In flight as request `id`.
+    Sent {
+        id: u64,
+        sent_at: Time,
+        lease_ms: u64,
+        auto: bool,
+    },
+}
+
 /// A grant the client holds for the embedder (matched, delivered or about
-/// to be).
+/// to be), until the client forgets it.
 struct HeldGrant {
     key: String,
     token: u64,
+    /// The `expires_by` of the [`Grant`] handed out.
     expires_by: Time,
+    /// When the server has freed it at the latest, renewals included (no
+    /// margin).
     lease_end: Time,
     delivered: bool,
+    /// The grant handed out, once delivered.
+    grant: Option<Grant>,
+    /// What the `G`s read prove (invariant 7).
+    valid_until: Time,
+    /// The lease of the `G` that set `valid_until`.
+    lease_ms: u64,
+    /// What an automatic renewal asks for: the acquire's lease.
+    renew_lease_ms: u64,
+    /// The client keeps its record until this, once expired (its
+    /// `expires_by`, moved by renewals).
+    record_until: Time,
+    /// Renewed automatically until this.
+    auto_until: Option<Time>,
+    renewal: Renewal,
+    /// When its renewal went into the lane, while [`Renewal::Queued`]
+    /// (`Time::ZERO`: put back at its front by a close): the lane sends
+    /// renewals in that order.
+    queued_at: Time,
+    /// In jeopardy (told, or owed).
+    jeopardy: bool,
+    expired: bool,
+    /// Its renewal was answered `N`.
+    lost: bool,
+    /// The client no longer has it: only owed notices keep the record.
+    gone: bool,
+    owed_renewed: Option<Time>,
+    owed_jeopardy: bool,
+    owed_expired: bool,
+    owed_lost: bool,
+}
+
+impl HeldGrant {
+    fn lease(&self) -> Duration {
+        Duration::from_millis(self.lease_ms)
+    }
+
+    /// Whether the embedder holds it (the client has not forgotten it, nor
+    /// lost it).
+    fn live(&self) -> bool {
+        !self.gone && !self.lost
+    }
+
+    /// Whether a notice is owed.
+    fn owes(&self) -> bool {
+        self.owed_renewed.is_some() || self.owed_jeopardy || self.owed_expired || self.owed_lost
+    }
+
+    /// The next moment something is due for it (its renewal's answer
+    /// grace aside: the client's close tells of that).
+    fn next_moment(&self) -> Time {
+        if self.gone {
+            return Time::MAX;
+        }
+        if self.lost {
+            return self.record_until;
+        }
+        if self.expired {
+            return match self.renewal {
+                Renewal::Sent { .. } => Time::MAX,
+                _ => self.record_until,
+            };
+        }
+        let mut at = self.valid_until;
+        if let Some(until) = self.auto_until {
+            at = at.min(until);
+            if !self.jeopardy {
+                at = at.min(self.jeopardy_at());
+            }
+            if self.renewal == Renewal::Idle {
+                at = at.min(self.renew_at());
+            }
+        }
+        at
+    }
+
+    fn renew_at(&self) -> Time {
+        self.valid_until.saturating_sub(self.lease() * 2 / 3)
+    }
+
+    fn jeopardy_at(&self) -> Time {
+        self.valid_until.saturating_sub(self.lease() / 3)
+    }
+
+    /// What is due at `at`, in order: expiry (renewal stops), the end of
+    /// automatic renewal, jeopardy, the schedule's renewal; and the client
+    /// forgetting an expired grant once the server has certainly freed it
+    /// (a lost one at its `expires_by`).
+    fn tend(&mut self, at: Time) {
+        if self.gone {
+            return;
+        }
+        if self.lost {
+            self.gone = at >= self.record_until;
+            return;
+        }
+        if !self.expired && at >= self.valid_until {
+            self.expired = true;
+            self.owed_expired = true;
+            self.auto_until = None;
+            if matches!(self.renewal, Renewal::Queued { .. }) {
+                self.renewal = Renewal::Idle;
+            }
+        }
+        if self.auto_until.is_some_and(|until| at >= until) {
+            self.auto_until = None;
+            if matches!(self.renewal, Renewal::Queued { auto: true, .. }) {
+                self.renewal = Renewal::Idle;
+            }
+        }
+        if self.auto_until.is_some() {
+            if !self.jeopardy && at >= self.jeopardy_at() {
+                self.jeopardy = true;
+                self.owed_jeopardy = true;
+            }
+            if self.renewal == Renewal::Idle && at >= self.renew_at() {
+                self.renewal = Renewal::Queued {
+                    lease_ms: self.renew_lease_ms,
+                    auto: true,
+                };
+                self.queued_at = at;
+            }
+        }
+        if self.expired && at >= self.record_until && !matches!(self.renewal, Renewal::Sent { .. })
+        {
+            self.gone = true;
+        }
+    }
+
+    /// Whether `grant` names this one.
+    fn is(&self, grant: &Grant) -> bool {
+        self.key == grant.key().as_str()
+            && self.token == grant.token()
+            && match &self.grant {
+                Some(g) => g.id() == grant.id(),
+                None => self.expires_by == grant.expires_by(),
+            }
+    }
+}
+
+/// The connection as the notices tell of it: for the hint rules.
+struct NoticeConn {
+    addr: String,
+    to_hint: bool,
+    welcomed: bool,
 }
 
 /// A grant the client must release by itself.
@@ -327,6 +567,21 @@ pub struct Checker {
     bytes_step: bool,
     shutdown: Option<Time>,
     complete: bool,
+    /// Endpoints and the extra allowlist.
+    allowlist: Vec<String>,
+    /// The leader hint, as the client must have it.
+    hint: Option<String>,
+    /// The address refused last on the current connection.
+    ignored: Option<String>,
+    /// Hint notices owed, in order: `(taken, addr)`.
+    owed_hints: std::collections::VecDeque<(bool, String)>,
+    notice_conn: Option<NoticeConn>,
+    /// A call that must change nothing was made this step.
+    quiet_call: Option<&'static str>,
+    /// A renewal command's result that is right only if the client closed
+    /// its connection before the command, within the call: the close must
+    /// come in this step. What was answered.
+    close_owed: Option<String>,
 }
 
 type Checked = Result<(), InvariantViolation>;
@@ -365,6 +620,18 @@ impl Checker {
             bytes_step: false,
             shutdown: None,
             complete: false,
+            allowlist: config
+                .endpoints
+                .iter()
+                .chain(&config.allow)
+                .map(|e| e.as_str().to_owned())
+                .collect(),
+            hint: None,
+            ignored: None,
+            owed_hints: std::collections::VecDeque::new(),
+            notice_conn: None,
+            quiet_call: None,
+            close_owed: None,
         }
     }
 
@@ -423,6 +690,39 @@ impl Checker {
         result: &Result<OpId, ClientError>,
     ) -> Checked {
         self.tick(now, "acquire");
+        self.submitted_acquire(now, key, owner, wait, lease, None, result)
+    }
+
+    /// `acquire_renewing(now, key, owner, wait, lease, limit)` returned
+    /// `result`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_renewing(
+        &mut self,
+        now: Time,
+        key: &Key,
+        owner: &Name,
+        wait: Duration,
+        lease: Duration,
+        limit: Option<Duration>,
+        result: &Result<OpId, ClientError>,
+    ) -> Checked {
+        self.tick(now, "acquire_renewing");
+        self.trace.write(format!("{limit:?}").as_bytes());
+        let renew = Some(limit.unwrap_or(Duration::MAX));
+        self.submitted_acquire(now, key, owner, wait, lease, renew, result)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn submitted_acquire(
+        &mut self,
+        now: Time,
+        key: &Key,
+        owner: &Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+        result: &Result<OpId, ClientError>,
+    ) -> Checked {
         self.trace.write(key.as_bytes());
         self.trace.write(owner.as_bytes());
         self.trace.write_u64(ms(wait));
@@ -463,6 +763,7 @@ impl Checker {
                             wire_wait_ms: 0,
                             last: None,
                             cancel_requested: false,
+                            renew,
                         }),
                         outcome: None,
                     },
@@ -504,17 +805,63 @@ impl Checker {
             .count()
     }
 
-    fn held_index(&self, key: &str, token: u64, expires_by: Option<Time>) -> Option<usize> {
-        self.held.iter().position(|h| {
-            h.key == key
-                && h.token == token
-                && expires_by.map_or(true, |e| e == h.expires_by)
-                && self.now < h.expires_by
-        })
+    /// The held grant `grant` names, if the client still has it (held, or
+    /// lost).
+    fn held_index(&self, grant: &Grant) -> Option<usize> {
+        self.held.iter().position(|h| !h.gone && h.is(grant))
     }
 
+    /// Whether the embedder holds `(key, token)`.
     fn holds(&self, key: &str, token: u64) -> bool {
-        self.held_index(key, token, None).is_some()
+        self.held
+            .iter()
+            .any(|h| h.live() && h.key == key && h.token == token)
+    }
+
+    /// Whether the client knows `(key, token)`, so that a `G` for it that
+    /// nobody claims is not released: held, lost, being released, or with
+    /// a renewal in flight.
+    fn known(&self, key: &str, token: u64) -> bool {
+        let renewing = self.conn.as_ref().is_some_and(|c| {
+            c.pending.values().any(
+                |r| matches!(r, Request::Renew { key: k, token: t, .. } if k == key && *t == token),
+            )
+        });
+        renewing
+            || self.releasing(key, token)
+            || self
+                .held
+                .iter()
+                .any(|h| !h.gone && h.key == key && h.token == token)
+    }
+
+    /// Brings every held grant to `now`, as the client's timers must have,
+    /// each at its own moment: its renewal by the schedule (less than two
+    /// thirds of its lease left before `valid_until`), its jeopardy (less
+    /// than a third), the end of its automatic renewal, its expiry, and the
+    /// client forgetting it.
+    fn advance_grants(&mut self, now: Time) {
+        for h in &mut self.held {
+            loop {
+                let at = h.next_moment();
+                if at > now {
+                    break;
+                }
+                h.tend(at);
+            }
+        }
+    }
+
+    /// What the client does for held grant `i` at once, at `now`, after a
+    /// change to it: everything due, in the order the client does it.
+    fn tend_now(&mut self, i: usize, now: Time) {
+        self.held[i].tend(now);
+        self.advance_grants(now);
+    }
+
+    /// Forgets the grants the client has forgotten, once told all it owes.
+    fn forget_gone(&mut self) {
+        self.held.retain(|h| !h.gone || h.owes());
     }
 
     fn releasing(&self, key: &str, token: u64) -> bool {
@@ -543,7 +890,7 @@ impl Checker {
         }
     }
 
-    fn register_release(&mut self, op: OpId, key: &str, token: u64) -> Checked {
+    fn register_release(&mut self, op: OpId, key: &str, token: u64, lost: bool) -> Checked {
         if let Some(old) = self.ops.get(&op) {
             if old.outcome.is_none() {
                 return self.fail(
@@ -558,11 +905,14 @@ impl Checker {
                 kind: OpKind::Release {
                     key: key.to_owned(),
                     token,
+                    lost,
                 },
                 outcome: None,
             },
         );
-        self.open_release(key, token);
+        if !lost {
+            self.open_release(key, token);
+        }
         Ok(())
     }
 
@@ -576,13 +926,15 @@ impl Checker {
         self.tick(now, "release");
         self.trace_grant(grant);
         self.trace.write(format!("{result:?}").as_bytes());
+        self.advance_grants(now);
         let (key, token) = (grant.key().as_str(), grant.token());
-        let held = self.held_index(key, token, Some(grant.expires_by()));
+        let held = self.held_index(grant);
+        let lost = held.is_some_and(|i| self.held[i].lost);
         match result {
             Ok(op) => {
                 match held {
                     Some(i) => {
-                        self.held.remove(i);
+                        self.forget_held(i);
                     }
                     None if now >= grant.expires_by() => {}
                     None => {
@@ -592,16 +944,33 @@ impl Checker {
                         )
                     }
                 }
-                self.register_release(*op, key, token)
+                self.register_release(*op, key, token, lost)
             }
             Err(ClientError::GrantNotHeld { .. }) if held.is_none() => Ok(()),
-            Err(ClientError::Busy) if self.open_releases() >= self.max_releases => Ok(()),
+            Err(ClientError::Busy) if self.open_releases() >= self.max_releases && !lost => Ok(()),
             Err(ClientError::Finished) if self.shutdown.is_some() => Ok(()),
             Err(e) => self.fail(
                 Invariant::Protocol,
                 format!("release of ({key}, {token}) refused: {e}"),
             ),
         }
+    }
+
+    /// The embedder gave up held grant `i` (released it, or handed it
+    /// back): the client forgets it and its renewal stops (one in flight
+    /// is claimed). Notices that fell due before the call are still owed.
+    /// Its key, token, the bound on its lease, and whether it was lost (or
+    /// is freed already: nothing to release).
+    fn forget_held(&mut self, i: usize) -> (String, u64, Time, bool) {
+        let now = self.now;
+        let h = &mut self.held[i];
+        h.gone = true;
+        h.renewal = Renewal::Idle;
+        // An expired grant kept only for a renewal in flight, past what
+        // that renewal could give it: the server has freed it, there is
+        // nothing left to release.
+        let freed = h.expired && now >= h.record_until;
+        (h.key.clone(), h.token, h.lease_end, h.lost || freed)
     }
 
     /// `release_token(now, key, token)` returned `result`.
@@ -617,7 +986,7 @@ impl Checker {
         self.trace.write_u64(token);
         self.trace.write(format!("{result:?}").as_bytes());
         match result {
-            Ok(op) => self.register_release(*op, key.as_str(), token),
+            Ok(op) => self.register_release(*op, key.as_str(), token, false),
             Err(ClientError::Busy) if self.open_releases() >= self.max_releases => Ok(()),
             Err(ClientError::Finished) if self.shutdown.is_some() => Ok(()),
             Err(e) => self.fail(
@@ -663,12 +1032,16 @@ impl Checker {
         self.tick(now, "undeliverable");
         self.trace_grant(grant);
         self.trace.write(format!("{result:?}").as_bytes());
+        self.advance_grants(now);
         let (key, token) = (grant.key().as_str(), grant.token());
-        let held = self.held_index(key, token, Some(grant.expires_by()));
+        let held = self.held_index(grant);
         match (result, held) {
             (Ok(()), Some(i)) => {
-                let h = self.held.remove(i);
-                self.add_obligation(h.key, h.token, h.lease_end);
+                let (key, token, lease_end, lost) = self.forget_held(i);
+                // A lost grant has nothing to release.
+                if !lost {
+                    self.add_obligation(key, token, lease_end);
+                }
                 Ok(())
             }
             (Ok(()), None) if now >= grant.expires_by() => Ok(()),
@@ -687,6 +1060,189 @@ impl Checker {
         }
     }
 
+    /// Whether a close of the connection now would make the client forget
+    /// `grant`: it has expired, its renewal is in flight on the live
+    /// connection (so its record is kept for that answer), and its record's
+    /// end has passed.
+    fn forgotten_at_a_close(&self, grant: &Grant) -> bool {
+        let live = self.conn.as_ref().is_some_and(|c| c.alive);
+        self.held_index(grant).is_some_and(|i| {
+            let h = &self.held[i];
+            live && h.live()
+                && h.expired
+                && matches!(h.renewal, Renewal::Sent { .. })
+                && self.now >= h.record_until
+        })
+    }
+
+    /// What a renewal command on `grant` must give at `now`, before its own
+    /// effect: `Ok(i)` for held grant `i`, else the error.
+    fn renewable(&self, grant: &Grant) -> Result<usize, ClientError> {
+        let (key, token) = (grant.key().clone(), grant.token());
+        if self.complete {
+            return Err(ClientError::Finished);
+        }
+        if self.shutdown.is_some() {
+            return Err(ClientError::ShuttingDown);
+        }
+        match self.held_index(grant) {
+            Some(i) if self.held[i].lost => Err(ClientError::GrantNotHeld { key, token }),
+            Some(i) if self.held[i].expired => Err(ClientError::LeaseExpired { key, token }),
+            Some(i) => Ok(i),
+            None => Err(ClientError::GrantNotHeld { key, token }),
+        }
+    }
+
+    /// Checks a renewal command's result against [`Checker::renewable`]:
+    /// the held grant it applies to, if it was accepted.
+    fn renewal_command(
+        &mut self,
+        call: &str,
+        grant: &Grant,
+        result: &Result<(), ClientError>,
+    ) -> Result<Option<usize>, InvariantViolation> {
+        self.trace_grant(grant);
+        self.trace.write(format!("{result:?}").as_bytes());
+        let now = self.now;
+        self.advance_grants(now);
+        let expected = self.renewable(grant);
+        match (&expected, result) {
+            (Ok(i), Ok(())) => Ok(Some(*i)),
+            (Err(e), Err(got)) if e == got => Ok(None),
+            // The shutdown may finish at the call's own moment, its timers
+            // fired first: told by the event that follows.
+            (Err(ClientError::ShuttingDown), Err(ClientError::Finished)) => Ok(None),
+            // An expired grant kept only for its renewal in flight, past
+            // its record's end. If the client's own timers close the
+            // connection first, within the call (an answer grace that ran
+            // out while the driver was late: closes tell of answer graces,
+            // which this model does not keep), the renewal is put down and
+            // the client forgets the grant: not held. Right only with that
+            // close, which must come in this step.
+            (Err(ClientError::LeaseExpired { .. }), Err(ClientError::GrantNotHeld { .. }))
+                if self.forgotten_at_a_close(grant) =>
+            {
+                self.close_owed = Some(format!(
+                    "{call} of ({}, {}) gave {result:?}",
+                    grant.key(),
+                    grant.token()
+                ));
+                Ok(None)
+            }
+            _ => Err(self.violation(
+                Invariant::Protocol,
+                format!(
+                    "{call} of ({}, {}) gave {result:?}, expected {:?}",
+                    grant.key(),
+                    grant.token(),
+                    expected.map(|_| ())
+                ),
+            )),
+        }
+    }
+
+    /// `renew(now, grant, lease)` returned `result`.
+    pub fn renew(
+        &mut self,
+        now: Time,
+        grant: &Grant,
+        lease: Option<Duration>,
+        result: &Result<(), ClientError>,
+    ) -> Checked {
+        self.tick(now, "renew");
+        self.trace.write(format!("{lease:?}").as_bytes());
+        if let Some(i) = self.renewal_command("renew", grant, result)? {
+            let h = &mut self.held[i];
+            if h.renewal == Renewal::Idle {
+                h.renewal = Renewal::Queued {
+                    lease_ms: lease.map_or(h.renew_lease_ms, ms),
+                    auto: false,
+                };
+                h.queued_at = now;
+            }
+        }
+        Ok(())
+    }
+
+    /// `auto_renew(now, grant, limit)` returned `result`.
+    pub fn auto_renew(
+        &mut self,
+        now: Time,
+        grant: &Grant,
+        limit: Option<Duration>,
+        result: &Result<(), ClientError>,
+    ) -> Checked {
+        self.tick(now, "auto_renew");
+        self.trace.write(format!("{limit:?}").as_bytes());
+        if let Some(i) = self.renewal_command("auto_renew", grant, result)? {
+            self.held[i].auto_until = Some(limit.map_or(Time::MAX, |l| now.saturating_add(l)));
+            self.tend_now(i, now);
+        }
+        Ok(())
+    }
+
+    /// `stop_renewing(now, grant)` returned `result`.
+    pub fn stop_renewing(
+        &mut self,
+        now: Time,
+        grant: &Grant,
+        result: &Result<(), ClientError>,
+    ) -> Checked {
+        self.tick(now, "stop_renewing");
+        if let Some(i) = self.renewal_command("stop_renewing", grant, result)? {
+            let h = &mut self.held[i];
+            h.auto_until = None;
+            if matches!(h.renewal, Renewal::Queued { auto: true, .. }) {
+                h.renewal = Renewal::Idle;
+            }
+            self.tend_now(i, now);
+        }
+        Ok(())
+    }
+
+    /// A call (`release`, `undeliverable`, `renew`, `auto_renew`,
+    /// `stop_renewing`, by `call`) was made with a grant that another
+    /// client issued, and returned `result`: it must be refused with
+    /// `ForeignGrant` naming that grant (or, once shut down, as any call
+    /// then is), and change nothing: no action and no event may follow
+    /// until the step ends. The driver fires the timers due first.
+    pub fn foreign(
+        &mut self,
+        now: Time,
+        call: &'static str,
+        grant: &Grant,
+        result: &Result<(), ClientError>,
+    ) -> Checked {
+        self.tick(now, "foreign");
+        self.trace.write(call.as_bytes());
+        self.trace_grant(grant);
+        self.trace.write(format!("{result:?}").as_bytes());
+        self.quiet_call = Some(call);
+        let renewal = !matches!(call, "release" | "undeliverable");
+        let foreign = ClientError::ForeignGrant {
+            key: grant.key().clone(),
+            token: grant.token(),
+        };
+        let fits = match result {
+            Err(ClientError::Finished) => self.shutdown.is_some(),
+            Err(ClientError::ShuttingDown) => renewal && self.shutdown.is_some() && !self.complete,
+            Err(e) => *e == foreign && !(renewal && self.shutdown.is_some()) && !self.complete,
+            Ok(()) => false,
+        };
+        if !fits {
+            return self.fail(
+                Invariant::Protocol,
+                format!(
+                    "{call} with a grant of ({}, {}) from another client gave {result:?}, not {foreign:?}",
+                    grant.key(),
+                    grant.token()
+                ),
+            );
+        }
+        self.stats.foreign_refused += 1;
+        Ok(())
+    }
+
     /// `shutdown(now, budget)` returned `result`.
     pub fn shutdown(
         &mut self,
@@ -700,6 +1256,17 @@ impl Checker {
         match result {
             Ok(()) if self.shutdown.is_none() => {
                 self.shutdown = Some(now.saturating_add(budget));
+                // Shutting down stops every renewal: automatic renewal
+                // ends, and renewals not sent are dropped.
+                self.advance_grants(now);
+                for i in 0..self.held.len() {
+                    let h = &mut self.held[i];
+                    h.auto_until = None;
+                    if matches!(h.renewal, Renewal::Queued { .. }) {
+                        h.renewal = Renewal::Idle;
+                    }
+                    self.tend_now(i, now);
+                }
                 Ok(())
             }
             Ok(()) => self.fail(Invariant::Protocol, "a second shutdown accepted"),
@@ -756,6 +1323,7 @@ impl Checker {
         self.trace.write_u64(conn.get());
         self.trace.write(data);
         self.bytes_step = true;
+        self.advance_grants(now);
         let Some(c) = self.conn.as_mut() else {
             return Ok(());
         };
@@ -813,8 +1381,15 @@ impl Checker {
                 c.window = Some(window.get());
                 Ok(None)
             }
-            ServerFrame::Leader { .. } => Ok(None),
-            ServerFrame::Moved { .. } => Ok(Some((Invariant::Protocol, "M".into()))),
+            ServerFrame::Leader { addr } => {
+                self.stats.hints_read += 1;
+                self.take_hint(addr.as_str());
+                Ok(None)
+            }
+            ServerFrame::Moved { addr } => {
+                self.take_hint(addr.as_str());
+                Ok(Some((Invariant::Protocol, "M".into())))
+            }
             ServerFrame::Error { reason } => Ok(Some((Invariant::Protocol, format!("E {reason}")))),
             ServerFrame::Answer(answer) => self.answer(answer),
         }
@@ -841,26 +1416,92 @@ impl Checker {
         let (op, key, asked) = match &request {
             Request::Acquire { key, lease_ms, .. } => (Op::Acquire, key.as_str(), *lease_ms),
             Request::Release { key, .. } => (Op::Release, key.as_str(), u64::MAX),
+            Request::Renew { key, lease_ms, .. } => {
+                // The lease is held to what was asked only while the grant
+                // is held: a renewal of a grant given up meanwhile is
+                // claimed, and its answer changes nothing.
+                let held = self.held.iter().any(|h| {
+                    !h.gone && matches!(h.renewal, Renewal::Sent { id, .. } if id == a.id)
+                });
+                (
+                    Op::Renew,
+                    key.as_str(),
+                    if held { *lease_ms } else { u64::MAX },
+                )
+            }
         };
         if a.op() != op || a.key.as_str() != key {
             let detail = format!("{text}: request {} was {op:?} of {key}", a.id);
             self.stray(a);
             return Ok(Some((Invariant::Attribution, detail)));
         }
-        if let AnswerKind::Granted { lease_ms, .. } = a.kind {
-            if lease_ms.get() > asked {
-                self.stray(a);
-                return Ok(Some((
-                    Invariant::Attribution,
-                    format!("{text}: a longer lease than the {asked} ms asked"),
-                )));
+        let bad = match (a.kind, &request) {
+            (AnswerKind::Granted { lease_ms, .. } | AnswerKind::Renewed { lease_ms, .. }, _)
+                if lease_ms.get() > asked =>
+            {
+                Some(format!("{text}: a longer lease than the {asked} ms asked"))
             }
+            (
+                AnswerKind::Granted {
+                    waited_ms: None, ..
+                },
+                _,
+            ) => Some(format!(
+                "{text}: a G to an acquire on version 2 without waited_ms"
+            )),
+            (
+                AnswerKind::Granted {
+                    waited_ms: Some(waited),
+                    ..
+                },
+                Request::Acquire { op, .. },
+            ) if waited > self.wire_wait_ms(*op) => Some(format!(
+                "{text}: waited longer than the {} ms asked",
+                self.wire_wait_ms(*op)
+            )),
+            (AnswerKind::Renewed { token, .. }, Request::Renew { token: asked, .. })
+                if token != *asked =>
+            {
+                Some(format!(
+                    "{text}: a renewal of token {asked} answered for another"
+                ))
+            }
+            _ => None,
+        };
+        if let Some(detail) = bad {
+            // The request stays unanswered: the close treats it as sent
+            // and unanswered.
+            self.stray(a);
+            return Ok(Some((Invariant::Attribution, detail)));
         }
         let c = self.conn.as_mut().expect("reading a live connection");
         c.pending.remove(&a.id);
         self.stats.matched += 1;
         self.matched(request, a);
         Ok(None)
+    }
+
+    /// The `wait_ms` the latest attempt of acquire `op` was sent with.
+    fn wire_wait_ms(&self, op: OpId) -> u64 {
+        match self.ops.get(&op).map(|r| &r.kind) {
+            Some(OpKind::Acquire(a)) => a.wire_wait_ms,
+            _ => u64::MAX,
+        }
+    }
+
+    /// A hint (`L` or `M`) read: taken if allowlisted. Only what changes
+    /// something is told: a hint that is not the hint already, an address
+    /// refused that was not the one refused last on this connection.
+    fn take_hint(&mut self, addr: &str) {
+        if self.allowlist.iter().any(|a| a == addr) {
+            if self.hint.as_deref() != Some(addr) {
+                self.hint = Some(addr.to_owned());
+                self.owed_hints.push_back((true, addr.to_owned()));
+            }
+        } else if self.ignored.as_deref() != Some(addr) {
+            self.ignored = Some(addr.to_owned());
+            self.owed_hints.push_back((false, addr.to_owned()));
+        }
     }
 
     /// An answer matched by id, op and key.
@@ -880,32 +1521,59 @@ impl Checker {
                 let abandoned = rec.outcome.is_some();
                 match a.kind {
                     AnswerKind::Granted {
-                        token, lease_ms, ..
+                        token,
+                        lease_ms,
+                        waited_ms,
                     } => {
                         let lease = Duration::from_millis(lease_ms.get());
                         let lease_end = now.saturating_add(lease);
                         if abandoned {
                             // An abandoned waiter's grant: released by its
-                            // exact token, unless the embedder holds it (a
-                            // server that repeats a token) or its release
-                            // is under way already.
-                            if !self.holds(&key, token) && !self.releasing(&key, token) {
+                            // exact token, unless the client knows it (a
+                            // server that repeats a token of a grant the
+                            // embedder holds, or one being released).
+                            if !self.known(&key, token) {
                                 self.add_obligation(key, token, lease_end);
                             }
                         } else {
+                            let waited_ms = waited_ms.unwrap_or(0);
+                            let sent_at = acq.sent_at;
+                            let renew = acq.renew;
                             acq.last = Some(Answered::Granted {
                                 token,
                                 lease_ms: lease_ms.get(),
+                                waited_ms,
                                 at: now,
-                                sent_at: acq.sent_at,
+                                sent_at,
                             });
+                            let renew_lease_ms = acq.lease_ms;
+                            let expires_by = lease_end.saturating_add(margin);
                             self.held.push(HeldGrant {
                                 key,
                                 token,
-                                expires_by: lease_end.saturating_add(margin),
+                                expires_by,
                                 lease_end,
                                 delivered: false,
+                                grant: None,
+                                valid_until: sent_at
+                                    .saturating_add(Duration::from_millis(waited_ms))
+                                    .saturating_add(lease),
+                                lease_ms: lease_ms.get(),
+                                renew_lease_ms,
+                                record_until: expires_by,
+                                auto_until: renew.map(|limit| now.saturating_add(limit)),
+                                renewal: Renewal::Idle,
+                                queued_at: Time::ZERO,
+                                jeopardy: false,
+                                expired: false,
+                                lost: false,
+                                gone: false,
+                                owed_renewed: None,
+                                owed_jeopardy: false,
+                                owed_expired: false,
+                                owed_lost: false,
                             });
+                            self.tend_now(self.held.len() - 1, now);
                         }
                     }
                     AnswerKind::TimedOut if !abandoned => acq.last = Some(Answered::TimedOut),
@@ -923,6 +1591,49 @@ impl Checker {
                     _ => entry.1 += 1,
                 }
             }
+            Request::Renew { .. } => {
+                let now = self.now;
+                let margin = self.settle_margin;
+                let Some(i) = self.held.iter().position(|h| {
+                    !h.gone && matches!(h.renewal, Renewal::Sent { id, .. } if id == a.id)
+                }) else {
+                    // Its grant was given up meanwhile: claimed, changes
+                    // nothing.
+                    return;
+                };
+                let h = &mut self.held[i];
+                let Renewal::Sent { sent_at, .. } = h.renewal else {
+                    unreachable!("just matched");
+                };
+                h.renewal = Renewal::Idle;
+                match a.kind {
+                    AnswerKind::Renewed { lease_ms, .. } => {
+                        let lease = Duration::from_millis(lease_ms.get());
+                        h.record_until = h
+                            .record_until
+                            .max(now.saturating_add(lease).saturating_add(margin));
+                        h.lease_end = h.lease_end.max(now.saturating_add(lease));
+                        if !h.expired {
+                            // From the renewal's send time, never its
+                            // arrival; never shortened.
+                            let proven = sent_at.saturating_add(lease);
+                            if proven > h.valid_until {
+                                h.valid_until = proven;
+                                h.lease_ms = lease_ms.get();
+                            }
+                            h.jeopardy = false;
+                            h.owed_renewed = Some(h.valid_until);
+                        }
+                    }
+                    _ => {
+                        h.lost = true;
+                        h.owed_lost = true;
+                        h.auto_until = None;
+                        return;
+                    }
+                }
+                self.tend_now(i, now);
+            }
         }
     }
 
@@ -932,10 +1643,11 @@ impl Checker {
         self.stats.strays += 1;
         if let AnswerKind::Granted {
             token, lease_ms, ..
-        } = a.kind
+        }
+        | AnswerKind::Renewed { token, lease_ms } = a.kind
         {
             let key = a.key.as_str();
-            if self.holds(key, token) || self.releasing(key, token) {
+            if self.known(key, token) {
                 return;
             }
             let lease_end = self
@@ -962,6 +1674,12 @@ impl Checker {
     /// An action the client handed out.
     pub fn action(&mut self, action: &Action) -> Checked {
         self.trace.write(b"action");
+        if let Some(call) = self.quiet_call {
+            return self.fail(
+                Invariant::Protocol,
+                format!("{action:?} after {call} with another client's grant, which must change nothing"),
+            );
+        }
         match action {
             Action::Connect { conn, addr } => {
                 self.trace.write_u64(conn.get());
@@ -1011,6 +1729,7 @@ impl Checker {
     }
 
     fn close(&mut self, conn: ConnId) -> Checked {
+        self.close_owed = None;
         let bytes_step = self.bytes_step;
         let shutting = self.shutdown.is_some();
         let Some(c) = self.conn.as_mut().filter(|c| c.id == conn && c.alive) else {
@@ -1028,6 +1747,32 @@ impl Checker {
         c.alive = false;
         self.stats.closes += 1;
         let pending = core::mem::take(&mut c.pending);
+        let now = self.now;
+        self.advance_grants(now);
+        for (id, request) in &pending {
+            if !matches!(request, Request::Renew { .. }) {
+                continue;
+            }
+            // Back into the lane while the grant's valid_until has not
+            // passed (and an automatic one while its renewal goes on); not
+            // once shutting down, which stops every renewal.
+            if let Some(i) = self.held.iter().position(|h| {
+                !h.gone && matches!(h.renewal, Renewal::Sent { id: sent, .. } if sent == *id)
+            }) {
+                let h = &mut self.held[i];
+                let Renewal::Sent { lease_ms, auto, .. } = h.renewal else {
+                    unreachable!("just matched");
+                };
+                let allowed = !auto || h.auto_until.is_some_and(|until| now < until);
+                h.renewal = if !h.expired && now < h.valid_until && !shutting && allowed {
+                    h.queued_at = Time::ZERO;
+                    Renewal::Queued { lease_ms, auto }
+                } else {
+                    Renewal::Idle
+                };
+                self.tend_now(i, now);
+            }
+        }
         for request in pending.into_values() {
             if let Request::Acquire { op, .. } = request {
                 if let Some(rec) = self.ops.get_mut(&op) {
@@ -1063,6 +1808,11 @@ impl Checker {
                 ),
             );
         };
+        // Releases, then renewals, then acquires: the rank of the last
+        // request in this send.
+        let mut rank = 0;
+        let now = self.now;
+        self.advance_grants(now);
         for line in body.split(|&b| b == b'\n') {
             let frame = match ClientFrame::parse(line) {
                 Ok(frame) => frame,
@@ -1073,6 +1823,22 @@ impl Checker {
                     )
                 }
             };
+            let this = match frame {
+                ClientFrame::Hello { .. } => 0,
+                ClientFrame::Release { .. } => 1,
+                ClientFrame::Renew { .. } => 2,
+                ClientFrame::Acquire { .. } => 3,
+            };
+            if this < rank {
+                return self.fail(
+                    Invariant::Protocol,
+                    format!(
+                        "{frame} sent after a {}: releases go first, then renewals, then acquires",
+                        ["", "release", "renewal", "acquire"][rank]
+                    ),
+                );
+            }
+            rank = this;
             self.sent_frame(frame)?;
         }
         Ok(())
@@ -1092,6 +1858,7 @@ impl Checker {
                 }
                 c.hello = true;
                 if version != VERSION
+                    || version != 2
                     || client_id.as_str() != self.client_id
                     || credential.as_str() != self.credential
                 {
@@ -1132,10 +1899,30 @@ impl Checker {
                 );
                 self.check_window(&text)
             }
-            ClientFrame::Renew { .. } => self.fail(
-                Invariant::Protocol,
-                format!("{text}: a renewal on version 1"),
-            ),
+            ClientFrame::Renew {
+                id,
+                key,
+                token,
+                lease_ms,
+            } => {
+                if !c.hello || c.window.is_none() {
+                    return self.fail(Invariant::Window, format!("{text} sent before W"));
+                }
+                self.new_id(id, &text)?;
+                self.renewal_sent(id, key.as_str(), token, lease_ms.get(), &text)?;
+                self.stats.requests += 1;
+                self.stats.renewals += 1;
+                let c = self.conn.as_mut().expect("checked live");
+                c.pending.insert(
+                    id,
+                    Request::Renew {
+                        key: key.as_str().to_owned(),
+                        token,
+                        lease_ms: lease_ms.get(),
+                    },
+                );
+                self.check_window(&text)
+            }
             ClientFrame::Release { id, key, token } => {
                 if !c.hello || c.window.is_none() {
                     return self.fail(Invariant::Window, format!("{text} sent before W"));
@@ -1171,6 +1958,89 @@ impl Checker {
                 self.check_window(&text)
             }
         }
+    }
+
+    /// An `X` went out: invariant 7 and the renewal rules it must keep.
+    fn renewal_sent(
+        &mut self,
+        id: u64,
+        key: &str,
+        token: u64,
+        lease_ms: u64,
+        text: &str,
+    ) -> Checked {
+        let now = self.now;
+        let margin = self.settle_margin;
+        // The grant it renews. Two the embedder holds may have one key and
+        // token (a forged `G` took a token the server gave later): then the
+        // one whose renewal asked for this lease, first in the lane.
+        let asked = |h: &HeldGrant| matches!(h.renewal, Renewal::Queued { lease_ms: asked, .. } if asked == lease_ms);
+        let same = |h: &&HeldGrant| h.live() && h.key == key && h.token == token;
+        let first_asked = self
+            .held
+            .iter()
+            .enumerate()
+            .filter(|(_, h)| same(h) && asked(h))
+            .min_by_key(|(_, h)| h.queued_at)
+            .map(|(i, _)| i);
+        let Some(i) = first_asked.or_else(|| self.held.iter().position(|h| same(&h))) else {
+            let why = if self.releasing(key, token) {
+                "a grant that is being released"
+            } else {
+                "a grant the embedder does not hold"
+            };
+            return self.fail(Invariant::Renewal, format!("{text}: a renewal of {why}"));
+        };
+        let h = &mut self.held[i];
+        if h.expired || now >= h.valid_until {
+            let until = h.valid_until;
+            return self.fail(
+                Invariant::Renewal,
+                format!("{text}: a renewal of a grant whose valid_until {until} has passed"),
+            );
+        }
+        let (until, auto_until, lease) = (h.valid_until, h.auto_until, h.lease_ms);
+        let auto = match h.renewal {
+            Renewal::Sent { id: other, .. } => {
+                return self.fail(
+                    Invariant::Protocol,
+                    format!(
+                        "{text}: renewal {other} of the grant is still in flight: at most one is"
+                    ),
+                )
+            }
+            Renewal::Idle => {
+                return self.fail(
+                    Invariant::Protocol,
+                    format!(
+                        "{text}: nobody asked for a renewal (valid until {until}, lease {lease} ms, automatic until {auto_until:?})"
+                    ),
+                );
+            }
+            Renewal::Queued {
+                lease_ms: asked, ..
+            } if asked != lease_ms => {
+                return self.fail(
+                    Invariant::Protocol,
+                    format!("{text}: the renewal asked for {asked} ms"),
+                );
+            }
+            Renewal::Queued { auto, .. } => auto,
+        };
+        let h = &mut self.held[i];
+        h.renewal = Renewal::Sent {
+            id,
+            sent_at: now,
+            lease_ms,
+            auto,
+        };
+        let lease = Duration::from_millis(lease_ms);
+        h.record_until = h
+            .record_until
+            .max(now.saturating_add(lease).saturating_add(margin));
+        h.lease_end = h.lease_end.max(now.saturating_add(lease));
+        self.tend_now(i, now);
+        Ok(())
     }
 
     fn new_id(&mut self, id: u64, text: &str) -> Checked {
@@ -1294,8 +2164,100 @@ impl Checker {
                 format!("{event:?} after ShutdownComplete"),
             );
         }
+        if let Some(call) = self.quiet_call {
+            return self.fail(
+                Invariant::Protocol,
+                format!(
+                    "{event:?} after {call} with another client's grant, which must change nothing"
+                ),
+            );
+        }
+        let now = self.now;
+        self.advance_grants(now);
         match event {
             Event::Outcome { op, outcome } => self.outcome(*op, outcome),
+            Event::Renewed {
+                grant,
+                key,
+                token,
+                valid_until,
+            } => self.renewal_notice("Renewed", *grant, key, *token, Some(*valid_until)),
+            Event::LeaseJeopardy {
+                grant,
+                key,
+                token,
+                valid_until,
+            } => self.renewal_notice("LeaseJeopardy", *grant, key, *token, Some(*valid_until)),
+            Event::LeaseLost { grant, key, token } => {
+                self.renewal_notice("LeaseLost", *grant, key, *token, None)
+            }
+            Event::LeaseExpired { grant, key, token } => {
+                self.renewal_notice("LeaseExpired", *grant, key, *token, None)
+            }
+            Event::LeaderHint { addr } | Event::HintIgnored { addr } => {
+                let taken = matches!(event, Event::LeaderHint { .. });
+                self.stats.hint_notices += 1;
+                match self.owed_hints.pop_front() {
+                    Some((t, a)) if t == taken && a == addr.as_str() => Ok(()),
+                    owed => self.fail(
+                        Invariant::Protocol,
+                        format!(
+                            "{event:?}: the hints read call for {owed:?} (hint {:?}, refused last {:?})",
+                            self.hint, self.ignored
+                        ),
+                    ),
+                }
+            }
+            Event::Connecting { addr } => {
+                // The next connection goes to the hint if there is one.
+                let to_hint = self.hint.as_deref() == Some(addr.as_str());
+                if self.hint.is_some() && !to_hint {
+                    return self.fail(
+                        Invariant::Protocol,
+                        format!(
+                            "connecting to {addr}, not to the leader hint {:?}",
+                            self.hint
+                        ),
+                    );
+                }
+                self.notice_conn = Some(NoticeConn {
+                    addr: addr.as_str().to_owned(),
+                    to_hint,
+                    welcomed: false,
+                });
+                Ok(())
+            }
+            Event::Connected { .. } => {
+                if let Some(n) = &mut self.notice_conn {
+                    n.welcomed = true;
+                }
+                Ok(())
+            }
+            Event::Closed { addr, reason } => {
+                // The hint is forgotten after `E no_leader`, and after a
+                // connection to it that ended without `W` for any reason
+                // but an `M` to another allowlisted address, or that ended
+                // in `M` or `E not_active` after it.
+                if let Some(n) = self.notice_conn.take() {
+                    let still = n.to_hint && self.hint.as_deref() == Some(n.addr.as_str());
+                    let failed = still
+                        && (!n.welcomed
+                            || matches!(reason, CloseReason::Moved | CloseReason::NotActive));
+                    if failed || *reason == CloseReason::NoLeader {
+                        self.hint = None;
+                    }
+                    if n.addr != addr.as_str() {
+                        return self.fail(
+                            Invariant::Protocol,
+                            format!("Closed for {addr}, but the connection was to {}", n.addr),
+                        );
+                    }
+                } else if *reason == CloseReason::NoLeader {
+                    self.hint = None;
+                }
+                self.ignored = None;
+                Ok(())
+            }
             Event::OrphanRelease { key, token } => {
                 let (key, token) = (key.as_str(), *token);
                 match self
@@ -1333,6 +2295,84 @@ impl Checker {
             }
             _ => Ok(()),
         }
+    }
+
+    /// A renewal notice about `grant`: it must be owed, name the grant the
+    /// embedder was handed, and carry the `valid_until` the `G`s prove.
+    fn renewal_notice(
+        &mut self,
+        what: &str,
+        grant: OpId,
+        key: &Key,
+        token: u64,
+        valid_until: Option<Time>,
+    ) -> Checked {
+        let Some(i) = self.held.iter().position(|h| {
+            h.key == key.as_str()
+                && h.token == token
+                && h.grant.as_ref().map_or(true, |g| g.id() == grant)
+                && match what {
+                    "Renewed" => h.owed_renewed.is_some(),
+                    "LeaseJeopardy" => h.owed_jeopardy,
+                    "LeaseLost" => h.owed_lost,
+                    _ => h.owed_expired,
+                }
+        }) else {
+            let known: Vec<String> = self
+                .held
+                .iter()
+                .filter(|h| h.key == key.as_str() && h.token == token)
+                .map(|h| {
+                    format!(
+                        "valid until {}, lease {} ms, automatic until {:?}, {:?}, jeopardy {}, expired {}, lost {}, gone {}",
+                        h.valid_until, h.lease_ms, h.auto_until, h.renewal, h.jeopardy, h.expired, h.lost, h.gone
+                    )
+                })
+                .collect();
+            let invariant = if what == "Renewed" {
+                Invariant::Renewal
+            } else {
+                Invariant::Protocol
+            };
+            return self.fail(
+                invariant,
+                format!(
+                    "{what} for ({key}, {token}) at {} was not due: {known:?}",
+                    self.now
+                ),
+            );
+        };
+        let h = &mut self.held[i];
+        let expected = match what {
+            "Renewed" => h.owed_renewed.take(),
+            "LeaseJeopardy" => {
+                h.owed_jeopardy = false;
+                Some(h.valid_until)
+            }
+            "LeaseLost" => {
+                h.owed_lost = false;
+                None
+            }
+            _ => {
+                h.owed_expired = false;
+                None
+            }
+        };
+        match what {
+            "Renewed" => self.stats.renewed += 1,
+            "LeaseJeopardy" => self.stats.jeopardies += 1,
+            "LeaseLost" => self.stats.lost += 1,
+            _ => self.stats.expired += 1,
+        }
+        if valid_until != expected {
+            return self.fail(
+                Invariant::Renewal,
+                format!(
+                    "{what} for ({key}, {token}) says valid until {valid_until:?}; what the G read proves is {expected:?}"
+                ),
+            );
+        }
+        Ok(())
     }
 
     fn consume_answer(&mut self, key: &str, token: u64, released: bool) -> bool {
@@ -1409,15 +2449,23 @@ impl Checker {
                 Some(Answered::Granted {
                     token,
                     lease_ms,
+                    waited_ms,
                     at,
                     sent_at,
                 }) => {
                     let lease = Duration::from_millis(lease_ms);
-                    if g.key().as_str() != a.key
+                    let proven = sent_at
+                        .saturating_add(Duration::from_millis(waited_ms))
+                        .saturating_add(lease);
+                    if g.valid_until() != proven {
+                        Some((
+                            Invariant::Renewal,
+                            format!("{g:?}: valid until {}, but the G read proves {proven} (sent at {sent_at}, waited {waited_ms} ms, lease {lease_ms} ms)", g.valid_until()),
+                        ))
+                    } else if g.key().as_str() != a.key
                         || g.token() != token
                         || g.lease() != lease
                         || g.expires_by() != at.saturating_add(lease).saturating_add(margin)
-                        || g.valid_until() != sent_at.saturating_add(lease)
                     {
                         Some((
                             Invariant::Attribution,
@@ -1495,7 +2543,12 @@ impl Checker {
                     None
                 }
             }
-            (OpKind::Release { key, token }, Outcome::Released | Outcome::NotHeld) => {
+            (OpKind::Release { lost: true, .. }, Outcome::NotHeld) => None,
+            (OpKind::Release { lost: true, .. }, other) => Some((
+                Invariant::Protocol,
+                format!("{other:?} for the release of a grant whose renewal was answered N: NotHeld at once"),
+            )),
+            (OpKind::Release { key, token, .. }, Outcome::Released | Outcome::NotHeld) => {
                 let released = matches!(outcome, Outcome::Released);
                 let (key, token) = (key.clone(), *token);
                 if self.consume_answer(&key, token, released) {
@@ -1507,7 +2560,7 @@ impl Checker {
                     ))
                 }
             }
-            (OpKind::Release { key, token }, Outcome::Lapsed) => {
+            (OpKind::Release { key, token, .. }, Outcome::Lapsed) => {
                 let (key, token) = (key.clone(), *token);
                 self.close_release(&key, token)?;
                 None
@@ -1532,6 +2585,7 @@ impl Checker {
                         && h.expires_by == g.expires_by()
                 }) {
                     h.delivered = true;
+                    h.grant = Some(g.clone());
                 }
             }
             Outcome::TimedOut { .. } => self.stats.timed_out += 1,
@@ -1553,7 +2607,11 @@ impl Checker {
 
     /// Ends a step: checks what must hold once the client is drained.
     pub fn end_step(&mut self, client: &Client) -> Checked {
-        let result = self.end_step_checks(client);
+        let result = self
+            .end_step_checks(client)
+            .and_then(|()| self.renewal_checks(client));
+        self.forget_gone();
+        self.quiet_call = None;
         self.bytes_step = false;
         self.step += 1;
         self.stats.steps += 1;
@@ -1565,6 +2623,14 @@ impl Checker {
             if c.connect_failed {
                 c.alive = false;
             }
+        }
+        if let Some(what) = self.close_owed.take() {
+            return self.fail(
+                Invariant::Protocol,
+                format!(
+                    "{what}: the grant expired and its renewal is in flight, so it is still known unless a close came first, and none came"
+                ),
+            );
         }
         if let Some(o) = self.obligations.iter().find(|o| !o.announced) {
             return self.fail(
@@ -1640,6 +2706,84 @@ impl Checker {
                 }
             }
         }
+    }
+
+    /// What must hold of renewals once the client is drained: every notice
+    /// due was told; the client's `valid_until` of every grant the embedder
+    /// holds is what the `G`s prove (invariant 7); a renewal waiting while
+    /// the window has a free slot is a violation (renewals go before
+    /// acquires, and may use the reserved slots); and the hints read were
+    /// told as they must be.
+    fn renewal_checks(&mut self, client: &Client) -> Checked {
+        let now = self.now;
+        self.advance_grants(now);
+        if let Some(owed) = self.owed_hints.front() {
+            return self.fail(
+                Invariant::Protocol,
+                format!("the hints read call for a notice {owed:?} that was not told"),
+            );
+        }
+        for h in &self.held {
+            let owed = [
+                (h.owed_renewed.is_some(), "Renewed"),
+                (h.owed_jeopardy, "LeaseJeopardy"),
+                (h.owed_expired, "LeaseExpired"),
+                (h.owed_lost, "LeaseLost"),
+            ];
+            if let Some((_, what)) = owed.iter().find(|(due, _)| *due) {
+                let invariant = if *what == "Renewed" {
+                    Invariant::Renewal
+                } else {
+                    Invariant::Protocol
+                };
+                return self.fail(
+                    invariant,
+                    format!(
+                        "{what} was due for ({}, {}) (valid until {}, lease {} ms, automatic until {:?}) and was not told",
+                        h.key, h.token, h.valid_until, h.lease_ms, h.auto_until
+                    ),
+                );
+            }
+            if let Some(grant) = h.grant.as_ref().filter(|_| !h.gone && !self.complete) {
+                let expected = (!h.lost).then_some(h.valid_until);
+                let told = client.valid_until(grant);
+                if told != expected {
+                    return self.fail(
+                        Invariant::Renewal,
+                        format!(
+                            "the client says ({}, {}) is valid until {told:?}; the G read prove {expected:?}",
+                            h.key, h.token
+                        ),
+                    );
+                }
+            }
+        }
+        let Some(c) = self.conn.as_ref() else {
+            return Ok(());
+        };
+        let Some(window) = c.window else {
+            return Ok(());
+        };
+        if c.alive && !c.connect_failed && c.closing.is_none() && (c.pending.len() as u64) < window
+        {
+            if let Some(h) = self
+                .held
+                .iter()
+                .find(|h| h.live() && matches!(h.renewal, Renewal::Queued { .. }))
+            {
+                return self.fail(
+                    Invariant::Protocol,
+                    format!(
+                        "the renewal of ({}, {}) waits with {} of {window} slots in use on {}",
+                        h.key,
+                        h.token,
+                        c.pending.len(),
+                        c.id
+                    ),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// Ends a run: the client must have finished, every operation must

@@ -4,8 +4,8 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`checker`] | [`Checker`]: watches one client core from the outside and checks the six invariants of PROTOCOL.md section 5 after every step |
-//! | [`model`] | [`ModelServer`]: a legal Ticketing server (lock table, FIFO waiters, leases, tokens) that answers in a random order drawn from a seed, and can inject faults on purpose |
+//! | [`checker`] | [`Checker`]: watches one client core from the outside and checks invariants 1 to 7 of PROTOCOL.md section 5 (renewal included) after every step |
+//! | [`model`] | [`ModelServer`]: a legal Ticketing server of version 2 (lock table, FIFO waiters, leases, tokens, renewals by rule 9) that answers in a random order drawn from a seed, and can inject faults on purpose |
 //! | [`run`] | [`Setup`], [`Step`] and [`Runner`]: drive a client against the model server step by step, with the checker watching, then settle and shut down |
 //! | [`fuzz`] | the bodies of the cargo-fuzz targets: [`fuzz::decode`] and [`fuzz::client`] |
 //!

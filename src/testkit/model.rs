@@ -6,7 +6,11 @@
 //! first out with their wait deadline, grants carry a lease of
 //! `min(asked, maximum)` and end when it runs out, a release frees a grant
 //! only by its exact token, a full queue answers `B`, and the handshake is
-//! answered with `W`. It is sans-IO like the client: the driver hands it
+//! answered with `W`. It speaks versions 1 and 2 as the `H` asks: on
+//! version 2 a `G` to an acquire says how long it waited in the key's queue
+//! (`waited_ms`), and a renewal `X` is answered by rule 9 (extend-only, by
+//! exact token, never queued, never `B` or `T`); on version 1 an `X` is a
+//! violation. It is sans-IO like the client: the driver hands it
 //! bytes per connection ([`ModelServer::receive`]) and the time
 //! ([`ModelServer::advance`]), and takes its frames one at a time with
 //! [`ModelServer::emit`], which picks at random among every frame that is
@@ -15,7 +19,9 @@
 //!
 //! [`ModelServer::inject`] adds a [`Fault`]: legal ones (`L`, `M`, `E`),
 //! and illegal ones on purpose (a second answer to one id, an answer to an
-//! id never sent, an answer naming another key, a lease longer than asked),
+//! id never sent, an answer naming another key, a lease longer than asked,
+//! a `G` to an acquire without `waited_ms` or with more than it asked, a
+//! `G` to a renewal with another token),
 //! after which the client must close and the invariants must still hold.
 //!
 //! If the client breaks the protocol (a request before `W`, more requests
@@ -94,17 +100,39 @@ pub enum Fault {
         /// The key named instead.
         key: String,
     },
-    /// A ready `G` is sent with a longer lease than asked (illegal).
+    /// A ready `G` (to an acquire or a renewal) is sent with a longer lease
+    /// than asked (illegal).
     LongerLease,
+    /// A ready `G` to an acquire is sent without its `waited_ms`, as on
+    /// version 1 (illegal on version 2).
+    WaitedMissing,
+    /// A ready `G` to an acquire says it waited longer than the `wait_ms`
+    /// asked (illegal).
+    WaitedAbove,
+    /// A ready `G` to a renewal names another token than the renewal's
+    /// (illegal).
+    WrongToken,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum ReplyKind {
-    Granted { token: u64, lease_ms: u64 },
+    /// `G .. A`; `waited_ms` is `None` on version 1.
+    Granted {
+        token: u64,
+        lease_ms: u64,
+        waited_ms: Option<u64>,
+    },
     TimedOut,
     Busy,
     Released,
     NotHeld,
+    /// `G .. X`.
+    Renewed {
+        token: u64,
+        lease_ms: u64,
+    },
+    /// `N .. X`.
+    Gone,
 }
 
 #[derive(Debug, Clone)]
@@ -113,6 +141,8 @@ struct Reply {
     key: String,
     kind: ReplyKind,
     asked_lease: u64,
+    /// The `wait_ms` of an acquire (0 for other requests).
+    asked_wait: u64,
 }
 
 impl Reply {
@@ -121,15 +151,24 @@ impl Reply {
             return;
         };
         let kind = match self.kind {
-            ReplyKind::Granted { token, lease_ms } => AnswerKind::Granted {
+            ReplyKind::Granted {
+                token,
+                lease_ms,
+                waited_ms,
+            } => AnswerKind::Granted {
                 token,
                 lease_ms: core::num::NonZeroU64::new(lease_ms.max(1)).expect("non-zero"),
-                waited_ms: None,
+                waited_ms,
             },
             ReplyKind::TimedOut => AnswerKind::TimedOut,
             ReplyKind::Busy => AnswerKind::Busy,
             ReplyKind::Released => AnswerKind::Released,
             ReplyKind::NotHeld => AnswerKind::NotHeld,
+            ReplyKind::Renewed { token, lease_ms } => AnswerKind::Renewed {
+                token,
+                lease_ms: core::num::NonZeroU64::new(lease_ms.max(1)).expect("non-zero"),
+            },
+            ReplyKind::Gone => AnswerKind::Gone,
         };
         ServerFrame::Answer(Answer {
             id: self.id,
@@ -152,6 +191,8 @@ enum Out {
 struct ServerConn {
     reader: LineReader,
     hello: bool,
+    /// The version the `H` asked for (1 or 2).
+    version: u64,
     welcomed: bool,
     /// `M` or `E` is queued (and is the only frame left): the server closes
     /// once it is sent.
@@ -174,6 +215,9 @@ struct Waiter {
     conn: u64,
     id: u64,
     lease_ms: u64,
+    wait_ms: u64,
+    /// When it was queued: a `G` on version 2 says how long it waited.
+    queued_at: Time,
     timer: u64,
 }
 
@@ -200,6 +244,7 @@ pub struct ModelServer {
     next_phantom: u64,
     complaints: Vec<String>,
     grants: u64,
+    renewals: u64,
 }
 
 impl ModelServer {
@@ -218,6 +263,7 @@ impl ModelServer {
             next_phantom: 0,
             complaints: Vec::new(),
             grants: 0,
+            renewals: 0,
         }
     }
 
@@ -249,6 +295,7 @@ impl ModelServer {
             ServerConn {
                 reader: LineReader::new(),
                 hello: false,
+                version: 2,
                 welcomed: false,
                 closing: false,
                 unanswered: 0,
@@ -347,6 +394,7 @@ impl ModelServer {
                                 key,
                                 kind: ReplyKind::TimedOut,
                                 asked_lease: w.lease_ms,
+                                asked_wait: w.wait_ms,
                             },
                         );
                     }
@@ -414,11 +462,15 @@ impl ModelServer {
         if c.closing {
             return Ok(());
         }
-        if let ClientFrame::Hello { .. } = frame {
+        if let ClientFrame::Hello { version, .. } = frame {
             if c.hello {
                 return Err("a second H".into());
             }
             c.hello = true;
+            if version != 1 && version != 2 {
+                return Err(format!("{frame}: a version the server does not speak"));
+            }
+            c.version = version;
             let mut w = Vec::new();
             ServerFrame::Welcome {
                 node: Atom::new(&self.config.node).unwrap_or(Atom::new("model").expect("atom")),
@@ -431,6 +483,7 @@ impl ModelServer {
         if !c.welcomed && !c.forgiven {
             return Err(format!("{frame} before W was sent"));
         }
+        let version = c.version;
         c.unanswered += 1;
         if c.unanswered > window && !c.forgiven {
             return Err(format!(
@@ -447,7 +500,15 @@ impl ModelServer {
                 ..
             } => self.acquire(conn, id, key.as_str(), wait_ms, lease_ms.get()),
             ClientFrame::Release { id, key, token } => self.release(conn, id, key.as_str(), token),
-            ClientFrame::Renew { .. } => return Err(format!("{frame} on version 1")),
+            ClientFrame::Renew { .. } if version < 2 => {
+                return Err(format!("{frame} on version 1"))
+            }
+            ClientFrame::Renew {
+                id,
+                key,
+                token,
+                lease_ms,
+            } => self.renew(conn, id, key.as_str(), token, lease_ms.get()),
             ClientFrame::Hello { .. } => unreachable!("handled above"),
         }
         Ok(())
@@ -456,7 +517,7 @@ impl ModelServer {
     fn acquire(&mut self, conn: u64, id: u64, key: &str, wait_ms: u64, lease_ms: u64) {
         let lock = self.locks.entry(key.to_owned()).or_default();
         if lock.holder.is_none() && lock.queue.is_empty() {
-            self.grant(conn, id, key, lease_ms);
+            self.grant(conn, id, key, lease_ms, wait_ms, self.now);
             return;
         }
         let kind = if wait_ms == 0 {
@@ -476,6 +537,7 @@ impl ModelServer {
                     key: key.to_owned(),
                     kind,
                     asked_lease: lease_ms,
+                    asked_wait: wait_ms,
                 },
             );
             return;
@@ -498,13 +560,24 @@ impl ModelServer {
                 conn,
                 id,
                 lease_ms,
+                wait_ms,
+                queued_at: self.now,
                 timer,
             });
     }
 
     /// Grants the free `key` to request `id` on `conn` (the connection may
-    /// have closed: the grant stands, its answer is lost).
-    fn grant(&mut self, conn: u64, id: u64, key: &str, lease_ms: u64) {
+    /// have closed: the grant stands, its answer is lost), an acquire of
+    /// `wait_ms` received at `queued_at`.
+    fn grant(
+        &mut self,
+        conn: u64,
+        id: u64,
+        key: &str,
+        lease_ms: u64,
+        wait_ms: u64,
+        queued_at: Time,
+    ) {
         let lease = lease_ms.min(self.config.max_lease_ms).max(1);
         let until = self.now.saturating_add(millis(lease));
         let lock = self.locks.get_mut(key).expect("known key");
@@ -519,6 +592,9 @@ impl ModelServer {
         );
         self.locks.get_mut(key).expect("known key").holder = Some((token, timer));
         self.grants += 1;
+        // Whole milliseconds, rounded down; version 1 does not say.
+        let waited = self.now.millis_since(queued_at);
+        let version = self.conns.get(&conn).map_or(2, |c| c.version);
         self.reply(
             conn,
             Reply {
@@ -527,8 +603,10 @@ impl ModelServer {
                 kind: ReplyKind::Granted {
                     token,
                     lease_ms: lease,
+                    waited_ms: (version >= 2).then_some(waited),
                 },
                 asked_lease: lease_ms,
+                asked_wait: wait_ms,
             },
         );
     }
@@ -544,7 +622,7 @@ impl ModelServer {
             };
             self.waiters -= 1;
             self.cancel_timer(w.timer);
-            self.grant(w.conn, w.id, key, w.lease_ms);
+            self.grant(w.conn, w.id, key, w.lease_ms, w.wait_ms, w.queued_at);
         }
     }
 
@@ -566,8 +644,62 @@ impl ModelServer {
                 key: key.to_owned(),
                 kind,
                 asked_lease: 0,
+                asked_wait: 0,
             },
         );
+    }
+
+    /// Rule 9: a renewal of the key's current grant by its exact token
+    /// extends it, never shortens it, and is answered `G` with the lease it
+    /// granted; anything else is `N`. Never queued, never `B` or `T`.
+    fn renew(&mut self, conn: u64, id: u64, key: &str, token: u64, lease_ms: u64) {
+        let lease = lease_ms.min(self.config.max_lease_ms).max(1);
+        let now = self.now;
+        let lock = self.locks.entry(key.to_owned()).or_default();
+        let kind = match lock.holder {
+            Some((t, timer)) if t == token => {
+                let end = self.timer_refs.get(&timer).map_or(now, |(at, _)| *at);
+                let new_end = end.max(now.saturating_add(millis(lease)));
+                if new_end > end {
+                    self.cancel_timer(timer);
+                    let timer = self.add_timer(
+                        new_end,
+                        TimerRef::Lease {
+                            key: key.to_owned(),
+                            token,
+                        },
+                    );
+                    self.locks.get_mut(key).expect("known key").holder = Some((token, timer));
+                }
+                self.renewals += 1;
+                ReplyKind::Renewed {
+                    token,
+                    lease_ms: lease,
+                }
+            }
+            _ => ReplyKind::Gone,
+        };
+        self.reply(
+            conn,
+            Reply {
+                id,
+                key: key.to_owned(),
+                kind,
+                asked_lease: lease_ms,
+                asked_wait: 0,
+            },
+        );
+    }
+
+    /// When the current grant of `key` ends, if it is held.
+    pub fn lease_end(&self, key: &str) -> Option<Time> {
+        let (_, timer) = self.locks.get(key)?.holder?;
+        self.timer_refs.get(&timer).map(|(at, _)| *at)
+    }
+
+    /// How many renewals extended (or kept) a grant so far.
+    pub fn renewals(&self) -> u64 {
+        self.renewals
     }
 
     fn reply(&mut self, conn: u64, reply: Reply) {
@@ -677,6 +809,7 @@ impl ModelServer {
                         ReplyKind::Granted {
                             token,
                             lease_ms: lease,
+                            waited_ms: Some(0),
                         }
                     } else {
                         ReplyKind::TimedOut
@@ -691,6 +824,7 @@ impl ModelServer {
                         key,
                         kind,
                         asked_lease: lease,
+                        asked_wait: 0,
                     },
                     real: false,
                 });
@@ -715,27 +849,98 @@ impl ModelServer {
                 true
             }
             Fault::LongerLease => {
-                let grants: Vec<usize> = (0..c.ready.len())
-                    .filter(|&i| {
-                        matches!(&c.ready[i], Out::Answer { reply, .. }
-                            if matches!(reply.kind, ReplyKind::Granted { .. }) && reply.asked_lease < u64::MAX)
-                    })
-                    .collect();
-                if grants.is_empty() {
+                let at = self.pick_ready(conn, |r| {
+                    matches!(
+                        r.kind,
+                        ReplyKind::Granted { .. } | ReplyKind::Renewed { .. }
+                    ) && r.asked_lease < u64::MAX
+                });
+                let Some(at) = at else {
                     return false;
-                }
-                let at = grants[self.rng.up_to(grants.len() as u64 - 1) as usize];
+                };
                 let extra = 1 + self.rng.up_to(999);
-                if let Out::Answer { reply, .. } = &mut c.ready[at] {
-                    if let ReplyKind::Granted { token, .. } = reply.kind {
-                        reply.kind = ReplyKind::Granted {
-                            token,
-                            lease_ms: reply.asked_lease.saturating_add(extra),
-                        };
+                self.rewrite_ready(conn, at, |reply| {
+                    let longer = reply.asked_lease.saturating_add(extra);
+                    match &mut reply.kind {
+                        ReplyKind::Granted { lease_ms, .. }
+                        | ReplyKind::Renewed { lease_ms, .. } => {
+                            *lease_ms = longer;
+                        }
+                        _ => {}
                     }
-                }
+                })
+            }
+            Fault::WaitedMissing => {
+                let at = self.pick_ready(conn, |r| {
+                    matches!(
+                        r.kind,
+                        ReplyKind::Granted {
+                            waited_ms: Some(_),
+                            ..
+                        }
+                    )
+                });
+                let Some(at) = at else {
+                    return false;
+                };
+                self.rewrite_ready(conn, at, |reply| {
+                    if let ReplyKind::Granted { waited_ms, .. } = &mut reply.kind {
+                        *waited_ms = None;
+                    }
+                })
+            }
+            Fault::WaitedAbove => {
+                let at = self.pick_ready(conn, |r| {
+                    matches!(r.kind, ReplyKind::Granted { .. }) && r.asked_wait < u64::MAX
+                });
+                let Some(at) = at else {
+                    return false;
+                };
+                let extra = 1 + self.rng.up_to(999);
+                self.rewrite_ready(conn, at, |reply| {
+                    let above = reply.asked_wait.saturating_add(extra);
+                    if let ReplyKind::Granted { waited_ms, .. } = &mut reply.kind {
+                        *waited_ms = Some(above);
+                    }
+                })
+            }
+            Fault::WrongToken => {
+                let at = self.pick_ready(conn, |r| matches!(r.kind, ReplyKind::Renewed { .. }));
+                let Some(at) = at else {
+                    return false;
+                };
+                let other = 1 + self.rng.up_to(9);
+                self.rewrite_ready(conn, at, |reply| {
+                    if let ReplyKind::Renewed { token, .. } = &mut reply.kind {
+                        *token = token.wrapping_add(other);
+                    }
+                })
+            }
+        }
+    }
+}
+
+impl ModelServer {
+    /// A random ready answer on `conn` that `fits`, by its place.
+    fn pick_ready(&mut self, conn: u64, fits: impl Fn(&Reply) -> bool) -> Option<usize> {
+        let c = self.conns.get(&conn)?;
+        let found: Vec<usize> = (0..c.ready.len())
+            .filter(|&i| matches!(&c.ready[i], Out::Answer { reply, .. } if fits(reply)))
+            .collect();
+        if found.is_empty() {
+            return None;
+        }
+        Some(found[self.rng.up_to(found.len() as u64 - 1) as usize])
+    }
+
+    /// Changes the ready answer at `at` on `conn`; `true` if there was one.
+    fn rewrite_ready(&mut self, conn: u64, at: usize, change: impl FnOnce(&mut Reply)) -> bool {
+        match self.conns.get_mut(&conn).and_then(|c| c.ready.get_mut(at)) {
+            Some(Out::Answer { reply, .. }) => {
+                change(reply);
                 true
             }
+            _ => false,
         }
     }
 }

@@ -41,6 +41,21 @@ pub const BUDGETS_MS: [u64; 6] = [0, 10, 100, 1_000, 5_000, 30_000];
 pub const GRACES_MS: [u64; 3] = [20, 200, 5_000];
 /// The server's longest lease, in milliseconds, indexed by `max_lease % 4`.
 pub const MAX_LEASES_MS: [u64; 4] = [1, 50, 1_000, 60_000];
+/// Limits on automatic renewal (`renew_until`), in milliseconds, indexed
+/// by `limit % 8`; `None` renews until released.
+pub const RENEW_LIMITS_MS: [Option<u64>; 8] = [
+    None,
+    Some(0),
+    Some(10),
+    Some(100),
+    Some(1_000),
+    Some(5_000),
+    Some(30_000),
+    None,
+];
+/// The addresses a hint flood names, indexed by `kind % 5`: allowlisted
+/// ones (endpoints and the extra allowlist), and two outside it.
+pub const FLOOD_ADDRS: [&str; 5] = ["a:1", "b:2", "c:3", "evil:666", "evil:667"];
 
 /// How long [`Runner::settle`] lets a live client work before shutting it
 /// down: longer than any wait, lease or backoff the setups allow.
@@ -238,19 +253,25 @@ pub enum Step {
         /// How many.
         bytes: u8,
     },
-    /// The server injects a fault, `kind % 14`: `L` to an allowlisted or a
+    /// The server injects a fault, `kind % 17`: `L` to an allowlisted or a
     /// foreign address (0, 1), `M` likewise (2, 3), `E no_leader`,
     /// `not_active`, `auth_failed`, another reason (4 to 7), a duplicate
     /// answer (8), a `G` to an unknown id (9), an answer naming another key
-    /// (10), a `G` with a longer lease than asked (11), a dropped
-    /// transport (12), a `T` to an unknown id (13).
+    /// (10), a `G` (to an acquire or a renewal) with a longer lease than
+    /// asked (11), a dropped transport (12), a `T` to an unknown id (13), a
+    /// `G` to an acquire without `waited_ms` (14) or with more than it
+    /// asked (15), a `G` to a renewal with another token (16).
     Fault {
         /// Which fault.
         kind: u8,
     },
     /// A forged frame is put on the wire behind what the server sent:
-    /// `kind % 8` is `G`, `T`, `B`, `D`, `N` (0 to 4), an answer with the
-    /// wrong op letter (5), `W` (6), `L` (7). `id < 200` answers one of the
+    /// `kind % 13` is `G .. A` (with `waited_ms` 0), `T`, `B`, `D`,
+    /// `N .. R` (0 to 4), an answer with the wrong op letter (5), `W` (6),
+    /// `L` (7), `G .. X` (8: with the request's own token if `token < 128`
+    /// and it was a renewal, else `token`), `N .. X` (9), `G .. A` without
+    /// `waited_ms` (10), `G .. A` that waited `token * 50` ms (11), a
+    /// `T`, `D` or `B` to a renewal (12). `id < 200` answers one of the
     /// recent requests, else an id never sent; `key < 128` names that
     /// request's key, else [`KEYS`]`[key % 6]`.
     Forge {
@@ -285,11 +306,67 @@ pub enum Step {
     },
     /// Time jumps to the earliest deadline of the client or the server.
     NextDeadline,
+    /// As [`Step::Acquire`], renewed automatically once granted, for at
+    /// most [`RENEW_LIMITS_MS`]`[limit % 8]` (`acquire_renewing`).
+    AcquireRenewing {
+        /// Which key.
+        key: u8,
+        /// Which wait budget.
+        wait: u8,
+        /// Which lease.
+        lease: u8,
+        /// Which limit.
+        limit: u8,
+    },
+    /// The embedder renews grant `pick % n` of those it holds once (with
+    /// `pick >= 128`, one it gave back: refused), asking for the acquire's
+    /// lease (`lease % 9 == 8`) or [`LEASES_MS`]`[lease % 9]`.
+    Renew {
+        /// Which grant.
+        pick: u8,
+        /// Which lease.
+        lease: u8,
+    },
+    /// The embedder starts renewing grant `pick % n` automatically, for at
+    /// most [`RENEW_LIMITS_MS`]`[limit % 8]` from now.
+    AutoRenew {
+        /// Which grant.
+        pick: u8,
+        /// Which limit.
+        limit: u8,
+    },
+    /// The embedder stops renewing grant `pick % n` automatically.
+    StopRenewing {
+        /// Which grant.
+        pick: u8,
+    },
+    /// A flood of `L` lines is put on the wire behind what the server sent:
+    /// `1 + 16 * count` of them, naming [`FLOOD_ADDRS`]`[kind % 5]`, or
+    /// (with `kind >= 128`) each in turn. The client must keep the
+    /// connection and tell the embedder only of hints that change
+    /// something.
+    HintFlood {
+        /// How many.
+        count: u8,
+        /// Which addresses.
+        kind: u8,
+    },
+    /// A grant issued by another client, with the key, token and handle of
+    /// the embedder's grant `pick % n` (or of [`KEYS`]`[pick % 6]` if it
+    /// holds none), is handed to `release`, `undeliverable`, `renew`,
+    /// `auto_renew` or `stop_renewing` (`what % 5`): it must be refused with
+    /// `Error::ForeignGrant` and change nothing.
+    Foreign {
+        /// Which grant to mimic.
+        pick: u8,
+        /// Which call.
+        what: u8,
+    },
 }
 
 impl Step {
     /// How many kinds of step there are.
-    pub const KINDS: u8 = 17;
+    pub const KINDS: u8 = 23;
 
     /// Reads one step: a kind byte (modulo [`Step::KINDS`]), then one byte
     /// per field (`Advance`: two, little-endian; `Raw`: a length, then
@@ -338,7 +415,30 @@ impl Step {
             15 => Step::Advance {
                 ms: u16::from_le_bytes([byte(u), byte(u)]),
             },
-            _ => Step::NextDeadline,
+            16 => Step::NextDeadline,
+            17 => Step::AcquireRenewing {
+                key: byte(u),
+                wait: byte(u),
+                lease: byte(u),
+                limit: byte(u),
+            },
+            18 => Step::Renew {
+                pick: byte(u),
+                lease: byte(u),
+            },
+            19 => Step::AutoRenew {
+                pick: byte(u),
+                limit: byte(u),
+            },
+            20 => Step::StopRenewing { pick: byte(u) },
+            21 => Step::HintFlood {
+                count: byte(u),
+                kind: byte(u),
+            },
+            _ => Step::Foreign {
+                pick: byte(u),
+                what: byte(u),
+            },
         })
     }
 
@@ -377,8 +477,64 @@ impl Step {
                 out.extend_from_slice(&ms.to_le_bytes());
             }
             Step::NextDeadline => out.push(16),
+            Step::AcquireRenewing {
+                key,
+                wait,
+                lease,
+                limit,
+            } => out.extend_from_slice(&[17, *key, *wait, *lease, *limit]),
+            Step::Renew { pick, lease } => out.extend_from_slice(&[18, *pick, *lease]),
+            Step::AutoRenew { pick, limit } => out.extend_from_slice(&[19, *pick, *limit]),
+            Step::StopRenewing { pick } => out.extend_from_slice(&[20, *pick]),
+            Step::HintFlood { count, kind } => out.extend_from_slice(&[21, *count, *kind]),
+            Step::Foreign { pick, what } => out.extend_from_slice(&[22, *pick, *what]),
         }
     }
+}
+
+/// A renewal limit of [`RENEW_LIMITS_MS`].
+fn renew_limit(limit: u8) -> Option<Duration> {
+    RENEW_LIMITS_MS[usize::from(limit % 8)].map(Duration::from_millis)
+}
+
+/// A grant of `key` with `token` and `lease_ms`, issued by a client of its
+/// own (so with the same handle as the first grant of any client), for
+/// handing to a client that did not issue it.
+///
+/// The issuing client is driven in the order the driver contract asks:
+/// its `H` is handed out before the `W` comes, and its `A` before the `G`
+/// (an answer to a request not yet handed out would be a stray).
+pub fn foreign_grant(key: &str, token: u64, lease_ms: u64) -> Option<Grant> {
+    let config = Config::new([ep("f:9")], Name::new("foreign").ok()?);
+    let key = Key::new(key).ok()?;
+    let now = Time::ZERO;
+    let mut client = Client::new(config, now).ok()?;
+    let conn = std::iter::from_fn(|| client.poll_action()).find_map(|action| match action {
+        Action::Connect { conn, .. } => Some(conn),
+        _ => None,
+    })?;
+    client.handle_connected(now, conn);
+    while client.poll_action().is_some() {}
+    client.handle_bytes(now, conn, b"W f 4\n");
+    let op = client
+        .acquire(
+            now,
+            key.clone(),
+            Name::new("f").ok()?,
+            Duration::ZERO,
+            Duration::from_millis(lease_ms.max(1)),
+        )
+        .ok()?;
+    while client.poll_action().is_some() {}
+    let answer = format!("G 1 A {key} {token} {} 0\n", lease_ms.max(1));
+    client.handle_bytes(now, conn, answer.as_bytes());
+    std::iter::from_fn(|| client.poll_event()).find_map(|event| match event {
+        Event::Outcome {
+            op: done,
+            outcome: Outcome::Granted(grant),
+        } if done == op => Some(grant),
+        _ => None,
+    })
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -427,8 +583,8 @@ pub struct Runner {
     /// Grants given back (released or undeliverable).
     returned: Vec<Grant>,
     next_owner: u64,
-    /// Recent requests sent: id, op letter, key.
-    requests: Vec<(u64, u8, String)>,
+    /// Recent requests sent: id, op letter, key, token (0 for an acquire).
+    requests: Vec<(u64, u8, String, u64)>,
     complaints_seen: usize,
     shutdown_called: bool,
     log: Option<Vec<String>>,
@@ -590,6 +746,105 @@ impl Runner {
                     self.ops.push(op);
                 }
             }
+            Step::AcquireRenewing {
+                key,
+                wait,
+                lease,
+                limit,
+            } => {
+                let key = Key::new(KEYS[usize::from(key % 4)]).expect("atom");
+                self.next_owner += 1;
+                let owner = Name::new(format!("o{}", self.next_owner)).expect("atom");
+                let wait = Duration::from_millis(WAITS_MS[usize::from(wait % 8)]);
+                let lease = Duration::from_millis(LEASES_MS[usize::from(lease % 8)]);
+                let limit = renew_limit(*limit);
+                let result = self.client.acquire_renewing(
+                    now,
+                    key.clone(),
+                    owner.clone(),
+                    wait,
+                    lease,
+                    limit,
+                );
+                self.checker
+                    .acquire_renewing(now, &key, &owner, wait, lease, limit, &result)?;
+                if let Ok(op) = result {
+                    self.ops.push(op);
+                }
+            }
+            Step::Renew { pick, lease } => {
+                let Some(grant) = self.pick_grant(*pick) else {
+                    return Ok(());
+                };
+                let lease = LEASES_MS
+                    .get(usize::from(lease % 9))
+                    .map(|&ms| Duration::from_millis(ms));
+                let result = self.client.renew(now, &grant, lease);
+                self.checker.renew(now, &grant, lease, &result)?;
+            }
+            Step::AutoRenew { pick, limit } => {
+                let Some(grant) = self.pick_grant(*pick) else {
+                    return Ok(());
+                };
+                let limit = renew_limit(*limit);
+                let result = self.client.auto_renew(now, &grant, limit);
+                self.checker.auto_renew(now, &grant, limit, &result)?;
+            }
+            Step::StopRenewing { pick } => {
+                let Some(grant) = self.pick_grant(*pick) else {
+                    return Ok(());
+                };
+                let result = self.client.stop_renewing(now, &grant);
+                self.checker.stop_renewing(now, &grant, &result)?;
+            }
+            Step::HintFlood { count, kind } => {
+                if self.open_conn().is_none() {
+                    return Ok(());
+                }
+                let lines = 1 + 16 * usize::from(*count);
+                let w = self.wire.as_mut().expect("open");
+                for i in 0..lines {
+                    let addr = if *kind >= 128 {
+                        FLOOD_ADDRS[i % FLOOD_ADDRS.len()]
+                    } else {
+                        FLOOD_ADDRS[usize::from(kind % 5)]
+                    };
+                    w.to_client
+                        .extend_from_slice(format!("L {addr}\n").as_bytes());
+                }
+            }
+            Step::Foreign { pick, what } => {
+                let mimic = (!self.grants.is_empty())
+                    .then(|| &self.grants[usize::from(*pick) % self.grants.len()]);
+                let (key, token, lease_ms) = match mimic {
+                    Some(g) => (
+                        g.key().as_str().to_owned(),
+                        g.token(),
+                        u64::try_from(g.lease().as_millis()).unwrap_or(u64::MAX),
+                    ),
+                    None => (
+                        KEYS[usize::from(pick % 6)].to_owned(),
+                        u64::from(*pick),
+                        1_000,
+                    ),
+                };
+                let Some(grant) = foreign_grant(&key, token, lease_ms) else {
+                    return Ok(());
+                };
+                // The timers due now fire first, so that whatever the call
+                // hands out could only be its own doing.
+                self.client.handle_timeout(now);
+                self.checker.timeout(now);
+                self.drain()?;
+                let (call, result) = match what % 5 {
+                    0 => ("release", self.client.release(now, &grant).map(|_| ())),
+                    1 => ("undeliverable", self.client.undeliverable(now, &grant)),
+                    2 => ("renew", self.client.renew(now, &grant, None)),
+                    3 => ("auto_renew", self.client.auto_renew(now, &grant, None)),
+                    _ => ("stop_renewing", self.client.stop_renewing(now, &grant)),
+                };
+                self.checker.foreign(now, call, &grant, &result)?;
+            }
             Step::Release { pick } => {
                 let stale = *pick >= 128;
                 let list = if stale { &self.returned } else { &self.grants };
@@ -708,7 +963,7 @@ impl Runner {
                 let Some(conn) = self.open_conn() else {
                     return Ok(());
                 };
-                let fault = match kind % 14 {
+                let fault = match kind % 17 {
                     0 => Fault::Leader {
                         addr: ["a:1", "b:2", "c:3"][usize::from(kind / 14 % 3)].to_owned(),
                     },
@@ -746,6 +1001,9 @@ impl Runner {
                         self.transport_closed(conn, TransportEnd::Error);
                         return Ok(());
                     }
+                    14 => Fault::WaitedMissing,
+                    15 => Fault::WaitedAbove,
+                    16 => Fault::WrongToken,
                     _ => Fault::UnknownId {
                         key: KEYS[usize::from(kind / 14 % 6)].to_owned(),
                         grant: false,
@@ -848,8 +1106,12 @@ impl Runner {
             _ => KEYS[usize::from(key % 6)].to_owned(),
         };
         let lease = LEASES_MS[usize::from(lease % 8)];
-        match kind % 8 {
-            0 => format!("G {id_value} A {key_name} {token} {lease}\n"),
+        let renewal_token = match recent {
+            Some(r) if r.1 == b'X' && token < 128 => r.3,
+            _ => u64::from(token),
+        };
+        match kind % 13 {
+            0 => format!("G {id_value} A {key_name} {token} {lease} 0\n"),
             1 => format!("T {id_value} A {key_name}\n"),
             2 => format!("B {id_value} A {key_name}\n"),
             3 => format!("D {id_value} R {key_name}\n"),
@@ -864,8 +1126,30 @@ impl Runner {
                 }
             }
             6 => format!("W forged {}\n", 2 + u64::from(token % 8)),
-            _ => format!("L {}\n", ["a:1", "c:3", "evil:666"][usize::from(token % 3)]),
+            7 => format!("L {}\n", ["a:1", "c:3", "evil:666"][usize::from(token % 3)]),
+            8 => format!("G {id_value} X {key_name} {renewal_token} {lease}\n"),
+            9 => format!("N {id_value} X {key_name}\n"),
+            10 => format!("G {id_value} A {key_name} {token} {lease}\n"),
+            11 => format!(
+                "G {id_value} A {key_name} {token} {lease} {}\n",
+                u64::from(token) * 50
+            ),
+            _ => format!(
+                "{} {id_value} X {key_name}\n",
+                ["T", "D", "B"][usize::from(token % 3)]
+            ),
         }
+    }
+
+    /// The grant the embedder holds (or, with `pick >= 128`, one it gave
+    /// back) that `pick` names.
+    fn pick_grant(&self, pick: u8) -> Option<Grant> {
+        let list = if pick >= 128 {
+            &self.returned
+        } else {
+            &self.grants
+        };
+        (!list.is_empty()).then(|| list[usize::from(pick) % list.len()].clone())
     }
 
     /// Drains the client's actions and events through the checker.
@@ -913,10 +1197,15 @@ impl Runner {
                 for line in data.split(|&b| b == b'\n') {
                     match ClientFrame::parse(line) {
                         Ok(ClientFrame::Acquire { id, key, .. }) => {
-                            self.requests.push((id, b'A', key.as_str().to_owned()));
+                            self.requests.push((id, b'A', key.as_str().to_owned(), 0));
                         }
-                        Ok(ClientFrame::Release { id, key, .. }) => {
-                            self.requests.push((id, b'R', key.as_str().to_owned()));
+                        Ok(ClientFrame::Release { id, key, token }) => {
+                            self.requests
+                                .push((id, b'R', key.as_str().to_owned(), token));
+                        }
+                        Ok(ClientFrame::Renew { id, key, token, .. }) => {
+                            self.requests
+                                .push((id, b'X', key.as_str().to_owned(), token));
                         }
                         _ => {}
                     }

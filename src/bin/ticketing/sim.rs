@@ -48,9 +48,10 @@ pub struct Args {
     /// Inject no faults.
     #[arg(long)]
     no_faults: bool,
-    /// Break one client rule on purpose, to see the checks catch it:
+    /// Break one rule on purpose, to see the checks catch it:
     /// match-by-arrival, resend-after-close, use-reserved-slot,
-    /// drop-orphan-release, any-hint.
+    /// drop-orphan-release, any-hint, valid-until-from-arrival (the
+    /// clients' rules), or no-grace (the server's).
     #[cfg(feature = "sabotage")]
     #[arg(long)]
     sabotage: Option<Sabotage>,
