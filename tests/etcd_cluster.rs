@@ -49,10 +49,21 @@ fn a_leader_killed_is_replaced_by_one_with_a_grace_in_which_holders_reclaim() {
     let k = a.grant_v2(1, "k", 0, 3000);
     let j_sent = Instant::now();
     let j = a.grant_v2(2, "j", 0, 3000);
-    // The others redirect to the leader.
+    // The others redirect to the leader, once they have seen it in etcd
+    // (until then they rightly say `E no_leader`).
+    let want = format!("M {}", nodes[first].addr);
     for (i, node) in nodes.iter().enumerate() {
         if i != first {
-            assert_eq!(node.hello(), format!("M {}", nodes[first].addr));
+            let deadline = Instant::now() + WAIT;
+            loop {
+                let hello = node.hello();
+                if hello == want {
+                    break;
+                }
+                assert_eq!(hello, "E no_leader", "node {i} before it sees the leader");
+                assert!(Instant::now() < deadline, "node {i} never redirected");
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
     }
     nodes[first].serve.signal(Signal::SIGKILL);
