@@ -174,7 +174,8 @@ enum Due {
 /// # Example: a run loop
 ///
 /// A driver over an in-memory "server" that accepts the handshake and
-/// grants every acquire. The crate's documentation drives a client against
+/// grants every acquire (protocol version 2: a grant says how long it
+/// waited). The crate's documentation drives a client against
 /// the real server core; the adapters do the same with sockets and a clock.
 ///
 /// ```
@@ -203,7 +204,8 @@ enum Due {
 ///                         b"H" => to_client.extend_from_slice(b"W node-1 16\n"),
 ///                         b"A" => {
 ///                             let (id, key) = (fields[1], fields[2]);
-///                             to_client.extend_from_slice(&[b"G ", id, b" A ", key, b" 1 30000\n"].concat());
+///                             // Token 1, lease 30000 ms, waited 0 ms.
+///                             to_client.extend_from_slice(&[b"G ", id, b" A ", key, b" 1 30000 0\n"].concat());
 ///                         }
 ///                         _ => {}
 ///                     }
@@ -215,9 +217,12 @@ enum Due {
 ///     }
 ///     // 2. Events: outcomes and notices.
 ///     while let Some(event) = client.poll_event() {
-///         if let Event::Outcome { op: done, outcome: Outcome::Granted(grant) } = event {
+///         if let Event::Outcome { op: done, outcome } = event {
 ///             assert_eq!(done, op);
-///             granted = Some(grant);
+///             match outcome {
+///                 Outcome::Granted(grant) => granted = Some(grant),
+///                 other => panic!("not granted: {other:?}"),
+///             }
 ///         }
 ///     }
 ///     // 3. Wait for input or the next deadline, then hand it in.
