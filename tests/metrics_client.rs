@@ -48,12 +48,15 @@ fn the_tokio_adapter_publishes_its_clients_counters() {
             .expect("an outcome");
         assert_eq!(timed_out, Outcome::TimedOut { sent: true });
         assert_eq!(client.release(&grant).await, Ok(Outcome::Released));
-        // Published at most once a second, when the driver next works.
+        // Published at most once a second, when the driver next works. A
+        // request makes it work, but it answers every request queued
+        // before it publishes, so the render may come first: ask until the
+        // counters show (the first ask comes more than a second after the
+        // first publish, so the driver publishes right after answering it).
         tokio::time::sleep(Duration::from_millis(1_100)).await;
         let stats = client.stats().await.expect("the counters");
         assert_eq!(stats.acquires.granted, 1);
-        let text = recorder.render();
-        for (line, value) in [
+        let expected = [
             ("ticketing_client_acquires_total{outcome=\"granted\"}", "1"),
             (
                 "ticketing_client_acquires_total{outcome=\"timed_out\"}",
@@ -64,7 +67,22 @@ fn the_tokio_adapter_publishes_its_clients_counters() {
                 "1",
             ),
             ("ticketing_client_connected_total", "1"),
-        ] {
+        ];
+        let shows = |text: &str| {
+            expected
+                .iter()
+                .all(|(line, value)| text.lines().any(|l| l == format!("{line} {value}")))
+        };
+        let mut text = recorder.render();
+        for _ in 0..100 {
+            if shows(&text) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            client.stats().await.expect("the counters");
+            text = recorder.render();
+        }
+        for (line, value) in expected {
             assert!(
                 text.lines().any(|l| l == format!("{line} {value}")),
                 "no {line} {value} in:\n{text}"
