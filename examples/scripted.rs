@@ -45,7 +45,7 @@ const SCRIPT: &[(u64, Step)] = &[
     // Answers come in any order: the scanner first, then alice.
     (
         12,
-        Step::Server("G 3 A scanner 41 10000\nG 1 A printer 42 30000\n"),
+        Step::Server("G 3 A scanner 41 10000 0\nG 1 A printer 42 30000 0\n"),
     ),
     (20, Step::Acquire("dave", "plotter", "dave", 300, 5_000)),
     // Now bob, dave and frank fill the acquire slots (window 4, 1 reserved).
@@ -55,13 +55,16 @@ const SCRIPT: &[(u64, Step)] = &[
     ),
     // Alice's release still goes out, in the reserved slot.
     (30, Step::Release("alice")),
-    (33, Step::Server("D 6 R printer\nG 2 A printer 43 30000\n")),
+    (
+        33,
+        Step::Server("D 6 R printer\nG 2 A printer 43 30000 21\n"),
+    ),
     // The plotter's queue is full: dave retries within his budget.
     (40, Step::Server("B 4 A plotter\n")),
-    (70, Step::Server("G 7 A plotter 44 5000\n")),
+    (70, Step::Server("G 7 A plotter 44 5000 0\n")),
     (80, Step::Release("carol")),
     // An answer to an id never sent: the session is broken.
-    (81, Step::Server("G 99 A ghost 7 60000\n")),
+    (81, Step::Server("G 99 A ghost 7 60000 0\n")),
     (200, Step::Connected),
     (205, Step::Server("W node-a 4\n")),
     (208, Step::Server("D 9 R scanner\nN 10 R ghost\n")),
