@@ -42,9 +42,7 @@
 //!
 //! and divide the `Collected` count by the answers printed.
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput};
@@ -53,49 +51,12 @@ use ticketing::{Endpoint, Key, Name, Time};
 
 // ----- a counting allocator ------------------------------------------------
 
-struct Counting;
-
-static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
-static LIVE: AtomicUsize = AtomicUsize::new(0);
-
-// SAFETY: every call is forwarded to `System` unchanged; the counters are
-// only bookkeeping.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Relaxed);
-        LIVE.fetch_add(layout.size(), Relaxed);
-        System.alloc(layout)
-    }
-
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Relaxed);
-        LIVE.fetch_add(layout.size(), Relaxed);
-        System.alloc_zeroed(layout)
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size(), Relaxed);
-        System.dealloc(ptr, layout)
-    }
-
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Relaxed);
-        LIVE.fetch_add(new_size, Relaxed);
-        LIVE.fetch_sub(layout.size(), Relaxed);
-        System.realloc(ptr, layout, new_size)
-    }
-}
+#[path = "support/counting.rs"]
+mod counting;
+use counting::{allocations, live_bytes};
 
 #[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCATIONS.load(Relaxed)
-}
-
-fn live_bytes() -> usize {
-    LIVE.load(Relaxed)
-}
+static GLOBAL: counting::Counting = counting::Counting;
 
 // ----- the setting ---------------------------------------------------------
 
