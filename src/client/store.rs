@@ -21,30 +21,26 @@
 //! Most deadlines are "now plus a duration that is the same for every
 //! entry of its kind" (an answer's grace, a lease), so the timers of one
 //! kind, armed one after another, come in deadline order. A slab keeps a
-//! few *lanes* of timers, each a queue in deadline order: a new timer joins
-//! the lane whose last deadline is the latest not after its own, and only
-//! a timer that fits no lane goes into a binary heap. The kinds sort
+//! few *lanes* of timers, each a list in deadline order threaded through
+//! the slots themselves: a new timer joins the lane whose last deadline is
+//! the latest not after its own, and only a timer that fits no lane goes
+//! into a binary heap, whose entries know their index. The kinds sort
 //! themselves into lanes; nobody tells the slab which is which.
 //!
-//! A timer in a lane has a position there, and its slot knows it. A timer
-//! that is disarmed, or set again, leaves its position marked dead, and no
-//! other entry is looked at: dead positions at either end of a lane are
-//! dropped at once, and when they crowd a lane (answers come in any order,
-//! so some timers outlive many that were armed after them) the oldest live
-//! timers move to the heap and the dead ones before them go. So arming is a
-//! push and disarming touches the slot and its position alone: with
-//! thousands of requests in flight and answers in any order, the memory an
-//! answer touches is what the answer is about. A lane's first entry is
-//! always live, so the earliest deadline, the least of the lanes' first
-//! ones and the heap's top, is always exact. Timers due at one moment fire
-//! in slot order, whatever lanes they are in.
+//! So arming a timer that fits a lane is an append, and disarming one
+//! (answers come in any order) touches its slot and its two neighbours:
+//! no timer is left behind dead, nothing is swept or compacted, and with
+//! thousands of requests in flight the memory an answer touches is what
+//! the answer is about. A lane's first timer is its earliest, so the
+//! earliest deadline, the least of the lanes' first ones and the heap's
+//! top, is exact. Timers due at one moment fire in slot order, whatever
+//! lanes they are in.
 //!
 //! A slot keeps its entry, generation and timer side by side, in one place
 //! in memory.
 
-use core::cmp::Reverse;
 use core::hint::black_box;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
 
@@ -110,56 +106,18 @@ impl Handle {
 /// How many lanes a slab's timers have.
 const LANES: usize = 4;
 
-/// Positions in a lane count modulo this, a power of two, and a lane holds
-/// at most this many entries, so that the positions in a lane are
-/// distinct. Small under test, so that the tests go round it.
-const POSITIONS: u32 = if cfg!(test) { 1 << 9 } else { 1 << 29 };
-
-/// What a lane keeps at a position whose timer was disarmed, or set again.
-const DEAD: u32 = u32::MAX;
+/// No slot: the end of a lane.
+const NIL: u32 = u32::MAX;
 
 /// Where a slot's timer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
     /// No timer is armed.
     Nowhere,
-    /// At a position of this lane.
-    Lane(usize),
-    /// In the heap.
+    /// In this lane, between the slots `prev` and `next` of its slot.
+    Lane(u8),
+    /// In the heap, at index `prev` of its slot.
     Heap,
-}
-
-/// Where a slot's timer is, in one word: the place in the top three bits,
-/// below them its position in its lane, or its stamp in the heap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Mark(u32);
-
-impl Mark {
-    const NOWHERE: Mark = Mark(0);
-    const HEAP: u32 = 7;
-
-    fn lane(lane: usize, position: u32) -> Mark {
-        debug_assert!(lane < LANES && position < POSITIONS);
-        Mark((lane as u32 + 1) << 29 | position)
-    }
-
-    fn heap(stamp: u32) -> Mark {
-        debug_assert!(stamp < POSITIONS);
-        Mark(Mark::HEAP << 29 | stamp)
-    }
-
-    fn place(self) -> Place {
-        match self.0 >> 29 {
-            0 => Place::Nowhere,
-            Mark::HEAP => Place::Heap,
-            lane => Place::Lane(lane as usize - 1),
-        }
-    }
-
-    /// The position in the lane, or the stamp in the heap.
-    fn position(self) -> u32 {
-        self.0 & ((1 << 29) - 1)
-    }
 }
 
 /// One slot: its entry, its generation, and its timer, side by side, so
@@ -168,110 +126,35 @@ struct Slot<T> {
     value: Option<T>,
     /// Bumped whenever the slot is emptied.
     gen: u32,
-    mark: Mark,
+    place: Place,
+    /// In a lane, the slot before this one ([`NIL`] for the first); in
+    /// the heap, this timer's index there.
+    prev: u32,
+    /// In a lane, the slot after this one ([`NIL`] for the last).
+    next: u32,
     /// The timer's deadline, while armed.
     at: Time,
 }
 
-/// A lane: timers in the order of their deadlines, oldest first, each at
-/// a position that counts up from the first one's. A timer disarmed, or
-/// set again, leaves its position [`DEAD`]; the first and the last
-/// positions are always live.
-#[derive(Debug, Default)]
+/// A lane: timers in the order of their deadlines, a list through their
+/// slots from `first` to `last`, whose deadlines it keeps at hand (an
+/// empty lane's `last_at` is [`Time::ZERO`]).
+#[derive(Debug, Clone, Copy)]
 struct Lane {
-    /// The slot of each position from `base` on, or [`DEAD`]; the first
-    /// `head` of them are gone.
-    entries: Vec<u32>,
-    head: usize,
-    /// The position of `entries[0]`.
-    base: u32,
-    /// The live entries.
-    live: usize,
-    /// The first entry's deadline (meaningless while the lane is empty).
-    first: Time,
-    /// No live entry's deadline is after this one (meaningless while the
-    /// lane is empty).
-    last: Time,
+    first: u32,
+    last: u32,
+    first_at: Time,
+    last_at: Time,
 }
 
 impl Lane {
-    /// The entries from the first on.
-    fn len(&self) -> usize {
-        self.entries.len() - self.head
-    }
-
-    /// Where position `position` is in `entries`.
-    fn index(&self, position: u32) -> usize {
-        (position.wrapping_sub(self.base) & (POSITIONS - 1)) as usize
-    }
-
-    /// The first entry's slot, if any.
-    fn front(&self) -> Option<u32> {
-        self.entries.get(self.head).copied()
-    }
-
-    /// Whether the lane can take one more entry: its positions stay
-    /// distinct.
-    fn has_room(&self) -> bool {
-        self.entries.len() < POSITIONS as usize
-    }
-
-    /// Appends `slot`, returning its position.
-    #[inline]
-    fn push(&mut self, slot: u32) -> u32 {
-        if self.entries.len() == self.entries.capacity() {
-            self.make_room();
-        }
-        let position = self.base.wrapping_add(self.entries.len() as u32) & (POSITIONS - 1);
-        self.entries.push(slot);
-        position
-    }
-
-    /// Room for one more entry: the space of the entries gone, if they are
-    /// at least half of them, else an eighth more memory (as the slots
-    /// grow).
-    #[cold]
-    fn make_room(&mut self) {
-        if 2 * self.head >= self.entries.len() {
-            self.entries.drain(..self.head);
-            self.base = self.base.wrapping_add(self.head as u32) & (POSITIONS - 1);
-            self.head = 0;
-            // What a burst left behind goes back; the working size stays.
-            if self.entries.capacity() > 4 * self.entries.len() + KEPT_WHEN_EMPTY {
-                self.entries
-                    .shrink_to(2 * self.entries.len() + KEPT_WHEN_EMPTY);
-            }
-        } else {
-            let more = self.entries.len() / 8 + 16;
-            self.entries.reserve_exact(more);
-        }
-    }
-
-    /// Drops the first entry.
-    fn pop_front(&mut self) {
-        self.head += 1;
-    }
-
-    /// Drops every entry, and what a burst made the lane grow to.
-    fn clear(&mut self) {
-        self.base = self.base.wrapping_add(self.entries.len() as u32) & (POSITIONS - 1);
-        self.entries.clear();
-        self.head = 0;
-        if self.entries.capacity() > KEPT_WHEN_EMPTY {
-            self.entries.shrink_to(KEPT_WHEN_EMPTY);
-        }
-    }
-
-    /// Whether dead entries outnumber the live ones so much that the oldest
-    /// live ones should make way.
-    fn crowded(&self) -> bool {
-        self.len() > 4 * self.live + 64
-    }
+    const EMPTY: Lane = Lane {
+        first: NIL,
+        last: NIL,
+        first_at: Time::ZERO,
+        last_at: Time::ZERO,
+    };
 }
-
-/// The heap's entries: `(deadline, slot, stamp)`, so that timers due at
-/// one moment come out in slot order.
-type HeapEntry = Reverse<(Time, u32, u32)>;
 
 /// Entries of type `T`, each with one timer.
 pub(crate) struct Slab<T> {
@@ -279,15 +162,8 @@ pub(crate) struct Slab<T> {
     free: Vec<u32>,
     len: usize,
     lanes: [Lane; LANES],
-    /// The lanes: first the `busy` ones, those with live entries, latest
-    /// last deadline first; then the empty ones.
-    order: [usize; LANES],
-    busy: usize,
-    heap: BinaryHeap<HeapEntry>,
-    /// Live entries of the heap.
-    heap_live: usize,
-    /// The stamp of the next timer to enter the heap.
-    stamp: u32,
+    /// The timers that fit no lane: a binary heap by `(deadline, slot)`.
+    heap: Vec<(Time, u32)>,
     /// The earliest armed deadline.
     earliest: Option<Time>,
 }
@@ -298,12 +174,8 @@ impl<T> Default for Slab<T> {
             slots: Vec::new(),
             free: Vec::new(),
             len: 0,
-            lanes: Default::default(),
-            order: core::array::from_fn(|lane| lane),
-            busy: 0,
-            heap: BinaryHeap::new(),
-            heap_live: 0,
-            stamp: 0,
+            lanes: [Lane::EMPTY; LANES],
+            heap: Vec::new(),
             earliest: None,
         }
     }
@@ -325,11 +197,16 @@ impl<T> Slab<T> {
             // An eighth more at a time: never much more memory than in use.
             self.slots.reserve_exact(self.slots.len() / 8 + 16);
         }
-        let slot = u32::try_from(self.slots.len()).expect("fewer than 2^32 entries");
+        let slot = u32::try_from(self.slots.len())
+            .ok()
+            .filter(|&slot| slot != NIL)
+            .expect("fewer than 2^32 - 1 entries");
         self.slots.push(Slot {
             value: Some(value),
             gen: 0,
-            mark: Mark::NOWHERE,
+            place: Place::Nowhere,
+            prev: NIL,
+            next: NIL,
             at: Time::ZERO,
         });
         Handle { slot, gen: 0 }
@@ -422,15 +299,19 @@ impl<T> Slab<T> {
         // Every lane timer due at `at` joins the heap, which orders them by
         // slot; in a lane they are the first ones.
         for lane in 0..LANES {
-            while self.lanes[lane].live > 0 && self.lanes[lane].first == at {
-                let slot = self.lanes[lane].front().expect("live");
-                self.disarm(slot);
-                self.push_heap(slot, at);
+            loop {
+                let Lane {
+                    first, first_at, ..
+                } = self.lanes[lane];
+                if first == NIL || first_at != at {
+                    break;
+                }
+                self.unlink(lane, first);
+                self.push_heap(first, at);
             }
         }
-        let Reverse((_, slot, _)) = *self.heap.peek().expect("a timer is due");
+        let (_, slot) = self.heap[0];
         self.disarm(slot);
-        self.earliest = self.find_earliest();
         Some(Handle {
             slot,
             gen: self.slots[slot as usize].gen,
@@ -441,17 +322,16 @@ impl<T> Slab<T> {
     #[cfg(test)]
     pub(crate) fn timer(&self, handle: Handle) -> Option<Time> {
         let slot = self.slot(handle)?;
-        (slot.mark != Mark::NOWHERE).then_some(slot.at)
+        (slot.place != Place::Nowhere).then_some(slot.at)
     }
 
     // ----- the timers -----------------------------------------------------
 
     /// Arms `slot`'s timer at `at`, replacing the one armed before.
-    #[inline]
     fn arm(&mut self, slot: u32, at: Time) {
         self.disarm(slot);
         match self.lane_for(at) {
-            Some(rank) => self.push_lane(slot, at, rank),
+            Some(lane) => self.push_lane(lane, slot, at),
             None => self.push_heap(slot, at),
         }
         if self.earliest.map_or(true, |earliest| at < earliest) {
@@ -459,92 +339,75 @@ impl<T> Slab<T> {
         }
     }
 
-    /// The rank in `order` of the lane a timer due at `at` joins: the one
-    /// whose last deadline is the latest not after `at`, else an empty
-    /// one, else none (the heap). A full lane takes none.
-    #[inline(always)]
-    fn lane_for(&self, at: Time) -> Option<usize> {
-        for (rank, &index) in self.order[..self.busy].iter().enumerate() {
-            let lane = &self.lanes[index];
-            if lane.last <= at && lane.has_room() {
-                return Some(rank);
-            }
-        }
-        (self.busy < LANES).then_some(self.busy)
-    }
-
-    /// Appends `slot`'s timer, due at `at`, to the lane of rank `rank`.
+    /// The lane a timer due at `at` joins: the one whose last deadline is
+    /// the latest not after `at`, else an empty one (whose last deadline
+    /// counts as [`Time::ZERO`]), else none (the heap).
     #[inline]
-    fn push_lane(&mut self, slot: u32, at: Time, rank: usize) {
-        let index = self.order[rank];
-        let lane = &mut self.lanes[index];
-        if lane.live == 0 {
-            lane.first = at;
-            self.busy += 1;
-        }
-        let position = lane.push(slot);
-        lane.live += 1;
-        lane.last = at;
-        let slot = &mut self.slots[slot as usize];
-        slot.mark = Mark::lane(index, position);
-        slot.at = at;
-        // Its last deadline went up: it may pass lanes whose last ones it
-        // now follows (only a full lane, or an empty one, can be passed).
-        let mut rank = rank;
-        while rank > 0 && self.lanes[self.order[rank - 1]].last < at {
-            self.order.swap(rank - 1, rank);
-            rank -= 1;
-        }
-    }
-
-    /// Lane `index` has no live entry any more: it is cleared, and ranked
-    /// with the empty ones.
-    #[cold]
-    fn lane_emptied(&mut self, index: usize) {
-        self.lanes[index].clear();
-        let rank = self.order[..self.busy]
-            .iter()
-            .position(|&lane| lane == index)
-            .expect("a busy lane");
-        self.order[rank..self.busy].rotate_left(1);
-        self.busy -= 1;
-    }
-
-    /// Puts `slot`'s timer, due at `at`, into the heap.
-    fn push_heap(&mut self, slot: u32, at: Time) {
-        let stamp = self.stamp;
-        self.stamp = (stamp + 1) & (POSITIONS - 1);
-        if self.stamp == 0 {
-            // The stamps come round: the dead entries go first, while they
-            // can still be told from live ones.
-            self.sweep_heap();
-        }
-        self.heap.push(Reverse((at, slot, stamp)));
-        self.heap_live += 1;
-        let slot = &mut self.slots[slot as usize];
-        slot.mark = Mark::heap(stamp);
-        slot.at = at;
-    }
-
-    /// Disarms `slot`'s timer, if armed. Its lane position is left dead,
-    /// its heap entry stays behind, dead, unless it was first.
-    #[inline(always)]
-    fn disarm(&mut self, slot: u32) {
-        let entry = &mut self.slots[slot as usize];
-        let (mark, at) = (entry.mark, entry.at);
-        entry.mark = Mark::NOWHERE;
-        match mark.place() {
-            Place::Nowhere => return,
-            Place::Lane(index) => {
-                self.disarm_in_lane(index, mark.position());
-                // Another timer of the lane due at `at` keeps the earliest
-                // deadline where it is.
-                let lane = &self.lanes[index];
-                if lane.live > 0 && lane.first == at {
-                    return;
-                }
+    fn lane_for(&self, at: Time) -> Option<usize> {
+        let (mut best, mut best_at) = (LANES, Time::ZERO);
+        for (index, lane) in self.lanes.iter().enumerate() {
+            if lane.last_at <= at && (best == LANES || lane.last_at > best_at) {
+                (best, best_at) = (index, lane.last_at);
             }
-            Place::Heap => self.disarm_in_heap(slot, mark.position(), at),
+        }
+        (best < LANES).then_some(best)
+    }
+
+    /// Appends `slot`'s timer, due at `at`, to lane `index`, whose last
+    /// deadline is not after `at`.
+    #[inline]
+    fn push_lane(&mut self, index: usize, slot: u32, at: Time) {
+        let lane = &mut self.lanes[index];
+        let last = core::mem::replace(&mut lane.last, slot);
+        lane.last_at = at;
+        if last == NIL {
+            lane.first = slot;
+            lane.first_at = at;
+        } else {
+            self.slots[last as usize].next = slot;
+        }
+        let entry = &mut self.slots[slot as usize];
+        entry.place = Place::Lane(index as u8);
+        entry.prev = last;
+        entry.next = NIL;
+        entry.at = at;
+    }
+
+    /// Takes `slot` out of lane `index`'s list.
+    #[inline]
+    fn unlink(&mut self, index: usize, slot: u32) {
+        let entry = &mut self.slots[slot as usize];
+        let (prev, next) = (entry.prev, entry.next);
+        entry.place = Place::Nowhere;
+        let lane = &mut self.lanes[index];
+        if prev == NIL {
+            lane.first = next;
+            if next != NIL {
+                lane.first_at = self.slots[next as usize].at;
+            }
+        } else {
+            self.slots[prev as usize].next = next;
+        }
+        if next == NIL {
+            lane.last = prev;
+            lane.last_at = match prev {
+                NIL => Time::ZERO,
+                prev => self.slots[prev as usize].at,
+            };
+        } else {
+            self.slots[next as usize].prev = prev;
+        }
+    }
+
+    /// Disarms `slot`'s timer, if armed.
+    #[inline]
+    fn disarm(&mut self, slot: u32) {
+        let entry = &self.slots[slot as usize];
+        let at = entry.at;
+        match entry.place {
+            Place::Nowhere => return,
+            Place::Lane(index) => self.unlink(usize::from(index), slot),
+            Place::Heap => self.remove_heap(slot),
         }
         // Only the earliest timer's going moves the earliest deadline.
         if self.earliest == Some(at) {
@@ -552,114 +415,84 @@ impl<T> Slab<T> {
         }
     }
 
-    /// Leaves `position` of lane `index` dead, then drops the dead entries
-    /// at either end, or lets the oldest live entries make way when the
-    /// dead ones crowd the lane.
-    #[inline]
-    fn disarm_in_lane(&mut self, index: usize, position: u32) {
-        let lane = &mut self.lanes[index];
-        let at = lane.index(position);
-        lane.entries[at] = DEAD;
-        lane.live -= 1;
-        if lane.live == 0 {
-            self.lane_emptied(index);
-            return;
+    /// Puts `slot`'s timer, due at `at`, into the heap.
+    fn push_heap(&mut self, slot: u32, at: Time) {
+        let entry = &mut self.slots[slot as usize];
+        entry.place = Place::Heap;
+        entry.at = at;
+        self.heap.push((at, slot));
+        self.sift_up(self.heap.len() - 1);
+    }
+
+    /// Takes `slot`'s timer out of the heap.
+    #[inline(never)]
+    fn remove_heap(&mut self, slot: u32) {
+        let entry = &mut self.slots[slot as usize];
+        entry.place = Place::Nowhere;
+        let index = entry.prev as usize;
+        let last = self.heap.pop().expect("a timer in the heap");
+        if index < self.heap.len() {
+            self.heap[index] = last;
+            self.slots[last.1 as usize].prev = index as u32;
+            let index = self.sift_up(index);
+            self.sift_down(index);
         }
-        if at == lane.head {
-            self.settle_lane(index);
-        } else if at + 1 == lane.entries.len() {
-            while lane.entries.last() == Some(&DEAD) {
-                lane.entries.pop();
-            }
-        }
-        if self.lanes[index].crowded() {
-            self.make_way(index);
+        if self.heap.is_empty() && self.heap.capacity() > KEPT_WHEN_EMPTY {
+            self.heap.shrink_to(KEPT_WHEN_EMPTY);
         }
     }
 
-    /// Drops the dead entries at the front of a lane that has live ones.
-    fn settle_lane(&mut self, index: usize) {
-        let lane = &mut self.lanes[index];
-        while let Some(slot) = lane.front() {
-            if slot != DEAD {
-                lane.first = self.slots[slot as usize].at;
-                return;
-            }
-            lane.pop_front();
-        }
-        unreachable!("a lane with live entries has a live first one");
-    }
-
-    /// Moves the oldest live entries of a crowded lane into the heap, and
-    /// drops the dead ones among them, until the lane is no longer much
-    /// longer than its live entries.
-    #[cold]
-    fn make_way(&mut self, index: usize) {
-        while self.lanes[index].len() > 3 * self.lanes[index].live + 32 {
-            let lane = &mut self.lanes[index];
-            let slot = lane.front().expect("longer than the target");
-            lane.pop_front();
-            if slot != DEAD {
-                lane.live -= 1;
-                let at = self.slots[slot as usize].at;
-                self.push_heap(slot, at);
-            }
-        }
-        if self.lanes[index].live == 0 {
-            self.lane_emptied(index);
-        } else {
-            self.settle_lane(index);
-        }
-    }
-
-    /// Disarms `slot`'s timer, armed with `stamp` at `at` in the heap.
-    #[cold]
-    fn disarm_in_heap(&mut self, slot: u32, stamp: u32, at: Time) {
-        self.heap_live -= 1;
-        if self.heap.peek() == Some(&Reverse((at, slot, stamp))) {
-            self.settle_heap();
-        } else if self.heap.len() > self.heap_live + self.heap_live / 2 + 64 {
-            self.sweep_heap();
-        }
-    }
-
-    /// Whether `entry` of the heap is its slot's timer now.
-    fn is_live_in_heap(slots: &[Slot<T>], entry: &HeapEntry) -> bool {
-        let Reverse((at, slot, stamp)) = *entry;
-        let slot = &slots[slot as usize];
-        slot.mark == Mark::heap(stamp) && slot.at == at
-    }
-
-    /// Drops the dead entries at the top of the heap.
-    fn settle_heap(&mut self) {
-        while let Some(top) = self.heap.peek() {
-            if Self::is_live_in_heap(&self.slots, top) {
+    /// Moves the heap's entry at `index` up to its place; returns where.
+    fn sift_up(&mut self, mut index: usize) -> usize {
+        let entry = self.heap[index];
+        while index > 0 {
+            let parent = (index - 1) / 2;
+            if self.heap[parent] <= entry {
                 break;
             }
-            self.heap.pop();
+            self.heap[index] = self.heap[parent];
+            self.slots[self.heap[index].1 as usize].prev = index as u32;
+            index = parent;
         }
+        self.heap[index] = entry;
+        self.slots[entry.1 as usize].prev = index as u32;
+        index
     }
 
-    /// Drops every dead entry of the heap.
-    #[cold]
-    fn sweep_heap(&mut self) {
-        let slots = &self.slots;
-        let mut entries = core::mem::take(&mut self.heap).into_vec();
-        entries.retain(|entry| Self::is_live_in_heap(slots, entry));
-        if entries.capacity() > 4 * entries.len() + KEPT_WHEN_EMPTY {
-            entries.shrink_to(2 * entries.len() + KEPT_WHEN_EMPTY);
+    /// Moves the heap's entry at `index` down to its place.
+    #[inline(never)]
+    fn sift_down(&mut self, mut index: usize) {
+        let entry = self.heap[index];
+        loop {
+            let left = 2 * index + 1;
+            let Some(&child) = self.heap.get(left) else {
+                break;
+            };
+            let (child, smaller) = match self.heap.get(left + 1) {
+                Some(&right) if right < child => (left + 1, right),
+                _ => (left, child),
+            };
+            if entry <= smaller {
+                break;
+            }
+            self.heap[index] = smaller;
+            self.slots[smaller.1 as usize].prev = index as u32;
+            index = child;
         }
-        self.heap = BinaryHeap::from(entries);
+        self.heap[index] = entry;
+        self.slots[entry.1 as usize].prev = index as u32;
     }
 
     /// The least of the lanes' first deadlines and the heap's top.
-    #[inline]
+    #[inline(never)]
     fn find_earliest(&self) -> Option<Time> {
-        let top = self.heap.peek().map(|Reverse((at, _, _))| *at);
-        let firsts = self.order[..self.busy]
-            .iter()
-            .map(|&lane| self.lanes[lane].first);
-        firsts.chain(top).min()
+        let mut earliest = self.heap.first().map(|&(at, _)| at);
+        for lane in &self.lanes {
+            if lane.first != NIL && earliest.map_or(true, |at| lane.first_at < at) {
+                earliest = Some(lane.first_at);
+            }
+        }
+        earliest
     }
 }
 /// A first-in first-out queue of entries waiting their turn. An entry may
@@ -1142,52 +975,45 @@ mod tests {
         }
     }
 
-    /// Dead entries never outnumber the live ones by much; every lane's
-    /// live entries are in deadline order, at the positions their slots
-    /// say, between a live first and a live last one; the heap's live
-    /// entries are as many as it counts; and every armed slot is in one of
-    /// them.
-    fn assert_sound<T>(slab: &Slab<T>) {
+    /// Every lane is a list in deadline order whose slots say they are in
+    /// it, with the right neighbours; the heap is a heap whose slots know
+    /// their index; no slot is armed anywhere else; and the earliest
+    /// deadline is the least of them. Returns how many timers are armed.
+    fn assert_sound<T>(slab: &Slab<T>) -> usize {
         let t = slab;
-        assert!(t.heap.len() <= t.heap_live + t.heap_live / 2 + 64);
         let mut armed = 0;
-        let busy: Vec<usize> = t.order[..t.busy].to_vec();
-        assert!(busy
-            .windows(2)
-            .all(|w| t.lanes[w[0]].last >= t.lanes[w[1]].last));
-        let mut ranked = t.order.to_vec();
-        ranked.sort_unstable();
-        assert_eq!(ranked, (0..LANES).collect::<Vec<_>>());
         for (index, lane) in t.lanes.iter().enumerate() {
-            assert_eq!(busy.contains(&index), lane.live > 0);
-            assert!(!lane.crowded() && lane.entries.len() <= POSITIONS as usize);
-            let mut live = Vec::new();
-            for (at, &slot) in lane.entries.iter().enumerate().skip(lane.head) {
-                if slot != DEAD {
-                    let position = (lane.base + at as u32) & (POSITIONS - 1);
-                    let slot = &t.slots[slot as usize];
-                    assert_eq!(slot.mark, Mark::lane(index, position));
-                    live.push(slot.at);
-                }
+            assert_eq!(lane.first == NIL, lane.last == NIL);
+            let (mut prev, mut at, mut slot) = (NIL, Time::ZERO, lane.first);
+            while slot != NIL {
+                let entry = &t.slots[slot as usize];
+                assert_eq!(entry.place, Place::Lane(index as u8));
+                assert_eq!(entry.prev, prev);
+                assert!(entry.at >= at, "in deadline order");
+                armed += 1;
+                (prev, at, slot) = (slot, entry.at, entry.next);
             }
-            assert_eq!(live.len(), lane.live);
-            armed += live.len();
-            assert!(live.windows(2).all(|w| w[0] <= w[1]), "in order");
-            if let (Some(front), Some(&back)) = (lane.front(), lane.entries.last()) {
-                assert!(front != DEAD && back != DEAD, "live at both ends");
-                assert_eq!(live[0], lane.first);
-                assert!(live[live.len() - 1] <= lane.last);
+            assert_eq!(lane.last, prev);
+            if prev != NIL {
+                assert_eq!(lane.first_at, t.slots[lane.first as usize].at);
+            }
+            assert_eq!(lane.last_at, at, "Time::ZERO when empty");
+        }
+        for (index, &(at, slot)) in t.heap.iter().enumerate() {
+            let entry = &t.slots[slot as usize];
+            assert_eq!(
+                (entry.place, entry.prev, entry.at),
+                (Place::Heap, index as u32, at)
+            );
+            if index > 0 {
+                assert!(t.heap[(index - 1) / 2] < (at, slot), "a heap");
             }
         }
-        let in_heap = t
-            .heap
-            .iter()
-            .filter(|e| Slab::is_live_in_heap(&t.slots, e))
-            .count();
-        assert_eq!(in_heap, t.heap_live);
-        armed += in_heap;
-        let marked = t.slots.iter().filter(|s| s.mark != Mark::NOWHERE).count();
+        armed += t.heap.len();
+        let marked = t.slots.iter().filter(|s| s.place != Place::Nowhere).count();
         assert_eq!(marked, armed, "every armed slot is in a lane or the heap");
+        assert_eq!(t.earliest, t.find_earliest());
+        armed
     }
 
     /// Random inserts, removals, timers set, cleared and fired, and
@@ -1279,6 +1105,7 @@ mod tests {
                     "seed {seed} step {step}"
                 );
                 if step % 97 == 0 {
+                    assert_eq!(assert_sound(&slab), armed.len());
                     let listed: Vec<(Handle, u64)> = slab.iter().map(|(h, &v)| (h, v)).collect();
                     let expected: Vec<(Handle, u64)> =
                         entries.iter().map(|(&h, &v)| (h, v)).collect();
@@ -1293,131 +1120,130 @@ mod tests {
                     }
                 }
             }
-            assert_sound(&slab);
-            let in_lanes: usize = slab.lanes.iter().map(|lane| lane.live).sum();
-            assert_eq!(in_lanes + slab.heap_live, armed.len());
+            assert_eq!(assert_sound(&slab), armed.len());
         }
     }
 
-    /// Timers set again and again behind a first one that stays, in lanes
-    /// and in the heap, leave dead entries that are swept before they pile
-    /// up, and the timers still fire as armed.
-    #[test]
-    fn timers_set_again_behind_the_first_are_swept() {
-        let mut rng = Rng::new(7);
-        let mut slab: Slab<u32> = Slab::default();
-        let mut armed: BTreeMap<u32, Time> = BTreeMap::new();
-        let handles: Vec<Handle> = (0..200).map(|i| slab.insert(i)).collect();
-        // Deadlines that go down, so that past four lanes they go to the
-        // heap, and a first one that never moves.
-        for (i, &handle) in handles.iter().enumerate() {
-            let at = Time::from_nanos(if i == 0 { 1 } else { 1_000_000 - 10 * i as u64 });
-            slab.set_timer(handle, at);
-            armed.insert(handle.slot(), at);
-        }
-        let (mut swept_lane, mut swept_heap) = (false, false);
-        let mut before = 0;
-        for round in 0..20_000u64 {
-            let handle = handles[1 + rng.up_to(198) as usize];
-            let at = Time::from_nanos(2_000_000 + round);
-            slab.set_timer(handle, at);
-            armed.insert(handle.slot(), at);
-            assert_sound(&slab);
-            let lanes: usize = slab.lanes.iter().map(Lane::len).sum();
-            // Dead entries were there, and are gone.
-            swept_lane |= lanes + 100 < before;
-            before = lanes;
-            swept_heap |= slab.heap_live > 0 && slab.heap.len() < 140;
-            assert_eq!(slab.next_deadline(), Some(Time::from_nanos(1)));
-        }
-        assert!(swept_lane && swept_heap);
+    /// Fires every armed timer and checks that they come out in
+    /// `(deadline, slot)` order, as `armed` has them.
+    fn assert_fire_in_order<T>(slab: &mut Slab<T>, armed: &BTreeMap<u32, Time>) {
         let mut expected: Vec<(Time, u32)> = armed.iter().map(|(&s, &at)| (at, s)).collect();
         expected.sort();
         let fired: Vec<(Time, u32)> = std::iter::from_fn(|| {
             let handle = slab.pop_due(Time::MAX)?;
+            assert_sound(slab);
             Some((armed[&handle.slot()], handle.slot()))
         })
         .collect();
         assert_eq!(fired, expected);
         assert_eq!(slab.next_deadline(), None);
+        assert!(slab.heap.is_empty());
     }
 
-    /// The heap's stamps come round after `POSITIONS` timers entered it:
-    /// a dead entry left deep in the heap must not pass for live when its
-    /// slot is armed again at its deadline with the stamp it carries.
+    /// Timers of a few kinds, each "now plus its own duration", armed in
+    /// any mix as time goes on, sort themselves into lanes: none goes to
+    /// the heap, and they fire in order.
     #[test]
-    fn a_dead_entry_never_passes_for_live_when_stamps_come_round() {
-        let mut slab: Slab<()> = Slab::default();
-        let at = Time::from_nanos;
-        // Deadlines that go down: one in each lane, then the heap, with
-        // enough live timers there that its dead entries are not swept.
-        let many: Vec<Handle> = (0..700).map(|_| slab.insert(())).collect();
-        for (i, &handle) in many.iter().enumerate() {
-            slab.set_timer(handle, at(10_000 - i as u64));
-        }
-        let other = slab.insert(());
-        slab.set_timer(other, at(5_000));
-        let dead_stamp = slab.slots[other.slot() as usize].mark;
-        // Set again until its next stamp is the one it left behind.
-        loop {
-            slab.set_timer(other, at(4_000));
-            if slab.stamp == dead_stamp.position() {
-                break;
-            }
-        }
-        slab.set_timer(other, at(5_000));
-        assert_eq!(slab.slots[other.slot() as usize].mark, dead_stamp);
-        assert_sound(&slab);
-        let fired: Vec<Handle> = std::iter::from_fn(|| slab.pop_due(Time::MAX)).collect();
-        assert_eq!(fired.iter().filter(|&&h| h == other).count(), 1);
-        assert_eq!(fired.len(), 701);
-        assert_sound(&slab);
-    }
-
-    /// A lane whose dead entries crowd it, behind a first one that stays,
-    /// moves its oldest live ones to the heap; a full lane takes no more;
-    /// and the timers still fire as armed, in `(deadline, slot)` order.
-    #[test]
-    fn crowded_and_full_lanes_make_way() {
-        let mut rng = Rng::new(3);
+    fn timers_of_a_few_kinds_each_find_their_lane() {
+        let mut rng = Rng::new(5);
         let mut slab: Slab<u32> = Slab::default();
         let mut armed: BTreeMap<u32, Time> = BTreeMap::new();
-        let handles: Vec<Handle> = (0..2_600).map(|i| slab.insert(i)).collect();
-        // In order, so in one lane until it is full, then the next, and
-        // past four full lanes in the heap.
+        let durations = [30_000, 5_000, 60_000, 100];
+        let handles: Vec<Handle> = (0..3_000).map(|i| slab.insert(i)).collect();
+        for (step, &handle) in handles.iter().enumerate() {
+            let now = step as u64 / 7;
+            let kind = rng.up_to(LANES as u64 - 1) as usize;
+            let at = Time::from_nanos(now + durations[kind]);
+            slab.set_timer(handle, at);
+            armed.insert(handle.slot(), at);
+            if rng.chance(1, 3) {
+                // Answered in any order: its timer goes.
+                let gone = handles[rng.up_to(step as u64) as usize];
+                slab.clear_timer(gone);
+                armed.remove(&gone.slot());
+            }
+            assert!(slab.heap.is_empty(), "step {step}: a timer fit no lane");
+        }
+        assert_eq!(assert_sound(&slab), armed.len());
+        // One kind more than there are lanes: only its timers that fit no
+        // lane go to the heap, and they still fire in order.
+        let fifth = Time::from_nanos(10);
+        slab.set_timer(handles[0], fifth);
+        armed.insert(handles[0].slot(), fifth);
+        assert_eq!(slab.heap.len(), 1);
+        assert_eq!(assert_sound(&slab), armed.len());
+        assert_fire_in_order(&mut slab, &armed);
+    }
+
+    /// Deadlines that go down fit no lane once the lanes are taken: they
+    /// go to the heap, and come out of it exactly, whether disarmed, set
+    /// again, removed with their entry, or fired.
+    #[test]
+    fn timers_that_fit_no_lane_go_to_the_heap_and_out_of_it_exactly() {
+        let mut rng = Rng::new(7);
+        let mut slab: Slab<u32> = Slab::default();
+        let mut armed: BTreeMap<u32, Time> = BTreeMap::new();
+        let mut handles: Vec<Handle> = (0..300).map(|i| slab.insert(i)).collect();
         for (i, &handle) in handles.iter().enumerate() {
-            let at = Time::from_nanos(1 + i as u64 / 3);
+            let at = Time::from_nanos(1_000_000 - 10 * i as u64);
             slab.set_timer(handle, at);
             armed.insert(handle.slot(), at);
         }
-        assert_eq!(slab.lanes[0].len(), POSITIONS as usize);
-        assert!(slab.heap_live > 0);
-        assert_sound(&slab);
-        let mut made_way = false;
-        for round in 0..4_000u64 {
-            // Cleared at random, and armed again later.
-            let handle = handles[rng.up_to(2_599) as usize];
-            let in_heap = slab.heap_live;
-            slab.clear_timer(handle);
-            armed.remove(&handle.slot());
-            made_way |= slab.heap_live > in_heap;
-            if rng.chance(1, 2) {
-                let at = Time::from_nanos(100_000 + round);
-                slab.set_timer(handle, at);
-                armed.insert(handle.slot(), at);
+        assert_eq!(slab.heap.len(), 300 - LANES);
+        for round in 0..20_000u64 {
+            let pick = rng.up_to(handles.len() as u64 - 1) as usize;
+            let handle = handles[pick];
+            match rng.up_to(3) {
+                0 => {
+                    slab.clear_timer(handle);
+                    armed.remove(&handle.slot());
+                }
+                1 => {
+                    assert!(slab.remove(handle).is_some());
+                    armed.remove(&handle.slot());
+                    handles[pick] = slab.insert(0);
+                }
+                _ => {
+                    // Earlier and later than the lanes' last deadlines.
+                    let at = Time::from_nanos(rng.up_to(2_000_000) + round);
+                    slab.set_timer(handle, at);
+                    armed.insert(handle.slot(), at);
+                }
             }
-            assert_sound(&slab);
+            assert_eq!(slab.next_deadline(), armed.values().min().copied());
+            if round % 50 == 0 {
+                assert_eq!(assert_sound(&slab), armed.len());
+            }
         }
-        assert!(made_way);
-        let mut expected: Vec<(Time, u32)> = armed.iter().map(|(&s, &at)| (at, s)).collect();
-        expected.sort();
-        let fired: Vec<(Time, u32)> = std::iter::from_fn(|| {
-            let handle = slab.pop_due(Time::MAX)?;
-            Some((armed[&handle.slot()], handle.slot()))
-        })
-        .collect();
-        assert_eq!(fired, expected);
-        assert_sound(&slab);
+        assert!(!slab.heap.is_empty());
+        assert_eq!(assert_sound(&slab), armed.len());
+        assert_fire_in_order(&mut slab, &armed);
+    }
+
+    /// Timers due at one moment fire in slot order, whether in one lane,
+    /// in several, or in the heap.
+    #[test]
+    fn timers_due_at_one_moment_fire_in_slot_order() {
+        let mut slab: Slab<u32> = Slab::default();
+        let mut armed: BTreeMap<u32, Time> = BTreeMap::new();
+        let handles: Vec<Handle> = (0..40).map(|i| slab.insert(i)).collect();
+        // Armed from the last slot down, at two moments: two lanes.
+        for (i, &handle) in handles.iter().enumerate().rev() {
+            let at = Time::from_nanos(if i % 2 == 0 { 10 } else { 20 });
+            slab.set_timer(handle, at);
+            armed.insert(handle.slot(), at);
+        }
+        // Then lower deadlines, in two more lanes and then the heap, and
+        // some at the first two moments again.
+        for (&handle, at) in handles.iter().zip([9, 8, 7, 7, 10, 20]) {
+            slab.set_timer(handle, Time::from_nanos(at));
+            armed.insert(handle.slot(), Time::from_nanos(at));
+        }
+        assert_eq!(slab.heap.len(), 2);
+        assert!(!slab.heap.is_empty());
+        assert_eq!(assert_sound(&slab), armed.len());
+        assert_eq!(slab.pop_due(Time::from_nanos(4)), None);
+        assert_fire_in_order(&mut slab, &armed);
     }
 
     /// Random pushes at both ends, pops, and entries leaving early,
