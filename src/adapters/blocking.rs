@@ -27,6 +27,7 @@
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
+use std::ops::Deref;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -46,7 +47,7 @@ use crate::client::{
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 
-pub use crate::adapters::lease::LeaseStatus;
+pub use crate::adapters::lease::{HeldGrant, LeaseStatus};
 pub use crate::adapters::shell::{LockError, RequestError};
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::blocking::{TlsConnector, TlsStream};
@@ -383,9 +384,7 @@ impl Handle {
         let pending = self.acquire_with(key, owner, wait, lease, renew, Some(Arc::clone(&shared)));
         match pending.wait()? {
             Outcome::Granted(grant) => Ok(Lease {
-                grant: Some(grant),
-                shared,
-                seen: 0,
+                held: HeldGrant::new(grant, shared),
                 handle: self.clone(),
             }),
             other => Err(LockError::NotAcquired(other)),
@@ -478,58 +477,35 @@ impl Handle {
 /// automatically renewed lock never outlives the code that held it.
 /// [`release`](Lease::release) does the same and reports the outcome;
 /// [`let_expire`](Lease::let_expire) keeps the grant to run out.
+/// Its grant, token and status come from [`HeldGrant`], which it derefs to.
 #[derive(Debug)]
 pub struct Lease {
-    /// `None` once released or left to run out.
-    grant: Option<Grant>,
-    shared: Arc<lease::Shared>,
-    /// The status version the caller has seen.
-    seen: u64,
+    held: HeldGrant,
     handle: Handle,
 }
 
+impl Deref for Lease {
+    type Target = HeldGrant;
+
+    fn deref(&self) -> &HeldGrant {
+        &self.held
+    }
+}
+
 impl Lease {
-    fn held(&self) -> &Grant {
-        self.grant.as_ref().expect("held until consumed")
-    }
-
-    /// The grant (as it was granted; [`valid_until`](Lease::valid_until)
-    /// is where it stands now).
-    pub fn grant(&self) -> &Grant {
-        self.held()
-    }
-
-    /// The fencing token: quote it to the storage the lock protects.
-    pub fn token(&self) -> u64 {
-        self.held().token()
-    }
-
-    /// Where the grant stands now: valid, in jeopardy, lost or expired.
-    pub fn status(&self) -> LeaseStatus {
-        self.shared.status().0
-    }
-
-    /// Until when the holder may count on the key now, renewals included
-    /// (`None` once lost).
-    pub fn valid_until(&self) -> Option<Time> {
-        self.status().valid_until()
-    }
-
     /// Blocks until the status changes from the last one this returned
     /// (or, the first time, from the grant's), or until `timeout` passes;
     /// returns the status then.
     pub fn wait_change(&mut self, timeout: Option<Duration>) -> LeaseStatus {
-        let (status, version) = self.shared.wait_change(self.seen.max(1), timeout);
-        self.seen = version;
-        status
+        self.held.wait_change(timeout)
     }
 
     /// Renews the grant once, asking for `lease` (`None`: the acquire's).
     /// Returns when the request is queued; the renewal's answer shows in
-    /// [`status`](Lease::status).
+    /// [`status`](HeldGrant::status).
     pub fn renew(&self, lease: Option<Duration>) -> Result<(), RequestError> {
         let (reply, rx) = reply::channel();
-        let grant = self.held().clone();
+        let grant = self.grant().clone();
         self.handle.call(
             Command::Renew {
                 grant,
@@ -553,7 +529,7 @@ impl Lease {
 
     fn set_auto(&self, on: bool, limit: Option<Duration>) -> Result<(), RequestError> {
         let (reply, rx) = reply::channel();
-        let grant = self.held().clone();
+        let grant = self.grant().clone();
         let command = Command::AutoRenew {
             grant,
             on,
@@ -566,7 +542,7 @@ impl Lease {
     /// Releases the grant by its exact token and blocks until the outcome
     /// (`Released`, `NotHeld` or `Lapsed`).
     pub fn release(mut self) -> Result<Outcome, RequestError> {
-        let grant = self.grant.take().expect("held until consumed");
+        let grant = self.held.take().expect("held until consumed");
         let (reply, rx) = reply::channel();
         self.handle.call(Command::Release { grant, reply }, &rx)
     }
@@ -574,7 +550,7 @@ impl Lease {
     /// Keeps the grant without its guard: renewal stops, and the grant
     /// runs out at its `valid_until` unless released by other means.
     pub fn let_expire(mut self) -> Grant {
-        let grant = self.grant.take().expect("held until consumed");
+        let grant = self.held.take().expect("held until consumed");
         (self.handle.inner.commands)(Command::LetExpire {
             grant: grant.clone(),
         });
@@ -584,7 +560,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(grant) = self.grant.take() {
+        if let Some(grant) = self.held.take() {
             (self.handle.inner.commands)(Command::DropGuard { grant });
         }
     }

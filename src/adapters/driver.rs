@@ -15,6 +15,7 @@
 use std::collections::VecDeque;
 use std::future::Future;
 use std::io;
+use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -23,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::adapters::lease::{self, LeaseStatus};
+use crate::adapters::lease::{self, HeldGrant, LeaseStatus};
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::{self, register, Receiver};
 use crate::adapters::shell::{Command, Io, LockError, OpResult, RequestError, Shell};
@@ -492,9 +493,7 @@ impl Future for Lock {
         let shared = self.shared.take().expect("polled after it resolved");
         Poll::Ready(match outcome {
             Outcome::Granted(grant) => Ok(Lease {
-                grant: Some(grant),
-                shared,
-                seen: 0,
+                held: HeldGrant::new(grant, shared),
                 commands: self.acquire.commands.clone(),
             }),
             other => Err(LockError::NotAcquired(other)),
@@ -507,56 +506,31 @@ impl Future for Lock {
 /// automatically renewed lock never outlives the code that held it.
 /// [`release`](Lease::release) does the same and reports the outcome;
 /// [`let_expire`](Lease::let_expire) keeps the grant to run out.
+/// Its grant, token and status come from [`HeldGrant`], which it derefs to.
 #[derive(Debug)]
 pub struct Lease {
-    /// `None` once released or left to run out.
-    grant: Option<Grant>,
-    shared: Arc<lease::Shared>,
-    /// The status version the caller has seen.
-    seen: u64,
+    held: HeldGrant,
     commands: Sender,
 }
 
+impl Deref for Lease {
+    type Target = HeldGrant;
+
+    fn deref(&self) -> &HeldGrant {
+        &self.held
+    }
+}
+
 impl Lease {
-    fn held(&self) -> &Grant {
-        self.grant.as_ref().expect("held until consumed")
-    }
-
-    /// The grant (as it was granted; [`valid_until`](Lease::valid_until)
-    /// is where it stands now).
-    pub fn grant(&self) -> &Grant {
-        self.held()
-    }
-
-    /// The fencing token: quote it to the storage the lock protects.
-    pub fn token(&self) -> u64 {
-        self.held().token()
-    }
-
-    /// Where the grant stands now: valid, in jeopardy, lost or expired.
-    pub fn status(&self) -> LeaseStatus {
-        self.shared.status().0
-    }
-
-    /// Until when the holder may count on the key now, renewals included
-    /// (`None` once lost).
-    pub fn valid_until(&self) -> Option<Time> {
-        self.status().valid_until()
-    }
-
     /// Waits until the status changes from the last one this returned
     /// (or, the first time, from the grant's), and returns it.
     pub async fn changed(&mut self) -> LeaseStatus {
-        let shared = Arc::clone(&self.shared);
-        let seen = self.seen.max(1);
-        let (status, version) = std::future::poll_fn(|cx| shared.poll_change(seen, cx)).await;
-        self.seen = version;
-        status
+        self.held.changed().await
     }
 
     /// Renews the grant once, asking for `lease` (`None`: the acquire's).
     /// Resolves when the request is queued; the renewal's answer shows in
-    /// [`status`](Lease::status).
+    /// [`status`](HeldGrant::status).
     pub fn renew(
         &self,
         lease: Option<Duration>,
@@ -565,7 +539,7 @@ impl Lease {
         let sent = request(
             &self.commands,
             Command::Renew {
-                grant: self.held().clone(),
+                grant: self.grant().clone(),
                 lease,
                 reply,
             },
@@ -596,7 +570,7 @@ impl Lease {
         let sent = request(
             &self.commands,
             Command::AutoRenew {
-                grant: self.held().clone(),
+                grant: self.grant().clone(),
                 on,
                 limit,
                 reply,
@@ -610,7 +584,7 @@ impl Lease {
     pub fn release(
         mut self,
     ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let grant = self.grant.take().expect("held until consumed");
+        let grant = self.held.take().expect("held until consumed");
         let (reply, rx) = reply::channel();
         let sent = request(&self.commands, Command::Release { grant, reply });
         Answer { sent, rx }
@@ -619,7 +593,7 @@ impl Lease {
     /// Keeps the grant without its guard: renewal stops, and the grant
     /// runs out at its `valid_until` unless released by other means.
     pub fn let_expire(mut self) -> Grant {
-        let grant = self.grant.take().expect("held until consumed");
+        let grant = self.held.take().expect("held until consumed");
         let _ = request(
             &self.commands,
             Command::LetExpire {
@@ -632,7 +606,7 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(grant) = self.grant.take() {
+        if let Some(grant) = self.held.take() {
             let _ = request(&self.commands, Command::DropGuard { grant });
         }
     }

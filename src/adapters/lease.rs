@@ -59,6 +59,75 @@ impl LeaseStatus {
     }
 }
 
+/// What every adapter's held-grant guard (`Lease`) shows: its grant, and
+/// where it stands now. A `Lease` derefs to it.
+#[derive(Debug)]
+pub struct HeldGrant {
+    /// `None` once released or left to run out.
+    grant: Option<Grant>,
+    shared: Arc<Shared>,
+    /// The status version the caller has seen.
+    seen: u64,
+}
+
+impl HeldGrant {
+    /// A guard for `grant`, kept up to date through `shared`.
+    pub(crate) fn new(grant: Grant, shared: Arc<Shared>) -> HeldGrant {
+        HeldGrant {
+            grant: Some(grant),
+            shared,
+            seen: 0,
+        }
+    }
+
+    /// The grant (as it was granted; [`valid_until`](HeldGrant::valid_until)
+    /// is where it stands now).
+    pub fn grant(&self) -> &Grant {
+        self.grant.as_ref().expect("held until consumed")
+    }
+
+    /// The fencing token: quote it to the storage the lock protects.
+    pub fn token(&self) -> u64 {
+        self.grant().token()
+    }
+
+    /// Where the grant stands now: valid, in jeopardy, lost or expired.
+    pub fn status(&self) -> LeaseStatus {
+        self.shared.status().0
+    }
+
+    /// Until when the holder may count on the key now, renewals included
+    /// (`None` once lost).
+    pub fn valid_until(&self) -> Option<Time> {
+        self.status().valid_until()
+    }
+
+    /// The grant, taken out of the guard: once it is released or left to
+    /// run out, or when the guard is dropped (`None` then if it was).
+    pub(crate) fn take(&mut self) -> Option<Grant> {
+        self.grant.take()
+    }
+
+    /// Ready with the status once it changed from the last one the caller
+    /// saw (or, the first time, from the grant's).
+    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
+    pub(crate) async fn changed(&mut self) -> LeaseStatus {
+        let (shared, seen) = (&self.shared, self.seen.max(1));
+        let (status, version) = std::future::poll_fn(|cx| shared.poll_change(seen, cx)).await;
+        self.seen = version;
+        status
+    }
+
+    /// Blocks until the status changed from the last one the caller saw,
+    /// or `timeout` passes; the status then.
+    #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
+    pub(crate) fn wait_change(&mut self, timeout: Option<Duration>) -> LeaseStatus {
+        let (status, version) = self.shared.wait_change(self.seen.max(1), timeout);
+        self.seen = version;
+        status
+    }
+}
+
 /// A guard's state, written by the driver, read by the guard.
 pub(crate) struct Shared {
     state: Mutex<State>,

@@ -42,7 +42,7 @@ use crate::client::{Config, ConfigError};
 use crate::names::Endpoint;
 
 pub use crate::adapters::driver::{Acquire, Canceller, Handle, Lease, Lock};
-pub use crate::adapters::lease::LeaseStatus;
+pub use crate::adapters::lease::{HeldGrant, LeaseStatus};
 pub use crate::adapters::shell::{LockError, RequestError};
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::tokio::TlsConnector;
