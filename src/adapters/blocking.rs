@@ -39,7 +39,7 @@ use bytes::Bytes;
 use crate::adapters::lease;
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::{self, Receiver};
-use crate::adapters::shell::{Command, Io, OpResult, Shell};
+use crate::adapters::shell::{AcquireArgs, Command, Io, OpResult, Shell};
 use crate::adapters::tls;
 use crate::client::{
     Client, ClientStats, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
@@ -293,7 +293,7 @@ impl Handle {
         wait: Duration,
         lease: Duration,
     ) -> PendingAcquire {
-        self.acquire_with(key, owner, wait, lease, None, None)
+        self.acquire_with(AcquireArgs::new(key, owner, wait, lease, None), None)
     }
 
     /// The client core's counters ([`Client::stats`](crate::client::Client::stats)).
@@ -309,16 +309,12 @@ impl Handle {
     /// Returns when the renewal is queued; the core's notices tell how it
     /// went.
     pub fn renew(&self, grant: &Grant, lease: Option<Duration>) -> Result<(), RequestError> {
-        let (reply, rx) = reply::channel();
         let grant = grant.clone();
-        self.call(
-            Command::Renew {
-                grant,
-                lease,
-                reply,
-            },
-            &rx,
-        )
+        self.ask(|reply| Command::Renew {
+            grant,
+            lease,
+            reply,
+        })
     }
 
     /// Starts (`on`, for at most `limit`) or stops renewing a held grant
@@ -329,14 +325,13 @@ impl Handle {
         on: bool,
         limit: Option<Duration>,
     ) -> Result<(), RequestError> {
-        let (reply, rx) = reply::channel();
-        let command = Command::AutoRenew {
-            grant: grant.clone(),
+        let grant = grant.clone();
+        self.ask(|reply| Command::AutoRenew {
+            grant,
             on,
             limit,
             reply,
-        };
-        self.call(command, &rx)
+        })
     }
 
     /// Acquires `key` as [`acquire`](Handle::acquire) does, and hands the
@@ -349,7 +344,7 @@ impl Handle {
         wait: Duration,
         lease: Duration,
     ) -> Result<Lease, LockError> {
-        self.lock_with(key, owner, wait, lease, None)
+        self.lock_with(AcquireArgs::new(key, owner, wait, lease, None))
     }
 
     /// As [`lock`](Handle::lock), with the grant renewed automatically for
@@ -363,25 +358,12 @@ impl Handle {
         lease: Duration,
         limit: Option<Duration>,
     ) -> Result<Lease, LockError> {
-        self.lock_with(
-            key,
-            owner,
-            wait,
-            lease,
-            Some(limit.unwrap_or(Duration::MAX)),
-        )
+        self.lock_with(AcquireArgs::new(key, owner, wait, lease, Some(limit)))
     }
 
-    fn lock_with(
-        &self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-        renew: Option<Duration>,
-    ) -> Result<Lease, LockError> {
+    fn lock_with(&self, args: AcquireArgs) -> Result<Lease, LockError> {
         let shared = lease::Shared::new();
-        let pending = self.acquire_with(key, owner, wait, lease, renew, Some(Arc::clone(&shared)));
+        let pending = self.acquire_with(args, Some(Arc::clone(&shared)));
         match pending.wait()? {
             Outcome::Granted(grant) => Ok(Lease {
                 held: HeldGrant::new(grant, shared),
@@ -391,15 +373,7 @@ impl Handle {
         }
     }
 
-    fn acquire_with(
-        &self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-        renew: Option<Duration>,
-        guard: Option<Arc<lease::Shared>>,
-    ) -> PendingAcquire {
+    fn acquire_with(&self, args: AcquireArgs, guard: Option<Arc<lease::Shared>>) -> PendingAcquire {
         let ticket = self
             .inner
             .tickets
@@ -407,11 +381,7 @@ impl Handle {
         let (reply, rx) = reply::channel();
         let sent = (self.inner.commands)(Command::Acquire {
             ticket,
-            key,
-            owner,
-            wait,
-            lease,
-            renew,
+            args,
             guard,
             reply,
         });
@@ -426,14 +396,8 @@ impl Handle {
     /// Releases a grant by its exact token and blocks until the outcome
     /// (`Released`, `NotHeld` or `Lapsed`).
     pub fn release(&self, grant: &Grant) -> Result<Outcome, RequestError> {
-        let (reply, rx) = reply::channel();
-        self.call(
-            Command::Release {
-                grant: grant.clone(),
-                reply,
-            },
-            &rx,
-        )
+        let grant = grant.clone();
+        self.ask(|reply| Command::Release { grant, reply })
     }
 
     /// Hands back a grant that can no longer be used: the client releases it
@@ -448,22 +412,22 @@ impl Handle {
 
     /// Releases a raw `(key, token)` and blocks until the outcome.
     pub fn release_token(&self, key: Key, token: u64) -> Result<Outcome, RequestError> {
-        let (reply, rx) = reply::channel();
-        self.call(Command::ReleaseToken { key, token, reply }, &rx)
+        self.ask(|reply| Command::ReleaseToken { key, token, reply })
     }
 
     /// Shuts down within `budget` and blocks until that is done.
     pub fn shutdown(&self, budget: Duration) -> Result<(), RequestError> {
-        let (reply, rx) = reply::channel();
-        self.call(Command::Shutdown { budget, reply }, &rx)
+        self.ask(|reply| Command::Shutdown { budget, reply })
     }
 
-    fn call<T>(
+    /// Sends the command that `command` makes with a reply slot, and
+    /// blocks until something comes into the slot.
+    fn ask<T>(
         &self,
-        command: Command,
-        rx: &Receiver<Result<T, Error>>,
+        command: impl FnOnce(reply::Sender<Result<T, Error>>) -> Command,
     ) -> Result<T, RequestError> {
-        if !(self.inner.commands)(command) {
+        let (reply, rx) = reply::channel();
+        if !(self.inner.commands)(command(reply)) {
             return Err(RequestError::Stopped);
         }
         rx.recv()
@@ -504,47 +468,25 @@ impl Lease {
     /// Returns when the request is queued; the renewal's answer shows in
     /// [`status`](HeldGrant::status).
     pub fn renew(&self, lease: Option<Duration>) -> Result<(), RequestError> {
-        let (reply, rx) = reply::channel();
-        let grant = self.grant().clone();
-        self.handle.call(
-            Command::Renew {
-                grant,
-                lease,
-                reply,
-            },
-            &rx,
-        )
+        self.handle.renew(self.grant(), lease)
     }
 
     /// Renews the grant automatically from now on, for at most `limit`
     /// (`None`: until released).
     pub fn auto_renew(&self, limit: Option<Duration>) -> Result<(), RequestError> {
-        self.set_auto(true, limit)
+        self.handle.auto_renew(self.grant(), true, limit)
     }
 
     /// Stops renewing the grant automatically.
     pub fn stop_renewing(&self) -> Result<(), RequestError> {
-        self.set_auto(false, None)
-    }
-
-    fn set_auto(&self, on: bool, limit: Option<Duration>) -> Result<(), RequestError> {
-        let (reply, rx) = reply::channel();
-        let grant = self.grant().clone();
-        let command = Command::AutoRenew {
-            grant,
-            on,
-            limit,
-            reply,
-        };
-        self.handle.call(command, &rx)
+        self.handle.auto_renew(self.grant(), false, None)
     }
 
     /// Releases the grant by its exact token and blocks until the outcome
     /// (`Released`, `NotHeld` or `Lapsed`).
     pub fn release(mut self) -> Result<Outcome, RequestError> {
         let grant = self.held.take().expect("held until consumed");
-        let (reply, rx) = reply::channel();
-        self.handle.call(Command::Release { grant, reply }, &rx)
+        self.handle.release(&grant)
     }
 
     /// Keeps the grant without its guard: renewal stops, and the grant

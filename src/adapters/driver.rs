@@ -27,7 +27,7 @@ use bytes::Bytes;
 use crate::adapters::lease::{self, HeldGrant, LeaseStatus};
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::{self, register, Receiver};
-use crate::adapters::shell::{Command, Io, LockError, OpResult, RequestError, Shell};
+use crate::adapters::shell::{AcquireArgs, Command, Io, LockError, OpResult, RequestError, Shell};
 use crate::adapters::tls;
 use crate::client::{
     Client, ClientStats, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd,
@@ -192,7 +192,7 @@ impl Handle {
     /// total. Resolves to the acquire's outcome. Dropping the future before
     /// it resolves cancels the acquire through the core.
     pub fn acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Acquire {
-        self.start_acquire(key, owner, wait, lease, None, None)
+        self.start_acquire(AcquireArgs::new(key, owner, wait, lease, None), None)
     }
 
     /// As [`acquire`](Handle::acquire), with the grant, once granted,
@@ -208,8 +208,7 @@ impl Handle {
         lease: Duration,
         limit: Option<Duration>,
     ) -> Acquire {
-        let renew = Some(limit.unwrap_or(Duration::MAX));
-        self.start_acquire(key, owner, wait, lease, renew, None)
+        self.start_acquire(AcquireArgs::new(key, owner, wait, lease, Some(limit)), None)
     }
 
     /// The client core's counters ([`Client::stats`](crate::client::Client::stats)).
@@ -234,14 +233,12 @@ impl Handle {
         grant: &Grant,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        let (reply, rx) = reply::channel();
         let grant = grant.clone();
-        let sent = self.request(Command::Renew {
+        ask(&self.commands, |reply| Command::Renew {
             grant,
             lease,
             reply,
-        });
-        Answer { sent, rx }
+        })
     }
 
     /// Starts (`on`, for at most `limit`) or stops renewing a held grant
@@ -252,22 +249,20 @@ impl Handle {
         on: bool,
         limit: Option<Duration>,
     ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        let (reply, rx) = reply::channel();
-        let command = Command::AutoRenew {
-            grant: grant.clone(),
+        let grant = grant.clone();
+        ask(&self.commands, |reply| Command::AutoRenew {
+            grant,
             on,
             limit,
             reply,
-        };
-        let sent = self.request(command);
-        Answer { sent, rx }
+        })
     }
 
     /// Acquires `key` as [`acquire`](Handle::acquire) does, and hands the
     /// grant over as a [`Lease`]: a guard that releases it by exact token
     /// when dropped. Not renewed unless asked ([`Lease::auto_renew`]).
     pub fn lock(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Lock {
-        self.lock_with(key, owner, wait, lease, None)
+        self.lock_with(AcquireArgs::new(key, owner, wait, lease, None))
     }
 
     /// As [`lock`](Handle::lock), with the grant renewed automatically for
@@ -281,48 +276,24 @@ impl Handle {
         lease: Duration,
         limit: Option<Duration>,
     ) -> Lock {
-        self.lock_with(
-            key,
-            owner,
-            wait,
-            lease,
-            Some(limit.unwrap_or(Duration::MAX)),
-        )
+        self.lock_with(AcquireArgs::new(key, owner, wait, lease, Some(limit)))
     }
 
-    fn lock_with(
-        &self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-        renew: Option<Duration>,
-    ) -> Lock {
+    fn lock_with(&self, args: AcquireArgs) -> Lock {
         let shared = lease::Shared::new();
         Lock {
-            acquire: self.start_acquire(key, owner, wait, lease, renew, Some(Arc::clone(&shared))),
+            acquire: self.start_acquire(args, Some(Arc::clone(&shared))),
             shared: Some(shared),
+            handle: self.clone(),
         }
     }
 
-    fn start_acquire(
-        &self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-        renew: Option<Duration>,
-        guard: Option<Arc<lease::Shared>>,
-    ) -> Acquire {
+    fn start_acquire(&self, args: AcquireArgs, guard: Option<Arc<lease::Shared>>) -> Acquire {
         let ticket = self.tickets.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = reply::channel();
         let command = Command::Acquire {
             ticket,
-            key,
-            owner,
-            wait,
-            lease,
-            renew,
+            args,
             guard,
             reply,
         };
@@ -343,12 +314,8 @@ impl Handle {
         &self,
         grant: &Grant,
     ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let (reply, rx) = reply::channel();
-        let sent = self.request(Command::Release {
-            grant: grant.clone(),
-            reply,
-        });
-        Answer { sent, rx }
+        let grant = grant.clone();
+        ask(&self.commands, |reply| Command::Release { grant, reply })
     }
 
     /// Hands back a grant that can no longer be used (its receiver went
@@ -364,9 +331,11 @@ impl Handle {
         key: Key,
         token: u64,
     ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-        let (reply, rx) = reply::channel();
-        let sent = self.request(Command::ReleaseToken { key, token, reply });
-        Answer { sent, rx }
+        ask(&self.commands, |reply| Command::ReleaseToken {
+            key,
+            token,
+            reply,
+        })
     }
 
     /// Shuts down: new acquires are refused, acquires in flight are
@@ -377,9 +346,7 @@ impl Handle {
         &self,
         budget: Duration,
     ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        let (reply, rx) = reply::channel();
-        let sent = self.request(Command::Shutdown { budget, reply });
-        Answer { sent, rx }
+        ask(&self.commands, |reply| Command::Shutdown { budget, reply })
     }
 
     fn request(&self, command: Command) -> Result<(), RequestError> {
@@ -483,6 +450,7 @@ impl Drop for Acquire {
 pub struct Lock {
     acquire: Acquire,
     shared: Option<Arc<lease::Shared>>,
+    handle: Handle,
 }
 
 impl Future for Lock {
@@ -494,7 +462,7 @@ impl Future for Lock {
         Poll::Ready(match outcome {
             Outcome::Granted(grant) => Ok(Lease {
                 held: HeldGrant::new(grant, shared),
-                commands: self.acquire.commands.clone(),
+                handle: self.handle.clone(),
             }),
             other => Err(LockError::NotAcquired(other)),
         })
@@ -510,7 +478,7 @@ impl Future for Lock {
 #[derive(Debug)]
 pub struct Lease {
     held: HeldGrant,
-    commands: Sender,
+    handle: Handle,
 }
 
 impl Deref for Lease {
@@ -535,16 +503,7 @@ impl Lease {
         &self,
         lease: Option<Duration>,
     ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        let (reply, rx) = reply::channel();
-        let sent = request(
-            &self.commands,
-            Command::Renew {
-                grant: self.grant().clone(),
-                lease,
-                reply,
-            },
-        );
-        Answer { sent, rx }
+        self.handle.renew(self.grant(), lease)
     }
 
     /// Renews the grant automatically from now on, for at most `limit`
@@ -553,30 +512,12 @@ impl Lease {
         &self,
         limit: Option<Duration>,
     ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        self.set_auto(true, limit)
+        self.handle.auto_renew(self.grant(), true, limit)
     }
 
     /// Stops renewing the grant automatically.
     pub fn stop_renewing(&self) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        self.set_auto(false, None)
-    }
-
-    fn set_auto(
-        &self,
-        on: bool,
-        limit: Option<Duration>,
-    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static {
-        let (reply, rx) = reply::channel();
-        let sent = request(
-            &self.commands,
-            Command::AutoRenew {
-                grant: self.grant().clone(),
-                on,
-                limit,
-                reply,
-            },
-        );
-        Answer { sent, rx }
+        self.handle.auto_renew(self.grant(), false, None)
     }
 
     /// Releases the grant by its exact token; resolves to `Released`,
@@ -585,21 +526,16 @@ impl Lease {
         mut self,
     ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
         let grant = self.held.take().expect("held until consumed");
-        let (reply, rx) = reply::channel();
-        let sent = request(&self.commands, Command::Release { grant, reply });
-        Answer { sent, rx }
+        self.handle.release(&grant)
     }
 
     /// Keeps the grant without its guard: renewal stops, and the grant
     /// runs out at its `valid_until` unless released by other means.
     pub fn let_expire(mut self) -> Grant {
         let grant = self.held.take().expect("held until consumed");
-        let _ = request(
-            &self.commands,
-            Command::LetExpire {
-                grant: grant.clone(),
-            },
-        );
+        let _ = self.handle.request(Command::LetExpire {
+            grant: grant.clone(),
+        });
         grant
     }
 }
@@ -607,13 +543,24 @@ impl Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(grant) = self.held.take() {
-            let _ = request(&self.commands, Command::DropGuard { grant });
+            let _ = self.handle.request(Command::DropGuard { grant });
         }
     }
 }
 
 fn request(commands: &Sender, command: Command) -> Result<(), RequestError> {
     commands.send(command).map_err(|_| RequestError::Stopped)
+}
+
+/// Sends the command that `command` makes with a reply slot, and answers
+/// with what comes into the slot.
+fn ask<T>(
+    commands: &Sender,
+    command: impl FnOnce(reply::Sender<Result<T, Error>>) -> Command,
+) -> Answer<T> {
+    let (reply, rx) = reply::channel();
+    let sent = request(commands, command(reply));
+    Answer { sent, rx }
 }
 
 /// Makes a client core and the future that drives it. Nothing happens

@@ -50,16 +50,43 @@ pub enum LockError {
     Request(#[from] RequestError),
 }
 
-/// A request from the embedder to the driver.
-pub(crate) enum Command {
-    Acquire {
-        ticket: u64,
+/// What an acquire asks for, as the adapters' `acquire`, `lock` and their
+/// `_renewing` forms take it.
+pub(crate) struct AcquireArgs {
+    pub(crate) key: Key,
+    pub(crate) owner: Name,
+    pub(crate) wait: Duration,
+    pub(crate) lease: Duration,
+    /// Renew the grant automatically, for at most this long.
+    pub(crate) renew: Option<Duration>,
+}
+
+impl AcquireArgs {
+    /// The arguments of `acquire`/`lock` (`limit: None`), or of their
+    /// `_renewing` forms (`Some(limit)`, whose `None` is: until released).
+    pub(crate) fn new(
         key: Key,
         owner: Name,
         wait: Duration,
         lease: Duration,
-        /// Renew the grant automatically, for at most this long.
-        renew: Option<Duration>,
+        limit: Option<Option<Duration>>,
+    ) -> AcquireArgs {
+        let renew = limit.map(|limit| limit.unwrap_or(Duration::MAX));
+        AcquireArgs {
+            key,
+            owner,
+            wait,
+            lease,
+            renew,
+        }
+    }
+}
+
+/// A request from the embedder to the driver.
+pub(crate) enum Command {
+    Acquire {
+        ticket: u64,
+        args: AcquireArgs,
         /// The guard that will hold the grant, kept up to date.
         guard: Option<Arc<lease::Shared>>,
         reply: Sender<OpResult>,
@@ -201,11 +228,14 @@ impl Shell {
         match command {
             Command::Acquire {
                 ticket,
-                key,
-                owner,
-                wait,
-                lease,
-                renew,
+                args:
+                    AcquireArgs {
+                        key,
+                        owner,
+                        wait,
+                        lease,
+                        renew,
+                    },
                 guard,
                 reply,
             } => {
