@@ -315,52 +315,34 @@ mod tests {
             refused(|c| c.credential = Some(Name::new("-").unwrap())),
             ConfigError::DashCredential
         );
-        assert_eq!(refused(|c| c.reserved = 0), not_positive("reserved"));
-        assert_eq!(
-            refused(|c| c.release_attempts = 0),
-            not_positive("release_attempts")
-        );
-        assert_eq!(
-            refused(|c| c.max_acquires = 0),
-            not_positive("max_acquires")
-        );
-        assert_eq!(
-            refused(|c| c.max_releases = 0),
-            not_positive("max_releases")
-        );
-        assert_eq!(
-            refused(|c| c.answer_grace = Duration::ZERO),
-            not_positive("answer_grace")
-        );
-        assert_eq!(
-            refused(|c| c.queue_grace = Duration::ZERO),
-            not_positive("queue_grace")
-        );
-        assert_eq!(
-            refused(|c| c.settle_margin = Duration::ZERO),
-            not_positive("settle_margin")
-        );
-        assert_eq!(
-            refused(|c| c.release_horizon = Duration::ZERO),
-            not_positive("release_horizon")
-        );
-        assert_eq!(
-            refused(|c| c.connect_timeout = Duration::ZERO),
-            not_positive("connect_timeout")
-        );
-        assert_eq!(
-            refused(|c| c.handshake_timeout = Duration::ZERO),
-            not_positive("handshake_timeout")
-        );
-        let ms = Duration::from_millis;
-        assert_eq!(
-            refused(|c| c.backoff.transport.base = Duration::ZERO),
-            not_positive("backoff.transport")
-        );
-        assert_eq!(
-            refused(|c| c.backoff.busy = Backoff::new(Duration::ZERO, Duration::ZERO)),
-            not_positive("backoff.busy")
-        );
+        // Each change, and the field it makes meaningless.
+        type Change = fn(&mut Config);
+        let not_positive_cases: [(Change, &str); 12] = [
+            (|c| c.reserved = 0, "reserved"),
+            (|c| c.release_attempts = 0, "release_attempts"),
+            (|c| c.max_acquires = 0, "max_acquires"),
+            (|c| c.max_releases = 0, "max_releases"),
+            (|c| c.answer_grace = Duration::ZERO, "answer_grace"),
+            (|c| c.queue_grace = Duration::ZERO, "queue_grace"),
+            (|c| c.settle_margin = Duration::ZERO, "settle_margin"),
+            (|c| c.release_horizon = Duration::ZERO, "release_horizon"),
+            (|c| c.connect_timeout = Duration::ZERO, "connect_timeout"),
+            (
+                |c| c.handshake_timeout = Duration::ZERO,
+                "handshake_timeout",
+            ),
+            (
+                |c| c.backoff.transport.base = Duration::ZERO,
+                "backoff.transport",
+            ),
+            (
+                |c| c.backoff.busy = Backoff::new(Duration::ZERO, Duration::ZERO),
+                "backoff.busy",
+            ),
+        ];
+        for (change, field) in not_positive_cases {
+            assert_eq!(refused(change), not_positive(field), "{field}");
+        }
         assert_eq!(
             refused(|c| c.backoff.auth_failed =
                 Backoff::new(Duration::from_secs(2), Duration::from_secs(1))),
@@ -368,6 +350,7 @@ mod tests {
                 field: "backoff.auth_failed"
             }
         );
+        let ms = Duration::from_millis;
         let mut c = config();
         c.backoff.redirect = Backoff::new(ms(1), ms(1));
         c.reserved = 1_000;
