@@ -141,6 +141,9 @@ struct State {
     version: u64,
     /// A task waiting for a change.
     waker: Option<Waker>,
+    /// Threads waiting for a change on the condition variable (only they
+    /// need a notification, which costs a system call).
+    blocked: usize,
 }
 
 impl Shared {
@@ -153,6 +156,7 @@ impl Shared {
                 },
                 version: 0,
                 waker: None,
+                blocked: 0,
             }),
             changed: Condvar::new(),
         })
@@ -164,13 +168,15 @@ impl Shared {
     }
 
     fn set(&self, status: LeaseStatus) {
-        let waker = {
+        let (waker, blocked) = {
             let mut state = self.lock();
             state.status = status;
             state.version += 1;
-            state.waker.take()
+            (state.waker.take(), state.blocked > 0)
         };
-        self.changed.notify_all();
+        if blocked {
+            self.changed.notify_all();
+        }
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -197,24 +203,27 @@ impl Shared {
     #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
     pub(crate) fn wait_change(&self, seen: u64, timeout: Option<Duration>) -> (LeaseStatus, u64) {
         let mut state = self.lock();
-        let deadline = timeout.map(|t| std::time::Instant::now() + t);
+        // A timeout past what an `Instant` can hold is no timeout.
+        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
         while state.version <= seen {
-            state = match deadline {
+            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            if left.is_some_and(|left| left.is_zero()) {
+                break;
+            }
+            state.blocked += 1;
+            state = match left {
                 None => self
                     .changed
                     .wait(state)
                     .unwrap_or_else(PoisonError::into_inner),
-                Some(deadline) => {
-                    let left = deadline.saturating_duration_since(std::time::Instant::now());
-                    if left.is_zero() {
-                        break;
-                    }
+                Some(left) => {
                     self.changed
                         .wait_timeout(state, left)
                         .unwrap_or_else(PoisonError::into_inner)
                         .0
                 }
             };
+            state.blocked -= 1;
         }
         (state.status, state.version)
     }
@@ -281,5 +290,37 @@ impl Guards {
         if let Some(shared) = self.held.get(&grant) {
             shared.set(status);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A thread blocked in `wait_change`, with no timeout or with one too
+    /// long for an `Instant`, is woken by the change.
+    #[test]
+    fn a_thread_waiting_for_a_change_is_woken_by_it() {
+        for timeout in [None, Some(Duration::MAX)] {
+            let shared = Shared::new();
+            let (done_tx, done) = std::sync::mpsc::channel();
+            let waiting = Arc::clone(&shared);
+            std::thread::spawn(move || done_tx.send(waiting.wait_change(0, timeout)));
+            while shared.lock().blocked == 0 {
+                std::thread::yield_now();
+            }
+            shared.set(LeaseStatus::Lost);
+            let woken = done.recv_timeout(Duration::from_secs(10));
+            assert_eq!(woken, Ok((LeaseStatus::Lost, 1)), "{timeout:?}");
+            assert_eq!(shared.lock().blocked, 0);
+        }
+    }
+
+    #[test]
+    fn a_wait_with_a_timeout_returns_the_status_unchanged_when_it_passes() {
+        let shared = Shared::new();
+        let (status, version) = shared.wait_change(0, Some(Duration::from_millis(5)));
+        assert_eq!(version, 0);
+        assert_eq!(status, shared.status().0);
     }
 }

@@ -17,8 +17,11 @@ struct Slot<T> {
 }
 
 enum State<T> {
-    /// Nothing yet; the waker of the task waiting for it, if any.
-    Waiting(Option<Waker>),
+    /// Nothing yet: the waker of the task waiting for it, if any, and
+    /// whether a thread waits for it on the condition variable (only then
+    /// is there a thread to notify: a notification costs a system call
+    /// whether anyone waits or not).
+    Waiting(Option<Waker>, bool),
     Ready(T),
     /// No value will be taken any more: it was taken, given up, or the
     /// driver dropped its end without sending.
@@ -34,16 +37,18 @@ impl<T> Slot<T> {
     /// Ends the wait: `next` replaces a waiting state, and whoever waits
     /// is woken. `false` if nobody was waiting any more.
     fn settle(&self, next: State<T>) -> Result<(), State<T>> {
-        let waker = {
+        let (waker, blocked) = {
             let mut state = self.lock();
-            let State::Waiting(waker) = &mut *state else {
+            let State::Waiting(waker, blocked) = &mut *state else {
                 return Err(next);
             };
-            let waker = waker.take();
+            let woken = (waker.take(), *blocked);
             *state = next;
-            waker
+            woken
         };
-        self.changed.notify_all();
+        if blocked {
+            self.changed.notify_all();
+        }
         if let Some(waker) = waker {
             waker.wake();
         }
@@ -56,7 +61,7 @@ impl<T> State<T> {
     fn close(&mut self) -> Option<T> {
         match std::mem::replace(self, State::Closed) {
             State::Ready(value) => Some(value),
-            State::Waiting(_) | State::Closed => None,
+            State::Waiting(..) | State::Closed => None,
         }
     }
 }
@@ -72,7 +77,7 @@ pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
 /// A new channel: the driver's end and the caller's.
 pub(crate) fn channel<T>() -> (Sender<T>, Receiver<T>) {
     let slot = Arc::new(Slot {
-        state: Mutex::new(State::Waiting(None)),
+        state: Mutex::new(State::Waiting(None, false)),
         changed: Condvar::new(),
     });
     (Sender(Some(Arc::clone(&slot))), Receiver(slot))
@@ -113,7 +118,7 @@ impl<T> Receiver<T> {
     pub(crate) fn poll(&self, cx: &Context<'_>) -> Poll<Option<T>> {
         let mut state = self.0.lock();
         match &mut *state {
-            State::Waiting(waker) => {
+            State::Waiting(waker, _) => {
                 register(waker, cx);
                 Poll::Pending
             }
@@ -125,7 +130,8 @@ impl<T> Receiver<T> {
     #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
     pub(crate) fn recv(&self) -> Option<T> {
         let mut state = self.0.lock();
-        while matches!(*state, State::Waiting(_)) {
+        while let State::Waiting(_, blocked) = &mut *state {
+            *blocked = true;
             state = self
                 .0
                 .changed
@@ -141,7 +147,7 @@ impl<T> Receiver<T> {
     pub(crate) fn try_recv(&self) -> Option<Option<T>> {
         let mut state = self.0.lock();
         match *state {
-            State::Waiting(_) => None,
+            State::Waiting(..) => None,
             _ => Some(state.close()),
         }
     }
@@ -205,6 +211,26 @@ mod tests {
         let (tx, rx) = channel();
         assert_eq!(rx.abandon(), None);
         assert_eq!(tx.send("grant"), Err("grant"));
+    }
+
+    /// Waits until a thread blocks on `rx`'s condition variable.
+    fn until_blocked<T>(rx: &Receiver<T>) {
+        while !matches!(*rx.0.lock(), State::Waiting(_, true)) {
+            std::thread::yield_now();
+        }
+    }
+
+    #[test]
+    fn a_caller_blocked_before_the_value_comes_is_woken_by_it() {
+        let (tx, rx) = channel();
+        let rx = Arc::new(rx);
+        let (done_tx, done) = std::sync::mpsc::channel();
+        let waiting = Arc::clone(&rx);
+        std::thread::spawn(move || done_tx.send(waiting.recv()));
+        until_blocked(&rx);
+        assert_eq!(tx.send(7), Ok(()));
+        let woken = done.recv_timeout(std::time::Duration::from_secs(10));
+        assert_eq!(woken, Ok(Some(7)), "the blocked caller was notified");
     }
 
     #[test]
