@@ -702,8 +702,8 @@ impl Client {
     #[inline]
     fn next_due(&self, target: Time) -> Option<(Time, Due)> {
         let due = |at: Option<Time>| at.is_some_and(|at| at <= target);
-        let any = due(self.acquires.next_deadline())
-            | due(self.holds.next_deadline())
+        let any = self.acquires.due_by(target)
+            | self.holds.due_by(target)
             | due(self.link.deadline())
             | due(self.shutdown);
         match any {

@@ -6,7 +6,7 @@
 //! the rules see four small interfaces:
 //!
 //! * [`Slab`]: `insert`, `get`, `remove`, and per entry one timer,
-//!   `set_timer(entry, at)`, with `next_deadline` and `pop_due`;
+//!   `set_timer(entry, at)`, with `next_deadline`, `due_by` and `pop_due`;
 //! * [`Handle`]: an entry's name in its slab for as long as it is stored;
 //! * [`Fifo`]: a queue of handles, whose entries may leave it early;
 //! * [`Pending`]: the requests in flight, by request id.
@@ -27,6 +27,14 @@
 //! into a binary heap, whose entries know their index. The kinds sort
 //! themselves into lanes; nobody tells the slab which is which.
 //!
+//! A timer is placed in a lane or the heap only some time after it is
+//! armed: until then it is listed as *deferred*, and one that is set again
+//! or disarmed meanwhile (an acquire sent right after it was queued, a
+//! grant released soon after it came) is only ever placed once, or never.
+//! The deferred ones are placed when one of them is due, or when they are
+//! many; the earliest of them is found by looking at them, once, and kept
+//! until it changes, so `next_deadline` stays exact.
+//!
 //! So arming a timer that fits a lane is an append, and disarming one
 //! (answers come in any order) touches its slot and its two neighbours:
 //! no timer is left behind dead, nothing is swept or compacted, and with
@@ -40,6 +48,7 @@
 //! in memory.
 
 use core::hint::black_box;
+use std::cell::Cell;
 use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
@@ -109,11 +118,17 @@ const LANES: usize = 4;
 /// No slot: the end of a lane.
 const NIL: u32 = u32::MAX;
 
+/// How many timers may wait to be placed: past this many they are placed
+/// at once, so that finding the earliest of them stays cheap.
+const DEFERRED_MAX: usize = if cfg!(test) { 64 } else { 4096 };
+
 /// Where a slot's timer is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Place {
     /// No timer is armed.
     Nowhere,
+    /// Armed, not yet in a lane or the heap: listed in `deferred`.
+    Deferred,
     /// In this lane, between the slots `prev` and `next` of its slot.
     Lane(u8),
     /// In the heap, at index `prev` of its slot.
@@ -164,8 +179,17 @@ pub(crate) struct Slab<T> {
     lanes: [Lane; LANES],
     /// The timers that fit no lane: a binary heap by `(deadline, slot)`.
     heap: Vec<(Time, u32)>,
-    /// The earliest armed deadline.
+    /// The earliest deadline in the lanes and the heap.
     earliest: Option<Time>,
+    /// The slots whose timer was armed without being placed yet, and some
+    /// whose timer was placed or disarmed since (their place tells).
+    deferred: Vec<u32>,
+    /// How many timers are deferred.
+    deferred_live: usize,
+    /// The earliest deferred deadline, once known (`None`: not known).
+    deferred_min: Cell<Option<Time>>,
+    /// No deferred deadline is earlier than this one (while any is).
+    deferred_floor: Time,
 }
 
 impl<T> Default for Slab<T> {
@@ -177,6 +201,10 @@ impl<T> Default for Slab<T> {
             lanes: [Lane::EMPTY; LANES],
             heap: Vec::new(),
             earliest: None,
+            deferred: Vec::new(),
+            deferred_live: 0,
+            deferred_min: Cell::new(None),
+            deferred_floor: Time::MAX,
         }
     }
 }
@@ -289,13 +317,43 @@ impl<T> Slab<T> {
     /// The earliest armed deadline.
     pub(crate) fn next_deadline(&self) -> Option<Time> {
         debug_assert_eq!(self.earliest, self.find_earliest());
-        self.earliest
+        if self.deferred_live == 0 {
+            return self.earliest;
+        }
+        let deferred = self.deferred_min.get().unwrap_or_else(|| {
+            let slots = &self.slots;
+            let min = self
+                .deferred
+                .iter()
+                .map(|&slot| &slots[slot as usize])
+                .filter(|entry| entry.place == Place::Deferred)
+                .map(|entry| entry.at)
+                .min()
+                .expect("a deferred timer");
+            self.deferred_min.set(Some(min));
+            min
+        });
+        Some(
+            self.earliest
+                .map_or(deferred, |earliest| earliest.min(deferred)),
+        )
+    }
+
+    /// Whether a timer is due at `target` (its deadline at or before it):
+    /// `next_deadline() <= target`, found without looking for the earliest
+    /// deferred timer when none can be due.
+    pub(crate) fn due_by(&self, target: Time) -> bool {
+        self.earliest.is_some_and(|at| at <= target)
+            || (self.deferred_live > 0
+                && self.deferred_floor <= target
+                && self.next_deadline().is_some_and(|at| at <= target))
     }
 
     /// The entry whose timer is due first at `now` (its deadline at or
     /// before it), its timer disarmed; deadlines tie in slot order.
     pub(crate) fn pop_due(&mut self, now: Time) -> Option<Handle> {
         let at = self.next_deadline().filter(|&at| at <= now)?;
+        self.place_deferred();
         // Every lane timer due at `at` joins the heap, which orders them by
         // slot; in a lane they are the first ones.
         for lane in 0..LANES {
@@ -327,9 +385,61 @@ impl<T> Slab<T> {
 
     // ----- the timers -----------------------------------------------------
 
-    /// Arms `slot`'s timer at `at`, replacing the one armed before.
+    /// Arms `slot`'s timer at `at`, replacing the one armed before. The
+    /// timer is placed later, if it is still armed then: a timer set
+    /// again, or disarmed, before it is placed (a request answered, or
+    /// sent, soon after it was made) costs no lane or heap work at all.
     fn arm(&mut self, slot: u32, at: Time) {
-        self.disarm(slot);
+        let entry = &self.slots[slot as usize];
+        let old = match entry.place {
+            Place::Deferred => Some(entry.at),
+            Place::Nowhere => None,
+            Place::Lane(_) | Place::Heap => {
+                self.disarm(slot);
+                None
+            }
+        };
+        let entry = &mut self.slots[slot as usize];
+        entry.at = at;
+        if old.is_none() {
+            entry.place = Place::Deferred;
+            self.deferred.push(slot);
+            self.deferred_live += 1;
+        }
+        self.deferred_floor = self.deferred_floor.min(at);
+        let min = self.deferred_min.get();
+        self.deferred_min.set(match (min, old) {
+            // The earliest one went later: not known any more.
+            (Some(min), Some(old)) if old == min && at > min => None,
+            (Some(min), _) => Some(min.min(at)),
+            (None, _) if self.deferred_live == 1 => Some(at),
+            (None, _) => None,
+        });
+        if self.deferred.len() >= DEFERRED_MAX {
+            self.place_deferred();
+        }
+    }
+
+    /// Puts every deferred timer in its lane, or the heap.
+    #[cold]
+    fn place_deferred(&mut self) {
+        let mut deferred = core::mem::take(&mut self.deferred);
+        for &slot in &deferred {
+            let entry = &self.slots[slot as usize];
+            if entry.place == Place::Deferred {
+                let at = entry.at;
+                self.place(slot, at);
+            }
+        }
+        deferred.clear();
+        self.deferred = deferred;
+        self.deferred_live = 0;
+        self.deferred_min.set(None);
+        self.deferred_floor = Time::MAX;
+    }
+
+    /// Puts `slot`'s timer, due at `at`, in its lane or the heap.
+    fn place(&mut self, slot: u32, at: Time) {
         match self.lane_for(at) {
             Some(lane) => self.push_lane(lane, slot, at),
             None => self.push_heap(slot, at),
@@ -402,10 +512,22 @@ impl<T> Slab<T> {
     /// Disarms `slot`'s timer, if armed.
     #[inline]
     fn disarm(&mut self, slot: u32) {
-        let entry = &self.slots[slot as usize];
+        let entry = &mut self.slots[slot as usize];
         let at = entry.at;
         match entry.place {
             Place::Nowhere => return,
+            Place::Deferred => {
+                entry.place = Place::Nowhere;
+                self.deferred_live -= 1;
+                if self.deferred_live == 0 {
+                    self.deferred.clear();
+                    self.deferred_min.set(None);
+                    self.deferred_floor = Time::MAX;
+                } else if self.deferred_min.get() == Some(at) {
+                    self.deferred_min.set(None);
+                }
+                return;
+            }
             Place::Lane(index) => self.unlink(usize::from(index), slot),
             Place::Heap => self.remove_heap(slot),
         }
@@ -1010,8 +1132,30 @@ mod tests {
             }
         }
         armed += t.heap.len();
+        // Every deferred timer is listed (a timer disarmed and armed again
+        // before it was placed may be listed twice: placed once, skipped
+        // the second time); the earliest of them, when known, is right.
+        let deferred: Vec<u32> = (0..t.slots.len() as u32)
+            .filter(|&s| t.slots[s as usize].place == Place::Deferred)
+            .collect();
+        assert_eq!(deferred.len(), t.deferred_live);
+        for &slot in &deferred {
+            assert!(t.deferred.contains(&slot));
+        }
+        assert!(t.deferred.len() < DEFERRED_MAX);
+        if let Some(min) = deferred.iter().map(|&s| t.slots[s as usize].at).min() {
+            assert!(t.deferred_floor <= min, "the floor is below them all");
+        }
+        if let Some(min) = t.deferred_min.get() {
+            let exact = deferred.iter().map(|&s| t.slots[s as usize].at).min();
+            assert_eq!(Some(min), exact, "the earliest deferred deadline");
+        }
+        armed += deferred.len();
         let marked = t.slots.iter().filter(|s| s.place != Place::Nowhere).count();
-        assert_eq!(marked, armed, "every armed slot is in a lane or the heap");
+        assert_eq!(
+            marked, armed,
+            "every armed slot is in a lane, the heap or deferred"
+        );
         assert_eq!(t.earliest, t.find_earliest());
         armed
     }
@@ -1104,6 +1248,9 @@ mod tests {
                     deadlines.first().map(|&(at, _)| at),
                     "seed {seed} step {step}"
                 );
+                let target = Time::from_nanos(now + rng.up_to(60));
+                let due = deadlines.first().is_some_and(|&(at, _)| at <= target);
+                assert_eq!(slab.due_by(target), due, "seed {seed} step {step}");
                 if step % 97 == 0 {
                     assert_eq!(assert_sound(&slab), armed.len());
                     let listed: Vec<(Handle, u64)> = slab.iter().map(|(h, &v)| (h, v)).collect();
@@ -1162,6 +1309,7 @@ mod tests {
                 slab.clear_timer(gone);
                 armed.remove(&gone.slot());
             }
+            slab.place_deferred();
             assert!(slab.heap.is_empty(), "step {step}: a timer fit no lane");
         }
         assert_eq!(assert_sound(&slab), armed.len());
@@ -1170,6 +1318,7 @@ mod tests {
         let fifth = Time::from_nanos(10);
         slab.set_timer(handles[0], fifth);
         armed.insert(handles[0].slot(), fifth);
+        slab.place_deferred();
         assert_eq!(slab.heap.len(), 1);
         assert_eq!(assert_sound(&slab), armed.len());
         assert_fire_in_order(&mut slab, &armed);
@@ -1189,6 +1338,7 @@ mod tests {
             slab.set_timer(handle, at);
             armed.insert(handle.slot(), at);
         }
+        slab.place_deferred();
         assert_eq!(slab.heap.len(), 300 - LANES);
         for round in 0..20_000u64 {
             let pick = rng.up_to(handles.len() as u64 - 1) as usize;
@@ -1211,6 +1361,10 @@ mod tests {
                 }
             }
             assert_eq!(slab.next_deadline(), armed.values().min().copied());
+            if round % 7 == 0 {
+                // Placed now and then, as a burst of timers would be.
+                slab.place_deferred();
+            }
             if round % 50 == 0 {
                 assert_eq!(assert_sound(&slab), armed.len());
             }
@@ -1235,10 +1389,12 @@ mod tests {
         }
         // Then lower deadlines, in two more lanes and then the heap, and
         // some at the first two moments again.
+        slab.place_deferred();
         for (&handle, at) in handles.iter().zip([9, 8, 7, 7, 10, 20]) {
             slab.set_timer(handle, Time::from_nanos(at));
             armed.insert(handle.slot(), Time::from_nanos(at));
         }
+        slab.place_deferred();
         assert_eq!(slab.heap.len(), 2);
         assert!(!slab.heap.is_empty());
         assert_eq!(assert_sound(&slab), armed.len());
