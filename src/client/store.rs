@@ -1473,6 +1473,19 @@ mod tests {
             slab.remove(handle);
         }
         assert!(fifo.handles.capacity() <= KEPT_WHEN_EMPTY);
+        // Timers that went to the heap (deadlines that go down fit no lane
+        // once the lanes are taken), placed, then disarmed.
+        let handles: Vec<Handle> = (0..100_000).map(|_| slab.insert(key.clone())).collect();
+        for (i, &handle) in handles.iter().enumerate() {
+            slab.set_timer(handle, Time::from_nanos(1_000_000 - i as u64));
+        }
+        slab.place_deferred();
+        assert!(slab.heap.len() > 90_000);
+        for handle in handles {
+            slab.clear_timer(handle);
+        }
+        assert!(slab.heap.is_empty() && slab.heap.capacity() <= KEPT_WHEN_EMPTY);
+        assert!(slab.deferred.capacity() <= DEFERRED_MAX);
         let mut pending = Pending::default();
         for id in 0..100_000u64 {
             pending.insert(id, ());
