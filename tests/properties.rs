@@ -1007,9 +1007,7 @@ fn watched() -> (Client, Checker) {
     let config = Config::new([Endpoint::new("a:1").unwrap()], Name::new("tk").unwrap());
     let mut checker = Checker::new(&config, Time::ZERO);
     let mut client = Client::new(config, Time::ZERO).unwrap();
-    while let Some(action) = client.poll_action() {
-        checker.action(&action).unwrap();
-    }
+    actions(&mut client, &mut checker);
     (client, checker)
 }
 
@@ -1022,15 +1020,53 @@ fn handshake(client: &mut Client, checker: &mut Checker) {
     let conn = conn_of(client);
     client.handle_connected(Time::ZERO, conn);
     checker.connected(Time::ZERO, conn);
+    actions(client, checker);
+    deliver(client, checker, Time::ZERO, b"W n 4\n");
+    events(client, checker);
+    checker.end_step(client).unwrap();
+}
+
+/// Hands every action of `client` to `checker`.
+fn actions(client: &mut Client, checker: &mut Checker) {
     while let Some(action) = client.poll_action() {
         checker.action(&action).unwrap();
     }
-    client.handle_bytes(Time::ZERO, conn, b"W n 4\n");
-    checker.bytes(Time::ZERO, conn, b"W n 4\n").unwrap();
+}
+
+/// Hands every event of `client` to `checker`.
+fn events(client: &mut Client, checker: &mut Checker) {
     while let Some(event) = client.poll_event() {
         checker.event(&event).unwrap();
     }
-    checker.end_step(client).unwrap();
+}
+
+/// Gives `client` and `checker` the same bytes from the server at `now`.
+fn deliver(client: &mut Client, checker: &mut Checker, now: Time, data: &[u8]) {
+    let conn = conn_of(client);
+    client.handle_bytes(now, conn, data);
+    checker.bytes(now, conn, data).unwrap();
+}
+
+/// A try-lock (no wait) of `key` for `owner` at t=0, asked of `client`
+/// and told to `checker`.
+fn acquire(
+    client: &mut Client,
+    checker: &mut Checker,
+    key: &Key,
+    owner: &Name,
+    lease: Duration,
+) -> Result<ticketing::client::OpId, ticketing::client::Error> {
+    let r = client.acquire(
+        Time::ZERO,
+        key.clone(),
+        owner.clone(),
+        Duration::ZERO,
+        lease,
+    );
+    checker
+        .acquire(Time::ZERO, key, owner, Duration::ZERO, lease, &r)
+        .unwrap();
+    r
 }
 
 fn send(client: &Client, text: &str) -> Action {
@@ -1045,28 +1081,16 @@ fn the_checker_catches_a_request_before_w() {
     let (mut client, mut checker) = watched();
     let conn = conn_of(&client);
     client.handle_connected(Time::ZERO, conn);
-    while let Some(action) = client.poll_action() {
-        checker.action(&action).unwrap();
-    }
+    actions(&mut client, &mut checker);
     let key = Key::new("k").unwrap();
     let owner = Name::new("o1").unwrap();
-    let r = client.acquire(
-        Time::ZERO,
-        key.clone(),
-        owner.clone(),
-        Duration::ZERO,
+    let _ = acquire(
+        &mut client,
+        &mut checker,
+        &key,
+        &owner,
         Duration::from_secs(1),
     );
-    checker
-        .acquire(
-            Time::ZERO,
-            &key,
-            &owner,
-            Duration::ZERO,
-            Duration::from_secs(1),
-            &r,
-        )
-        .unwrap();
     let err = checker
         .action(&send(&client, "A 1 k o1 0 1000\n"))
         .unwrap_err();
@@ -1080,16 +1104,7 @@ fn the_checker_catches_a_resent_acquire_and_a_full_window() {
     let key = Key::new("k").unwrap();
     let owner = Name::new("o1").unwrap();
     let lease = Duration::from_secs(1);
-    let r = client.acquire(
-        Time::ZERO,
-        key.clone(),
-        owner.clone(),
-        Duration::ZERO,
-        lease,
-    );
-    checker
-        .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-        .unwrap();
+    let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
     checker.action(&send(&client, "A 1 k o1 0 1000\n")).unwrap();
     let err = checker
         .action(&send(&client, "A 2 k o1 0 1000\n"))
@@ -1101,16 +1116,7 @@ fn the_checker_catches_a_resent_acquire_and_a_full_window() {
     handshake(&mut client, &mut checker);
     for i in 1..=4 {
         let owner = Name::new(format!("o{i}")).unwrap();
-        let r = client.acquire(
-            Time::ZERO,
-            key.clone(),
-            owner.clone(),
-            Duration::ZERO,
-            lease,
-        );
-        checker
-            .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-            .unwrap();
+        let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
         let sent = checker.action(&send(&client, &format!("A {i} k o{i} 0 1000\n")));
         if i < 4 {
             sent.unwrap();
@@ -1129,27 +1135,12 @@ fn the_checker_catches_misattributed_and_double_outcomes() {
     let mut ops = Vec::new();
     for i in 1..=2 {
         let owner = Name::new(format!("o{i}")).unwrap();
-        let r = client.acquire(
-            Time::ZERO,
-            key.clone(),
-            owner.clone(),
-            Duration::ZERO,
-            lease,
-        );
-        checker
-            .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-            .unwrap();
+        let r = acquire(&mut client, &mut checker, &key, &owner, lease);
         ops.push(r.unwrap());
     }
-    let conn = conn_of(&client);
     // The real client sends both and gets G for the second only.
-    while let Some(action) = client.poll_action() {
-        checker.action(&action).unwrap();
-    }
-    client.handle_bytes(Time::ZERO, conn, b"G 2 A k 5 1000 0\n");
-    checker
-        .bytes(Time::ZERO, conn, b"G 2 A k 5 1000 0\n")
-        .unwrap();
+    actions(&mut client, &mut checker);
+    deliver(&mut client, &mut checker, Time::ZERO, b"G 2 A k 5 1000 0\n");
     let granted = std::iter::from_fn(|| client.poll_event())
         .find_map(|e| match e {
             Event::Outcome {
@@ -1190,27 +1181,15 @@ fn the_checker_catches_a_release_behind_the_embedders_back_and_a_lost_orphan() {
     let key = Key::new("k").unwrap();
     let owner = Name::new("o1").unwrap();
     let lease = Duration::from_secs(10);
-    let r = client.acquire(
+    let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
+    actions(&mut client, &mut checker);
+    deliver(
+        &mut client,
+        &mut checker,
         Time::ZERO,
-        key.clone(),
-        owner.clone(),
-        Duration::ZERO,
-        lease,
+        b"G 1 A k 5 10000 0\n",
     );
-    checker
-        .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-        .unwrap();
-    let conn = conn_of(&client);
-    while let Some(action) = client.poll_action() {
-        checker.action(&action).unwrap();
-    }
-    client.handle_bytes(Time::ZERO, conn, b"G 1 A k 5 10000 0\n");
-    checker
-        .bytes(Time::ZERO, conn, b"G 1 A k 5 10000 0\n")
-        .unwrap();
-    while let Some(event) = client.poll_event() {
-        checker.event(&event).unwrap();
-    }
+    events(&mut client, &mut checker);
     checker.end_step(&client).unwrap();
     // The embedder holds (k, 5): an R for it that nobody asked for.
     let err = checker.action(&send(&client, "R 2 k 5\n")).unwrap_err();
@@ -1325,25 +1304,10 @@ fn holding_with_a_renewal_in_flight() -> (Client, Checker, ticketing::client::Gr
         Name::new("o1").unwrap(),
         Duration::from_millis(30),
     );
-    let r = client.acquire(
-        Time::ZERO,
-        key.clone(),
-        owner.clone(),
-        Duration::ZERO,
-        lease,
-    );
-    checker
-        .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-        .unwrap();
-    while let Some(action) = client.poll_action() {
-        checker.action(&action).unwrap();
-    }
+    let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
+    actions(&mut client, &mut checker);
     checker.end_step(&client).unwrap();
-    let conn = conn_of(&client);
-    client.handle_bytes(Time::ZERO, conn, b"G 1 A k3 1 30 0\n");
-    checker
-        .bytes(Time::ZERO, conn, b"G 1 A k3 1 30 0\n")
-        .unwrap();
+    deliver(&mut client, &mut checker, Time::ZERO, b"G 1 A k3 1 30 0\n");
     let mut grant = None;
     while let Some(event) = client.poll_event() {
         checker.event(&event).unwrap();
@@ -1390,9 +1354,7 @@ fn the_checker_catches_a_grant_forgotten_with_its_renewal_in_flight_and_no_close
         closed |= matches!(action, Action::Close { .. });
         checker.action(&action).unwrap();
     }
-    while let Some(event) = client.poll_event() {
-        checker.event(&event).unwrap();
-    }
+    events(&mut client, &mut checker);
     assert!(closed);
     checker.end_step(&client).unwrap();
     // A client that says the same without having closed is caught: with
@@ -1425,9 +1387,7 @@ fn feed(
     now: Time,
     text: &str,
 ) -> (String, Vec<ticketing::client::Grant>) {
-    let conn = conn_of(client);
-    client.handle_bytes(now, conn, text.as_bytes());
-    checker.bytes(now, conn, text.as_bytes()).unwrap();
+    deliver(client, checker, now, text.as_bytes());
     drain(client, checker)
 }
 
@@ -1467,16 +1427,7 @@ fn two_grants_with_one_key_and_token_are_renewed_each_as_its_own() {
     for (owner, lease) in [("o1", 3_000), ("o2", 60_000)] {
         let owner = Name::new(owner).unwrap();
         let lease = Duration::from_millis(lease);
-        let r = client.acquire(
-            Time::ZERO,
-            key.clone(),
-            owner.clone(),
-            Duration::ZERO,
-            lease,
-        );
-        checker
-            .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-            .unwrap();
+        let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
     }
     let (sent, _) = drain(&mut client, &mut checker);
     assert_eq!(sent, "A 1 k o1 0 3000\nA 2 k o2 0 60000\n");
