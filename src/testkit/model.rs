@@ -412,6 +412,18 @@ impl ModelServer {
         seq
     }
 
+    /// `token` holds the known `key` until `until`, by a new lease timer.
+    fn hold(&mut self, key: &str, token: u64, until: Time) {
+        let timer = self.add_timer(
+            until,
+            TimerRef::Lease {
+                key: key.to_owned(),
+                token,
+            },
+        );
+        self.locks.get_mut(key).expect("known key").holder = Some((token, timer));
+    }
+
     fn cancel_timer(&mut self, seq: u64) {
         if let Some((at, _)) = self.timer_refs.remove(&seq) {
             self.timers.remove(&(at, seq));
@@ -583,14 +595,7 @@ impl ModelServer {
         let lock = self.locks.get_mut(key).expect("known key");
         lock.last_token += 1;
         let token = lock.last_token;
-        let timer = self.add_timer(
-            until,
-            TimerRef::Lease {
-                key: key.to_owned(),
-                token,
-            },
-        );
-        self.locks.get_mut(key).expect("known key").holder = Some((token, timer));
+        self.hold(key, token, until);
         self.grants += 1;
         // Whole milliseconds, rounded down; version 1 does not say.
         let waited = self.now.millis_since(queued_at);
@@ -662,14 +667,7 @@ impl ModelServer {
                 let new_end = end.max(now.saturating_add(millis(lease)));
                 if new_end > end {
                     self.cancel_timer(timer);
-                    let timer = self.add_timer(
-                        new_end,
-                        TimerRef::Lease {
-                            key: key.to_owned(),
-                            token,
-                        },
-                    );
-                    self.locks.get_mut(key).expect("known key").holder = Some((token, timer));
+                    self.hold(key, token, new_end);
                 }
                 self.renewals += 1;
                 ReplyKind::Renewed {
@@ -797,14 +795,7 @@ impl ModelServer {
                         lock.last_token += 1;
                         let token = lock.last_token;
                         let until = self.now.saturating_add(millis(lease));
-                        let timer = self.add_timer(
-                            until,
-                            TimerRef::Lease {
-                                key: key.clone(),
-                                token,
-                            },
-                        );
-                        self.locks.get_mut(&key).expect("entered").holder = Some((token, timer));
+                        self.hold(&key, token, until);
                         self.grants += 1;
                         ReplyKind::Granted {
                             token,
