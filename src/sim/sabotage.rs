@@ -200,17 +200,16 @@ impl BadClient {
         &self.core
     }
 
-    pub(super) fn acquire(
+    /// Tells the rule of an acquire that the core took.
+    fn submitted(
         &mut self,
+        result: Result<OpId, Error>,
         now: Time,
         key: Key,
         owner: Name,
         wait: Duration,
         lease: Duration,
     ) -> Result<OpId, Error> {
-        let result = self
-            .core
-            .acquire(now, key.clone(), owner.clone(), wait, lease);
         if let Ok(op) = result {
             self.rule.acquired(Submitted {
                 op,
@@ -222,6 +221,20 @@ impl BadClient {
             });
         }
         result
+    }
+
+    pub(super) fn acquire(
+        &mut self,
+        now: Time,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+    ) -> Result<OpId, Error> {
+        let result = self
+            .core
+            .acquire(now, key.clone(), owner.clone(), wait, lease);
+        self.submitted(result, now, key, owner, wait, lease)
     }
 
     pub(super) fn acquire_renewing(
@@ -236,17 +249,7 @@ impl BadClient {
         let result =
             self.core
                 .acquire_renewing(now, key.clone(), owner.clone(), wait, lease, limit);
-        if let Ok(op) = result {
-            self.rule.acquired(Submitted {
-                op,
-                key,
-                owner,
-                budget_end: now.saturating_add(wait),
-                lease,
-                cancelled: false,
-            });
-        }
-        result
+        self.submitted(result, now, key, owner, wait, lease)
     }
 
     pub(super) fn renew(
