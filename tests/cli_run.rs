@@ -128,18 +128,23 @@ fn not_acquired_when_another_holds_the_key() {
     assert_free(&serve.addr, "k", 0);
 }
 
+/// `run` on `addr` with `extra` exits 75 without running its command and
+/// says `why` on its standard error.
+fn not_acquired(addr: &str, extra: &[&str], why: &str) {
+    let f = run(addr, "k", extra, &["sh", "-c", "echo ran"]);
+    assert_eq!(f.code, Some(75), "{f:?}");
+    assert!(!f.stdout.contains("ran"), "{f:?}");
+    assert!(f.stderr.contains(why), "{f:?}");
+}
+
 #[test]
 fn not_acquired_without_a_server() {
     let dead = dead_endpoint();
-    let f = run(
+    not_acquired(
         &dead,
-        "k",
         &["--wait-ms", "0", "--queue-grace-ms", "200"],
-        &["sh", "-c", "echo ran"],
+        "not acquired",
     );
-    assert_eq!(f.code, Some(75), "{f:?}");
-    assert!(!f.stdout.contains("ran"), "{f:?}");
-    assert!(f.stderr.contains("not acquired"), "{f:?}");
 }
 
 /// Welcomes, then never answers.
@@ -154,15 +159,11 @@ fn silent(line: &str) -> Vec<String> {
 #[test]
 fn an_indeterminate_acquire_is_75_and_the_command_does_not_run() {
     let fake = Fake::start(silent);
-    let f = run(
+    not_acquired(
         &fake.addr,
-        "k",
         &["--wait-ms", "0", "--answer-grace-ms", "200"],
-        &["sh", "-c", "echo ran"],
+        "indeterminate",
     );
-    assert_eq!(f.code, Some(75), "{f:?}");
-    assert!(!f.stdout.contains("ran"), "{f:?}");
-    assert!(f.stderr.contains("indeterminate"), "{f:?}");
 }
 
 #[test]

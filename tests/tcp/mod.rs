@@ -519,6 +519,15 @@ pub fn server_config(node: &str, tweak: impl FnOnce(&mut server::Config)) -> ser
     config
 }
 
+/// Nobody holds or waits for `key` at `core`.
+#[track_caller]
+pub fn assert_free(core: &Server, key: &str, why: &str) {
+    assert!(
+        core.holder(key).is_none() && core.queue_len(key) == 0,
+        "{why}"
+    );
+}
+
 /// A fresh server core.
 pub fn server_core(config: server::Config) -> Server {
     Server::new(config, Time::ZERO).expect("a valid server configuration")
@@ -692,6 +701,19 @@ pub fn futures_io_client<C: ticketing::futures_io::Connector>(
 /// A client of the endpoint, with the defaults of PROTOCOL.md.
 pub fn client_config(endpoint: &Endpoint, id: &str) -> Config {
     Config::new([endpoint.clone()], name(id))
+}
+
+/// A client of `endpoint` named `id`, with its configuration changed by
+/// `tweak`, and its notices.
+pub fn connect_with<A: Adapter>(
+    endpoint: &Endpoint,
+    id: &str,
+    tweak: impl FnOnce(&mut Config),
+) -> (A::Client, Notices) {
+    let mut config = client_config(endpoint, id);
+    tweak(&mut config);
+    let (client, notices) = A::connect(config);
+    (client, Notices::new(notices))
 }
 
 /// A lease no scenario outlives: what ends a grant is a release.
@@ -1030,10 +1052,7 @@ pub fn server_restart<A: Adapter>() {
             Some(held.token()),
             "the hung server never took the release"
         );
-        assert!(
-            old.holder("x").is_none() && old.queue_len("x") == 0,
-            "the hung server never took the acquire"
-        );
+        assert_free(&old, "x", "the hung server never took the acquire");
         let now = old.now();
         let table = old.take_lock_table(now);
         let mut core =
@@ -1084,10 +1103,7 @@ pub fn server_restart<A: Adapter>() {
             new.holder("r").is_none(),
             "the resent release freed r on the new server"
         );
-        assert!(
-            new.holder("x").is_none() && new.queue_len("x") == 0,
-            "the new server never saw the acquire of x"
-        );
+        assert_free(&new, "x", "the new server never saw the acquire of x");
         assert_eq!(
             new.lock_table().last_token(),
             held.token(),
@@ -1250,10 +1266,8 @@ pub fn follower_redirects<A: Adapter>() {
             })))
             .await;
         let follower_ep = endpoint(follower.local_addr());
-        let mut config = client_config(&follower_ep, "c");
-        config.allow = vec![leader_ep.clone()];
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) =
+            connect_with::<A>(&follower_ep, "c", |c| c.allow = vec![leader_ep.clone()]);
 
         let (connected, before) = notices.until::<A>("Connected", is_connected).await;
         assert!(
@@ -1304,10 +1318,7 @@ pub fn leader_hint_moves<A: Adapter>() {
             })))
             .await;
         let a_ep = endpoint(a.local_addr());
-        let mut config = client_config(&a_ep, "c");
-        config.allow = vec![b_ep.clone()];
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) = connect_with::<A>(&a_ep, "c", |c| c.allow = vec![b_ep.clone()]);
         let connected_to = |ep: &Endpoint, node: &str, event: &Event| matches!(event, Event::Connected { addr, node: n, .. } if addr == ep && n.as_str() == node);
 
         let (first, _) = notices.until::<A>("Connected to a", is_connected).await;
@@ -1369,11 +1380,10 @@ pub fn wrong_credential<A: Adapter>() {
             })))
             .await;
         let ep = endpoint(server.local_addr());
-        let mut config = client_config(&ep, "c");
-        config.credential = Some(name("wrong"));
-        config.queue_grace = ms(300);
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) = connect_with::<A>(&ep, "c", |c| {
+            c.credential = Some(name("wrong"));
+            c.queue_grace = ms(300);
+        });
 
         refused_as::<A>(&mut notices, &ep, CloseReason::AuthFailed).await;
         assert_eq!(
@@ -1394,10 +1404,8 @@ pub fn wrong_credential<A: Adapter>() {
         try_lock_unwelcomed::<A>(&client).await;
         shutdown::<A>(&client).await;
 
-        let mut config = client_config(&ep, "c2");
-        config.credential = Some(name("s3cret"));
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) =
+            connect_with::<A>(&ep, "c2", |c| c.credential = Some(name("s3cret")));
         let (connected, before) = notices
             .until::<A>("Connected with the right credential", is_connected)
             .await;
@@ -1432,10 +1440,7 @@ pub fn drop_waiting_close<A: Adapter>() {
     A::block_on(async {
         let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
         let ep = endpoint(server.local_addr());
-        let mut config = client_config(&ep, "c");
-        config.cancel = CancelPolicy::Close;
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) = connect_with::<A>(&ep, "c", |c| c.cancel = CancelPolicy::Close);
         notices.until::<A>("Connected", is_connected).await;
         let (held, probe, waiting) = hold_with_waiter::<A>(&client).await;
 
@@ -1469,10 +1474,7 @@ pub fn drop_waiting_close<A: Adapter>() {
         );
         shutdown::<A>(&client).await;
         let core = lab.stop(server).await;
-        assert!(
-            core.holder("k").is_none() && core.queue_len("k") == 0,
-            "k is free"
-        );
+        assert_free(&core, "k", "k is free");
         assert_eq!(
             core.lock_table().last_token(),
             after.token(),
@@ -1488,10 +1490,8 @@ pub fn drop_waiting_keep<A: Adapter>() {
     A::block_on(async {
         let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
         let ep = endpoint(server.local_addr());
-        let mut config = client_config(&ep, "c");
-        config.cancel = CancelPolicy::KeepWaiter;
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) =
+            connect_with::<A>(&ep, "c", |c| c.cancel = CancelPolicy::KeepWaiter);
         notices.until::<A>("Connected", is_connected).await;
         let (held, probe, waiting) = hold_with_waiter::<A>(&client).await;
 
@@ -1523,10 +1523,7 @@ pub fn drop_waiting_keep<A: Adapter>() {
 
         shutdown::<A>(&client).await;
         let core = lab.stop(server).await;
-        assert!(
-            core.holder("k").is_none() && core.queue_len("k") == 0,
-            "k is free"
-        );
+        assert_free(&core, "k", "k is free");
         assert!(core.holder("p").is_none(), "p is free");
     });
 }
@@ -1541,10 +1538,7 @@ pub fn drop_after_grant<A: Adapter>() {
         let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
         let ep = endpoint(server.local_addr());
         for policy in [CancelPolicy::Close, CancelPolicy::KeepWaiter] {
-            let mut config = client_config(&ep, "c");
-            config.cancel = policy;
-            let (client, notices) = A::connect(config);
-            let mut notices = Notices::new(notices);
+            let (client, mut notices) = connect_with::<A>(&ep, "c", |c| c.cancel = policy);
             notices.until::<A>("Connected", is_connected).await;
 
             let pending = A::start_acquire(&client, key("k"), name("gone"), LONG_WAIT, LONG_LEASE);
@@ -1584,10 +1578,7 @@ pub fn window_of_two<A: Adapter>() {
             .serve(server_core(server_config("n1", |c| c.window = 2)))
             .await;
         let tap = lab.tap(server.local_addr()).await;
-        let mut config = client_config(&tap.endpoint(), "c");
-        config.reserved = 1;
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) = connect_with::<A>(&tap.endpoint(), "c", |c| c.reserved = 1);
         let (connected, _) = notices.until::<A>("Connected", is_connected).await;
         assert!(
             matches!(connected, Event::Connected { window: 2, .. }),
@@ -1654,9 +1645,6 @@ pub fn window_of_two<A: Adapter>() {
         release::<A>(&client, &second).await;
         shutdown::<A>(&client).await;
         let core = lab.stop(server).await;
-        assert!(
-            core.holder("k").is_none() && core.queue_len("k") == 0,
-            "k is free"
-        );
+        assert_free(&core, "k", "k is free");
     });
 }
