@@ -200,22 +200,19 @@ impl BadClient {
         &self.core
     }
 
-    /// Tells the rule of an acquire that the core took.
+    /// Tells the rule of an acquire of `key` for `owner`, with its budget's
+    /// end and its lease, that the core took.
     fn submitted(
         &mut self,
         result: Result<OpId, Error>,
-        now: Time,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
+        (key, owner, budget_end, lease): (Key, Name, Time, Duration),
     ) -> Result<OpId, Error> {
         if let Ok(op) = result {
             self.rule.acquired(Submitted {
                 op,
                 key,
                 owner,
-                budget_end: now.saturating_add(wait),
+                budget_end,
                 lease,
                 cancelled: false,
             });
@@ -234,7 +231,7 @@ impl BadClient {
         let result = self
             .core
             .acquire(now, key.clone(), owner.clone(), wait, lease);
-        self.submitted(result, now, key, owner, wait, lease)
+        self.submitted(result, (key, owner, now.saturating_add(wait), lease))
     }
 
     pub(super) fn acquire_renewing(
@@ -249,7 +246,7 @@ impl BadClient {
         let result =
             self.core
                 .acquire_renewing(now, key.clone(), owner.clone(), wait, lease, limit);
-        self.submitted(result, now, key, owner, wait, lease)
+        self.submitted(result, (key, owner, now.saturating_add(wait), lease))
     }
 
     pub(super) fn renew(
