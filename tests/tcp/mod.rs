@@ -572,6 +572,15 @@ impl Tap {
     }
 
     /// Waits until what the clients sent satisfies `pred`.
+    /// Waits until the client has sent `count` acquires of `k`, over every
+    /// connection.
+    pub async fn wait_for_acquires<A: Adapter>(&self, what: &str, k: &str, count: usize) {
+        self.wait_for::<A>(what, |conns| {
+            conns.iter().flatten().filter(|f| is_acquire(f, k)).count() == count
+        })
+        .await;
+    }
+
     pub async fn wait_for<A: Adapter>(&self, what: &str, pred: impl Fn(&[Vec<Frame>]) -> bool) {
         let mut changes = self.log.seen.subscribe();
         let done = within_opt::<A, _>(PATIENCE, async {
@@ -744,6 +753,13 @@ async fn acquire_now<A: Adapter>(client: &A::Client, k: &str) -> Grant {
     )
     .await;
     granted(&what, outcome)
+}
+
+/// A renewed lock of `r` for `lease`, taken at once.
+async fn lock_r<A: Adapter>(client: &A::Client, lease: Duration) -> A::Lease {
+    within::<A, _>("the lock", A::lock(client, key("r"), lease, true))
+        .await
+        .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME))
 }
 
 async fn release<A: Adapter>(client: &A::Client, grant: &Grant) {
@@ -1127,9 +1143,7 @@ pub fn renewal_keeps_a_lock<A: Adapter>() {
         let ep = endpoint(server.local_addr());
         let (holder, _notices) = A::connect(client_config(&ep, "holder"));
         let (other, _other_notices) = A::connect(client_config(&ep, "other"));
-        let lease = within::<A, _>("the lock", A::lock(&holder, key("r"), SHORT_LEASE, true))
-            .await
-            .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME));
+        let lease = lock_r::<A>(&holder, SHORT_LEASE).await;
         let (token, status) = A::lease_state(&lease);
         let first_until = status.valid_until().expect("valid");
         let start = std::time::Instant::now();
@@ -1186,9 +1200,7 @@ pub fn renewal_across_a_restart<A: Adapter>() {
         let first = lab.serve(server_core(server_config("n1", |_| {}))).await;
         let port = first.local_addr();
         let (client, _notices) = A::connect(client_config(&endpoint(port), "c"));
-        let lease = within::<A, _>("the lock", A::lock(&client, key("r"), SHORT_LEASE, true))
-            .await
-            .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME));
+        let lease = lock_r::<A>(&client, SHORT_LEASE).await;
         drop(lab.stop(first).await);
         let second = lab
             .serve_at(server_core(server_config("n2", |_| {})), port)
@@ -1221,9 +1233,7 @@ pub fn dropping_a_lease_releases_it<A: Adapter>() {
         let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
         let ep = endpoint(server.local_addr());
         let (client, _notices) = A::connect(client_config(&ep, "c"));
-        let lease = within::<A, _>("the lock", A::lock(&client, key("r"), LONG_LEASE, true))
-            .await
-            .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME));
+        let lease = lock_r::<A>(&client, LONG_LEASE).await;
         let token = A::lease_state(&lease).0;
         drop(lease);
         // Another acquire of the key gets it long before the lease ends.
@@ -1587,15 +1597,8 @@ pub fn window_of_two<A: Adapter>() {
 
         let held = acquire_now::<A>(&client, "k").await;
         let first = A::start_acquire(&client, key("k"), name("first"), LONG_WAIT, LONG_LEASE);
-        tap.wait_for::<A>("the waiting acquire of k", |conns| {
-            conns
-                .iter()
-                .flatten()
-                .filter(|f| is_acquire(f, "k"))
-                .count()
-                == 2
-        })
-        .await;
+        tap.wait_for_acquires::<A>("the waiting acquire of k", "k", 2)
+            .await;
         // The only acquire slot is taken: this one waits in the client.
         let second = A::start_acquire(&client, key("k"), name("second"), LONG_WAIT, LONG_LEASE);
 
@@ -1611,15 +1614,8 @@ pub fn window_of_two<A: Adapter>() {
         let first = granted(what, within::<A, _>(what, A::finish(first)).await);
         assert!(first.token() > held.token());
 
-        tap.wait_for::<A>("the second acquire of k", |conns| {
-            conns
-                .iter()
-                .flatten()
-                .filter(|f| is_acquire(f, "k"))
-                .count()
-                == 3
-        })
-        .await;
+        tap.wait_for_acquires::<A>("the second acquire of k", "k", 3)
+            .await;
         let conns = tap.frames();
         assert_eq!(conns.len(), 1, "one connection throughout: {conns:?}");
         let order: Vec<usize> = conns[0]
