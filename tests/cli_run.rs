@@ -59,6 +59,14 @@ fn start_reporting(addr: &str, extra: &[&str], then: &str) -> (Proc, u64) {
     (p, token)
 }
 
+/// Reads the rest of `p`'s standard error and asserts that a line of it
+/// is one that `pred` is looking for.
+#[track_caller]
+fn stderr_has(p: &mut Proc, pred: impl Fn(&str) -> bool) {
+    p.stderr.rest();
+    assert!(p.stderr.seen.iter().any(|l| pred(l)), "{:?}", p.stderr.seen);
+}
+
 /// The grant of `key` is gone: a try-lock from another `run` gets it at
 /// once (the leases the tests ask for are far longer than this takes), with
 /// a newer token than `after`.
@@ -193,12 +201,7 @@ fn a_lease_about_to_run_out_stops_the_child_with_124() {
         ran < Duration::from_millis(lease_ms),
         "stopped after {ran:?}, not before the lease ran out"
     );
-    p.stderr.rest();
-    assert!(
-        p.stderr.seen.iter().any(|l| l.contains("about to run out")),
-        "{:?}",
-        p.stderr.seen
-    );
+    stderr_has(&mut p, |l| l.contains("about to run out"));
     // Released, not left to expire.
     assert_free(&serve.addr, "k", token);
     assert!(
@@ -295,12 +298,7 @@ fn when_renewal_stops_the_child_is_stopped_before_the_lease_runs_out_with_124() 
         ran < Duration::from_secs(5),
         "the child was killed: {ran:?}"
     );
-    p.stderr.rest();
-    assert!(
-        p.stderr.seen.iter().any(|l| l.contains("about to run out")),
-        "{:?}",
-        p.stderr.seen
-    );
+    stderr_has(&mut p, |l| l.contains("about to run out"));
 }
 
 #[test]
@@ -320,13 +318,7 @@ fn a_lost_lease_stops_the_child_with_124() {
     let _restarted = Serve::start_on(&addr, &[], |_| {});
     let (status, _) = p.wait(WAIT);
     assert_eq!(status.code(), Some(124), "{status}");
-    p.stderr.rest();
-    assert!(
-        p.stderr
-            .seen
-            .iter()
-            .any(|l| l.contains("was lost") || l.contains("about to run out")),
-        "{:?}",
-        p.stderr.seen
-    );
+    stderr_has(&mut p, |l| {
+        l.contains("was lost") || l.contains("about to run out")
+    });
 }
