@@ -531,6 +531,14 @@ fn raw_bytes(g: &mut Gen) -> Vec<u8> {
 
 fn step(g: &mut Gen, faulty: bool, shuts_down: bool) -> Step {
     let u = |g: &mut Gen| u8::arbitrary(g);
+    // A grant to pick: now and then one already given back.
+    let held = |g: &mut Gen| {
+        if below(g, 10) == 0 {
+            128 | u(g)
+        } else {
+            u(g) % 128
+        }
+    };
     loop {
         let roll = below(g, 118);
         let step = match roll {
@@ -539,14 +547,7 @@ fn step(g: &mut Gen, faulty: bool, shuts_down: bool) -> Step {
                 wait: u(g),
                 lease: u(g),
             },
-            14..=18 => Step::Release {
-                // Now and then a grant already given back.
-                pick: if below(g, 10) == 0 {
-                    128 | u(g)
-                } else {
-                    u(g) % 128
-                },
-            },
+            14..=18 => Step::Release { pick: held(g) },
             19..=20 => Step::ReleaseToken {
                 key: u(g),
                 token: u(g) % 8,
@@ -587,11 +588,7 @@ fn step(g: &mut Gen, faulty: bool, shuts_down: bool) -> Step {
                 limit: u(g),
             },
             108..=111 => Step::Renew {
-                pick: if below(g, 10) == 0 {
-                    128 | u(g)
-                } else {
-                    u(g) % 128
-                },
+                pick: held(g),
                 lease: u(g),
             },
             112..=113 => Step::AutoRenew {
