@@ -542,16 +542,7 @@ impl ModelServer {
             None
         };
         if let Some(kind) = kind {
-            self.reply(
-                conn,
-                Reply {
-                    id,
-                    key: key.to_owned(),
-                    kind,
-                    asked_lease: lease_ms,
-                    asked_wait: wait_ms,
-                },
-            );
+            self.answer(conn, id, key, kind, lease_ms, wait_ms);
             return;
         }
         let deadline = self.now.saturating_add(millis(wait_ms));
@@ -600,20 +591,12 @@ impl ModelServer {
         // Whole milliseconds, rounded down; version 1 does not say.
         let waited = self.now.millis_since(queued_at);
         let version = self.conns.get(&conn).map_or(2, |c| c.version);
-        self.reply(
-            conn,
-            Reply {
-                id,
-                key: key.to_owned(),
-                kind: ReplyKind::Granted {
-                    token,
-                    lease_ms: lease,
-                    waited_ms: (version >= 2).then_some(waited),
-                },
-                asked_lease: lease_ms,
-                asked_wait: wait_ms,
-            },
-        );
+        let kind = ReplyKind::Granted {
+            token,
+            lease_ms: lease,
+            waited_ms: (version >= 2).then_some(waited),
+        };
+        self.answer(conn, id, key, kind, lease_ms, wait_ms);
     }
 
     fn grant_next(&mut self, key: &str) {
@@ -642,16 +625,7 @@ impl ModelServer {
             }
             _ => ReplyKind::NotHeld,
         };
-        self.reply(
-            conn,
-            Reply {
-                id,
-                key: key.to_owned(),
-                kind,
-                asked_lease: 0,
-                asked_wait: 0,
-            },
-        );
+        self.answer(conn, id, key, kind, 0, 0);
     }
 
     /// Rule 9: a renewal of the key's current grant by its exact token
@@ -677,16 +651,7 @@ impl ModelServer {
             }
             _ => ReplyKind::Gone,
         };
-        self.reply(
-            conn,
-            Reply {
-                id,
-                key: key.to_owned(),
-                kind,
-                asked_lease: lease_ms,
-                asked_wait: 0,
-            },
-        );
+        self.answer(conn, id, key, kind, lease_ms, 0);
     }
 
     /// When the current grant of `key` ends, if it is held.
@@ -698,6 +663,29 @@ impl ModelServer {
     /// How many renewals extended (or kept) a grant so far.
     pub fn renewals(&self) -> u64 {
         self.renewals
+    }
+
+    /// Answers request `id` of `conn` about `key` with `kind`, the request
+    /// having asked for a lease of `asked_lease` and a wait of `asked_wait`.
+    fn answer(
+        &mut self,
+        conn: u64,
+        id: u64,
+        key: &str,
+        kind: ReplyKind,
+        asked_lease: u64,
+        asked_wait: u64,
+    ) {
+        self.reply(
+            conn,
+            Reply {
+                id,
+                key: key.to_owned(),
+                kind,
+                asked_lease,
+                asked_wait,
+            },
+        );
     }
 
     fn reply(&mut self, conn: u64, reply: Reply) {
