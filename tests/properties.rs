@@ -59,6 +59,14 @@ fn base_seed() -> u64 {
     }
 }
 
+/// A property's verdict: passed, or the error of what failed.
+fn verdict<E: std::fmt::Display>(result: Result<(), E>) -> TestResult {
+    match result {
+        Ok(()) => TestResult::passed(),
+        Err(e) => TestResult::error(e.to_string()),
+    }
+}
+
 /// A quickcheck runner for `property`, seeded from the base seed and the
 /// property's name, running `cases` cases.
 fn qc(property: &str, cases: u64) -> QuickCheck {
@@ -259,10 +267,7 @@ fn frame_round_trip(case: &FrameCase) -> Result<(), String> {
 #[test]
 fn every_constructible_frame_encodes_to_a_line_that_parses_back_to_it() {
     fn prop(case: FrameCase) -> TestResult {
-        match frame_round_trip(&case) {
-            Ok(()) => TestResult::passed(),
-            Err(e) => TestResult::error(e),
-        }
+        verdict(frame_round_trip(&case))
     }
     qc("frames_round_trip", CASES_FRAMES).quickcheck(prop as fn(FrameCase) -> TestResult);
 }
@@ -435,10 +440,7 @@ fn every_line_that_parses_re_encodes_to_the_same_bytes() {
         let mut data = seed.to_le_bytes().to_vec();
         data.extend_from_slice(&expected);
         data.extend_from_slice(&expected);
-        match fuzz::decode(&data) {
-            Ok(()) => TestResult::passed(),
-            Err(e) => TestResult::error(e.to_string()),
-        }
+        verdict(fuzz::decode(&data))
     }
     qc("lines_re_encode", CASES_LINES).quickcheck(prop as fn(LineCase, u16) -> TestResult);
     let (parsed, refused) = (
@@ -807,10 +809,7 @@ fn arbitrary_bytes_never_break_the_fuzz_entry_points() {
         if let Err(e) = fuzz::decode(&data) {
             return TestResult::error(e.to_string());
         }
-        match fuzz::client(&data) {
-            Ok(()) => TestResult::passed(),
-            Err(v) => TestResult::error(v.to_string()),
-        }
+        verdict(fuzz::client(&data))
     }
     qc("fuzz_bytes", CASES_FUZZ_BYTES).quickcheck(prop as fn(Vec<u8>) -> TestResult);
 }
@@ -983,10 +982,7 @@ static SERVER_GRANTS: AtomicU64 = AtomicU64::new(0);
 #[test]
 fn the_model_server_answers_legally() {
     fn prop(script: ServerScript) -> TestResult {
-        match model_server_is_legal(&script) {
-            Ok(()) => TestResult::passed(),
-            Err(e) => TestResult::error(e),
-        }
+        verdict(model_server_is_legal(&script))
     }
     qc("model_server", CASES_SERVER).quickcheck(prop as fn(ServerScript) -> TestResult);
     let grants = SERVER_GRANTS.load(Ordering::Relaxed);
