@@ -31,7 +31,9 @@ use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use ticketing::client::{Action, Client, Config, Event, Outcome};
 use ticketing::testkit::fuzz;
 use ticketing::testkit::{Checker, Invariant, Runner, Setup, Stats, Step};
-use ticketing::wire::{Addr, Answer, AnswerKind, Atom, ClientFrame, ServerFrame, Window, MAX_ATOM};
+use ticketing::wire::{
+    Addr, Answer, AnswerKind, Atom, ClientFrame, FrameError, ServerFrame, Window, MAX_ATOM,
+};
 use ticketing::{Endpoint, Key, Name, Time};
 
 /// The base seed when `TICKETING_QC_SEED` is not set.
@@ -215,16 +217,7 @@ fn frame_round_trip(case: &FrameCase) -> Result<(), String> {
         _ => None,
     };
     if let Some(frame) = server {
-        frame.encode(&mut out);
-        let line = out.strip_suffix(b"\n").ok_or("no LF at the end")?;
-        if out.len() > 1024 || line.contains(&b'\n') {
-            return Err(format!("bad line {:?}", String::from_utf8_lossy(&out)));
-        }
-        let back = ServerFrame::parse(line).map_err(|e| format!("{e} for {frame:?}"))?;
-        if back != frame {
-            return Err(format!("{frame:?} came back as {back:?}"));
-        }
-        return Ok(());
+        return round_trip(frame, &mut out, ServerFrame::encode, ServerFrame::parse);
     }
     let client = match case {
         FrameCase::Hello(version, id, cred) => ClientFrame::Hello {
@@ -252,14 +245,26 @@ fn frame_round_trip(case: &FrameCase) -> Result<(), String> {
         },
         _ => unreachable!("server frames handled above"),
     };
-    client.encode(&mut out);
+    round_trip(client, &mut out, ClientFrame::encode, ClientFrame::parse)
+}
+
+/// Encodes `frame` into the empty `out`, checks the line's shape, and
+/// `parse`s it back to the same frame.
+fn round_trip<'o, F: PartialEq + std::fmt::Debug>(
+    frame: F,
+    out: &'o mut Vec<u8>,
+    encode: impl Fn(&F, &mut Vec<u8>),
+    parse: impl Fn(&'o [u8]) -> Result<F, FrameError>,
+) -> Result<(), String> {
+    encode(&frame, out);
+    let out: &'o Vec<u8> = out;
     let line = out.strip_suffix(b"\n").ok_or("no LF at the end")?;
     if out.len() > 1024 || line.contains(&b'\n') {
-        return Err(format!("bad line {:?}", String::from_utf8_lossy(&out)));
+        return Err(format!("bad line {:?}", String::from_utf8_lossy(out)));
     }
-    let back = ClientFrame::parse(line).map_err(|e| format!("{e} for {client:?}"))?;
-    if back != client {
-        return Err(format!("{client:?} came back as {back:?}"));
+    let back = parse(line).map_err(|e| format!("{e} for {frame:?}"))?;
+    if back != frame {
+        return Err(format!("{frame:?} came back as {back:?}"));
     }
     Ok(())
 }
