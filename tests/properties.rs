@@ -1013,6 +1013,13 @@ fn conn_of(client: &Client) -> ticketing::client::ConnId {
     client.connection().unwrap()
 }
 
+/// A [`watched`] client through its [`handshake`].
+fn welcomed() -> (Client, Checker) {
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    (client, checker)
+}
+
 /// Drives `client` through the handshake (window 4), feeding the checker.
 fn handshake(client: &mut Client, checker: &mut Checker) {
     let conn = conn_of(client);
@@ -1097,8 +1104,7 @@ fn the_checker_catches_a_request_before_w() {
 
 #[test]
 fn the_checker_catches_a_resent_acquire_and_a_full_window() {
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     let key = Key::new("k").unwrap();
     let owner = Name::new("o1").unwrap();
     let lease = Duration::from_secs(1);
@@ -1110,8 +1116,7 @@ fn the_checker_catches_a_resent_acquire_and_a_full_window() {
     assert_eq!(err.invariant, Invariant::NoResend, "{err}");
 
     // Window 4, 1 reserved: a fourth acquire in flight is one too many.
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     for i in 1..=4 {
         let owner = Name::new(format!("o{i}")).unwrap();
         let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
@@ -1126,8 +1131,7 @@ fn the_checker_catches_a_resent_acquire_and_a_full_window() {
 
 #[test]
 fn the_checker_catches_misattributed_and_double_outcomes() {
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     let key = Key::new("k").unwrap();
     let lease = Duration::from_secs(1);
     let mut ops = Vec::new();
@@ -1174,8 +1178,7 @@ fn the_checker_catches_misattributed_and_double_outcomes() {
 
 #[test]
 fn the_checker_catches_a_release_behind_the_embedders_back_and_a_lost_orphan() {
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     let key = Key::new("k").unwrap();
     let owner = Name::new("o1").unwrap();
     let lease = Duration::from_secs(10);
@@ -1194,8 +1197,7 @@ fn the_checker_catches_a_release_behind_the_embedders_back_and_a_lost_orphan() {
     assert_eq!(err.invariant, Invariant::OrphanRelease, "{err}");
 
     // A G to an unknown id that the client neither closes on nor releases.
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (client, mut checker) = welcomed();
     let conn = conn_of(&client);
     checker
         .bytes(Time::ZERO, conn, b"G 77 A k 9 10000 0\n")
@@ -1295,8 +1297,7 @@ fn a_renewal_command_after_a_close_the_clients_own_timers_made_within_the_call_i
 /// A watched client (window 4) holding `(k3, 1)`, granted at t=0 for
 /// 30 ms, with a renewal asking for 10 s in flight since t=0.
 fn holding_with_a_renewal_in_flight() -> (Client, Checker, ticketing::client::Grant) {
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     let (key, owner, lease) = (
         Key::new("k3").unwrap(),
         Name::new("o1").unwrap(),
@@ -1419,8 +1420,7 @@ fn two_grants_with_one_key_and_token_are_renewed_each_as_its_own() {
     // server gave later, so the embedder held two grants of (k, 5). The
     // client renewed the one it was asked to; the checker took the X for
     // the other one, whose renewal nobody had asked for.
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     let key = Key::new("k").unwrap();
     for (owner, lease) in [("o1", 3_000), ("o2", 60_000)] {
         let owner = Name::new(owner).unwrap();
