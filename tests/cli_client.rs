@@ -797,23 +797,19 @@ fn stats_match_the_outcomes_printed() {
             .count() as u64
     };
     assert_eq!(u64_of(&v["acquires"], "started"), 3, "{v}");
-    assert_eq!(
-        u64_of(&v["acquires"], "granted"),
-        count("acquire", "granted")
-    );
-    assert_eq!(
-        u64_of(&v["acquires"], "timed_out"),
-        count("acquire", "timed_out")
-    );
     assert_eq!(u64_of(&v["releases"], "started"), 2);
-    assert_eq!(
-        u64_of(&v["releases"], "released"),
-        count("release", "released")
-    );
-    assert_eq!(
-        u64_of(&v["releases"], "not_held"),
-        count("release", "not_held")
-    );
+    for (counts, op, outcome) in [
+        ("acquires", "acquire", "granted"),
+        ("acquires", "acquire", "timed_out"),
+        ("releases", "release", "released"),
+        ("releases", "release", "not_held"),
+    ] {
+        assert_eq!(
+            u64_of(&v[counts], outcome),
+            count(op, outcome),
+            "{counts}.{outcome}"
+        );
+    }
     assert_eq!(u64_of(&v, "connected"), 1);
     assert_eq!(u64_of(&v["now"], "held"), 1, "j is still held");
     assert_eq!(u64_of(&v["grant_wait_ms"], "count"), 2);

@@ -23,7 +23,12 @@ fn run_args<'a>(addr: &'a str, key: &'a str, extra: &[&'a str], cmd: &[&'a str])
 
 /// Prints `TICKETING_KEY TICKETING_TOKEN` and exits with `code`.
 fn report_env_and_exit(code: u8) -> String {
-    format!("echo \"env $TICKETING_KEY $TICKETING_TOKEN\"; exit {code}")
+    report_env_then(&format!("exit {code}"))
+}
+
+/// Prints `TICKETING_KEY TICKETING_TOKEN` and then runs `then`.
+fn report_env_then(then: &str) -> String {
+    format!("echo \"env $TICKETING_KEY $TICKETING_TOKEN\"; {then}")
 }
 
 /// The token a child printed with [`report_env_and_exit`], for `key`.
@@ -39,6 +44,27 @@ fn token_of(f: &Finished, key: &str) -> u64 {
     fields[2]
         .parse()
         .unwrap_or_else(|_| panic!("TICKETING_TOKEN is not a number: {line:?}"))
+}
+
+/// Starts `ticketing run` on `k` with `extra`, its child printing
+/// `TICKETING_KEY TICKETING_TOKEN` and then running the shell's `then`;
+/// waits for that line and returns the run and the token.
+fn start_reporting(addr: &str, extra: &[&str], then: &str) -> (Proc, u64) {
+    let child = report_env_then(then);
+    let mut p = Proc::start(&run_args(addr, "k", extra, &["sh", "-c", &child]));
+    let line = p
+        .stdout
+        .until("the child's start", |l| l.starts_with("env "));
+    let token: u64 = line.rsplit(' ').next().unwrap().parse().expect("token");
+    (p, token)
+}
+
+/// Reads the rest of `p`'s standard error and asserts that a line of it
+/// is one that `pred` is looking for.
+#[track_caller]
+fn stderr_has(p: &mut Proc, pred: impl Fn(&str) -> bool) {
+    p.stderr.rest();
+    assert!(p.stderr.seen.iter().any(|l| pred(l)), "{:?}", p.stderr.seen);
 }
 
 /// The grant of `key` is gone: a try-lock from another `run` gets it at
@@ -110,18 +136,23 @@ fn not_acquired_when_another_holds_the_key() {
     assert_free(&serve.addr, "k", 0);
 }
 
+/// `run` on `addr` with `extra` exits 75 without running its command and
+/// says `why` on its standard error.
+fn not_acquired(addr: &str, extra: &[&str], why: &str) {
+    let f = run(addr, "k", extra, &["sh", "-c", "echo ran"]);
+    assert_eq!(f.code, Some(75), "{f:?}");
+    assert!(!f.stdout.contains("ran"), "{f:?}");
+    assert!(f.stderr.contains(why), "{f:?}");
+}
+
 #[test]
 fn not_acquired_without_a_server() {
     let dead = dead_endpoint();
-    let f = run(
+    not_acquired(
         &dead,
-        "k",
         &["--wait-ms", "0", "--queue-grace-ms", "200"],
-        &["sh", "-c", "echo ran"],
+        "not acquired",
     );
-    assert_eq!(f.code, Some(75), "{f:?}");
-    assert!(!f.stdout.contains("ran"), "{f:?}");
-    assert!(f.stderr.contains("not acquired"), "{f:?}");
 }
 
 /// Welcomes, then never answers.
@@ -136,15 +167,11 @@ fn silent(line: &str) -> Vec<String> {
 #[test]
 fn an_indeterminate_acquire_is_75_and_the_command_does_not_run() {
     let fake = Fake::start(silent);
-    let f = run(
+    not_acquired(
         &fake.addr,
-        "k",
         &["--wait-ms", "0", "--answer-grace-ms", "200"],
-        &["sh", "-c", "echo ran"],
+        "indeterminate",
     );
-    assert_eq!(f.code, Some(75), "{f:?}");
-    assert!(!f.stdout.contains("ran"), "{f:?}");
-    assert!(f.stderr.contains("indeterminate"), "{f:?}");
 }
 
 #[test]
@@ -155,9 +182,8 @@ fn a_lease_about_to_run_out_stops_the_child_with_124() {
     // key by itself.
     let lease_ms = 3000;
     let lease = lease_ms.to_string();
-    let mut p = Proc::start(&run_args(
+    let (mut p, token) = start_reporting(
         &serve.addr,
-        "k",
         &[
             "--lease-ms",
             &lease,
@@ -165,17 +191,9 @@ fn a_lease_about_to_run_out_stops_the_child_with_124() {
             "--kill-grace-ms",
             "1000",
         ],
-        &[
-            "sh",
-            "-c",
-            "echo \"env $TICKETING_KEY $TICKETING_TOKEN\"; exec sleep 30",
-        ],
-    ));
-    let line = p
-        .stdout
-        .until("the child's start", |l| l.starts_with("env "));
+        "exec sleep 30",
+    );
     let granted_at = Instant::now();
-    let token: u64 = line.rsplit(' ').next().unwrap().parse().expect("token");
     let (status, _) = p.wait(WAIT);
     let ran = granted_at.elapsed();
     assert_eq!(status.code(), Some(124), "{status}");
@@ -183,12 +201,7 @@ fn a_lease_about_to_run_out_stops_the_child_with_124() {
         ran < Duration::from_millis(lease_ms),
         "stopped after {ran:?}, not before the lease ran out"
     );
-    p.stderr.rest();
-    assert!(
-        p.stderr.seen.iter().any(|l| l.contains("about to run out")),
-        "{:?}",
-        p.stderr.seen
-    );
+    stderr_has(&mut p, |l| l.contains("about to run out"));
     // Released, not left to expire.
     assert_free(&serve.addr, "k", token);
     assert!(
@@ -217,20 +230,7 @@ fn a_command_that_cannot_start_is_127() {
 /// the exit status is 128 + the signal, the grant is released.
 fn stopped_by(sig: Signal, code: i32) {
     let serve = Serve::start(&[]);
-    let mut p = Proc::start(&run_args(
-        &serve.addr,
-        "k",
-        &["--lease-ms", "60000"],
-        &[
-            "sh",
-            "-c",
-            "echo \"env $TICKETING_KEY $TICKETING_TOKEN\"; exec sleep 30",
-        ],
-    ));
-    let line = p
-        .stdout
-        .until("the child's start", |l| l.starts_with("env "));
-    let token: u64 = line.rsplit(' ').next().unwrap().parse().expect("token");
+    let (mut p, token) = start_reporting(&serve.addr, &["--lease-ms", "60000"], "exec sleep 30");
     signal(p.pid(), sig);
     let (status, _) = p.wait(WAIT);
     assert_eq!(status.code(), Some(code), "after {sig}: {status}");
@@ -253,20 +253,7 @@ fn sigterm_while_the_child_runs_is_143() {
 fn a_command_that_runs_ten_times_its_lease_keeps_the_lock_the_whole_time() {
     let serve = Serve::start(&[]);
     let started = Instant::now();
-    let mut first = Proc::start(&run_args(
-        &serve.addr,
-        "k",
-        &["--lease-ms", "300"],
-        &[
-            "sh",
-            "-c",
-            "echo \"env $TICKETING_KEY $TICKETING_TOKEN\"; sleep 3",
-        ],
-    ));
-    let line = first
-        .stdout
-        .until("the child's start", |l| l.starts_with("env "));
-    let token: u64 = line.rsplit(' ').next().unwrap().parse().expect("token");
+    let (mut first, token) = start_reporting(&serve.addr, &["--lease-ms", "300"], "sleep 3");
     // Well past its first lease, and again later: another run cannot get it.
     for at in [Duration::from_millis(900), Duration::from_millis(2_100)] {
         std::thread::sleep(at.saturating_sub(started.elapsed()));
@@ -311,12 +298,7 @@ fn when_renewal_stops_the_child_is_stopped_before_the_lease_runs_out_with_124() 
         ran < Duration::from_secs(5),
         "the child was killed: {ran:?}"
     );
-    p.stderr.rest();
-    assert!(
-        p.stderr.seen.iter().any(|l| l.contains("about to run out")),
-        "{:?}",
-        p.stderr.seen
-    );
+    stderr_has(&mut p, |l| l.contains("about to run out"));
 }
 
 #[test]
@@ -336,13 +318,7 @@ fn a_lost_lease_stops_the_child_with_124() {
     let _restarted = Serve::start_on(&addr, &[], |_| {});
     let (status, _) = p.wait(WAIT);
     assert_eq!(status.code(), Some(124), "{status}");
-    p.stderr.rest();
-    assert!(
-        p.stderr
-            .seen
-            .iter()
-            .any(|l| l.contains("was lost") || l.contains("about to run out")),
-        "{:?}",
-        p.stderr.seen
-    );
+    stderr_has(&mut p, |l| {
+        l.contains("was lost") || l.contains("about to run out")
+    });
 }

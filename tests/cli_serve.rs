@@ -196,31 +196,37 @@ fn garbage_does_not_kill_the_server() {
     fresh.grant(1, "k", 0, 1000);
 }
 
-#[test]
-fn a_follower_answers_moved() {
-    let serve = Serve::start(&["--role", "follower", "--leader", "127.0.0.1:7001"]);
+/// A server started with `args` answers a handshake with `answer` and
+/// then closes the connection (`after`, for the failure message).
+fn answers_hello_and_closes(args: &[&str], answer: &str, after: &str) {
+    let serve = Serve::start(args);
     let mut raw = Raw::connect(&serve.addr);
     raw.send("H 1 test -\n");
-    raw.expect("M 127.0.0.1:7001");
-    raw.expect_closed("a follower's connection after M");
+    raw.expect(answer);
+    raw.expect_closed(after);
+}
+
+#[test]
+fn a_follower_answers_moved() {
+    answers_hello_and_closes(
+        &["--role", "follower", "--leader", "127.0.0.1:7001"],
+        "M 127.0.0.1:7001",
+        "a follower's connection after M",
+    );
 }
 
 #[test]
 fn no_leader_answers_e_no_leader() {
-    let serve = Serve::start(&["--role", "no-leader"]);
-    let mut raw = Raw::connect(&serve.addr);
-    raw.send("H 1 test -\n");
-    raw.expect("E no_leader");
-    raw.expect_closed("after E no_leader");
+    answers_hello_and_closes(&["--role", "no-leader"], "E no_leader", "after E no_leader");
 }
 
 #[test]
 fn not_active_answers_e_not_active() {
-    let serve = Serve::start(&["--role", "not-active"]);
-    let mut raw = Raw::connect(&serve.addr);
-    raw.send("H 1 test -\n");
-    raw.expect("E not_active");
-    raw.expect_closed("after E not_active");
+    answers_hello_and_closes(
+        &["--role", "not-active"],
+        "E not_active",
+        "after E not_active",
+    );
 }
 
 #[test]

@@ -34,32 +34,24 @@ fn corpus(target: &str) -> Vec<(PathBuf, Vec<u8>)> {
     files
 }
 
-#[test]
-fn the_decode_corpus_replays_cleanly() {
-    let files = corpus("decode");
+/// Replays every file of the corpus of `target` through `run`, and fails
+/// naming each file that `run` fails on.
+fn replay<E: std::fmt::Display>(target: &str, run: impl Fn(&[u8]) -> Result<(), E>) {
+    let files = corpus(target);
     let failures: Vec<String> = files
         .iter()
-        .filter_map(|(path, data)| {
-            fuzz::decode(data)
-                .err()
-                .map(|e| format!("{}: {e}", path.display()))
-        })
+        .filter_map(|(path, data)| run(data).err().map(|e| format!("{}: {e}", path.display())))
         .collect();
-    println!("decode: {} files replayed", files.len());
+    println!("{target}: {} files replayed", files.len());
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 #[test]
+fn the_decode_corpus_replays_cleanly() {
+    replay("decode", fuzz::decode);
+}
+
+#[test]
 fn the_client_corpus_keeps_every_invariant() {
-    let files = corpus("client");
-    let failures: Vec<String> = files
-        .iter()
-        .filter_map(|(path, data)| {
-            fuzz::client(data)
-                .err()
-                .map(|e| format!("{}: {e}", path.display()))
-        })
-        .collect();
-    println!("client: {} files replayed", files.len());
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    replay("client", fuzz::client);
 }

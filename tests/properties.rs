@@ -31,7 +31,9 @@ use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
 use ticketing::client::{Action, Client, Config, Event, Outcome};
 use ticketing::testkit::fuzz;
 use ticketing::testkit::{Checker, Invariant, Runner, Setup, Stats, Step};
-use ticketing::wire::{Addr, Answer, AnswerKind, Atom, ClientFrame, ServerFrame, Window, MAX_ATOM};
+use ticketing::wire::{
+    Addr, Answer, AnswerKind, Atom, ClientFrame, FrameError, ServerFrame, Window, MAX_ATOM,
+};
 use ticketing::{Endpoint, Key, Name, Time};
 
 /// The base seed when `TICKETING_QC_SEED` is not set.
@@ -56,6 +58,14 @@ fn base_seed() -> u64 {
             parsed.unwrap_or_else(|e| panic!("TICKETING_QC_SEED={text:?} is not a u64: {e}"))
         }
         Err(_) => DEFAULT_SEED,
+    }
+}
+
+/// A property's verdict: passed, or the error of what failed.
+fn verdict<E: std::fmt::Display>(result: Result<(), E>) -> TestResult {
+    match result {
+        Ok(()) => TestResult::passed(),
+        Err(e) => TestResult::error(e.to_string()),
     }
 }
 
@@ -207,16 +217,7 @@ fn frame_round_trip(case: &FrameCase) -> Result<(), String> {
         _ => None,
     };
     if let Some(frame) = server {
-        frame.encode(&mut out);
-        let line = out.strip_suffix(b"\n").ok_or("no LF at the end")?;
-        if out.len() > 1024 || line.contains(&b'\n') {
-            return Err(format!("bad line {:?}", String::from_utf8_lossy(&out)));
-        }
-        let back = ServerFrame::parse(line).map_err(|e| format!("{e} for {frame:?}"))?;
-        if back != frame {
-            return Err(format!("{frame:?} came back as {back:?}"));
-        }
-        return Ok(());
+        return round_trip(frame, &mut out, ServerFrame::encode, ServerFrame::parse);
     }
     let client = match case {
         FrameCase::Hello(version, id, cred) => ClientFrame::Hello {
@@ -244,14 +245,26 @@ fn frame_round_trip(case: &FrameCase) -> Result<(), String> {
         },
         _ => unreachable!("server frames handled above"),
     };
-    client.encode(&mut out);
+    round_trip(client, &mut out, ClientFrame::encode, ClientFrame::parse)
+}
+
+/// Encodes `frame` into the empty `out`, checks the line's shape, and
+/// `parse`s it back to the same frame.
+fn round_trip<'o, F: PartialEq + std::fmt::Debug>(
+    frame: F,
+    out: &'o mut Vec<u8>,
+    encode: impl Fn(&F, &mut Vec<u8>),
+    parse: impl Fn(&'o [u8]) -> Result<F, FrameError>,
+) -> Result<(), String> {
+    encode(&frame, out);
+    let out: &'o Vec<u8> = out;
     let line = out.strip_suffix(b"\n").ok_or("no LF at the end")?;
     if out.len() > 1024 || line.contains(&b'\n') {
-        return Err(format!("bad line {:?}", String::from_utf8_lossy(&out)));
+        return Err(format!("bad line {:?}", String::from_utf8_lossy(out)));
     }
-    let back = ClientFrame::parse(line).map_err(|e| format!("{e} for {client:?}"))?;
-    if back != client {
-        return Err(format!("{client:?} came back as {back:?}"));
+    let back = parse(line).map_err(|e| format!("{e} for {frame:?}"))?;
+    if back != frame {
+        return Err(format!("{frame:?} came back as {back:?}"));
     }
     Ok(())
 }
@@ -259,10 +272,7 @@ fn frame_round_trip(case: &FrameCase) -> Result<(), String> {
 #[test]
 fn every_constructible_frame_encodes_to_a_line_that_parses_back_to_it() {
     fn prop(case: FrameCase) -> TestResult {
-        match frame_round_trip(&case) {
-            Ok(()) => TestResult::passed(),
-            Err(e) => TestResult::error(e),
-        }
+        verdict(frame_round_trip(&case))
     }
     qc("frames_round_trip", CASES_FRAMES).quickcheck(prop as fn(FrameCase) -> TestResult);
 }
@@ -435,10 +445,7 @@ fn every_line_that_parses_re_encodes_to_the_same_bytes() {
         let mut data = seed.to_le_bytes().to_vec();
         data.extend_from_slice(&expected);
         data.extend_from_slice(&expected);
-        match fuzz::decode(&data) {
-            Ok(()) => TestResult::passed(),
-            Err(e) => TestResult::error(e.to_string()),
-        }
+        verdict(fuzz::decode(&data))
     }
     qc("lines_re_encode", CASES_LINES).quickcheck(prop as fn(LineCase, u16) -> TestResult);
     let (parsed, refused) = (
@@ -531,6 +538,14 @@ fn raw_bytes(g: &mut Gen) -> Vec<u8> {
 
 fn step(g: &mut Gen, faulty: bool, shuts_down: bool) -> Step {
     let u = |g: &mut Gen| u8::arbitrary(g);
+    // A grant to pick: now and then one already given back.
+    let held = |g: &mut Gen| {
+        if below(g, 10) == 0 {
+            128 | u(g)
+        } else {
+            u(g) % 128
+        }
+    };
     loop {
         let roll = below(g, 118);
         let step = match roll {
@@ -539,14 +554,7 @@ fn step(g: &mut Gen, faulty: bool, shuts_down: bool) -> Step {
                 wait: u(g),
                 lease: u(g),
             },
-            14..=18 => Step::Release {
-                // Now and then a grant already given back.
-                pick: if below(g, 10) == 0 {
-                    128 | u(g)
-                } else {
-                    u(g) % 128
-                },
-            },
+            14..=18 => Step::Release { pick: held(g) },
             19..=20 => Step::ReleaseToken {
                 key: u(g),
                 token: u(g) % 8,
@@ -587,11 +595,7 @@ fn step(g: &mut Gen, faulty: bool, shuts_down: bool) -> Step {
                 limit: u(g),
             },
             108..=111 => Step::Renew {
-                pick: if below(g, 10) == 0 {
-                    128 | u(g)
-                } else {
-                    u(g) % 128
-                },
+                pick: held(g),
                 lease: u(g),
             },
             112..=113 => Step::AutoRenew {
@@ -810,10 +814,7 @@ fn arbitrary_bytes_never_break_the_fuzz_entry_points() {
         if let Err(e) = fuzz::decode(&data) {
             return TestResult::error(e.to_string());
         }
-        match fuzz::client(&data) {
-            Ok(()) => TestResult::passed(),
-            Err(v) => TestResult::error(v.to_string()),
-        }
+        verdict(fuzz::client(&data))
     }
     qc("fuzz_bytes", CASES_FUZZ_BYTES).quickcheck(prop as fn(Vec<u8>) -> TestResult);
 }
@@ -986,10 +987,7 @@ static SERVER_GRANTS: AtomicU64 = AtomicU64::new(0);
 #[test]
 fn the_model_server_answers_legally() {
     fn prop(script: ServerScript) -> TestResult {
-        match model_server_is_legal(&script) {
-            Ok(()) => TestResult::passed(),
-            Err(e) => TestResult::error(e),
-        }
+        verdict(model_server_is_legal(&script))
     }
     qc("model_server", CASES_SERVER).quickcheck(prop as fn(ServerScript) -> TestResult);
     let grants = SERVER_GRANTS.load(Ordering::Relaxed);
@@ -1007,9 +1005,7 @@ fn watched() -> (Client, Checker) {
     let config = Config::new([Endpoint::new("a:1").unwrap()], Name::new("tk").unwrap());
     let mut checker = Checker::new(&config, Time::ZERO);
     let mut client = Client::new(config, Time::ZERO).unwrap();
-    while let Some(action) = client.poll_action() {
-        checker.action(&action).unwrap();
-    }
+    actions(&mut client, &mut checker);
     (client, checker)
 }
 
@@ -1017,20 +1013,65 @@ fn conn_of(client: &Client) -> ticketing::client::ConnId {
     client.connection().unwrap()
 }
 
+/// A [`watched`] client through its [`handshake`].
+fn welcomed() -> (Client, Checker) {
+    let (mut client, mut checker) = watched();
+    handshake(&mut client, &mut checker);
+    (client, checker)
+}
+
 /// Drives `client` through the handshake (window 4), feeding the checker.
 fn handshake(client: &mut Client, checker: &mut Checker) {
     let conn = conn_of(client);
     client.handle_connected(Time::ZERO, conn);
     checker.connected(Time::ZERO, conn);
+    actions(client, checker);
+    deliver(client, checker, Time::ZERO, b"W n 4\n");
+    events(client, checker);
+    checker.end_step(client).unwrap();
+}
+
+/// Hands every action of `client` to `checker`.
+fn actions(client: &mut Client, checker: &mut Checker) {
     while let Some(action) = client.poll_action() {
         checker.action(&action).unwrap();
     }
-    client.handle_bytes(Time::ZERO, conn, b"W n 4\n");
-    checker.bytes(Time::ZERO, conn, b"W n 4\n").unwrap();
+}
+
+/// Hands every event of `client` to `checker`.
+fn events(client: &mut Client, checker: &mut Checker) {
     while let Some(event) = client.poll_event() {
         checker.event(&event).unwrap();
     }
-    checker.end_step(client).unwrap();
+}
+
+/// Gives `client` and `checker` the same bytes from the server at `now`.
+fn deliver(client: &mut Client, checker: &mut Checker, now: Time, data: &[u8]) {
+    let conn = conn_of(client);
+    client.handle_bytes(now, conn, data);
+    checker.bytes(now, conn, data).unwrap();
+}
+
+/// A try-lock (no wait) of `key` for `owner` at t=0, asked of `client`
+/// and told to `checker`.
+fn acquire(
+    client: &mut Client,
+    checker: &mut Checker,
+    key: &Key,
+    owner: &Name,
+    lease: Duration,
+) -> Result<ticketing::client::OpId, ticketing::client::Error> {
+    let r = client.acquire(
+        Time::ZERO,
+        key.clone(),
+        owner.clone(),
+        Duration::ZERO,
+        lease,
+    );
+    checker
+        .acquire(Time::ZERO, key, owner, Duration::ZERO, lease, &r)
+        .unwrap();
+    r
 }
 
 fn send(client: &Client, text: &str) -> Action {
@@ -1045,28 +1086,16 @@ fn the_checker_catches_a_request_before_w() {
     let (mut client, mut checker) = watched();
     let conn = conn_of(&client);
     client.handle_connected(Time::ZERO, conn);
-    while let Some(action) = client.poll_action() {
-        checker.action(&action).unwrap();
-    }
+    actions(&mut client, &mut checker);
     let key = Key::new("k").unwrap();
     let owner = Name::new("o1").unwrap();
-    let r = client.acquire(
-        Time::ZERO,
-        key.clone(),
-        owner.clone(),
-        Duration::ZERO,
+    let _ = acquire(
+        &mut client,
+        &mut checker,
+        &key,
+        &owner,
         Duration::from_secs(1),
     );
-    checker
-        .acquire(
-            Time::ZERO,
-            &key,
-            &owner,
-            Duration::ZERO,
-            Duration::from_secs(1),
-            &r,
-        )
-        .unwrap();
     let err = checker
         .action(&send(&client, "A 1 k o1 0 1000\n"))
         .unwrap_err();
@@ -1075,21 +1104,11 @@ fn the_checker_catches_a_request_before_w() {
 
 #[test]
 fn the_checker_catches_a_resent_acquire_and_a_full_window() {
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     let key = Key::new("k").unwrap();
     let owner = Name::new("o1").unwrap();
     let lease = Duration::from_secs(1);
-    let r = client.acquire(
-        Time::ZERO,
-        key.clone(),
-        owner.clone(),
-        Duration::ZERO,
-        lease,
-    );
-    checker
-        .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-        .unwrap();
+    let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
     checker.action(&send(&client, "A 1 k o1 0 1000\n")).unwrap();
     let err = checker
         .action(&send(&client, "A 2 k o1 0 1000\n"))
@@ -1097,20 +1116,10 @@ fn the_checker_catches_a_resent_acquire_and_a_full_window() {
     assert_eq!(err.invariant, Invariant::NoResend, "{err}");
 
     // Window 4, 1 reserved: a fourth acquire in flight is one too many.
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     for i in 1..=4 {
         let owner = Name::new(format!("o{i}")).unwrap();
-        let r = client.acquire(
-            Time::ZERO,
-            key.clone(),
-            owner.clone(),
-            Duration::ZERO,
-            lease,
-        );
-        checker
-            .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-            .unwrap();
+        let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
         let sent = checker.action(&send(&client, &format!("A {i} k o{i} 0 1000\n")));
         if i < 4 {
             sent.unwrap();
@@ -1122,34 +1131,18 @@ fn the_checker_catches_a_resent_acquire_and_a_full_window() {
 
 #[test]
 fn the_checker_catches_misattributed_and_double_outcomes() {
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     let key = Key::new("k").unwrap();
     let lease = Duration::from_secs(1);
     let mut ops = Vec::new();
     for i in 1..=2 {
         let owner = Name::new(format!("o{i}")).unwrap();
-        let r = client.acquire(
-            Time::ZERO,
-            key.clone(),
-            owner.clone(),
-            Duration::ZERO,
-            lease,
-        );
-        checker
-            .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-            .unwrap();
+        let r = acquire(&mut client, &mut checker, &key, &owner, lease);
         ops.push(r.unwrap());
     }
-    let conn = conn_of(&client);
     // The real client sends both and gets G for the second only.
-    while let Some(action) = client.poll_action() {
-        checker.action(&action).unwrap();
-    }
-    client.handle_bytes(Time::ZERO, conn, b"G 2 A k 5 1000 0\n");
-    checker
-        .bytes(Time::ZERO, conn, b"G 2 A k 5 1000 0\n")
-        .unwrap();
+    actions(&mut client, &mut checker);
+    deliver(&mut client, &mut checker, Time::ZERO, b"G 2 A k 5 1000 0\n");
     let granted = std::iter::from_fn(|| client.poll_event())
         .find_map(|e| match e {
             Event::Outcome {
@@ -1185,40 +1178,26 @@ fn the_checker_catches_misattributed_and_double_outcomes() {
 
 #[test]
 fn the_checker_catches_a_release_behind_the_embedders_back_and_a_lost_orphan() {
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     let key = Key::new("k").unwrap();
     let owner = Name::new("o1").unwrap();
     let lease = Duration::from_secs(10);
-    let r = client.acquire(
+    let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
+    actions(&mut client, &mut checker);
+    deliver(
+        &mut client,
+        &mut checker,
         Time::ZERO,
-        key.clone(),
-        owner.clone(),
-        Duration::ZERO,
-        lease,
+        b"G 1 A k 5 10000 0\n",
     );
-    checker
-        .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-        .unwrap();
-    let conn = conn_of(&client);
-    while let Some(action) = client.poll_action() {
-        checker.action(&action).unwrap();
-    }
-    client.handle_bytes(Time::ZERO, conn, b"G 1 A k 5 10000 0\n");
-    checker
-        .bytes(Time::ZERO, conn, b"G 1 A k 5 10000 0\n")
-        .unwrap();
-    while let Some(event) = client.poll_event() {
-        checker.event(&event).unwrap();
-    }
+    events(&mut client, &mut checker);
     checker.end_step(&client).unwrap();
     // The embedder holds (k, 5): an R for it that nobody asked for.
     let err = checker.action(&send(&client, "R 2 k 5\n")).unwrap_err();
     assert_eq!(err.invariant, Invariant::OrphanRelease, "{err}");
 
     // A G to an unknown id that the client neither closes on nor releases.
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (client, mut checker) = welcomed();
     let conn = conn_of(&client);
     checker
         .bytes(Time::ZERO, conn, b"G 77 A k 9 10000 0\n")
@@ -1318,32 +1297,16 @@ fn a_renewal_command_after_a_close_the_clients_own_timers_made_within_the_call_i
 /// A watched client (window 4) holding `(k3, 1)`, granted at t=0 for
 /// 30 ms, with a renewal asking for 10 s in flight since t=0.
 fn holding_with_a_renewal_in_flight() -> (Client, Checker, ticketing::client::Grant) {
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     let (key, owner, lease) = (
         Key::new("k3").unwrap(),
         Name::new("o1").unwrap(),
         Duration::from_millis(30),
     );
-    let r = client.acquire(
-        Time::ZERO,
-        key.clone(),
-        owner.clone(),
-        Duration::ZERO,
-        lease,
-    );
-    checker
-        .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-        .unwrap();
-    while let Some(action) = client.poll_action() {
-        checker.action(&action).unwrap();
-    }
+    let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
+    actions(&mut client, &mut checker);
     checker.end_step(&client).unwrap();
-    let conn = conn_of(&client);
-    client.handle_bytes(Time::ZERO, conn, b"G 1 A k3 1 30 0\n");
-    checker
-        .bytes(Time::ZERO, conn, b"G 1 A k3 1 30 0\n")
-        .unwrap();
+    deliver(&mut client, &mut checker, Time::ZERO, b"G 1 A k3 1 30 0\n");
     let mut grant = None;
     while let Some(event) = client.poll_event() {
         checker.event(&event).unwrap();
@@ -1390,9 +1353,7 @@ fn the_checker_catches_a_grant_forgotten_with_its_renewal_in_flight_and_no_close
         closed |= matches!(action, Action::Close { .. });
         checker.action(&action).unwrap();
     }
-    while let Some(event) = client.poll_event() {
-        checker.event(&event).unwrap();
-    }
+    events(&mut client, &mut checker);
     assert!(closed);
     checker.end_step(&client).unwrap();
     // A client that says the same without having closed is caught: with
@@ -1425,9 +1386,7 @@ fn feed(
     now: Time,
     text: &str,
 ) -> (String, Vec<ticketing::client::Grant>) {
-    let conn = conn_of(client);
-    client.handle_bytes(now, conn, text.as_bytes());
-    checker.bytes(now, conn, text.as_bytes()).unwrap();
+    deliver(client, checker, now, text.as_bytes());
     drain(client, checker)
 }
 
@@ -1461,22 +1420,12 @@ fn two_grants_with_one_key_and_token_are_renewed_each_as_its_own() {
     // server gave later, so the embedder held two grants of (k, 5). The
     // client renewed the one it was asked to; the checker took the X for
     // the other one, whose renewal nobody had asked for.
-    let (mut client, mut checker) = watched();
-    handshake(&mut client, &mut checker);
+    let (mut client, mut checker) = welcomed();
     let key = Key::new("k").unwrap();
     for (owner, lease) in [("o1", 3_000), ("o2", 60_000)] {
         let owner = Name::new(owner).unwrap();
         let lease = Duration::from_millis(lease);
-        let r = client.acquire(
-            Time::ZERO,
-            key.clone(),
-            owner.clone(),
-            Duration::ZERO,
-            lease,
-        );
-        checker
-            .acquire(Time::ZERO, &key, &owner, Duration::ZERO, lease, &r)
-            .unwrap();
+        let _ = acquire(&mut client, &mut checker, &key, &owner, lease);
     }
     let (sent, _) = drain(&mut client, &mut checker);
     assert_eq!(sent, "A 1 k o1 0 3000\nA 2 k o2 0 60000\n");

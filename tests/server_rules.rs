@@ -89,22 +89,34 @@ impl Harness {
         conn
     }
 
-    /// Accepts a connection and does the handshake, expecting `W`.
-    fn connect(&mut self) -> ConnId {
+    /// Accepts a connection and does the handshake in `version`, expecting
+    /// `W`.
+    fn hello(&mut self, version: u32) -> ConnId {
         let conn = self.accept();
         self.clients += 1;
-        self.send(conn, &format!("H 1 c{} -\n", self.clients));
+        self.send(conn, &format!("H {version} c{} -\n", self.clients));
         assert_eq!(self.take(conn), "W n1 4\n");
         conn
     }
 
+    /// Accepts a connection and does the handshake, expecting `W`.
+    fn connect(&mut self) -> ConnId {
+        self.hello(1)
+    }
+
     /// The same with `H 2`.
     fn connect_v2(&mut self) -> ConnId {
-        let conn = self.accept();
-        self.clients += 1;
-        self.send(conn, &format!("H 2 c{} -\n", self.clients));
-        assert_eq!(self.take(conn), "W n1 4\n");
-        conn
+        self.hello(2)
+    }
+
+    /// `N` connections by [`Harness::connect`], in order.
+    fn connect_many<const N: usize>(&mut self) -> [ConnId; N] {
+        std::array::from_fn(|_| self.connect())
+    }
+
+    /// `N` connections by [`Harness::connect_v2`], in order.
+    fn connect_many_v2<const N: usize>(&mut self) -> [ConnId; N] {
+        std::array::from_fn(|_| self.connect_v2())
     }
 
     /// Moves the clock to `ns` nanoseconds and fires the timers.
@@ -116,6 +128,26 @@ impl Harness {
 
     fn send(&mut self, conn: ConnId, text: &str) {
         self.server.handle_bytes(self.now, conn, text.as_bytes());
+        self.pump();
+    }
+
+    /// Sends `text` on `conn` and asserts that the server answered
+    /// exactly `expected` to it.
+    #[track_caller]
+    fn ask(&mut self, conn: ConnId, text: &str, expected: impl AsRef<str>) {
+        self.send(conn, text);
+        assert_eq!(self.take(conn), expected.as_ref());
+    }
+
+    /// The connection ended on the client's side.
+    fn end(&mut self, conn: ConnId) {
+        self.server.handle_closed(self.now, conn);
+        self.pump();
+    }
+
+    /// The embedder changes the server's role.
+    fn set_role(&mut self, role: Role) {
+        self.server.set_role(self.now, role);
         self.pump();
     }
 
@@ -151,11 +183,9 @@ fn handshake_is_answered_w_with_node_and_window() {
     let mut h = leader();
     let a = h.accept();
     assert_eq!(h.take(a), "", "the server speaks only after H");
-    h.send(a, "H 1 client-a -\n");
-    assert_eq!(h.take(a), "W n1 4\n");
+    h.ask(a, "H 1 client-a -\n", "W n1 4\n");
     assert_eq!(h.server.unanswered(a), Some(0));
-    h.send(a, "A 1 k o 0 10\n");
-    assert_eq!(h.take(a), "G 1 A k 1 10\n");
+    h.ask(a, "A 1 k o 0 10\n", "G 1 A k 1 10\n");
     assert!(!h.closed(a));
 }
 
@@ -165,23 +195,19 @@ fn handshake_sends_the_configured_leader_hint_after_w() {
     c.leader_hint = Some(ep("n1.example:7878"));
     let mut h = Harness::new(c);
     let a = h.accept();
-    h.send(a, "H 1 c -\n");
-    assert_eq!(h.take(a), "W n1 4\nL n1.example:7878\n");
+    h.ask(a, "H 1 c -\n", "W n1 4\nL n1.example:7878\n");
 }
 
 #[test]
 fn request_before_hello_closes_that_connection_only() {
     let mut h = leader();
     let b = h.connect();
-    h.send(b, "A 1 k o 0 10\n");
-    assert_eq!(h.take(b), "G 1 A k 1 10\n");
+    h.ask(b, "A 1 k o 0 10\n", "G 1 A k 1 10\n");
     let a = h.accept();
-    h.send(a, "R 1 k 1\n");
-    assert_eq!(h.take(a), "E hello_required\n");
+    h.ask(a, "R 1 k 1\n", "E hello_required\n");
     assert!(h.closed(a));
     assert_eq!(h.token("k"), Some(1), "the release before H did nothing");
-    h.send(b, "R 2 k 1\n");
-    assert_eq!(h.take(b), "D 2 R k\n");
+    h.ask(b, "R 2 k 1\n", "D 2 R k\n");
     assert!(!h.closed(b));
 }
 
@@ -189,8 +215,7 @@ fn request_before_hello_closes_that_connection_only() {
 fn second_hello_closes_the_connection() {
     let mut h = leader();
     let a = h.connect();
-    h.send(a, "H 1 again -\n");
-    assert_eq!(h.take(a), "E duplicate_hello\n");
+    h.ask(a, "H 1 again -\n", "E duplicate_hello\n");
     assert!(h.closed(a));
 }
 
@@ -237,11 +262,13 @@ fn malformed_frames_close_only_that_connection() {
     for line in bad {
         let mut h = leader();
         let other = h.connect();
-        h.send(other, "A 1 held o 0 500\n");
-        assert_eq!(h.take(other), "G 1 A held 1 500\n");
+        h.ask(other, "A 1 held o 0 500\n", "G 1 A held 1 500\n");
         let a = h.connect();
-        h.send(a, "A 1 mine o 0 500\nA 2 held o 300 500\n");
-        assert_eq!(h.take(a), "G 1 A mine 2 500\n");
+        h.ask(
+            a,
+            "A 1 mine o 0 500\nA 2 held o 300 500\n",
+            "G 1 A mine 2 500\n",
+        );
         assert_eq!(h.server.queue_len("held"), 1);
         h.send(a, &format!("{line}\nR 3 mine 2\n"));
         assert_eq!(h.take(a), "E bad_frame\n", "line {line:?}");
@@ -259,23 +286,17 @@ fn malformed_frames_close_only_that_connection() {
 #[test]
 fn a_line_is_buffered_up_to_1024_bytes_and_byte_1025_closes() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
+    let [a, b] = h.connect_many();
     h.send(a, &"x".repeat(1000));
-    h.send(a, &"x".repeat(24));
-    assert_eq!(h.take(a), "");
+    h.ask(a, &"x".repeat(24), "");
     assert!(!h.closed(a), "1024 bytes without a newline are still legal");
-    h.send(a, "\n");
-    assert_eq!(h.take(a), "E bad_frame\n");
+    h.ask(a, "\n", "E bad_frame\n");
     assert!(h.closed(a));
     // A frame may be cut anywhere.
     h.send(b, "A 1 k");
-    h.send(b, " o 0 ");
-    assert_eq!(h.take(b), "");
-    h.send(b, "10\nA 2 j o 0 10\nR 3 k");
-    assert_eq!(h.take(b), "G 1 A k 1 10\nG 2 A j 2 10\n");
-    h.send(b, " 1\n");
-    assert_eq!(h.take(b), "D 3 R k\n");
+    h.ask(b, " o 0 ", "");
+    h.ask(b, "10\nA 2 j o 0 10\nR 3 k", "G 1 A k 1 10\nG 2 A j 2 10\n");
+    h.ask(b, " 1\n", "D 3 R k\n");
 }
 
 #[test]
@@ -312,17 +333,17 @@ fn the_same_conversation_in_single_bytes_gives_the_same_bytes() {
 #[test]
 fn rule1_every_request_gets_exactly_one_answer_in_any_order() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
-    h.send(a, "A 1 k o 0 1000\n");
-    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    let [a, b] = h.connect_many();
+    h.ask(a, "A 1 k o 0 1000\n", "G 1 A k 1 1000\n");
     // b's first acquire waits; its later requests are answered first.
-    h.send(b, "A 10 k o 5000 100\nA 11 j o 0 100\nR 12 j 99\n");
-    assert_eq!(h.take(b), "G 11 A j 2 100\nN 12 R j\n");
+    h.ask(
+        b,
+        "A 10 k o 5000 100\nA 11 j o 0 100\nR 12 j 99\n",
+        "G 11 A j 2 100\nN 12 R j\n",
+    );
     assert_eq!(h.server.unanswered(b), Some(1));
     h.at(10);
-    h.send(a, "R 2 k 1\n");
-    assert_eq!(h.take(a), "D 2 R k\n");
+    h.ask(a, "R 2 k 1\n", "D 2 R k\n");
     assert_eq!(h.take(b), "G 10 A k 3 100\n");
     assert_eq!(h.server.unanswered(b), Some(0));
     // Nothing else is ever said: not at the waits' or the leases' ends.
@@ -334,12 +355,10 @@ fn rule1_every_request_gets_exactly_one_answer_in_any_order() {
 #[test]
 fn rule1_a_waiting_acquire_gets_no_answer_once_its_connection_closed() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
+    let [a, b] = h.connect_many();
     h.send(a, "A 1 k o 0 100\n");
     h.send(b, "A 1 k o 500 100\n");
-    h.server.handle_closed(h.now, b);
-    h.pump();
+    h.end(b);
     h.at(1000);
     assert_eq!(h.take(b), "");
     assert_eq!(
@@ -355,8 +374,7 @@ fn rule1_a_waiting_acquire_gets_no_answer_once_its_connection_closed() {
 fn rule2_a_free_key_is_granted_at_once() {
     let mut h = leader();
     let a = h.connect();
-    h.send(a, "A 7 printer me 5000 300\n");
-    assert_eq!(h.take(a), "G 7 A printer 1 300\n");
+    h.ask(a, "A 7 printer me 5000 300\n", "G 7 A printer 1 300\n");
     let holder = h.server.holder("printer").unwrap();
     assert_eq!((holder.token, holder.conn), (1, a));
     assert_eq!((holder.granted_at, holder.expires_at), (t(0), t(300)));
@@ -366,33 +384,35 @@ fn rule2_a_free_key_is_granted_at_once() {
 fn rule2_wait_zero_on_a_held_key_is_answered_t() {
     let mut h = leader();
     let a = h.connect();
-    h.send(a, "A 1 k o 0 100\nA 2 k o 0 100\n");
-    assert_eq!(h.take(a), "G 1 A k 1 100\nT 2 A k\n");
+    h.ask(
+        a,
+        "A 1 k o 0 100\nA 2 k o 0 100\n",
+        "G 1 A k 1 100\nT 2 A k\n",
+    );
     assert_eq!(h.server.queue_len("k"), 0);
 }
 
 #[test]
 fn rule2_wait_zero_is_answered_t_before_b_even_when_queues_are_full() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
+    let [a, b] = h.connect_many();
     h.send(a, "A 1 k o 0 100\n");
-    h.send(b, "A 1 k o 50 100\nA 2 k o 50 100\nA 3 k o 0 100\n");
-    assert_eq!(h.take(b), "T 3 A k\n");
+    h.ask(
+        b,
+        "A 1 k o 50 100\nA 2 k o 50 100\nA 3 k o 0 100\n",
+        "T 3 A k\n",
+    );
 }
 
 #[test]
 fn rule2_busy_at_the_per_key_limit_holder_not_counted() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
+    let [a, b] = h.connect_many();
     h.send(a, "A 1 k o 0 100\n");
     // The holder plus two waiters: the queue (limit 2) is full only now.
-    h.send(b, "A 1 k o 50 100\nA 2 k o 50 100\n");
-    assert_eq!(h.take(b), "");
+    h.ask(b, "A 1 k o 50 100\nA 2 k o 50 100\n", "");
     assert_eq!(h.server.queue_len("k"), 2);
-    h.send(b, "A 3 k o 50 100\n");
-    assert_eq!(h.take(b), "B 3 A k\n");
+    h.ask(b, "A 3 k o 50 100\n", "B 3 A k\n");
     assert_eq!(h.server.queue_len("k"), 2, "a busy acquire is not queued");
     // Another key still takes waiters.
     h.send(a, "A 2 j o 0 100\n");
@@ -404,11 +424,12 @@ fn rule2_busy_at_the_per_key_limit_holder_not_counted() {
 #[test]
 fn rule2_busy_at_the_total_limit_holders_not_counted() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
-    let c = h.connect();
-    h.send(a, "A 1 k o 0 100\nA 2 j o 0 100\n");
-    assert_eq!(h.take(a), "G 1 A k 1 100\nG 2 A j 2 100\n");
+    let [a, b, c] = h.connect_many();
+    h.ask(
+        a,
+        "A 1 k o 0 100\nA 2 j o 0 100\n",
+        "G 1 A k 1 100\nG 2 A j 2 100\n",
+    );
     // Two holders and three waiters: the server's limit (3) counts waiters.
     h.send(b, "A 1 k o 50 100\nA 2 k o 50 100\n");
     h.send(c, "A 1 j o 50 100\n");
@@ -420,14 +441,12 @@ fn rule2_busy_at_the_total_limit_holders_not_counted() {
         "j's own queue has room, the server's has not"
     );
     // A free key is still granted: the limit is on waiting.
-    h.send(c, "A 3 free o 50 100\n");
-    assert_eq!(h.take(c), "G 3 A free 3 100\n");
+    h.ask(c, "A 3 free o 50 100\n", "G 3 A free 3 100\n");
     // Once a waiter leaves, there is room again.
     h.at(50);
     assert_eq!(h.take(b), "T 1 A k\nT 2 A k\n");
     assert_eq!(h.take(c), "T 1 A j\n");
-    h.send(c, "A 4 j o 50 100\n");
-    assert_eq!(h.take(c), "");
+    h.ask(c, "A 4 j o 50 100\n", "");
     assert_eq!(h.server.queue_len("j"), 1);
 }
 
@@ -437,16 +456,12 @@ fn rule2_waiters_are_granted_first_in_first_out() {
     c.queue_limit = 10;
     c.max_waiters = 10;
     let mut h = Harness::new(c);
-    let a = h.connect();
-    let b = h.connect();
-    let x = h.connect();
-    h.send(a, "A 1 k o 0 1000\n");
-    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    let [a, b, x] = h.connect_many();
+    h.ask(a, "A 1 k o 0 1000\n", "G 1 A k 1 1000\n");
     h.send(b, "A 1 k o 5000 1000\n");
     h.send(x, "A 1 k o 5000 1000\n");
     h.send(b, "A 2 k o 5000 1000\n");
-    h.send(a, "R 2 k 1\n");
-    assert_eq!(h.take(a), "D 2 R k\n");
+    h.ask(a, "R 2 k 1\n", "D 2 R k\n");
     assert_eq!(h.take(b), "G 1 A k 2 1000\n");
     assert_eq!(h.take(x), "");
     h.send(a, "R 3 k 2\n");
@@ -460,10 +475,8 @@ fn rule2_waiters_are_granted_first_in_first_out() {
 #[test]
 fn rule2_a_wait_that_runs_out_is_answered_t_at_its_deadline() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
-    h.send(a, "A 1 k o 0 1000\n");
-    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    let [a, b] = h.connect_many();
+    h.ask(a, "A 1 k o 0 1000\n", "G 1 A k 1 1000\n");
     h.at(5);
     h.send(b, "A 1 k o 100 50\nA 2 k o 200 50\n");
     assert_eq!(h.server.poll_timeout(), Some(t(105)));
@@ -482,8 +495,7 @@ fn rule2_a_wait_that_runs_out_is_answered_t_at_its_deadline() {
 #[test]
 fn rule2_a_wait_ending_exactly_when_the_key_frees_is_granted() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
+    let [a, b] = h.connect_many();
     h.send(a, "A 1 k o 0 100\n");
     h.send(b, "A 1 k o 100 30\n");
     h.at(100);
@@ -496,8 +508,11 @@ fn rule2_a_wait_ending_exactly_when_the_key_frees_is_granted() {
 fn rule3_leases_are_capped_at_the_server_maximum() {
     let mut h = leader();
     let a = h.connect();
-    h.send(a, "A 1 k o 0 5000\nA 2 j o 0 1000\nA 3 i o 0 999\n");
-    assert_eq!(h.take(a), "G 1 A k 1 1000\nG 2 A j 2 1000\nG 3 A i 3 999\n");
+    h.ask(
+        a,
+        "A 1 k o 0 5000\nA 2 j o 0 1000\nA 3 i o 0 999\n",
+        "G 1 A k 1 1000\nG 2 A j 2 1000\nG 3 A i 3 999\n",
+    );
     assert_eq!(h.server.holder("k").unwrap().expires_at, t(1000));
     h.at(999);
     assert_eq!(h.token("k"), Some(1));
@@ -515,10 +530,8 @@ fn rule3_leases_are_capped_at_the_server_maximum() {
 #[test]
 fn rule3_expiry_frees_the_key_and_grants_the_next_waiter() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
-    h.send(a, "A 1 k o 0 100\n");
-    assert_eq!(h.take(a), "G 1 A k 1 100\n");
+    let [a, b] = h.connect_many();
+    h.ask(a, "A 1 k o 0 100\n", "G 1 A k 1 100\n");
     h.send(b, "A 1 k o 1000 50\n");
     assert_eq!(h.server.poll_timeout(), Some(t(100)));
     h.at(99);
@@ -530,20 +543,16 @@ fn rule3_expiry_frees_the_key_and_grants_the_next_waiter() {
     let holder = h.server.holder("k").unwrap();
     assert_eq!((holder.granted_at, holder.expires_at), (t(100), t(150)));
     // The expired grant's token no longer releases anything.
-    h.send(a, "R 2 k 1\n");
-    assert_eq!(h.take(a), "N 2 R k\n");
+    h.ask(a, "R 2 k 1\n", "N 2 R k\n");
     h.at(150);
     assert_eq!(h.token("k"), None);
-    h.send(a, "A 3 k o 0 10\n");
-    assert_eq!(h.take(a), "G 3 A k 3 10\n");
+    h.ask(a, "A 3 k o 0 10\n", "G 3 A k 3 10\n");
 }
 
 #[test]
 fn rule3_a_late_timer_fires_each_expiry_at_its_own_time() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
-    let c = h.connect();
+    let [a, b, c] = h.connect_many();
     h.send(a, "A 1 k o 0 100\n");
     h.send(b, "A 1 k o 1000 100\n");
     h.send(c, "A 1 k o 250 100\n");
@@ -562,13 +571,18 @@ fn rule3_a_late_timer_fires_each_expiry_at_its_own_time() {
 fn rule4_release_by_exact_token_is_d_anything_else_n() {
     let mut h = leader();
     let a = h.connect();
-    h.send(a, "A 1 k o 0 100\nA 2 j o 0 100\n");
-    assert_eq!(h.take(a), "G 1 A k 1 100\nG 2 A j 2 100\n");
-    h.send(a, "R 3 k 2\nR 4 nokey 1\nR 5 k 0\n");
-    assert_eq!(h.take(a), "N 3 R k\nN 4 R nokey\nN 5 R k\n");
+    h.ask(
+        a,
+        "A 1 k o 0 100\nA 2 j o 0 100\n",
+        "G 1 A k 1 100\nG 2 A j 2 100\n",
+    );
+    h.ask(
+        a,
+        "R 3 k 2\nR 4 nokey 1\nR 5 k 0\n",
+        "N 3 R k\nN 4 R nokey\nN 5 R k\n",
+    );
     assert_eq!(h.token("k"), Some(1));
-    h.send(a, "R 6 k 1\nR 7 k 1\n");
-    assert_eq!(h.take(a), "D 6 R k\nN 7 R k\n");
+    h.ask(a, "R 6 k 1\nR 7 k 1\n", "D 6 R k\nN 7 R k\n");
     assert_eq!(h.token("k"), None);
     assert_eq!(h.token("j"), Some(2));
 }
@@ -576,27 +590,25 @@ fn rule4_release_by_exact_token_is_d_anything_else_n() {
 #[test]
 fn rule4_a_release_is_never_answered_b() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
-    let c = h.connect();
+    let [a, b, c] = h.connect_many();
     h.send(a, "A 1 k o 0 100\n");
     h.send(b, "A 1 k o 500 100\nA 2 k o 500 100\n");
     h.send(c, "A 1 j o 0 100\nA 2 k o 500 100\n");
     assert_eq!(h.take(c), "G 1 A j 2 100\nB 2 A k\n", "every queue is full");
-    h.send(c, "R 3 k 5\nR 4 j 2\nR 5 k 1\n");
-    assert_eq!(h.take(c), "N 3 R k\nD 4 R j\nD 5 R k\n");
+    h.ask(
+        c,
+        "R 3 k 5\nR 4 j 2\nR 5 k 1\n",
+        "N 3 R k\nD 4 R j\nD 5 R k\n",
+    );
     assert_eq!(h.take(b), "G 1 A k 3 100\n");
 }
 
 #[test]
 fn rule4_a_grant_is_released_from_another_connection() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
-    h.send(a, "A 1 k o 0 100\nA 2 k o 500 100\n");
-    assert_eq!(h.take(a), "G 1 A k 1 100\n");
-    h.send(b, "R 1 k 1\n");
-    assert_eq!(h.take(b), "D 1 R k\n");
+    let [a, b] = h.connect_many();
+    h.ask(a, "A 1 k o 0 100\nA 2 k o 500 100\n", "G 1 A k 1 100\n");
+    h.ask(b, "R 1 k 1\n", "D 1 R k\n");
     assert_eq!(h.take(a), "G 2 A k 2 100\n");
     assert_eq!(h.server.unanswered(a), Some(0));
 }
@@ -606,22 +618,17 @@ fn rule4_a_grant_is_released_from_another_connection() {
 #[test]
 fn rule5_a_closed_connection_loses_its_waiters_but_not_its_grants() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
-    h.send(b, "A 1 j o 0 100\n");
-    assert_eq!(h.take(b), "G 1 A j 1 100\n");
-    h.send(a, "A 1 k o 0 500\nA 2 j o 400 100\n");
-    assert_eq!(h.take(a), "G 1 A k 2 500\n");
+    let [a, b] = h.connect_many();
+    h.ask(b, "A 1 j o 0 100\n", "G 1 A j 1 100\n");
+    h.ask(a, "A 1 k o 0 500\nA 2 j o 400 100\n", "G 1 A k 2 500\n");
     assert_eq!(h.server.queue_len("j"), 1);
-    h.server.handle_closed(h.now, a);
-    h.pump();
+    h.end(a);
     assert_eq!(h.server.queue_len("j"), 0, "the waiter was dropped");
     assert_eq!(h.server.lock_table().waiters(), 0);
     let holder = h.server.holder("k").unwrap();
     assert_eq!((holder.token, holder.conn), (2, a), "the grant stays");
     // j frees with nobody to grant; k is released by its token from b.
-    h.send(b, "R 2 j 1\nR 3 k 2\n");
-    assert_eq!(h.take(b), "D 2 R j\nD 3 R k\n");
+    h.ask(b, "R 2 j 1\nR 3 k 2\n", "D 2 R j\nD 3 R k\n");
     assert_eq!(h.take(a), "");
     assert_eq!((h.token("j"), h.token("k")), (None, None));
 }
@@ -629,13 +636,10 @@ fn rule5_a_closed_connection_loses_its_waiters_but_not_its_grants() {
 #[test]
 fn rule5_a_grant_of_a_closed_connection_lasts_until_its_lease_runs_out() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
+    let [a, b] = h.connect_many();
     h.send(a, "A 1 k o 0 300\n");
-    h.server.handle_closed(h.now, a);
-    h.pump();
-    h.send(b, "A 1 k o 0 100\nA 2 k o 1000 100\n");
-    assert_eq!(h.take(b), "T 1 A k\n");
+    h.end(a);
+    h.ask(b, "A 1 k o 0 100\nA 2 k o 1000 100\n", "T 1 A k\n");
     h.at(299);
     assert_eq!(h.take(b), "");
     h.at(300);
@@ -650,14 +654,11 @@ fn rule6_more_than_window_unanswered_is_answered_e_window_and_closed() {
     c.queue_limit = 10;
     c.max_waiters = 10;
     let mut h = Harness::new(c);
-    let a = h.connect();
-    let b = h.connect();
-    h.send(a, "A 1 k o 0 1000\n");
-    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    let [a, b] = h.connect_many();
+    h.ask(a, "A 1 k o 0 1000\n", "G 1 A k 1 1000\n");
     // Requests answered at once leave the window: many in a row are fine.
     for id in 100..120 {
-        h.send(b, &format!("R {id} nokey 1\n"));
-        assert_eq!(h.take(b), format!("N {id} R nokey\n"));
+        h.ask(b, &format!("R {id} nokey 1\n"), format!("N {id} R nokey\n"));
     }
     // The window is 4: four waiting acquires fit.
     h.send(
@@ -667,16 +668,14 @@ fn rule6_more_than_window_unanswered_is_answered_e_window_and_closed() {
     assert_eq!(h.take(b), "");
     assert_eq!(h.server.unanswered(b), Some(4));
     // An answer frees a slot.
-    h.send(a, "R 2 k 1\n");
-    assert_eq!(h.take(a), "D 2 R k\n");
+    h.ask(a, "R 2 k 1\n", "D 2 R k\n");
     assert_eq!(h.take(b), "G 1 A k 2 10\n");
     assert_eq!(h.server.unanswered(b), Some(3));
     h.send(b, "A 5 k o 5000 10\n");
     assert_eq!(h.server.unanswered(b), Some(4));
     // A fifth unanswered request is one too many, even one that would be
     // answered at once: it is not served, and the connection closes.
-    h.send(b, "A 6 s o 0 10\nA 7 t o 0 10\n");
-    assert_eq!(h.take(b), "E window\n");
+    h.ask(b, "A 6 s o 0 10\nA 7 t o 0 10\n", "E window\n");
     assert!(h.closed(b));
     assert_eq!(
         h.token("s"),
@@ -687,8 +686,7 @@ fn rule6_more_than_window_unanswered_is_answered_e_window_and_closed() {
     assert_eq!(h.server.queue_len("k"), 0, "b's waiters were dropped");
     assert_eq!(h.token("k"), Some(2), "b's grant stays");
     assert!(!h.closed(a));
-    h.send(a, "R 3 k 2\n");
-    assert_eq!(h.take(a), "D 3 R k\n");
+    h.ask(a, "R 3 k 2\n", "D 3 R k\n");
 }
 
 // ----- rule 7: roles ------------------------------------------------------
@@ -705,8 +703,7 @@ fn rule7_a_follower_answers_hello_with_m_and_closes() {
         leader: ep("leader.example:7878"),
     });
     let a = h.accept();
-    h.send(a, "H 1 c -\nA 1 k o 0 10\n");
-    assert_eq!(h.take(a), "M leader.example:7878\n");
+    h.ask(a, "H 1 c -\nA 1 k o 0 10\n", "M leader.example:7878\n");
     assert!(h.closed(a));
     assert_eq!(h.token("k"), None);
 }
@@ -715,8 +712,7 @@ fn rule7_a_follower_answers_hello_with_m_and_closes() {
 fn rule7_a_node_without_leader_answers_e_no_leader() {
     let mut h = in_role(Role::NoLeader);
     let a = h.accept();
-    h.send(a, "H 1 c -\n");
-    assert_eq!(h.take(a), "E no_leader\n");
+    h.ask(a, "H 1 c -\n", "E no_leader\n");
     assert!(h.closed(a));
 }
 
@@ -724,27 +720,21 @@ fn rule7_a_node_without_leader_answers_e_no_leader() {
 fn rule7_a_node_starting_or_draining_answers_e_not_active() {
     let mut h = in_role(Role::NotActive);
     let a = h.accept();
-    h.send(a, "H 1 c -\n");
-    assert_eq!(h.take(a), "E not_active\n");
+    h.ask(a, "H 1 c -\n", "E not_active\n");
     assert!(h.closed(a));
 }
 
 #[test]
 fn rule7_a_leader_that_steps_down_sends_m_to_every_connection_and_closes() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
+    let [a, b] = h.connect_many();
     let fresh = h.accept();
     h.send(a, "A 1 k o 0 1000\n");
     h.send(b, "A 1 k o 5000 100\n");
     assert_eq!(h.take(a), "G 1 A k 1 1000\n");
-    h.server.set_role(
-        h.now,
-        Role::Follower {
-            leader: ep("n2:7878"),
-        },
-    );
-    h.pump();
+    h.set_role(Role::Follower {
+        leader: ep("n2:7878"),
+    });
     for conn in [a, b, fresh] {
         assert_eq!(h.take(conn), "M n2:7878\n");
         assert!(h.closed(conn));
@@ -758,31 +748,25 @@ fn rule7_a_leader_that_steps_down_sends_m_to_every_connection_and_closes() {
     );
     // New handshakes are redirected.
     let c = h.accept();
-    h.send(c, "H 1 c -\n");
-    assert_eq!(h.take(c), "M n2:7878\n");
+    h.ask(c, "H 1 c -\n", "M n2:7878\n");
     // And leading again serves them.
-    h.server.set_role(h.now, Role::Leader);
-    h.pump();
+    h.set_role(Role::Leader);
     let d = h.connect();
-    h.send(d, "R 1 k 1\n");
-    assert_eq!(h.take(d), "D 1 R k\n");
+    h.ask(d, "R 1 k 1\n", "D 1 R k\n");
 }
 
 #[test]
 fn rule7_a_leader_that_steps_down_without_a_successor_sends_e_no_leader() {
     let mut h = leader();
-    let a = h.connect();
-    let b = h.connect();
-    h.server.set_role(h.now, Role::NoLeader);
-    h.pump();
+    let [a, b] = h.connect_many();
+    h.set_role(Role::NoLeader);
     for conn in [a, b] {
         assert_eq!(h.take(conn), "E no_leader\n");
         assert!(h.closed(conn));
     }
     let mut h = leader();
     let a = h.connect();
-    h.server.set_role(h.now, Role::NotActive);
-    h.pump();
+    h.set_role(Role::NotActive);
     assert_eq!(h.take(a), "E not_active\n");
     assert!(h.closed(a));
 }
@@ -791,20 +775,16 @@ fn rule7_a_leader_that_steps_down_without_a_successor_sends_e_no_leader() {
 fn rule7_a_change_between_roles_that_do_not_lead_closes_nothing() {
     let mut h = in_role(Role::NoLeader);
     let a = h.accept();
-    h.server
-        .set_role(h.now, Role::Follower { leader: ep("n3:1") });
-    h.pump();
+    h.set_role(Role::Follower { leader: ep("n3:1") });
     assert!(!h.closed(a));
     assert_eq!(h.take(a), "");
-    h.send(a, "H 1 c -\n");
-    assert_eq!(h.take(a), "M n3:1\n");
+    h.ask(a, "H 1 c -\n", "M n3:1\n");
 }
 
 #[test]
 fn rule7_a_leader_grants_only_until_its_leadership_is_certain_then_steps_down() {
     let mut h = leader();
-    let a = h.connect_v2();
-    let b = h.connect_v2();
+    let [a, b] = h.connect_many_v2();
     assert!(h.server.lead_until(h.now, t(100)));
     h.send(a, "A 1 k o 0 100\nA 2 j o 0 1000\n");
     h.send(b, "A 1 k o 5000 10\n");
@@ -812,8 +792,7 @@ fn rule7_a_leader_grants_only_until_its_leadership_is_certain_then_steps_down() 
     h.at(60);
     // Extended before it ran out: still leading.
     assert!(h.server.lead_until(h.now, t(100)));
-    h.send(a, "X 3 j 2 1000\n");
-    assert_eq!(h.take(a), "G 3 X j 2 1000\n");
+    h.ask(a, "X 3 j 2 1000\n", "G 3 X j 2 1000\n");
     // k's lease ends exactly when the leadership does: b is not granted.
     h.at(100);
     assert_eq!(h.take(a), "E no_leader\n");
@@ -824,8 +803,7 @@ fn rule7_a_leader_grants_only_until_its_leadership_is_certain_then_steps_down() 
     // A late extension changes nothing, and says so.
     assert!(!h.server.lead_until(h.now, t(5000)));
     let c = h.accept();
-    h.send(c, "H 2 c -\n");
-    assert_eq!(h.take(c), "E no_leader\n");
+    h.ask(c, "H 2 c -\n", "E no_leader\n");
 }
 
 #[test]
@@ -857,18 +835,15 @@ fn rule7_l_is_sent_to_every_connection_at_any_time_and_they_stay() {
     let mut h = leader();
     let a = h.connect();
     let fresh = h.accept();
-    h.send(a, "A 1 k o 5000 100\n");
-    assert_eq!(h.take(a), "G 1 A k 1 100\n");
+    h.ask(a, "A 1 k o 5000 100\n", "G 1 A k 1 100\n");
     h.server.announce_leader(h.now, ep("n2:7878"));
     h.pump();
     assert_eq!(h.take(a), "L n2:7878\n");
     assert_eq!(h.take(fresh), "L n2:7878\n");
     assert!(!h.closed(a) && !h.closed(fresh));
     // The connections go on, and later handshakes get the hint after W.
-    h.send(a, "R 2 k 1\n");
-    assert_eq!(h.take(a), "D 2 R k\n");
-    h.send(fresh, "H 1 c -\n");
-    assert_eq!(h.take(fresh), "W n1 4\nL n2:7878\n");
+    h.ask(a, "R 2 k 1\n", "D 2 R k\n");
+    h.ask(fresh, "H 1 c -\n", "W n1 4\nL n2:7878\n");
     assert_eq!(h.server.leader_hint(), Some(&ep("n2:7878")));
 }
 
@@ -898,8 +873,7 @@ fn rule8_a_server_without_credential_accepts_any() {
     let mut h = leader();
     for hello in ["H 1 c -\n", "H 1 c anything\n"] {
         let a = h.accept();
-        h.send(a, hello);
-        assert_eq!(h.take(a), "W n1 4\n");
+        h.ask(a, hello, "W n1 4\n");
     }
 }
 
@@ -910,11 +884,9 @@ fn rule8_credentials_are_checked_before_the_role() {
     c.role = Role::Follower { leader: ep("n2:1") };
     let mut h = Harness::new(c);
     let a = h.accept();
-    h.send(a, "H 1 c -\n");
-    assert_eq!(h.take(a), "E auth_failed\n");
+    h.ask(a, "H 1 c -\n", "E auth_failed\n");
     let b = h.accept();
-    h.send(b, "H 1 c s3cret\n");
-    assert_eq!(h.take(b), "M n2:1\n");
+    h.ask(b, "H 1 c s3cret\n", "M n2:1\n");
 }
 
 // ----- rule 10: the handshake timeout -------------------------------------
@@ -976,8 +948,7 @@ fn rule10_a_connection_without_h_is_closed_at_exactly_accept_plus_the_timeout() 
     assert_eq!(h.server.poll_timeout(), None, "no timer is left");
     assert_eq!(h.server.connections(), 0);
     // Bytes after the close are ignored.
-    h.send(a, "H 1 late -\n");
-    assert_eq!(h.take(a), "");
+    h.ask(a, "H 1 late -\n", "");
 }
 
 #[test]
@@ -986,8 +957,7 @@ fn rule10_a_connection_that_sent_h_is_never_closed_by_the_timeout() {
     let a = h.accept();
     h.at(499);
     assert_eq!(h.server.poll_timeout(), Some(t(500)), "a's deadline");
-    h.send(a, "H 1 a -\n");
-    assert_eq!(h.take(a), "W n1 4\n");
+    h.ask(a, "H 1 a -\n", "W n1 4\n");
     assert_eq!(
         h.server.poll_timeout(),
         None,
@@ -997,8 +967,7 @@ fn rule10_a_connection_that_sent_h_is_never_closed_by_the_timeout() {
         h.at(ms);
         assert!(!h.closed(a), "closed at {ms} ms");
     }
-    h.send(a, "A 1 k o 0 10\n");
-    assert_eq!(h.take(a), "G 1 A k 1 10\n");
+    h.ask(a, "A 1 k o 0 10\n", "G 1 A k 1 10\n");
 
     // A refused H ends the connection at once, and leaves no timer either.
     let mut c = config();
@@ -1007,8 +976,7 @@ fn rule10_a_connection_that_sent_h_is_never_closed_by_the_timeout() {
     let mut h = Harness::new(c);
     let b = h.accept();
     assert_eq!(h.server.poll_timeout(), Some(t(500)), "b's deadline");
-    h.send(b, "H 1 b -\n");
-    assert_eq!(h.take(b), "E not_active\n");
+    h.ask(b, "H 1 b -\n", "E not_active\n");
     assert!(h.closed(b));
     assert_eq!(h.server.poll_timeout(), None);
 }
@@ -1020,8 +988,7 @@ fn rule10_an_h_that_arrives_at_the_deadline_is_too_late() {
     let b = h.accept();
     // Both arrive at 500 ms: the timer that is due fires first.
     h.now = t(500);
-    h.send(a, "H 1 a -\n");
-    assert_eq!(h.take(a), "E handshake_timeout\n");
+    h.ask(a, "H 1 a -\n", "E handshake_timeout\n");
     assert!(h.closed(a));
     assert_eq!(h.take(b), "E handshake_timeout\n");
     assert!(h.closed(b), "every input fires the timers due at its time");
@@ -1045,12 +1012,10 @@ fn rule10_a_partial_h_does_not_count() {
     assert_eq!(h.take(a), "E handshake_timeout\n");
     assert!(h.closed(a));
     // The newline that would have finished it changes nothing.
-    h.send(a, "\n");
-    assert_eq!(h.take(a), "");
+    h.ask(a, "\n", "");
     // b's unfinished request is not a handshake matter.
     assert!(!h.closed(b));
-    h.send(b, "\n");
-    assert_eq!(h.take(b), "G 1 A k 1 10\n");
+    h.ask(b, "\n", "G 1 A k 1 10\n");
 
     // An H that comes byte by byte is whole when its newline is.
     let c = h.accept();
@@ -1071,8 +1036,7 @@ fn rule10_a_connection_that_ends_before_its_deadline_leaves_no_timer() {
     let a = h.accept();
     h.at(100);
     assert_eq!(h.server.poll_timeout(), Some(t(500)), "a's deadline");
-    h.server.handle_closed(h.now, a);
-    h.pump();
+    h.end(a);
     assert_eq!(h.server.poll_timeout(), None);
     h.at(1_000);
     assert_eq!(h.take(a), "");
@@ -1149,8 +1113,7 @@ fn rule3_a_v2_grant_says_how_long_it_waited_in_whole_ms_rounded_down() {
     let a = h.connect();
     let b = h.connect_v2();
     let c = h.connect();
-    h.send(a, "A 1 k o 0 1000\n");
-    assert_eq!(h.take(a), "G 1 A k 1 1000\n");
+    h.ask(a, "A 1 k o 0 1000\n", "G 1 A k 1 1000\n");
     h.at_ns(400_000); // 0.4 ms
     h.send(b, "A 1 k o 5000 300\n");
     h.send(c, "A 1 k o 5000 300\n");
@@ -1179,19 +1142,16 @@ fn rule3_waited_ms_is_never_more_than_the_wait_asked() {
     h.at(1000);
     assert_eq!(h.take(b), "G 7 A k 2 10 1000\n");
     // Released by token, the next waiter is granted at the release.
-    h.send(b, "A 8 k o 50 10\nR 9 k 2\n");
-    assert_eq!(h.take(b), "D 9 R k\nG 8 A k 3 10 0\n");
+    h.ask(b, "A 8 k o 50 10\nR 9 k 2\n", "D 9 R k\nG 8 A k 3 10 0\n");
 }
 
 #[test]
 fn rule9_a_renewal_by_exact_token_extends_the_lease_from_now() {
     let mut h = leader();
     let a = h.connect_v2();
-    h.send(a, "A 1 k o 0 100\n");
-    assert_eq!(h.take(a), "G 1 A k 1 100 0\n");
+    h.ask(a, "A 1 k o 0 100\n", "G 1 A k 1 100 0\n");
     h.at(50);
-    h.send(a, "X 2 k 1 200\n");
-    assert_eq!(h.take(a), "G 2 X k 1 200\n");
+    h.ask(a, "X 2 k 1 200\n", "G 2 X k 1 200\n");
     assert_eq!(h.server.holder("k").unwrap().expires_at, t(250));
     assert_eq!(h.token("k"), Some(1), "the token stays");
     h.at(249);
@@ -1222,20 +1182,19 @@ fn rule9_a_renewal_never_shortens_and_is_capped_at_the_maximum() {
 #[test]
 fn rule9_anything_but_the_current_grant_s_exact_token_is_answered_n() {
     let mut h = leader();
-    let a = h.connect_v2();
-    let b = h.connect_v2();
+    let [a, b] = h.connect_many_v2();
     h.send(a, "A 1 k o 0 100\n");
     h.take(a);
-    h.send(a, "X 2 k 2 100\nX 3 nope 1 100\nX 4 k 0 100\n");
-    assert_eq!(h.take(a), "N 2 X k\nN 3 X nope\nN 4 X k\n");
+    h.ask(
+        a,
+        "X 2 k 2 100\nX 3 nope 1 100\nX 4 k 0 100\n",
+        "N 2 X k\nN 3 X nope\nN 4 X k\n",
+    );
     // From any connection, by token.
-    h.send(b, "X 1 k 1 100\n");
-    assert_eq!(h.take(b), "G 1 X k 1 100\n");
+    h.ask(b, "X 1 k 1 100\n", "G 1 X k 1 100\n");
     // Gone: a renewal never brings it back.
-    h.send(b, "R 2 k 1\nX 3 k 1 100\n");
-    assert_eq!(h.take(b), "D 2 R k\nN 3 X k\n");
-    h.send(a, "A 5 k o 0 100\n");
-    assert_eq!(h.take(a), "G 5 A k 2 100 0\n");
+    h.ask(b, "R 2 k 1\nX 3 k 1 100\n", "D 2 R k\nN 3 X k\n");
+    h.ask(a, "A 5 k o 0 100\n", "G 5 A k 2 100 0\n");
     h.at(100);
     h.send(a, "X 6 k 2 100\n");
     assert_eq!(h.take(a), "N 6 X k\n", "expired: gone");
@@ -1244,8 +1203,7 @@ fn rule9_anything_but_the_current_grant_s_exact_token_is_answered_n() {
 #[test]
 fn rule9_a_renewal_is_never_queued_nor_answered_b_or_t() {
     let mut h = leader();
-    let a = h.connect_v2();
-    let b = h.connect_v2();
+    let [a, b] = h.connect_many_v2();
     h.send(a, "A 1 k o 0 100\nA 2 j o 0 100\n");
     h.take(a);
     // Both queues and the server's waiters full (2 per key, 3 in all).
@@ -1254,8 +1212,7 @@ fn rule9_a_renewal_is_never_queued_nor_answered_b_or_t() {
         "A 1 k o 5000 10\nA 2 k o 5000 10\nA 3 j o 5000 10\nA 4 k o 5000 10\n",
     );
     assert_eq!(h.take(b), "B 4 A k\n");
-    h.send(a, "X 3 k 1 500\n");
-    assert_eq!(h.take(a), "G 3 X k 1 500\n");
+    h.ask(a, "X 3 k 1 500\n", "G 3 X k 1 500\n");
     assert_eq!(h.server.queue_len("k"), 2);
     h.at(100);
     assert_eq!(h.take(b), "G 3 A j 3 10 100\n", "j ran out at 100");
@@ -1267,8 +1224,11 @@ fn rule9_a_renewal_is_never_queued_nor_answered_b_or_t() {
 fn rule9_on_a_version_1_connection_x_is_a_protocol_violation() {
     let mut h = leader();
     let a = h.connect();
-    h.send(a, "A 1 k o 0 100\nX 2 k 1 100\nR 3 k 1\n");
-    assert_eq!(h.take(a), "G 1 A k 1 100\nE bad_frame\n");
+    h.ask(
+        a,
+        "A 1 k o 0 100\nX 2 k 1 100\nR 3 k 1\n",
+        "G 1 A k 1 100\nE bad_frame\n",
+    );
     assert!(h.closed(a));
     assert_eq!(
         h.token("k"),
@@ -1370,8 +1330,7 @@ fn tokens_of_a_later_term_are_greater_for_every_key() {
         .begin_term(h.now, Term::First { epoch: 8 })
         .unwrap();
     let b = h.connect();
-    h.send(b, "A 1 k5 o 0 10\n");
-    assert_eq!(h.take(b), format!("G 1 A k5 {} 10\n", tok(8, 1)));
+    h.ask(b, "A 1 k5 o 0 10\n", format!("G 1 A k5 {} 10\n", tok(8, 1)));
     assert!(tok(8, 1) > tok(7, 5));
 }
 
@@ -1404,8 +1363,7 @@ fn grace_a_term_without_the_table_grants_nothing_for_max_lease_plus_margin() {
     assert_eq!(h.server.grace_until(), None);
     h.at(510);
     assert_eq!(h.take(b), format!("G 1 A k {} 10\n", tok(E, 2)), "in order");
-    h.send(a, "A 4 z o 0 10\n");
-    assert_eq!(h.take(a), format!("G 4 A z {} 10 0\n", tok(E, 3)));
+    h.ask(a, "A 4 z o 0 10\n", format!("G 4 A z {} 10 0\n", tok(E, 3)));
 }
 
 #[test]
@@ -1415,8 +1373,7 @@ fn grace_a_renewal_of_an_earlier_epoch_s_token_reclaims_the_key() {
         max_lease: Duration::from_millis(400),
     });
     let old = tok(E - 5, 42);
-    let a = h.connect_v2();
-    let b = h.connect_v2();
+    let [a, b] = h.connect_many_v2();
     h.send(b, "A 1 k o 5000 100\n");
     h.at(10);
     h.send(a, &format!("X 1 k {old} 5000\n"));
@@ -1429,12 +1386,14 @@ fn grace_a_renewal_of_an_earlier_epoch_s_token_reclaims_the_key() {
     assert_eq!((holder.token, holder.expires_at), (old, t(1010)));
     // Renewed as any grant; released by its token.
     h.at(300);
-    h.send(a, &format!("X 2 k {old} 800\n"));
-    assert_eq!(h.take(a), format!("G 2 X k {old} 800\n"));
+    h.ask(
+        a,
+        &format!("X 2 k {old} 800\n"),
+        format!("G 2 X k {old} 800\n"),
+    );
     h.at(600);
     assert_eq!(h.take(b), "", "the grace is over, but the key is held");
-    h.send(a, &format!("R 3 k {old}\n"));
-    assert_eq!(h.take(a), "D 3 R k\n");
+    h.ask(a, &format!("R 3 k {old}\n"), "D 3 R k\n");
     assert_eq!(h.take(b), format!("G 1 A k {} 100 600\n", tok(E, 1)));
 }
 
@@ -1445,12 +1404,17 @@ fn grace_a_later_reclaim_with_a_greater_token_replaces_the_earlier() {
         max_lease: Duration::from_millis(400),
     });
     let (older, newer) = (tok(E - 2, 9), tok(E - 1, 3));
-    let a = h.connect_v2();
-    let b = h.connect_v2();
-    h.send(a, &format!("X 1 k {older} 300\n"));
-    assert_eq!(h.take(a), format!("G 1 X k {older} 300\n"));
-    h.send(b, &format!("X 1 k {newer} 300\n"));
-    assert_eq!(h.take(b), format!("G 1 X k {newer} 300\n"));
+    let [a, b] = h.connect_many_v2();
+    h.ask(
+        a,
+        &format!("X 1 k {older} 300\n"),
+        format!("G 1 X k {older} 300\n"),
+    );
+    h.ask(
+        b,
+        &format!("X 1 k {newer} 300\n"),
+        format!("G 1 X k {newer} 300\n"),
+    );
     assert_eq!(h.token("k"), Some(newer));
     h.send(a, &format!("X 2 k {older} 300\nR 3 k {older}\n"));
     assert_eq!(
@@ -1486,8 +1450,7 @@ fn grace_when_it_ends_reclaiming_ends() {
     });
     let a = h.connect_v2();
     h.at(500);
-    h.send(a, &format!("X 1 k {} 100\n", tok(E - 1, 1)));
-    assert_eq!(h.take(a), "N 1 X k\n");
+    h.ask(a, &format!("X 1 k {} 100\n", tok(E - 1, 1)), "N 1 X k\n");
     assert_eq!(h.token("k"), None);
 }
 
@@ -1522,10 +1485,16 @@ fn clean_stops_keep_the_table_with_the_time_stopped_counted_and_no_grace() {
     assert_eq!(two.token("j"), None, "its lease ran out while stopped");
     assert_eq!(two.server.holder("k").unwrap().expires_at, t(650));
     let b = two.connect_v2();
-    two.send(b, "A 1 k o 5000 10\nA 2 j o 0 10\n");
-    assert_eq!(two.take(b), format!("G 2 A j {} 10 0\n", tok(E + 1, 1)));
-    two.send(b, &format!("X 3 k {} 1000\n", tok(E, 1)));
-    assert_eq!(two.take(b), format!("G 3 X k {} 1000\n", tok(E, 1)));
+    two.ask(
+        b,
+        "A 1 k o 5000 10\nA 2 j o 0 10\n",
+        format!("G 2 A j {} 10 0\n", tok(E + 1, 1)),
+    );
+    two.ask(
+        b,
+        &format!("X 3 k {} 1000\n", tok(E, 1)),
+        format!("G 3 X k {} 1000\n", tok(E, 1)),
+    );
     two.send(b, &format!("R 4 k {}\n", tok(E, 1)));
     assert_eq!(
         two.take(b),
@@ -1589,33 +1558,31 @@ fn the_lock_table_moves_with_leadership_between_servers() {
     c.role = Role::Follower { leader: ep("n1:1") };
     let mut two = Harness::new(c);
 
-    let a = one.connect();
-    let b = one.connect();
+    let [a, b] = one.connect_many();
     one.send(a, "A 1 k o 0 1000\nA 2 j o 0 400\n");
     one.send(b, "A 1 k o 5000 100\n");
     assert_eq!(one.take(a), "G 1 A k 1 1000\nG 2 A j 2 400\n");
 
     one.at(100);
     two.at(100);
-    one.server
-        .set_role(one.now, Role::Follower { leader: ep("n2:1") });
-    one.pump();
+    one.set_role(Role::Follower { leader: ep("n2:1") });
     assert_eq!(one.take(a), "M n2:1\n");
     assert_eq!(one.take(b), "M n2:1\n");
     let table = one.server.take_lock_table(one.now);
     assert_eq!((table.last_token(), table.waiters()), (2, 0));
     assert_eq!(one.token("k"), None);
     two.server.install_lock_table(two.now, table);
-    two.server.set_role(two.now, Role::Leader);
-    two.pump();
+    two.set_role(Role::Leader);
 
     // The grants, with their leases, carry on at the new leader.
     let x = two.accept();
-    two.send(x, "H 1 c -\n");
-    assert_eq!(two.take(x), "W n2 4\n");
+    two.ask(x, "H 1 c -\n", "W n2 4\n");
     assert_eq!(two.server.holder("k").unwrap().expires_at, t(1000));
-    two.send(x, "A 1 k o 0 10\nR 2 j 1\nR 3 k 1\nA 4 k o 0 10\n");
-    assert_eq!(two.take(x), "T 1 A k\nN 2 R j\nD 3 R k\nG 4 A k 3 10\n");
+    two.ask(
+        x,
+        "A 1 k o 0 10\nR 2 j 1\nR 3 k 1\nA 4 k o 0 10\n",
+        "T 1 A k\nN 2 R j\nD 3 R k\nG 4 A k 3 10\n",
+    );
     two.at(399);
     assert_eq!(two.token("j"), Some(2));
     two.at(400);
@@ -1628,8 +1595,7 @@ fn the_lock_table_moves_with_leadership_between_servers() {
     // the tokens it gave (1 and 2), never back.
     one.server.set_role(one.now, Role::Leader);
     let y = one.connect();
-    one.send(y, "A 1 z o 0 10\n");
-    assert_eq!(one.take(y), "G 1 A z 3 10\n");
+    one.ask(y, "A 1 z o 0 10\n", "G 1 A z 3 10\n");
 }
 
 #[test]
@@ -1712,12 +1678,14 @@ fn arbitrary_bytes_never_panic_and_end_only_their_connection() {
                 "{said:?}"
             );
         }
-        h.server.handle_closed(h.now, junk);
-        h.pump();
+        h.end(junk);
         // The steady connection is untouched and served.
         assert!(!h.closed(steady));
-        h.send(steady, &format!("R {round} none 1\n"));
-        assert_eq!(h.take(steady), format!("N {round} R none\n"));
+        h.ask(
+            steady,
+            &format!("R {round} none 1\n"),
+            format!("N {round} R none\n"),
+        );
     }
     assert_eq!(h.server.connections(), 1);
     assert_eq!(h.server.lock_table().waiters(), 0);
@@ -1734,8 +1702,7 @@ fn rule10_a_connection_whose_answers_are_not_written_is_not_read_from_until_they
     let a = h.accept();
     h.send(a, "H 1 c1 -\n");
     let b = h.accept();
-    h.send(b, "H 1 c2 -\n");
-    assert_eq!(h.take(b), "W n1 1000000\n");
+    h.ask(b, "H 1 c2 -\n", "W n1 1000000\n");
     let welcome = h.take(a).len();
     assert!(h.server.is_reading(a) && h.server.is_reading(b));
     // The driver takes every Send but reports none of it written.
@@ -1753,8 +1720,7 @@ fn rule10_a_connection_whose_answers_are_not_written_is_not_read_from_until_they
     assert!(sent < 1024 + 32, "held back at once: {sent}");
     // The other connection is read from, and answered, as before.
     assert!(h.server.is_reading(b));
-    h.send(b, "R 1 k 5\n");
-    assert_eq!(h.take(b), "N 1 R k\n");
+    h.ask(b, "R 1 k 5\n", "N 1 R k\n");
     // Half written is not enough to read again; more than half is.
     h.server.handle_written(h.now, a, sent / 2 - 1);
     assert!(
@@ -1776,8 +1742,7 @@ fn rule10_a_connection_whose_answers_are_not_written_is_not_read_from_until_they
 #[test]
 fn stats_count_every_answer_by_kind_expiries_waiters_and_connections() {
     let mut h = leader();
-    let a = h.connect_v2();
-    let b = h.connect_v2();
+    let [a, b] = h.connect_many_v2();
     h.send(a, "A 1 k o 0 100\n");
     h.send(
         b,

@@ -1,5 +1,5 @@
 use std::time::Duration;
-use ticketing::client::{Config, Outcome};
+use ticketing::client::{Config, Grant, Outcome};
 use ticketing::server::{self, Server};
 use ticketing::{Endpoint, Key, Name, Time};
 
@@ -17,6 +17,32 @@ fn config(addr: std::net::SocketAddr) -> Config {
     )
 }
 
+/// What every adapter asks for: `k` for `o`, waiting 1 s, for 5 s.
+fn request() -> (Key, Name, Duration, Duration) {
+    (
+        Key::new("k").unwrap(),
+        Name::new("o").unwrap(),
+        Duration::from_secs(1),
+        Duration::from_secs(5),
+    )
+}
+
+fn granted(o: Outcome) -> Grant {
+    let Outcome::Granted(g) = o else {
+        panic!("{o:?}")
+    };
+    g
+}
+
+/// Acquires [`request`] through an async handle (tokio's and
+/// futures_io's are the same type), releases it and shuts down.
+async fn acquire_and_release(h: &ticketing::tokio::Handle) {
+    let (key, owner, wait, lease) = request();
+    let g = granted(h.acquire(key, owner, wait, lease).await.unwrap());
+    assert_eq!(h.release(&g).await.unwrap(), Outcome::Released);
+    h.shutdown(Duration::from_secs(1)).await.unwrap();
+}
+
 #[test]
 fn three_adapters_acquire_and_release_over_tcp() {
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -25,20 +51,7 @@ fn three_adapters_acquire_and_release_over_tcp() {
     // tokio
     rt.block_on(async {
         let h = ticketing::tokio::spawn(config(addr), ticketing::tokio::TcpConnector).unwrap();
-        let o = h
-            .acquire(
-                Key::new("k").unwrap(),
-                Name::new("o").unwrap(),
-                Duration::from_secs(1),
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap();
-        let Outcome::Granted(g) = o else {
-            panic!("{o:?}")
-        };
-        assert_eq!(h.release(&g).await.unwrap(), Outcome::Released);
-        h.shutdown(Duration::from_secs(1)).await.unwrap();
+        acquire_and_release(&h).await;
     });
     // smol
     smol::block_on(async {
@@ -46,35 +59,13 @@ fn three_adapters_acquire_and_release_over_tcp() {
             ticketing::futures_io::client(config(addr), ticketing::futures_io::TcpConnector)
                 .unwrap();
         let task = smol::spawn(d);
-        let o = h
-            .acquire(
-                Key::new("k").unwrap(),
-                Name::new("o").unwrap(),
-                Duration::from_secs(1),
-                Duration::from_secs(5),
-            )
-            .await
-            .unwrap();
-        let Outcome::Granted(g) = o else {
-            panic!("{o:?}")
-        };
-        assert_eq!(h.release(&g).await.unwrap(), Outcome::Released);
-        h.shutdown(Duration::from_secs(1)).await.unwrap();
+        acquire_and_release(&h).await;
         task.await;
     });
     // blocking
     let h = ticketing::blocking::connect(config(addr), ticketing::blocking::TcpConnector).unwrap();
-    let o = h
-        .acquire(
-            Key::new("k").unwrap(),
-            Name::new("o").unwrap(),
-            Duration::from_secs(1),
-            Duration::from_secs(5),
-        )
-        .unwrap();
-    let Outcome::Granted(g) = o else {
-        panic!("{o:?}")
-    };
+    let (key, owner, wait, lease) = request();
+    let g = granted(h.acquire(key, owner, wait, lease).unwrap());
     assert_eq!(h.release(&g).unwrap(), Outcome::Released);
     h.shutdown(Duration::from_secs(1)).unwrap();
     rt.block_on(srv.stop()).unwrap();

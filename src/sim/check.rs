@@ -55,6 +55,21 @@ struct Hold {
     ended: Option<Time>,
 }
 
+impl Hold {
+    /// The mutual-exclusion failure of `client`, of which `what` tells,
+    /// while this grant is valid.
+    fn excludes(&self, client: usize, what: String) -> Failure {
+        (
+            Check::MutualExclusion,
+            Some(client),
+            format!(
+                "{what} while c{} holds it with token {}, handed at {} and valid until {}",
+                self.client, self.token, self.since, self.valid_until
+            ),
+        )
+    }
+}
+
 /// The global checks' state.
 #[derive(Default)]
 pub(super) struct Ledger {
@@ -253,12 +268,10 @@ impl Ledger {
         let holds = self.holds.entry(key.clone()).or_default();
         holds.retain(|h| h.ended.is_none() && h.valid_until > now);
         if let Some(other) = holds.first() {
-            return Err((
-                Check::MutualExclusion,
-                Some(client),
+            return Err(other.excludes(
+                client,
                 format!(
-                    "c{client} was handed {key} with token {token} (valid until {valid_until}) while c{} holds it with token {}, handed at {} and valid until {}",
-                    other.client, other.token, other.since, other.valid_until
+                    "c{client} was handed {key} with token {token} (valid until {valid_until})"
                 ),
             ));
         }
@@ -304,12 +317,10 @@ impl Ledger {
             .find(|&(j, h)| j != i && h.ended.is_none() && h.valid_until > now)
             .map(|(_, h)| h)
         {
-            return Err((
-                Check::MutualExclusion,
-                Some(client),
+            return Err(other.excludes(
+                client,
                 format!(
-                    "c{client}'s grant of {key} with token {token} was renewed until {valid_until} while c{} holds it with token {}, handed at {} and valid until {}",
-                    other.client, other.token, other.since, other.valid_until
+                    "c{client}'s grant of {key} with token {token} was renewed until {valid_until}"
                 ),
             ));
         }

@@ -200,6 +200,26 @@ impl BadClient {
         &self.core
     }
 
+    /// Tells the rule of an acquire of `key` for `owner`, with its budget's
+    /// end and its lease, that the core took.
+    fn submitted(
+        &mut self,
+        result: Result<OpId, Error>,
+        (key, owner, budget_end, lease): (Key, Name, Time, Duration),
+    ) -> Result<OpId, Error> {
+        if let Ok(op) = result {
+            self.rule.acquired(Submitted {
+                op,
+                key,
+                owner,
+                budget_end,
+                lease,
+                cancelled: false,
+            });
+        }
+        result
+    }
+
     pub(super) fn acquire(
         &mut self,
         now: Time,
@@ -211,17 +231,7 @@ impl BadClient {
         let result = self
             .core
             .acquire(now, key.clone(), owner.clone(), wait, lease);
-        if let Ok(op) = result {
-            self.rule.acquired(Submitted {
-                op,
-                key,
-                owner,
-                budget_end: now.saturating_add(wait),
-                lease,
-                cancelled: false,
-            });
-        }
-        result
+        self.submitted(result, (key, owner, now.saturating_add(wait), lease))
     }
 
     pub(super) fn acquire_renewing(
@@ -236,17 +246,7 @@ impl BadClient {
         let result =
             self.core
                 .acquire_renewing(now, key.clone(), owner.clone(), wait, lease, limit);
-        if let Ok(op) = result {
-            self.rule.acquired(Submitted {
-                op,
-                key,
-                owner,
-                budget_end: now.saturating_add(wait),
-                lease,
-                cancelled: false,
-            });
-        }
-        result
+        self.submitted(result, (key, owner, now.saturating_add(wait), lease))
     }
 
     pub(super) fn renew(

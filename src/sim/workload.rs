@@ -503,16 +503,29 @@ impl Workload {
                 Ev::Renew { client: c, no, how },
             ));
         } else if auto && self.rng.chance(1, 6) {
-            let after = millis_between(&mut self.rng, 0, lease_ms * 2);
-            out.push(Effect::At(
-                now.saturating_add(after),
-                Ev::Renew {
-                    client: c,
-                    no,
-                    how: RenewHow::Stop,
-                },
-            ));
+            self.stop_renewing_later(c, no, lease_ms, now, out);
         }
+    }
+
+    /// The embedder of `c` stops the automatic renewal of its grant `no`
+    /// within twice its lease of `lease_ms` from `now`.
+    fn stop_renewing_later(
+        &mut self,
+        c: usize,
+        no: u64,
+        lease_ms: u64,
+        now: Time,
+        out: &mut Vec<Effect>,
+    ) {
+        let after = millis_between(&mut self.rng, 0, lease_ms * 2);
+        out.push(Effect::At(
+            now.saturating_add(after),
+            Ev::Renew {
+                client: c,
+                no,
+                how: RenewHow::Stop,
+            },
+        ));
     }
 
     /// The embedder renews a grant it still holds, or asks for or stops its
@@ -539,15 +552,7 @@ impl Workload {
             }
             RenewHow::Auto { .. } if self.rng.chance(1, 4) => {
                 let lease_ms = held.grant.lease().as_millis() as u64;
-                let after = millis_between(&mut self.rng, 0, lease_ms * 2);
-                out.push(Effect::At(
-                    now.saturating_add(after),
-                    Ev::Renew {
-                        client: c,
-                        no,
-                        how: RenewHow::Stop,
-                    },
-                ));
+                self.stop_renewing_later(c, no, lease_ms, now, out);
             }
             _ => {}
         }

@@ -590,6 +590,17 @@ fn ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
+/// The invariant that a renewal notice `what` (`Renewed`, `LeaseJeopardy`,
+/// `LeaseExpired`, `LeaseLost`) breaks when it is told wrongly or not at
+/// all: renewal for `Renewed`, the protocol for the others.
+fn notice_invariant(what: &str) -> Invariant {
+    if what == "Renewed" {
+        Invariant::Renewal
+    } else {
+        Invariant::Protocol
+    }
+}
+
 impl Checker {
     /// A checker for a client made with `config` at `now`.
     pub fn new(config: &Config, now: Time) -> Checker {
@@ -916,6 +927,23 @@ impl Checker {
         Ok(())
     }
 
+    /// What every call that gives a grant back (`release`, `undeliverable`)
+    /// does first: the trace of the call, its grant and its `result`, the
+    /// grants brought up to `now`; the index of the grant among the held.
+    fn grant_call(
+        &mut self,
+        now: Time,
+        call: &str,
+        grant: &Grant,
+        result: &dyn fmt::Debug,
+    ) -> Option<usize> {
+        self.tick(now, call);
+        self.trace_grant(grant);
+        self.trace.write(format!("{result:?}").as_bytes());
+        self.advance_grants(now);
+        self.held_index(grant)
+    }
+
     /// `release(now, grant)` returned `result`.
     pub fn release(
         &mut self,
@@ -923,12 +951,8 @@ impl Checker {
         grant: &Grant,
         result: &Result<OpId, ClientError>,
     ) -> Checked {
-        self.tick(now, "release");
-        self.trace_grant(grant);
-        self.trace.write(format!("{result:?}").as_bytes());
-        self.advance_grants(now);
+        let held = self.grant_call(now, "release", grant, result);
         let (key, token) = (grant.key().as_str(), grant.token());
-        let held = self.held_index(grant);
         let lost = held.is_some_and(|i| self.held[i].lost);
         match result {
             Ok(op) => {
@@ -1029,12 +1053,8 @@ impl Checker {
         grant: &Grant,
         result: &Result<(), ClientError>,
     ) -> Checked {
-        self.tick(now, "undeliverable");
-        self.trace_grant(grant);
-        self.trace.write(format!("{result:?}").as_bytes());
-        self.advance_grants(now);
+        let held = self.grant_call(now, "undeliverable", grant, result);
         let (key, token) = (grant.key().as_str(), grant.token());
-        let held = self.held_index(grant);
         match (result, held) {
             (Ok(()), Some(i)) => {
                 let (key, token, lease_end, lost) = self.forget_held(i);
@@ -2329,13 +2349,8 @@ impl Checker {
                     )
                 })
                 .collect();
-            let invariant = if what == "Renewed" {
-                Invariant::Renewal
-            } else {
-                Invariant::Protocol
-            };
             return self.fail(
-                invariant,
+                notice_invariant(what),
                 format!(
                     "{what} for ({key}, {token}) at {} was not due: {known:?}",
                     self.now
@@ -2731,13 +2746,8 @@ impl Checker {
                 (h.owed_lost, "LeaseLost"),
             ];
             if let Some((_, what)) = owed.iter().find(|(due, _)| *due) {
-                let invariant = if *what == "Renewed" {
-                    Invariant::Renewal
-                } else {
-                    Invariant::Protocol
-                };
                 return self.fail(
-                    invariant,
+                    notice_invariant(what),
                     format!(
                         "{what} was due for ({}, {}) (valid until {}, lease {} ms, automatic until {:?}) and was not told",
                         h.key, h.token, h.valid_until, h.lease_ms, h.auto_until

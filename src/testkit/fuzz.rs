@@ -7,6 +7,8 @@
 //!
 //! Both return an error instead of panicking; the fuzz targets panic on it.
 
+use std::fmt;
+
 use arbitrary::Unstructured;
 use thiserror::Error;
 
@@ -209,43 +211,47 @@ fn check_shape(line: &[u8], what: &str) -> Result<(), DecodeFailure> {
 
 /// Checks one line against both parsers.
 fn check_line(line: &[u8]) -> Result<(), DecodeFailure> {
-    let mut expected = line.to_vec();
-    expected.push(b'\n');
     if let Ok(frame) = ServerFrame::parse(line) {
-        check_shape(line, "ServerFrame::parse")?;
-        let mut out = Vec::new();
-        frame.encode(&mut out);
-        if out != expected {
-            return failure(format!(
-                "ServerFrame {frame:?} from {:?} encodes as {:?}",
-                String::from_utf8_lossy(line),
-                String::from_utf8_lossy(&out)
-            ));
-        }
-        if ServerFrame::parse(&out[..out.len() - 1]) != Ok(frame) {
-            return failure(format!("ServerFrame {frame:?} does not parse back"));
-        }
-        if frame.to_string().as_bytes() != line {
-            return failure(format!("ServerFrame {frame:?} displays as {frame}"));
-        }
+        check_frame(line, "ServerFrame", frame, ServerFrame::encode, |bytes| {
+            ServerFrame::parse(bytes) == Ok(frame)
+        })?;
     }
     if let Ok(frame) = ClientFrame::parse(line) {
-        check_shape(line, "ClientFrame::parse")?;
-        let mut out = Vec::new();
-        frame.encode(&mut out);
-        if out != expected {
-            return failure(format!(
-                "ClientFrame {frame:?} from {:?} encodes as {:?}",
-                String::from_utf8_lossy(line),
-                String::from_utf8_lossy(&out)
-            ));
-        }
-        if ClientFrame::parse(&out[..out.len() - 1]) != Ok(frame) {
-            return failure(format!("ClientFrame {frame:?} does not parse back"));
-        }
-        if frame.to_string().as_bytes() != line {
-            return failure(format!("ClientFrame {frame:?} displays as {frame}"));
-        }
+        check_frame(line, "ClientFrame", frame, ClientFrame::encode, |bytes| {
+            ClientFrame::parse(bytes) == Ok(frame)
+        })?;
+    }
+    Ok(())
+}
+
+/// Checks a `line` that parsed as `frame` (a `what`): its shape, and that
+/// the frame `encode`s to the line and a newline, parses back to itself
+/// (`parses_back` of the encoding without its newline) and displays as the
+/// line.
+fn check_frame<F: fmt::Debug + fmt::Display>(
+    line: &[u8],
+    what: &str,
+    frame: F,
+    encode: impl Fn(&F, &mut Vec<u8>),
+    parses_back: impl Fn(&[u8]) -> bool,
+) -> Result<(), DecodeFailure> {
+    check_shape(line, &format!("{what}::parse"))?;
+    let mut expected = line.to_vec();
+    expected.push(b'\n');
+    let mut out = Vec::new();
+    encode(&frame, &mut out);
+    if out != expected {
+        return failure(format!(
+            "{what} {frame:?} from {:?} encodes as {:?}",
+            String::from_utf8_lossy(line),
+            String::from_utf8_lossy(&out)
+        ));
+    }
+    if !parses_back(&out[..out.len() - 1]) {
+        return failure(format!("{what} {frame:?} does not parse back"));
+    }
+    if frame.to_string().as_bytes() != line {
+        return failure(format!("{what} {frame:?} displays as {frame}"));
     }
     Ok(())
 }

@@ -412,6 +412,18 @@ impl ModelServer {
         seq
     }
 
+    /// `token` holds the known `key` until `until`, by a new lease timer.
+    fn hold(&mut self, key: &str, token: u64, until: Time) {
+        let timer = self.add_timer(
+            until,
+            TimerRef::Lease {
+                key: key.to_owned(),
+                token,
+            },
+        );
+        self.locks.get_mut(key).expect("known key").holder = Some((token, timer));
+    }
+
     fn cancel_timer(&mut self, seq: u64) {
         if let Some((at, _)) = self.timer_refs.remove(&seq) {
             self.timers.remove(&(at, seq));
@@ -530,16 +542,7 @@ impl ModelServer {
             None
         };
         if let Some(kind) = kind {
-            self.reply(
-                conn,
-                Reply {
-                    id,
-                    key: key.to_owned(),
-                    kind,
-                    asked_lease: lease_ms,
-                    asked_wait: wait_ms,
-                },
-            );
+            self.answer(conn, id, key, kind, lease_ms, wait_ms);
             return;
         }
         let deadline = self.now.saturating_add(millis(wait_ms));
@@ -583,32 +586,17 @@ impl ModelServer {
         let lock = self.locks.get_mut(key).expect("known key");
         lock.last_token += 1;
         let token = lock.last_token;
-        let timer = self.add_timer(
-            until,
-            TimerRef::Lease {
-                key: key.to_owned(),
-                token,
-            },
-        );
-        self.locks.get_mut(key).expect("known key").holder = Some((token, timer));
+        self.hold(key, token, until);
         self.grants += 1;
         // Whole milliseconds, rounded down; version 1 does not say.
         let waited = self.now.millis_since(queued_at);
         let version = self.conns.get(&conn).map_or(2, |c| c.version);
-        self.reply(
-            conn,
-            Reply {
-                id,
-                key: key.to_owned(),
-                kind: ReplyKind::Granted {
-                    token,
-                    lease_ms: lease,
-                    waited_ms: (version >= 2).then_some(waited),
-                },
-                asked_lease: lease_ms,
-                asked_wait: wait_ms,
-            },
-        );
+        let kind = ReplyKind::Granted {
+            token,
+            lease_ms: lease,
+            waited_ms: (version >= 2).then_some(waited),
+        };
+        self.answer(conn, id, key, kind, lease_ms, wait_ms);
     }
 
     fn grant_next(&mut self, key: &str) {
@@ -637,16 +625,7 @@ impl ModelServer {
             }
             _ => ReplyKind::NotHeld,
         };
-        self.reply(
-            conn,
-            Reply {
-                id,
-                key: key.to_owned(),
-                kind,
-                asked_lease: 0,
-                asked_wait: 0,
-            },
-        );
+        self.answer(conn, id, key, kind, 0, 0);
     }
 
     /// Rule 9: a renewal of the key's current grant by its exact token
@@ -662,14 +641,7 @@ impl ModelServer {
                 let new_end = end.max(now.saturating_add(millis(lease)));
                 if new_end > end {
                     self.cancel_timer(timer);
-                    let timer = self.add_timer(
-                        new_end,
-                        TimerRef::Lease {
-                            key: key.to_owned(),
-                            token,
-                        },
-                    );
-                    self.locks.get_mut(key).expect("known key").holder = Some((token, timer));
+                    self.hold(key, token, new_end);
                 }
                 self.renewals += 1;
                 ReplyKind::Renewed {
@@ -679,16 +651,7 @@ impl ModelServer {
             }
             _ => ReplyKind::Gone,
         };
-        self.reply(
-            conn,
-            Reply {
-                id,
-                key: key.to_owned(),
-                kind,
-                asked_lease: lease_ms,
-                asked_wait: 0,
-            },
-        );
+        self.answer(conn, id, key, kind, lease_ms, 0);
     }
 
     /// When the current grant of `key` ends, if it is held.
@@ -700,6 +663,29 @@ impl ModelServer {
     /// How many renewals extended (or kept) a grant so far.
     pub fn renewals(&self) -> u64 {
         self.renewals
+    }
+
+    /// Answers request `id` of `conn` about `key` with `kind`, the request
+    /// having asked for a lease of `asked_lease` and a wait of `asked_wait`.
+    fn answer(
+        &mut self,
+        conn: u64,
+        id: u64,
+        key: &str,
+        kind: ReplyKind,
+        asked_lease: u64,
+        asked_wait: u64,
+    ) {
+        self.reply(
+            conn,
+            Reply {
+                id,
+                key: key.to_owned(),
+                kind,
+                asked_lease,
+                asked_wait,
+            },
+        );
     }
 
     fn reply(&mut self, conn: u64, reply: Reply) {
@@ -797,14 +783,7 @@ impl ModelServer {
                         lock.last_token += 1;
                         let token = lock.last_token;
                         let until = self.now.saturating_add(millis(lease));
-                        let timer = self.add_timer(
-                            until,
-                            TimerRef::Lease {
-                                key: key.clone(),
-                                token,
-                            },
-                        );
-                        self.locks.get_mut(&key).expect("entered").holder = Some((token, timer));
+                        self.hold(&key, token, until);
                         self.grants += 1;
                         ReplyKind::Granted {
                             token,

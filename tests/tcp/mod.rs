@@ -519,6 +519,15 @@ pub fn server_config(node: &str, tweak: impl FnOnce(&mut server::Config)) -> ser
     config
 }
 
+/// Nobody holds or waits for `key` at `core`.
+#[track_caller]
+pub fn assert_free(core: &Server, key: &str, why: &str) {
+    assert!(
+        core.holder(key).is_none() && core.queue_len(key) == 0,
+        "{why}"
+    );
+}
+
 /// A fresh server core.
 pub fn server_core(config: server::Config) -> Server {
     Server::new(config, Time::ZERO).expect("a valid server configuration")
@@ -563,6 +572,15 @@ impl Tap {
     }
 
     /// Waits until what the clients sent satisfies `pred`.
+    /// Waits until the client has sent `count` acquires of `k`, over every
+    /// connection.
+    pub async fn wait_for_acquires<A: Adapter>(&self, what: &str, k: &str, count: usize) {
+        self.wait_for::<A>(what, |conns| {
+            conns.iter().flatten().filter(|f| is_acquire(f, k)).count() == count
+        })
+        .await;
+    }
+
     pub async fn wait_for<A: Adapter>(&self, what: &str, pred: impl Fn(&[Vec<Frame>]) -> bool) {
         let mut changes = self.log.seen.subscribe();
         let done = within_opt::<A, _>(PATIENCE, async {
@@ -694,6 +712,19 @@ pub fn client_config(endpoint: &Endpoint, id: &str) -> Config {
     Config::new([endpoint.clone()], name(id))
 }
 
+/// A client of `endpoint` named `id`, with its configuration changed by
+/// `tweak`, and its notices.
+pub fn connect_with<A: Adapter>(
+    endpoint: &Endpoint,
+    id: &str,
+    tweak: impl FnOnce(&mut Config),
+) -> (A::Client, Notices) {
+    let mut config = client_config(endpoint, id);
+    tweak(&mut config);
+    let (client, notices) = A::connect(config);
+    (client, Notices::new(notices))
+}
+
 /// A lease no scenario outlives: what ends a grant is a release.
 const LONG_LEASE: Duration = Duration::from_secs(30);
 /// A wait no scenario outlives: what ends a waiting acquire is an event.
@@ -722,6 +753,13 @@ async fn acquire_now<A: Adapter>(client: &A::Client, k: &str) -> Grant {
     )
     .await;
     granted(&what, outcome)
+}
+
+/// A renewed lock of `r` for `lease`, taken at once.
+async fn lock_r<A: Adapter>(client: &A::Client, lease: Duration) -> A::Lease {
+    within::<A, _>("the lock", A::lock(client, key("r"), lease, true))
+        .await
+        .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME))
 }
 
 async fn release<A: Adapter>(client: &A::Client, grant: &Grant) {
@@ -1030,10 +1068,7 @@ pub fn server_restart<A: Adapter>() {
             Some(held.token()),
             "the hung server never took the release"
         );
-        assert!(
-            old.holder("x").is_none() && old.queue_len("x") == 0,
-            "the hung server never took the acquire"
-        );
+        assert_free(&old, "x", "the hung server never took the acquire");
         let now = old.now();
         let table = old.take_lock_table(now);
         let mut core =
@@ -1084,10 +1119,7 @@ pub fn server_restart<A: Adapter>() {
             new.holder("r").is_none(),
             "the resent release freed r on the new server"
         );
-        assert!(
-            new.holder("x").is_none() && new.queue_len("x") == 0,
-            "the new server never saw the acquire of x"
-        );
+        assert_free(&new, "x", "the new server never saw the acquire of x");
         assert_eq!(
             new.lock_table().last_token(),
             held.token(),
@@ -1111,9 +1143,7 @@ pub fn renewal_keeps_a_lock<A: Adapter>() {
         let ep = endpoint(server.local_addr());
         let (holder, _notices) = A::connect(client_config(&ep, "holder"));
         let (other, _other_notices) = A::connect(client_config(&ep, "other"));
-        let lease = within::<A, _>("the lock", A::lock(&holder, key("r"), SHORT_LEASE, true))
-            .await
-            .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME));
+        let lease = lock_r::<A>(&holder, SHORT_LEASE).await;
         let (token, status) = A::lease_state(&lease);
         let first_until = status.valid_until().expect("valid");
         let start = std::time::Instant::now();
@@ -1170,9 +1200,7 @@ pub fn renewal_across_a_restart<A: Adapter>() {
         let first = lab.serve(server_core(server_config("n1", |_| {}))).await;
         let port = first.local_addr();
         let (client, _notices) = A::connect(client_config(&endpoint(port), "c"));
-        let lease = within::<A, _>("the lock", A::lock(&client, key("r"), SHORT_LEASE, true))
-            .await
-            .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME));
+        let lease = lock_r::<A>(&client, SHORT_LEASE).await;
         drop(lab.stop(first).await);
         let second = lab
             .serve_at(server_core(server_config("n2", |_| {})), port)
@@ -1205,9 +1233,7 @@ pub fn dropping_a_lease_releases_it<A: Adapter>() {
         let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
         let ep = endpoint(server.local_addr());
         let (client, _notices) = A::connect(client_config(&ep, "c"));
-        let lease = within::<A, _>("the lock", A::lock(&client, key("r"), LONG_LEASE, true))
-            .await
-            .unwrap_or_else(|e| panic!("[{}] the lock: {e}", A::NAME));
+        let lease = lock_r::<A>(&client, LONG_LEASE).await;
         let token = A::lease_state(&lease).0;
         drop(lease);
         // Another acquire of the key gets it long before the lease ends.
@@ -1250,10 +1276,8 @@ pub fn follower_redirects<A: Adapter>() {
             })))
             .await;
         let follower_ep = endpoint(follower.local_addr());
-        let mut config = client_config(&follower_ep, "c");
-        config.allow = vec![leader_ep.clone()];
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) =
+            connect_with::<A>(&follower_ep, "c", |c| c.allow = vec![leader_ep.clone()]);
 
         let (connected, before) = notices.until::<A>("Connected", is_connected).await;
         assert!(
@@ -1304,10 +1328,7 @@ pub fn leader_hint_moves<A: Adapter>() {
             })))
             .await;
         let a_ep = endpoint(a.local_addr());
-        let mut config = client_config(&a_ep, "c");
-        config.allow = vec![b_ep.clone()];
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) = connect_with::<A>(&a_ep, "c", |c| c.allow = vec![b_ep.clone()]);
         let connected_to = |ep: &Endpoint, node: &str, event: &Event| matches!(event, Event::Connected { addr, node: n, .. } if addr == ep && n.as_str() == node);
 
         let (first, _) = notices.until::<A>("Connected to a", is_connected).await;
@@ -1369,11 +1390,10 @@ pub fn wrong_credential<A: Adapter>() {
             })))
             .await;
         let ep = endpoint(server.local_addr());
-        let mut config = client_config(&ep, "c");
-        config.credential = Some(name("wrong"));
-        config.queue_grace = ms(300);
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) = connect_with::<A>(&ep, "c", |c| {
+            c.credential = Some(name("wrong"));
+            c.queue_grace = ms(300);
+        });
 
         refused_as::<A>(&mut notices, &ep, CloseReason::AuthFailed).await;
         assert_eq!(
@@ -1394,10 +1414,8 @@ pub fn wrong_credential<A: Adapter>() {
         try_lock_unwelcomed::<A>(&client).await;
         shutdown::<A>(&client).await;
 
-        let mut config = client_config(&ep, "c2");
-        config.credential = Some(name("s3cret"));
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) =
+            connect_with::<A>(&ep, "c2", |c| c.credential = Some(name("s3cret")));
         let (connected, before) = notices
             .until::<A>("Connected with the right credential", is_connected)
             .await;
@@ -1432,10 +1450,7 @@ pub fn drop_waiting_close<A: Adapter>() {
     A::block_on(async {
         let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
         let ep = endpoint(server.local_addr());
-        let mut config = client_config(&ep, "c");
-        config.cancel = CancelPolicy::Close;
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) = connect_with::<A>(&ep, "c", |c| c.cancel = CancelPolicy::Close);
         notices.until::<A>("Connected", is_connected).await;
         let (held, probe, waiting) = hold_with_waiter::<A>(&client).await;
 
@@ -1469,10 +1484,7 @@ pub fn drop_waiting_close<A: Adapter>() {
         );
         shutdown::<A>(&client).await;
         let core = lab.stop(server).await;
-        assert!(
-            core.holder("k").is_none() && core.queue_len("k") == 0,
-            "k is free"
-        );
+        assert_free(&core, "k", "k is free");
         assert_eq!(
             core.lock_table().last_token(),
             after.token(),
@@ -1488,10 +1500,8 @@ pub fn drop_waiting_keep<A: Adapter>() {
     A::block_on(async {
         let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
         let ep = endpoint(server.local_addr());
-        let mut config = client_config(&ep, "c");
-        config.cancel = CancelPolicy::KeepWaiter;
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) =
+            connect_with::<A>(&ep, "c", |c| c.cancel = CancelPolicy::KeepWaiter);
         notices.until::<A>("Connected", is_connected).await;
         let (held, probe, waiting) = hold_with_waiter::<A>(&client).await;
 
@@ -1523,10 +1533,7 @@ pub fn drop_waiting_keep<A: Adapter>() {
 
         shutdown::<A>(&client).await;
         let core = lab.stop(server).await;
-        assert!(
-            core.holder("k").is_none() && core.queue_len("k") == 0,
-            "k is free"
-        );
+        assert_free(&core, "k", "k is free");
         assert!(core.holder("p").is_none(), "p is free");
     });
 }
@@ -1541,10 +1548,7 @@ pub fn drop_after_grant<A: Adapter>() {
         let server = lab.serve(server_core(server_config("n1", |_| {}))).await;
         let ep = endpoint(server.local_addr());
         for policy in [CancelPolicy::Close, CancelPolicy::KeepWaiter] {
-            let mut config = client_config(&ep, "c");
-            config.cancel = policy;
-            let (client, notices) = A::connect(config);
-            let mut notices = Notices::new(notices);
+            let (client, mut notices) = connect_with::<A>(&ep, "c", |c| c.cancel = policy);
             notices.until::<A>("Connected", is_connected).await;
 
             let pending = A::start_acquire(&client, key("k"), name("gone"), LONG_WAIT, LONG_LEASE);
@@ -1584,10 +1588,7 @@ pub fn window_of_two<A: Adapter>() {
             .serve(server_core(server_config("n1", |c| c.window = 2)))
             .await;
         let tap = lab.tap(server.local_addr()).await;
-        let mut config = client_config(&tap.endpoint(), "c");
-        config.reserved = 1;
-        let (client, notices) = A::connect(config);
-        let mut notices = Notices::new(notices);
+        let (client, mut notices) = connect_with::<A>(&tap.endpoint(), "c", |c| c.reserved = 1);
         let (connected, _) = notices.until::<A>("Connected", is_connected).await;
         assert!(
             matches!(connected, Event::Connected { window: 2, .. }),
@@ -1596,15 +1597,8 @@ pub fn window_of_two<A: Adapter>() {
 
         let held = acquire_now::<A>(&client, "k").await;
         let first = A::start_acquire(&client, key("k"), name("first"), LONG_WAIT, LONG_LEASE);
-        tap.wait_for::<A>("the waiting acquire of k", |conns| {
-            conns
-                .iter()
-                .flatten()
-                .filter(|f| is_acquire(f, "k"))
-                .count()
-                == 2
-        })
-        .await;
+        tap.wait_for_acquires::<A>("the waiting acquire of k", "k", 2)
+            .await;
         // The only acquire slot is taken: this one waits in the client.
         let second = A::start_acquire(&client, key("k"), name("second"), LONG_WAIT, LONG_LEASE);
 
@@ -1620,15 +1614,8 @@ pub fn window_of_two<A: Adapter>() {
         let first = granted(what, within::<A, _>(what, A::finish(first)).await);
         assert!(first.token() > held.token());
 
-        tap.wait_for::<A>("the second acquire of k", |conns| {
-            conns
-                .iter()
-                .flatten()
-                .filter(|f| is_acquire(f, "k"))
-                .count()
-                == 3
-        })
-        .await;
+        tap.wait_for_acquires::<A>("the second acquire of k", "k", 3)
+            .await;
         let conns = tap.frames();
         assert_eq!(conns.len(), 1, "one connection throughout: {conns:?}");
         let order: Vec<usize> = conns[0]
@@ -1654,9 +1641,6 @@ pub fn window_of_two<A: Adapter>() {
         release::<A>(&client, &second).await;
         shutdown::<A>(&client).await;
         let core = lab.stop(server).await;
-        assert!(
-            core.holder("k").is_none() && core.queue_len("k") == 0,
-            "k is free"
-        );
+        assert_free(&core, "k", "k is free");
     });
 }
