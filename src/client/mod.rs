@@ -700,7 +700,7 @@ impl Client {
     /// [`Client::next_timer`] gives, when it is due, found without ordering
     /// the timers when none is.
     #[inline]
-    fn next_due(&self, target: Time) -> Option<(Time, Due)> {
+    fn next_due(&mut self, target: Time) -> Option<(Time, Due)> {
         let due = |at: Option<Time>| at.is_some_and(|at| at <= target);
         let any = self.acquires.due_by(target)
             | self.holds.due_by(target)

@@ -31,9 +31,10 @@
 //! armed: until then it is listed as *deferred*, and one that is set again
 //! or disarmed meanwhile (an acquire sent right after it was queued, a
 //! grant released soon after it came) is only ever placed once, or never.
-//! The deferred ones are placed when one of them is due, or when they are
-//! many; the earliest of them is found by looking at them, once, and kept
-//! until it changes, so `next_deadline` stays exact.
+//! The deferred ones are placed once time moves on ([`Slab::due_by`] is
+//! told the time), when one of them is due, or when they are many; the
+//! earliest of them is found by looking at them, once, and kept until it
+//! changes, so `next_deadline` stays exact.
 //!
 //! So arming a timer that fits a lane is an append, and disarming one
 //! (answers come in any order) touches its slot and its two neighbours:
@@ -190,6 +191,8 @@ pub(crate) struct Slab<T> {
     deferred_min: Cell<Option<Time>>,
     /// No deferred deadline is earlier than this one (while any is).
     deferred_floor: Time,
+    /// The latest time [`Slab::due_by`] was asked about.
+    clock: Time,
 }
 
 impl<T> Default for Slab<T> {
@@ -205,6 +208,7 @@ impl<T> Default for Slab<T> {
             deferred_live: 0,
             deferred_min: Cell::new(None),
             deferred_floor: Time::MAX,
+            clock: Time::ZERO,
         }
     }
 }
@@ -341,8 +345,17 @@ impl<T> Slab<T> {
 
     /// Whether a timer is due at `target` (its deadline at or before it):
     /// `next_deadline() <= target`, found without looking for the earliest
-    /// deferred timer when none can be due.
-    pub(crate) fn due_by(&self, target: Time) -> bool {
+    /// deferred timer when none can be due. `target` is the time now, and
+    /// never goes back: once time has moved on, the timers armed before
+    /// are placed (those set again or disarmed in the same instant never
+    /// were).
+    pub(crate) fn due_by(&mut self, target: Time) -> bool {
+        if target > self.clock {
+            self.clock = target;
+            if self.deferred_live > 0 {
+                self.place_deferred();
+            }
+        }
         self.earliest.is_some_and(|at| at <= target)
             || (self.deferred_live > 0
                 && self.deferred_floor <= target
