@@ -567,10 +567,12 @@ impl<T> Slab<T> {
         let index = entry.prev as usize;
         let last = self.heap.pop().expect("a timer in the heap");
         if index < self.heap.len() {
-            self.heap[index] = last;
-            self.slots[last.1 as usize].prev = index as u32;
-            let index = self.sift_up(index);
-            self.sift_down(index);
+            // The hole goes down to a leaf, the smaller child moving up at
+            // each level, and the last entry goes up from there: about one
+            // comparison a level (the last entry seldom rises far).
+            let leaf = self.sink_hole(index);
+            self.heap[leaf] = last;
+            self.sift_up(leaf);
         }
         if self.heap.is_empty() && self.heap.capacity() > KEPT_WHEN_EMPTY {
             self.heap.shrink_to(KEPT_WHEN_EMPTY);
@@ -594,28 +596,22 @@ impl<T> Slab<T> {
         index
     }
 
-    /// Moves the heap's entry at `index` down to its place.
-    #[inline(never)]
-    fn sift_down(&mut self, mut index: usize) {
-        let entry = self.heap[index];
+    /// Moves the hole at `index` down to a leaf, moving the smaller child
+    /// of each level up into it; returns the leaf.
+    fn sink_hole(&mut self, mut index: usize) -> usize {
         loop {
             let left = 2 * index + 1;
-            let Some(&child) = self.heap.get(left) else {
-                break;
+            let Some(&smaller) = self.heap.get(left) else {
+                return index;
             };
             let (child, smaller) = match self.heap.get(left + 1) {
-                Some(&right) if right < child => (left + 1, right),
-                _ => (left, child),
+                Some(&right) if right < smaller => (left + 1, right),
+                _ => (left, smaller),
             };
-            if entry <= smaller {
-                break;
-            }
             self.heap[index] = smaller;
             self.slots[smaller.1 as usize].prev = index as u32;
             index = child;
         }
-        self.heap[index] = entry;
-        self.slots[entry.1 as usize].prev = index as u32;
     }
 
     /// The least of the lanes' first deadlines and the heap's top.
