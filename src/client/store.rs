@@ -1394,6 +1394,33 @@ mod tests {
         assert_fire_in_order(&mut slab, &armed);
     }
 
+    /// A timer armed and set again within one instant is placed once, when
+    /// time moves on, and not before: the deferred ones last one instant.
+    #[test]
+    fn deferred_timers_last_one_instant() {
+        let mut slab: Slab<u32> = Slab::default();
+        let at = Time::from_nanos;
+        let handles: Vec<Handle> = (0..10).map(|i| slab.insert(i)).collect();
+        assert!(!slab.due_by(at(5)));
+        for &handle in &handles {
+            slab.set_timer(handle, at(100));
+            slab.set_timer(handle, at(200));
+        }
+        // Asked again at the same time: still deferred, and exact.
+        assert!(!slab.due_by(at(5)));
+        assert_eq!((slab.deferred_live, slab.deferred.len()), (10, 10));
+        assert_eq!(slab.next_deadline(), Some(at(200)));
+        // Time moves on: every one is placed, in one lane.
+        assert!(!slab.due_by(at(6)));
+        assert_eq!((slab.deferred_live, slab.deferred.len()), (0, 0));
+        assert_eq!(
+            slab.lanes.iter().filter(|lane| lane.first != NIL).count(),
+            1
+        );
+        assert_eq!(assert_sound(&slab), 10);
+        assert!(slab.due_by(at(200)));
+    }
+
     /// Timers due at one moment fire in slot order, whether in one lane,
     /// in several, or in the heap.
     #[test]
