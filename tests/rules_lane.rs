@@ -731,3 +731,30 @@ fn releases_resent_after_a_close_keep_their_order_ahead_of_queued_ones() {
         ]
     );
 }
+
+#[test]
+fn poll_timeout_is_now_while_a_release_or_a_renewal_waits_for_a_free_slot() {
+    // A driver may sleep until `poll_timeout`: a release or a renewal that
+    // can go out now must make it "now", whether or not an acquire waits
+    // too, or it would sit in the lane until some later deadline.
+    let (mut h, _) = ready_with(config(), 4);
+    let renewed = grant(&mut h, 1, "r", 7, 5000);
+    let released = grant(&mut h, 2, "k", 8, 5000);
+    h.at_ms(100);
+    assert_ne!(h.client.poll_timeout(), Some(t(100)), "nothing is due");
+
+    // A renewal alone in the lane (no release, no acquire queued).
+    h.client.renew(t(100), &renewed, None).expect("accepted");
+    assert_eq!(h.client.poll_timeout(), Some(t(100)), "a renewal is due");
+    h.pump();
+    assert_eq!(h.take_sent(), "X 3 r 7 5000\n");
+
+    // A release alone in the lane (no renewal, no acquire queued).
+    h.at_ms(200);
+    let op = h.client.release(t(200), &released).expect("accepted");
+    assert_eq!(h.client.poll_timeout(), Some(t(200)), "a release is due");
+    h.pump();
+    assert_eq!(h.take_sent(), "R 4 k 8\n");
+    h.feed("D 4 R k\n");
+    assert_eq!(h.take_outcomes(), vec![(op, Outcome::Released)]);
+}
