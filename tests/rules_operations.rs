@@ -640,6 +640,41 @@ fn shutdown_with_the_close_policy_cancels_queued_acquires_and_closes_on_sent_one
 }
 
 #[test]
+fn shutdown_whose_cancel_close_leaves_nothing_to_drain_finishes_without_connecting_again() {
+    // Only an acquire in flight: the shutdown's close (cancel policy Close)
+    // ends it Indeterminate and leaves nothing to send, so the shutdown
+    // completes at once: no new connection, no backoff.
+    let mut h = Harness::new(config());
+    let conn = h.ready(3);
+    let a = h.acquire("a", 5000, 10_000);
+    assert_eq!(h.take_sent(), "A 1 a o 5000 10000\n");
+    h.at_ms(100);
+    events_of(&mut h);
+    let n = h.actions.len();
+    h.client.shutdown(h.now, ms(10_000)).unwrap();
+    h.pump();
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Closed {
+                addr: ep("a:1"),
+                reason: CloseReason::Cancel
+            },
+            Event::Outcome {
+                op: a,
+                outcome: Outcome::Indeterminate {
+                    settles_by: t(100 + 5000 + 10_000 + 1000)
+                }
+            },
+            Event::ShutdownComplete,
+        ]
+    );
+    assert_eq!(h.actions[n..], [Action::Close { conn }]);
+    assert!(h.client.is_finished());
+    assert_eq!(h.client.poll_timeout(), None);
+}
+
+#[test]
 fn shutdown_with_keep_waiter_releases_a_grant_arriving_during_shutdown_by_exact_token_before_closing(
 ) {
     let mut h = Harness::new(keep_waiter());
