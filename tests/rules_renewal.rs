@@ -206,6 +206,35 @@ fn a_g_to_a_renewal_with_another_token_closes_and_that_token_is_released() {
 }
 
 #[test]
+fn a_g_to_a_renewal_with_a_longer_lease_than_asked_closes_and_proves_nothing() {
+    // The renewal asks 2000 ms; a `G` that gives more than asked is a bad
+    // answer, even when it is no more than the grant's first lease.
+    let (mut h, g) = holding(false);
+    h.at_ms(100);
+    h.renew(&g, Some(2_000));
+    assert_eq!(h.take_sent(), "X 2 k 7 2000\n");
+    let mark = h.actions.len();
+    h.feed("G 2 X k 7 2500\n");
+    let events = h.take_events();
+    assert_eq!(
+        closed(&events),
+        [("a:1".to_string(), "protocol:lease_above_asked".to_string())]
+    );
+    assert_eq!(close_actions(&h, mark).len(), 1);
+    assert_eq!(renewal_notices(&events), [], "nothing proved");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::OrphanRelease { .. })),
+        "the embedder holds token 7: never released behind its back"
+    );
+    assert_eq!(h.client.valid_until(&g), Some(t(3_000)));
+    // The renewal goes again on the next connection.
+    h.reconnect(4);
+    assert_eq!(h.take_sent(), "X 3 k 7 2000\n");
+}
+
+#[test]
 fn n_to_a_renewal_is_lease_lost_and_a_later_release_ends_not_held_without_a_request() {
     let (mut h, g) = holding(true);
     h.at_ms(1_000);
@@ -596,4 +625,40 @@ fn automatic_renewal_is_due_the_first_nanosecond_less_than_two_thirds_of_the_lea
         renewal_notices(&h.take_events()),
         [("jeopardy", 7, Some(t(200)))]
     );
+}
+
+#[test]
+fn a_queued_release_that_lapses_with_its_renewal_in_flight_is_never_sent_and_the_answer_is_claimed()
+{
+    // Window 2 (one slot reserved): the renewal of k and an acquire fill it,
+    // so the release of k waits in the lane until its deadline passes.
+    let (mut h, _) = ready_with(config(), 2);
+    let op = h.acquire("k", 0, 1_000);
+    assert_eq!(h.take_sent(), "A 1 k o 0 1000\n");
+    let g = h.granted_by(op, "G 1 A k 7 1000 0\n");
+    h.at_ms(100);
+    h.renew(&g, None);
+    assert_eq!(h.take_sent(), "X 2 k 7 1000\n");
+    let j = h.acquire("j", 10_000, 5_000);
+    assert_eq!(h.take_sent(), "A 3 j o 10000 5000\n");
+    h.at_ms(200);
+    let r = h.release(&g);
+    assert_eq!(h.take_sent(), "", "the window is full");
+    // Its deadline: the renewal's send time plus its lease plus the margin.
+    h.at_ms(2_099);
+    assert_eq!(h.take_outcomes(), []);
+    h.at_ms(2_100);
+    assert_eq!(h.take_outcomes(), [(r, Outcome::Lapsed)]);
+    // A slot frees: the lapsed release is not sent.
+    h.at_ms(2_200);
+    h.feed("T 3 A j\n");
+    assert_eq!(h.take_outcomes(), [(j, Outcome::TimedOut { sent: true })]);
+    assert_eq!(h.take_sent(), "");
+    // The renewal's answer is claimed and changes nothing.
+    h.feed("G 2 X k 7 1000\n");
+    let events = h.take_events();
+    assert_eq!(renewal_notices(&events), [], "{events:?}");
+    assert!(closed(&events).is_empty(), "{events:?}");
+    assert_eq!(h.take_sent(), "");
+    assert_eq!(in_flight(&h.client), (0, 0));
 }
