@@ -758,3 +758,38 @@ fn poll_timeout_is_now_while_a_release_or_a_renewal_waits_for_a_free_slot() {
     h.feed("D 4 R k\n");
     assert_eq!(h.take_outcomes(), vec![(op, Outcome::Released)]);
 }
+
+#[test]
+fn handing_back_a_grant_twice_is_refused_and_one_past_its_expires_by_needs_nothing() {
+    let (mut h, _) = ready_with(config(), 4);
+    let g = grant(&mut h, 1, "k", 7, 1000);
+    let other = grant(&mut h, 2, "j", 8, 1000);
+    h.client.undeliverable(h.now, &g).expect("accepted");
+    h.pump();
+    assert_eq!(h.take_sent(), "R 3 k 7\n");
+    // Handed back already (its release is under way): not the embedder's.
+    assert_eq!(
+        h.client.undeliverable(h.now, &g),
+        Err(Error::GrantNotHeld {
+            key: key("k"),
+            token: 7
+        })
+    );
+    h.feed("D 3 R k\n");
+    assert_eq!(
+        h.client.undeliverable(h.now, &g),
+        Err(Error::GrantNotHeld {
+            key: key("k"),
+            token: 7
+        })
+    );
+    // Past its expires_by (granted at 0, lease 1000, margin 1000) the
+    // server has freed the other grant itself: accepted, nothing to send.
+    assert_eq!(other.expires_by(), t(2_000));
+    h.at_ms(2_000);
+    h.take_events();
+    assert_eq!(h.client.undeliverable(h.now, &other), Ok(()));
+    h.pump();
+    assert_eq!(h.take_sent(), "");
+    assert_eq!(h.take_events(), vec![], "no orphan release");
+}
