@@ -886,3 +886,43 @@ fn shutdown_with_a_zero_budget_ends_at_once() {
     assert_eq!(events.last(), Some(&Event::ShutdownComplete));
     assert!(h.client.is_finished());
 }
+
+#[test]
+fn an_abandoned_waiter_no_longer_counts_against_the_clients_own_capacity() {
+    // Cancelled under KeepWaiter, the acquire's operation has ended (it was
+    // told Indeterminate): only its window slot stays taken, until the
+    // server answers it.
+    let mut c = keep_waiter();
+    c.max_acquires = 1;
+    let mut h = Harness::new(c);
+    h.ready(4);
+    let a = h.acquire("k1", 2000, 5000);
+    assert_eq!(h.take_sent(), "A 1 k1 o 2000 5000\n");
+    assert_eq!(
+        h.client
+            .acquire(h.now, key("k2"), name("o"), ms(2000), ms(5000)),
+        Err(Error::Busy),
+        "one open acquire at most"
+    );
+    h.at_ms(100);
+    h.cancel(a);
+    assert_eq!(
+        h.take_outcomes(),
+        vec![(a, indeterminate(t(100), 2000, 5000))]
+    );
+    assert_eq!(open_operations(&h.client), (0, 0));
+    let b = h.acquire("k2", 2000, 5000);
+    assert_eq!(h.take_sent(), "A 2 k2 o 2000 5000\n");
+    assert_eq!(open_operations(&h.client), (1, 0));
+    assert_eq!(in_flight(&h.client), (2, 2));
+    // The waiter's answer is claimed and changes no count.
+    h.feed("T 1 A k1\n");
+    assert_eq!(h.take_outcomes(), vec![]);
+    assert_eq!(open_operations(&h.client), (1, 0));
+    h.feed("T 2 A k2\n");
+    assert_eq!(
+        h.take_outcomes(),
+        vec![(b, Outcome::TimedOut { sent: true })]
+    );
+    assert_eq!(open_operations(&h.client), (0, 0));
+}
