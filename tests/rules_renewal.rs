@@ -662,3 +662,85 @@ fn a_queued_release_that_lapses_with_its_renewal_in_flight_is_never_sent_and_the
     assert_eq!(h.take_sent(), "");
     assert_eq!(in_flight(&h.client), (0, 0));
 }
+
+#[test]
+fn a_queued_automatic_renewal_is_dropped_when_renew_until_passes_or_renewing_stops() {
+    for stop in [false, true] {
+        // Window 2 (one slot reserved): an acquire and a release fill it, so
+        // the renewal due at 1000 waits in the lane.
+        let (mut h, _) = ready_with(config(), 2);
+        let limit = if stop { None } else { Some(1_500) };
+        let op = h.acquire_renewing("k", 0, 3_000, limit);
+        let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
+        let j = h.acquire("j", 10_000, 5_000);
+        let r = h.release_token("z", 9);
+        assert_eq!(
+            h.take_sent(),
+            "A 1 k o 0 3000\nA 2 j o 10000 5000\nR 3 z 9\n"
+        );
+        h.at_ms(1_000);
+        assert_eq!(h.take_sent(), "", "the window is full");
+        if stop {
+            h.at_ms(1_100);
+            h.client.stop_renewing(h.now, &g).expect("accepted");
+            h.pump();
+        }
+        // renew_until (1500) has passed, or renewing stopped: when a slot
+        // frees, the queued renewal is not sent.
+        h.at_ms(1_600);
+        h.feed("D 3 R z\n");
+        assert_eq!(h.take_outcomes(), vec![(r, Outcome::Released)]);
+        assert_eq!(h.take_sent(), "", "stop: {stop}");
+        h.at_ms(2_999);
+        assert_eq!(h.take_sent(), "", "stop: {stop}");
+        assert_eq!(h.client.valid_until(&g), Some(t(3_000)));
+        h.feed("T 2 A j\n");
+        assert_eq!(
+            h.take_outcomes(),
+            vec![(j, Outcome::TimedOut { sent: true })]
+        );
+        assert_eq!(h.take_sent(), "", "stop: {stop}");
+    }
+}
+
+#[test]
+fn a_renewal_that_proves_no_later_valid_until_keeps_the_schedule_of_the_lease_that_set_it() {
+    // Renewed automatically: lease 3000 ms, valid until 3000, due at 1000.
+    let (mut h, g) = holding(true);
+    h.at_ms(500);
+    h.renew(&g, Some(2_500));
+    assert_eq!(h.take_sent(), "X 2 k 7 2500\n");
+    h.at_ms(600);
+    h.feed("G 2 X k 7 2500\n");
+    // 500 + 2500 is the valid_until the grant already had: the G that set
+    // it gave 3000 ms, so a third of the way through is still at 1000.
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("renewed", 7, Some(t(3_000)))]
+    );
+    h.at_ms(999);
+    assert_eq!(h.take_sent(), "");
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 3 k 7 3000\n");
+}
+
+#[test]
+fn automatic_renewals_in_flight_at_a_close_go_again_first_in_their_order() {
+    let (mut h, _) = ready_with(config(), 8);
+    let a = h.acquire_renewing("ka", 0, 3_000, None);
+    h.granted_by(a, "G 1 A ka 7 3000 0\n");
+    h.at_ms(100);
+    let b = h.acquire_renewing("kb", 0, 3_000, None);
+    h.granted_by(b, "G 2 A kb 8 3000 0\n");
+    h.at_ms(1_000);
+    h.at_ms(1_100);
+    assert_eq!(
+        h.take_sent(),
+        "A 1 ka o 0 3000\nA 2 kb o 0 3000\nX 3 ka 7 3000\nX 4 kb 8 3000\n"
+    );
+    h.at_ms(1_200);
+    h.transport_closed(TransportEnd::Eof);
+    h.reconnect(8);
+    assert!(h.now < t(3_000));
+    assert_eq!(h.take_sent(), "X 5 ka 7 3000\nX 6 kb 8 3000\n");
+}
