@@ -10,9 +10,10 @@ mod support;
 
 use support::*;
 use ticketing::client::{
-    Action, BackoffCause, CancelPolicy, CloseReason, Config, Error, Event, Outcome, ReleaseResult,
-    TransportEnd,
+    Action, BackoffCause, CancelPolicy, CloseReason, Config, Error, Event, OpId, Outcome,
+    ReleaseResult, TransportEnd,
 };
+use ticketing::Time;
 
 /// The events since the last call, without the `Connecting` and `Connected`
 /// notices (every test checks its connections through the actions and the
@@ -570,6 +571,43 @@ fn shutdown_whose_budget_runs_out_ends_open_releases_lapsed() {
 }
 
 #[test]
+fn shutdown_whose_budget_runs_out_ends_releases_never_sent_lapsed_too() {
+    // The first connect fails: the release waits in the lane, unsent, and
+    // still gets its outcome when the budget ends at 1000. A driver that is
+    // late (its next call at 5000, past both the end of the connect backoff
+    // and the budget) sees what a punctual one sees: the connect attempt at
+    // the end of the backoff, closed by the shutdown.
+    fn run(late: bool) -> (Vec<Event>, Vec<Action>, OpId) {
+        let mut h = Harness::new(config());
+        let r = h.release_token("z", 9);
+        h.client.shutdown(h.now, ms(1_000)).unwrap();
+        h.pump();
+        h.fail_connect();
+        h.take_events();
+        let mark = h.actions.len();
+        if !late {
+            while !h.client.is_finished() {
+                h.next_deadline();
+            }
+        }
+        h.at_ms(5_000);
+        assert!(h.client.is_finished());
+        assert_eq!(h.all_sent(), "");
+        assert_eq!(open_operations(&h.client), (0, 0));
+        (h.take_events(), h.actions.split_off(mark), r)
+    }
+    let punctual = run(false);
+    assert_eq!(run(true), punctual);
+    let (events, actions, r) = punctual;
+    assert_eq!(outcomes(&events), vec![(r, Outcome::Lapsed)]);
+    assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
+    assert_eq!(events.last(), Some(&Event::ShutdownComplete));
+    assert_eq!(actions.len(), 2, "a connect, then its close: {actions:?}");
+    assert!(matches!(actions[0], Action::Connect { .. }), "{actions:?}");
+    assert!(matches!(actions[1], Action::Close { .. }), "{actions:?}");
+}
+
+#[test]
 fn shutdown_refuses_new_acquires() {
     let mut h = Harness::new(config());
     h.ready(4);
@@ -925,4 +963,15 @@ fn an_abandoned_waiter_no_longer_counts_against_the_clients_own_capacity() {
         vec![(b, Outcome::TimedOut { sent: true })]
     );
     assert_eq!(open_operations(&h.client), (0, 0));
+}
+
+#[test]
+fn now_is_the_latest_time_seen_and_an_earlier_one_does_not_move_it_back() {
+    let mut h = Harness::new(config());
+    assert_eq!(h.client.now(), Time::ZERO);
+    h.at_ms(1_234);
+    assert_eq!(h.client.now(), t(1_234));
+    // An earlier time is taken as the latest one seen.
+    h.client.handle_timeout(t(1_000));
+    assert_eq!(h.client.now(), t(1_234));
 }
