@@ -132,6 +132,21 @@ fn nothing_is_sent_before_w_and_h_is_the_only_frame() {
 }
 
 #[test]
+fn poll_timeout_is_now_while_the_hello_waits_to_go_out() {
+    // A driver may sleep until `poll_timeout`: once the transport is up,
+    // `H` is due at once, not at the handshake timeout.
+    let mut h = Harness::new(config());
+    h.at_ms(10);
+    let (conn, _) = h.last_connect().expect("a connect");
+    h.client.handle_connected(t(10), conn);
+    assert_eq!(h.client.poll_timeout(), Some(t(10)), "H is due");
+    h.pump();
+    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    // H is out: only the handshake timeout is left to wake for.
+    assert_eq!(h.client.poll_timeout(), Some(t(10 + 5_000)));
+}
+
+#[test]
 fn the_handshake_is_h_2_client_id_and_credential_or_a_dash() {
     let mut c = config();
     c.client_id = name("svc-7");

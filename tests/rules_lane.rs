@@ -731,3 +731,65 @@ fn releases_resent_after_a_close_keep_their_order_ahead_of_queued_ones() {
         ]
     );
 }
+
+#[test]
+fn poll_timeout_is_now_while_a_release_or_a_renewal_waits_for_a_free_slot() {
+    // A driver may sleep until `poll_timeout`: a release or a renewal that
+    // can go out now must make it "now", whether or not an acquire waits
+    // too, or it would sit in the lane until some later deadline.
+    let (mut h, _) = ready_with(config(), 4);
+    let renewed = grant(&mut h, 1, "r", 7, 5000);
+    let released = grant(&mut h, 2, "k", 8, 5000);
+    h.at_ms(100);
+    assert_ne!(h.client.poll_timeout(), Some(t(100)), "nothing is due");
+
+    // A renewal alone in the lane (no release, no acquire queued).
+    h.client.renew(t(100), &renewed, None).expect("accepted");
+    assert_eq!(h.client.poll_timeout(), Some(t(100)), "a renewal is due");
+    h.pump();
+    assert_eq!(h.take_sent(), "X 3 r 7 5000\n");
+
+    // A release alone in the lane (no renewal, no acquire queued).
+    h.at_ms(200);
+    let op = h.client.release(t(200), &released).expect("accepted");
+    assert_eq!(h.client.poll_timeout(), Some(t(200)), "a release is due");
+    h.pump();
+    assert_eq!(h.take_sent(), "R 4 k 8\n");
+    h.feed("D 4 R k\n");
+    assert_eq!(h.take_outcomes(), vec![(op, Outcome::Released)]);
+}
+
+#[test]
+fn handing_back_a_grant_twice_is_refused_and_one_past_its_expires_by_needs_nothing() {
+    let (mut h, _) = ready_with(config(), 4);
+    let g = grant(&mut h, 1, "k", 7, 1000);
+    let other = grant(&mut h, 2, "j", 8, 1000);
+    h.client.undeliverable(h.now, &g).expect("accepted");
+    h.pump();
+    assert_eq!(h.take_sent(), "R 3 k 7\n");
+    // Handed back already (its release is under way): not the embedder's.
+    assert_eq!(
+        h.client.undeliverable(h.now, &g),
+        Err(Error::GrantNotHeld {
+            key: key("k"),
+            token: 7
+        })
+    );
+    h.feed("D 3 R k\n");
+    assert_eq!(
+        h.client.undeliverable(h.now, &g),
+        Err(Error::GrantNotHeld {
+            key: key("k"),
+            token: 7
+        })
+    );
+    // Past its expires_by (granted at 0, lease 1000, margin 1000) the
+    // server has freed the other grant itself: accepted, nothing to send.
+    assert_eq!(other.expires_by(), t(2_000));
+    h.at_ms(2_000);
+    h.take_events();
+    assert_eq!(h.client.undeliverable(h.now, &other), Ok(()));
+    h.pump();
+    assert_eq!(h.take_sent(), "");
+    assert_eq!(h.take_events(), vec![], "no orphan release");
+}

@@ -685,3 +685,29 @@ fn a_second_w_is_a_protocol_violation() {
     assert!(!events.iter().any(|e| matches!(e, Event::Connected { .. })));
     assert_eq!(backoffs(&events)[0].0, BackoffCause::Transport);
 }
+
+#[test]
+fn operation_ids_grants_and_outcomes_tell_each_other_apart() {
+    let (mut h, _) = ready_with(config(), 4);
+    let a = h.acquire("k", 0, 5_000);
+    let b = h.acquire("j", 0, 5_000);
+    let r = h.release_token("z", 1);
+    assert_eq!(h.take_sent(), "A 1 k o 0 5000\nA 2 j o 0 5000\nR 3 z 1\n");
+    // Each open operation has its own number, and says what it is.
+    assert_ne!(a.get(), b.get());
+    assert_ne!(a.get(), r.get());
+    assert!(a.to_string().starts_with("acquire#"), "{a}");
+    assert!(r.to_string().starts_with("release#"), "{r}");
+    assert_ne!(a.to_string(), b.to_string());
+    let ga = h.granted_by(a, "G 1 A k 7 5000 0\n");
+    let gb = h.granted_by(b, "G 2 A j 8 5000 0\n");
+    assert!(ga.id().to_string().starts_with("grant#"), "{}", ga.id());
+    // Two grants are two grants; a copy of one is that grant.
+    assert_eq!(ga, ga.clone());
+    assert_ne!(ga, gb);
+    // Indeterminate and Lapsed do not state what happened on the server.
+    assert!(!Outcome::Lapsed.is_definitive());
+    assert!(!indeterminate(t(0), 0, 5_000).is_definitive());
+    assert!(Outcome::Released.is_definitive());
+    assert!(Outcome::NotHeld.is_definitive());
+}

@@ -10,9 +10,10 @@ mod support;
 
 use support::*;
 use ticketing::client::{
-    Action, BackoffCause, CancelPolicy, CloseReason, Config, Error, Event, Outcome, ReleaseResult,
-    TransportEnd,
+    Action, BackoffCause, CancelPolicy, CloseReason, Config, Error, Event, OpId, Outcome,
+    ReleaseResult, TransportEnd,
 };
+use ticketing::Time;
 
 /// The events since the last call, without the `Connecting` and `Connected`
 /// notices (every test checks its connections through the actions and the
@@ -570,6 +571,43 @@ fn shutdown_whose_budget_runs_out_ends_open_releases_lapsed() {
 }
 
 #[test]
+fn shutdown_whose_budget_runs_out_ends_releases_never_sent_lapsed_too() {
+    // The first connect fails: the release waits in the lane, unsent, and
+    // still gets its outcome when the budget ends at 1000. A driver that is
+    // late (its next call at 5000, past both the end of the connect backoff
+    // and the budget) sees what a punctual one sees: the connect attempt at
+    // the end of the backoff, closed by the shutdown.
+    fn run(late: bool) -> (Vec<Event>, Vec<Action>, OpId) {
+        let mut h = Harness::new(config());
+        let r = h.release_token("z", 9);
+        h.client.shutdown(h.now, ms(1_000)).unwrap();
+        h.pump();
+        h.fail_connect();
+        h.take_events();
+        let mark = h.actions.len();
+        if !late {
+            while !h.client.is_finished() {
+                h.next_deadline();
+            }
+        }
+        h.at_ms(5_000);
+        assert!(h.client.is_finished());
+        assert_eq!(h.all_sent(), "");
+        assert_eq!(open_operations(&h.client), (0, 0));
+        (h.take_events(), h.actions.split_off(mark), r)
+    }
+    let punctual = run(false);
+    assert_eq!(run(true), punctual);
+    let (events, actions, r) = punctual;
+    assert_eq!(outcomes(&events), vec![(r, Outcome::Lapsed)]);
+    assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
+    assert_eq!(events.last(), Some(&Event::ShutdownComplete));
+    assert_eq!(actions.len(), 2, "a connect, then its close: {actions:?}");
+    assert!(matches!(actions[0], Action::Connect { .. }), "{actions:?}");
+    assert!(matches!(actions[1], Action::Close { .. }), "{actions:?}");
+}
+
+#[test]
 fn shutdown_refuses_new_acquires() {
     let mut h = Harness::new(config());
     h.ready(4);
@@ -637,6 +675,41 @@ fn shutdown_with_the_close_policy_cancels_queued_acquires_and_closes_on_sent_one
     assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
     assert_eq!(events.last(), Some(&Event::ShutdownComplete));
     assert!(!h.all_sent().contains(" c o "));
+}
+
+#[test]
+fn shutdown_whose_cancel_close_leaves_nothing_to_drain_finishes_without_connecting_again() {
+    // Only an acquire in flight: the shutdown's close (cancel policy Close)
+    // ends it Indeterminate and leaves nothing to send, so the shutdown
+    // completes at once: no new connection, no backoff.
+    let mut h = Harness::new(config());
+    let conn = h.ready(3);
+    let a = h.acquire("a", 5000, 10_000);
+    assert_eq!(h.take_sent(), "A 1 a o 5000 10000\n");
+    h.at_ms(100);
+    events_of(&mut h);
+    let n = h.actions.len();
+    h.client.shutdown(h.now, ms(10_000)).unwrap();
+    h.pump();
+    assert_eq!(
+        h.take_events(),
+        vec![
+            Event::Closed {
+                addr: ep("a:1"),
+                reason: CloseReason::Cancel
+            },
+            Event::Outcome {
+                op: a,
+                outcome: Outcome::Indeterminate {
+                    settles_by: t(100 + 5000 + 10_000 + 1000)
+                }
+            },
+            Event::ShutdownComplete,
+        ]
+    );
+    assert_eq!(h.actions[n..], [Action::Close { conn }]);
+    assert!(h.client.is_finished());
+    assert_eq!(h.client.poll_timeout(), None);
 }
 
 #[test]
@@ -850,4 +923,55 @@ fn shutdown_with_a_zero_budget_ends_at_once() {
     assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
     assert_eq!(events.last(), Some(&Event::ShutdownComplete));
     assert!(h.client.is_finished());
+}
+
+#[test]
+fn an_abandoned_waiter_no_longer_counts_against_the_clients_own_capacity() {
+    // Cancelled under KeepWaiter, the acquire's operation has ended (it was
+    // told Indeterminate): only its window slot stays taken, until the
+    // server answers it.
+    let mut c = keep_waiter();
+    c.max_acquires = 1;
+    let mut h = Harness::new(c);
+    h.ready(4);
+    let a = h.acquire("k1", 2000, 5000);
+    assert_eq!(h.take_sent(), "A 1 k1 o 2000 5000\n");
+    assert_eq!(
+        h.client
+            .acquire(h.now, key("k2"), name("o"), ms(2000), ms(5000)),
+        Err(Error::Busy),
+        "one open acquire at most"
+    );
+    h.at_ms(100);
+    h.cancel(a);
+    assert_eq!(
+        h.take_outcomes(),
+        vec![(a, indeterminate(t(100), 2000, 5000))]
+    );
+    assert_eq!(open_operations(&h.client), (0, 0));
+    let b = h.acquire("k2", 2000, 5000);
+    assert_eq!(h.take_sent(), "A 2 k2 o 2000 5000\n");
+    assert_eq!(open_operations(&h.client), (1, 0));
+    assert_eq!(in_flight(&h.client), (2, 2));
+    // The waiter's answer is claimed and changes no count.
+    h.feed("T 1 A k1\n");
+    assert_eq!(h.take_outcomes(), vec![]);
+    assert_eq!(open_operations(&h.client), (1, 0));
+    h.feed("T 2 A k2\n");
+    assert_eq!(
+        h.take_outcomes(),
+        vec![(b, Outcome::TimedOut { sent: true })]
+    );
+    assert_eq!(open_operations(&h.client), (0, 0));
+}
+
+#[test]
+fn now_is_the_latest_time_seen_and_an_earlier_one_does_not_move_it_back() {
+    let mut h = Harness::new(config());
+    assert_eq!(h.client.now(), Time::ZERO);
+    h.at_ms(1_234);
+    assert_eq!(h.client.now(), t(1_234));
+    // An earlier time is taken as the latest one seen.
+    h.client.handle_timeout(t(1_000));
+    assert_eq!(h.client.now(), t(1_234));
 }

@@ -206,6 +206,35 @@ fn a_g_to_a_renewal_with_another_token_closes_and_that_token_is_released() {
 }
 
 #[test]
+fn a_g_to_a_renewal_with_a_longer_lease_than_asked_closes_and_proves_nothing() {
+    // The renewal asks 2000 ms; a `G` that gives more than asked is a bad
+    // answer, even when it is no more than the grant's first lease.
+    let (mut h, g) = holding(false);
+    h.at_ms(100);
+    h.renew(&g, Some(2_000));
+    assert_eq!(h.take_sent(), "X 2 k 7 2000\n");
+    let mark = h.actions.len();
+    h.feed("G 2 X k 7 2500\n");
+    let events = h.take_events();
+    assert_eq!(
+        closed(&events),
+        [("a:1".to_string(), "protocol:lease_above_asked".to_string())]
+    );
+    assert_eq!(close_actions(&h, mark).len(), 1);
+    assert_eq!(renewal_notices(&events), [], "nothing proved");
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::OrphanRelease { .. })),
+        "the embedder holds token 7: never released behind its back"
+    );
+    assert_eq!(h.client.valid_until(&g), Some(t(3_000)));
+    // The renewal goes again on the next connection.
+    h.reconnect(4);
+    assert_eq!(h.take_sent(), "X 3 k 7 2000\n");
+}
+
+#[test]
 fn n_to_a_renewal_is_lease_lost_and_a_later_release_ends_not_held_without_a_request() {
     let (mut h, g) = holding(true);
     h.at_ms(1_000);
@@ -596,4 +625,122 @@ fn automatic_renewal_is_due_the_first_nanosecond_less_than_two_thirds_of_the_lea
         renewal_notices(&h.take_events()),
         [("jeopardy", 7, Some(t(200)))]
     );
+}
+
+#[test]
+fn a_queued_release_that_lapses_with_its_renewal_in_flight_is_never_sent_and_the_answer_is_claimed()
+{
+    // Window 2 (one slot reserved): the renewal of k and an acquire fill it,
+    // so the release of k waits in the lane until its deadline passes.
+    let (mut h, _) = ready_with(config(), 2);
+    let op = h.acquire("k", 0, 1_000);
+    assert_eq!(h.take_sent(), "A 1 k o 0 1000\n");
+    let g = h.granted_by(op, "G 1 A k 7 1000 0\n");
+    h.at_ms(100);
+    h.renew(&g, None);
+    assert_eq!(h.take_sent(), "X 2 k 7 1000\n");
+    let j = h.acquire("j", 10_000, 5_000);
+    assert_eq!(h.take_sent(), "A 3 j o 10000 5000\n");
+    h.at_ms(200);
+    let r = h.release(&g);
+    assert_eq!(h.take_sent(), "", "the window is full");
+    // Its deadline: the renewal's send time plus its lease plus the margin.
+    h.at_ms(2_099);
+    assert_eq!(h.take_outcomes(), []);
+    h.at_ms(2_100);
+    assert_eq!(h.take_outcomes(), [(r, Outcome::Lapsed)]);
+    // A slot frees: the lapsed release is not sent.
+    h.at_ms(2_200);
+    h.feed("T 3 A j\n");
+    assert_eq!(h.take_outcomes(), [(j, Outcome::TimedOut { sent: true })]);
+    assert_eq!(h.take_sent(), "");
+    // The renewal's answer is claimed and changes nothing.
+    h.feed("G 2 X k 7 1000\n");
+    let events = h.take_events();
+    assert_eq!(renewal_notices(&events), [], "{events:?}");
+    assert!(closed(&events).is_empty(), "{events:?}");
+    assert_eq!(h.take_sent(), "");
+    assert_eq!(in_flight(&h.client), (0, 0));
+}
+
+#[test]
+fn a_queued_automatic_renewal_is_dropped_when_renew_until_passes_or_renewing_stops() {
+    for stop in [false, true] {
+        // Window 2 (one slot reserved): an acquire and a release fill it, so
+        // the renewal due at 1000 waits in the lane.
+        let (mut h, _) = ready_with(config(), 2);
+        let limit = if stop { None } else { Some(1_500) };
+        let op = h.acquire_renewing("k", 0, 3_000, limit);
+        let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
+        let j = h.acquire("j", 10_000, 5_000);
+        let r = h.release_token("z", 9);
+        assert_eq!(
+            h.take_sent(),
+            "A 1 k o 0 3000\nA 2 j o 10000 5000\nR 3 z 9\n"
+        );
+        h.at_ms(1_000);
+        assert_eq!(h.take_sent(), "", "the window is full");
+        if stop {
+            h.at_ms(1_100);
+            h.client.stop_renewing(h.now, &g).expect("accepted");
+            h.pump();
+        }
+        // renew_until (1500) has passed, or renewing stopped: when a slot
+        // frees, the queued renewal is not sent.
+        h.at_ms(1_600);
+        h.feed("D 3 R z\n");
+        assert_eq!(h.take_outcomes(), vec![(r, Outcome::Released)]);
+        assert_eq!(h.take_sent(), "", "stop: {stop}");
+        h.at_ms(2_999);
+        assert_eq!(h.take_sent(), "", "stop: {stop}");
+        assert_eq!(h.client.valid_until(&g), Some(t(3_000)));
+        h.feed("T 2 A j\n");
+        assert_eq!(
+            h.take_outcomes(),
+            vec![(j, Outcome::TimedOut { sent: true })]
+        );
+        assert_eq!(h.take_sent(), "", "stop: {stop}");
+    }
+}
+
+#[test]
+fn a_renewal_that_proves_no_later_valid_until_keeps_the_schedule_of_the_lease_that_set_it() {
+    // Renewed automatically: lease 3000 ms, valid until 3000, due at 1000.
+    let (mut h, g) = holding(true);
+    h.at_ms(500);
+    h.renew(&g, Some(2_500));
+    assert_eq!(h.take_sent(), "X 2 k 7 2500\n");
+    h.at_ms(600);
+    h.feed("G 2 X k 7 2500\n");
+    // 500 + 2500 is the valid_until the grant already had: the G that set
+    // it gave 3000 ms, so a third of the way through is still at 1000.
+    assert_eq!(
+        renewal_notices(&h.take_events()),
+        [("renewed", 7, Some(t(3_000)))]
+    );
+    h.at_ms(999);
+    assert_eq!(h.take_sent(), "");
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 3 k 7 3000\n");
+}
+
+#[test]
+fn automatic_renewals_in_flight_at_a_close_go_again_first_in_their_order() {
+    let (mut h, _) = ready_with(config(), 8);
+    let a = h.acquire_renewing("ka", 0, 3_000, None);
+    h.granted_by(a, "G 1 A ka 7 3000 0\n");
+    h.at_ms(100);
+    let b = h.acquire_renewing("kb", 0, 3_000, None);
+    h.granted_by(b, "G 2 A kb 8 3000 0\n");
+    h.at_ms(1_000);
+    h.at_ms(1_100);
+    assert_eq!(
+        h.take_sent(),
+        "A 1 ka o 0 3000\nA 2 kb o 0 3000\nX 3 ka 7 3000\nX 4 kb 8 3000\n"
+    );
+    h.at_ms(1_200);
+    h.transport_closed(TransportEnd::Eof);
+    h.reconnect(8);
+    assert!(h.now < t(3_000));
+    assert_eq!(h.take_sent(), "X 5 ka 7 3000\nX 6 kb 8 3000\n");
 }

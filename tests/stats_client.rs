@@ -4,7 +4,7 @@
 mod support;
 
 use support::*;
-use ticketing::client::{CancelPolicy, ClientStats, TransportEnd};
+use ticketing::client::{CancelPolicy, ClientStats, Outcome, TransportEnd};
 
 fn stats(h: &Harness) -> ClientStats {
     h.client.stats()
@@ -175,4 +175,41 @@ fn connections_closes_backoffs_and_hints_are_counted() {
         (s.closes.unsupported_version, s.backoffs.unsupported_version),
         (1, 1)
     );
+}
+
+#[test]
+fn releases_that_end_at_once_are_counted_as_started_too() {
+    // A release of a lost grant (its renewal answered N) ends NotHeld at
+    // once, one of a grant past its expires_by ends Lapsed at once: both
+    // are releases the embedder started, though nothing is sent.
+    let (mut h, _) = ready_with(config(), 8);
+    let a = h.acquire("a", 0, 1_000);
+    let b = h.acquire("b", 0, 1_000);
+    let ga = h.granted_by(a, "G 1 A a 7 1000 0\n");
+    let gb = h.granted_by(b, "G 2 A b 8 1000 0\n");
+    h.renew(&gb, None);
+    assert_eq!(
+        h.take_sent(),
+        "A 1 a o 0 1000\nA 2 b o 0 1000\nX 3 b 8 1000\n"
+    );
+    h.feed("N 3 X b\n");
+    let rb = h.release(&gb);
+    assert_eq!(h.take_outcomes(), vec![(rb, Outcome::NotHeld)]);
+    let s = stats(&h);
+    assert_eq!(
+        (s.releases_started, s.releases.not_held, s.releases_open),
+        (1, 1, 0)
+    );
+    // a's expires_by: granted at 0, lease 1000, margin 1000.
+    assert_eq!(ga.expires_by(), t(2_000));
+    h.at_ms(2_000);
+    h.take_events();
+    let ra = h.release(&ga);
+    assert_eq!(h.take_outcomes(), vec![(ra, Outcome::Lapsed)]);
+    let s = stats(&h);
+    assert_eq!(
+        (s.releases_started, s.releases.lapsed, s.releases_open),
+        (2, 1, 0)
+    );
+    assert_eq!(h.take_sent(), "", "nothing to ask");
 }
