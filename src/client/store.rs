@@ -579,8 +579,8 @@ impl<T> Slab<T> {
         }
     }
 
-    /// Moves the heap's entry at `index` up to its place; returns where.
-    fn sift_up(&mut self, mut index: usize) -> usize {
+    /// Moves the heap's entry at `index` up to its place.
+    fn sift_up(&mut self, mut index: usize) {
         let entry = self.heap[index];
         while index > 0 {
             let parent = (index - 1) / 2;
@@ -593,7 +593,6 @@ impl<T> Slab<T> {
         }
         self.heap[index] = entry;
         self.slots[entry.1 as usize].prev = index as u32;
-        index
     }
 
     /// Moves the hole at `index` down to a leaf, moving the smaller child
