@@ -25,6 +25,19 @@ fn renewal_notices(events: &[Event]) -> Vec<(&'static str, u64, Option<Time>)> {
         .collect()
 }
 
+/// A grant held (valid until 3000, freed by 4000) renewed once at 10 ms
+/// with a 30 ms lease (`X 2`), left unanswered while both pass: at 4500
+/// it has expired, with its renewal still in flight.
+fn expired_with_a_short_renewal_in_flight() -> (Harness, ticketing::client::Grant) {
+    let (mut h, g) = holding(false);
+    h.at_ms(10);
+    h.renew(&g, Some(30));
+    assert_eq!(h.take_sent(), "X 2 k 7 30\n");
+    h.at_ms(4_500);
+    assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
+    (h, g)
+}
+
 /// A ready harness (window 4) holding the grant of `k`, token 7, lease
 /// 3000 ms, granted at once at t=0 from an acquire sent at t=0, renewed
 /// automatically if `auto`.
@@ -550,17 +563,11 @@ fn an_expired_grants_release_deadline_counts_from_its_latest_renewal() {
 
 #[test]
 fn a_release_after_the_deadline_its_latest_renewal_allows_ends_lapsed_at_once() {
-    let (mut h, g) = holding(false);
     // A short renewal, never answered within its answer grace (5 s): the
     // grant's release deadline becomes 10 + 30 + the 1 s margin, but the
-    // grant's own expires_by (4000) is later.
-    h.at_ms(10);
-    h.renew(&g, Some(30));
-    assert_eq!(h.take_sent(), "X 2 k 7 30\n");
-    // valid_until (3000) and expires_by (4000) pass with the renewal still
-    // in flight: the server has certainly freed the grant, renewal or not.
-    h.at_ms(4_500);
-    assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
+    // grant's own expires_by (4000) is later. Both pass with the renewal
+    // still in flight: the server has certainly freed the grant.
+    let (mut h, g) = expired_with_a_short_renewal_in_flight();
     let op = h.release(&g);
     assert_eq!(h.take_outcomes(), [(op, Outcome::Lapsed)], "at once");
     assert_eq!(h.take_sent(), "", "no attempt after its deadline");
@@ -572,14 +579,9 @@ fn a_release_after_the_deadline_its_latest_renewal_allows_ends_lapsed_at_once() 
 
 #[test]
 fn an_n_to_a_renewal_after_the_grants_expires_by_leaves_no_deadline_behind() {
-    let (mut h, g) = holding(false);
-    h.at_ms(10);
-    h.renew(&g, Some(30));
-    assert_eq!(h.take_sent(), "X 2 k 7 30\n");
     // Past valid_until (3000) and expires_by (4000), within the renewal's
     // answer grace (5 s): the record is kept only for that answer.
-    h.at_ms(4_500);
-    assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
+    let (mut h, g) = expired_with_a_short_renewal_in_flight();
     h.feed("N 2 X k\n");
     assert_eq!(renewal_notices(&h.take_events()), [("lost", 7, None)]);
     // Nothing is left due in the past: the client is idle until input.
