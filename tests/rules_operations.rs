@@ -975,3 +975,32 @@ fn now_is_the_latest_time_seen_and_an_earlier_one_does_not_move_it_back() {
     h.client.handle_timeout(t(1_000));
     assert_eq!(h.client.now(), t(1_234));
 }
+
+/// A client's `Debug` says where it is (its time, connection, window and
+/// counts), and a grant's names who issued it without a number: two
+/// clients fed the same inputs print the same text.
+#[test]
+fn debug_output_tells_the_state_and_is_the_same_for_the_same_inputs() {
+    let run = || {
+        let (mut h, _) = ready_with(config(), 8);
+        let op = h.acquire("k", 0, 5_000);
+        h.acquire("q", 60_000, 5_000);
+        let grant = h.granted_by(op, "G 1 A k 7 5000 0\n");
+        (format!("{:?}", h.client), format!("{grant:?}"))
+    };
+    let (client, grant) = run();
+    for part in [
+        "Client {",
+        "now: ",
+        "connection: Some(",
+        "window: Some(8)",
+        "in_flight: InFlight { requests: 1, acquires: 1 }",
+        "open: OpenOperations { acquires: 1, releases: 0 }",
+    ] {
+        assert!(client.contains(part), "{part:?} in {client}");
+    }
+    for part in ["Grant {", "token: 7", "issuer: Issuer"] {
+        assert!(grant.contains(part), "{part:?} in {grant}");
+    }
+    assert_eq!(run(), (client, grant), "the same inputs print the same");
+}

@@ -199,7 +199,7 @@ impl Client {
             valid_until,
             expires_by,
             handle: OpId::of(OpKind::Grant, held),
-            issuer: self.issuer.clone(),
+            issuer: self.issuer,
         };
         self.emit(OpId::of(OpKind::Acquire, handle), Outcome::Granted(grant));
         if let Some(limit) = renew {

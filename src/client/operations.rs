@@ -280,7 +280,7 @@ impl Client {
     /// The record of `grant`, if this client still has one that is the
     /// embedder's (held, or lost): `Err` for a grant another client issued.
     pub(crate) fn held(&self, grant: &Grant) -> Result<Option<Handle>, Error> {
-        if !grant.issuer.is(&self.issuer) {
+        if !grant.issuer.is(self.issuer) {
             return Err(Error::ForeignGrant {
                 key: grant.key.clone(),
                 token: grant.token,
