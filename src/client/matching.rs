@@ -131,7 +131,7 @@ impl Client {
                 // An abandoned waiter's answer is claimed; its grant goes
                 // back by exact token, unless the embedder holds it.
                 let acquire = self.acquires.remove(handle).expect("matched");
-                self.renew_on_grant.remove(&handle);
+                self.take_renew_on_grant(handle);
                 if !self.is_known_grant(&acquire.key, token) {
                     let until = self.expires_by(lease_ms);
                     self.queue_orphan_release(acquire.key, token, until);
@@ -139,7 +139,7 @@ impl Client {
             }
             (AcquirePhase::Abandoned, _) => {
                 self.acquires.remove(handle);
-                self.renew_on_grant.remove(&handle);
+                self.take_renew_on_grant(handle);
             }
             (
                 _,
@@ -172,7 +172,7 @@ impl Client {
     /// renewed automatically if its acquire asked for it.
     fn grant(&mut self, handle: Handle, token: u64, lease_ms: NonZeroU64, waited_ms: u64) {
         let acquire = self.acquires.remove(handle).expect("matched");
-        let renew = self.renew_on_grant.remove(&handle);
+        let renew = self.take_renew_on_grant(handle);
         self.open_acquires -= 1;
         self.events.stats.grant_wait.record(waited_ms);
         let expires_by = self.expires_by(lease_ms);

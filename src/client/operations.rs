@@ -631,7 +631,7 @@ impl Client {
         if acquire.phase == AcquirePhase::Queued {
             self.queue.forget(&self.acquires, Acquire::is_queued);
         }
-        self.renew_on_grant.remove(&handle);
+        self.take_renew_on_grant(handle);
         self.open_acquires -= 1;
         self.emit(OpId::of(OpKind::Acquire, handle), outcome);
     }

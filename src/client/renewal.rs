@@ -70,6 +70,16 @@ impl Held {
 }
 
 impl Client {
+    /// How long the grant of `acquire` is to be renewed automatically, if
+    /// its acquire asked for that: taken out, the acquire having ended.
+    pub(crate) fn take_renew_on_grant(&mut self, acquire: Handle) -> Option<Duration> {
+        // Most acquires ask for none: no lookup then.
+        if self.renew_on_grant.is_empty() {
+            return None;
+        }
+        self.renew_on_grant.remove(&acquire)
+    }
+
     /// The held grant `grant` names, for a renewal command: refused if this
     /// client is shutting down, does not hold it (released, handed back,
     /// lost), or it has expired.
