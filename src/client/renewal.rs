@@ -41,8 +41,13 @@ impl Held {
         self.valid_until.saturating_sub_nanos(self.thirds(1))
     }
 
-    /// The next moment something is due for the grant.
+    /// The next moment something is due for the grant: the earliest at
+    /// which [`Client::tend`] has anything to do.
     fn next_moment(&self, answer_grace: Duration) -> Time {
+        debug_assert!(
+            !(self.expired && self.auto_until.is_some()),
+            "an expired grant is not renewed"
+        );
         let mut at = Time::MAX;
         if let Renewal::Sent { sent_at, .. } = self.renewal {
             at = at.min(sent_at.saturating_add(answer_grace));
@@ -204,6 +209,13 @@ impl Client {
         let Some(held) = self.holds.get_mut(handle).and_then(Hold::held_mut) else {
             return;
         };
+        let next = held.next_moment(self.config.answer_grace);
+        if now < next {
+            // Nothing below is due before the next moment (a fresh grant,
+            // most often): only its timer is armed.
+            self.holds.set_timer(handle, next);
+            return;
+        }
         if let Renewal::Sent { sent_at, .. } = held.renewal {
             if now >= sent_at.saturating_add(self.config.answer_grace) {
                 // As for a release: the connection or the server is unwell.
