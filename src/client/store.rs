@@ -408,7 +408,7 @@ impl<T> Slab<T> {
             Place::Deferred => Some(entry.at),
             Place::Nowhere => None,
             Place::Lane(_) | Place::Heap => {
-                self.disarm(slot);
+                self.disarm_placed(slot);
                 None
             }
         };
@@ -528,7 +528,7 @@ impl<T> Slab<T> {
         let entry = &mut self.slots[slot as usize];
         let at = entry.at;
         match entry.place {
-            Place::Nowhere => return,
+            Place::Nowhere => {}
             Place::Deferred => {
                 entry.place = Place::Nowhere;
                 self.deferred_live -= 1;
@@ -539,10 +539,20 @@ impl<T> Slab<T> {
                 } else if self.deferred_min.get() == Some(at) {
                     self.deferred_min.set(None);
                 }
-                return;
             }
+            Place::Lane(_) | Place::Heap => self.disarm_placed(slot),
+        }
+    }
+
+    /// Disarms `slot`'s timer, in a lane or the heap.
+    #[inline(never)]
+    fn disarm_placed(&mut self, slot: u32) {
+        let entry = &self.slots[slot as usize];
+        let at = entry.at;
+        match entry.place {
             Place::Lane(index) => self.unlink(usize::from(index), slot),
             Place::Heap => self.remove_heap(slot),
+            Place::Nowhere | Place::Deferred => unreachable!("placed"),
         }
         // Only the earliest timer's going moves the earliest deadline.
         if self.earliest == Some(at) {
