@@ -746,3 +746,30 @@ fn automatic_renewals_in_flight_at_a_close_go_again_first_in_their_order() {
     assert!(h.now < t(3_000));
     assert_eq!(h.take_sent(), "X 5 ka 7 3000\nX 6 kb 8 3000\n");
 }
+
+/// Timers due at one instant fire in one fixed order, whatever they are
+/// of: an acquire's answer deadline before a held grant's expiry, so the
+/// same inputs give the same events in the same order. Both fall at 5000
+/// here: the try-lock's 5 s answer grace, and the grant's 5 s lease.
+#[test]
+fn an_acquire_deadline_fires_before_an_expiry_at_the_same_instant() {
+    let (mut h, _) = ready_with(config(), 8);
+    let held = h.acquire("g", 0, 5_000);
+    let unanswered = h.acquire("a", 0, 60_000);
+    assert_eq!(h.take_sent(), "A 1 g o 0 5000\nA 2 a o 0 60000\n");
+    let g = h.granted_by(held, "G 1 A g 7 5000 0\n");
+    assert_eq!(g.valid_until(), t(5_000));
+    h.take_events();
+    h.at_ms(5_000);
+    let events = h.take_events();
+    let timed_out = events.iter().position(|e| {
+        matches!(e, Event::Outcome { op, outcome: Outcome::Indeterminate { .. } } if *op == unanswered)
+    });
+    let expired = events
+        .iter()
+        .position(|e| matches!(e, Event::LeaseExpired { token: 7, .. }));
+    match (timed_out, expired) {
+        (Some(timed_out), Some(expired)) => assert!(timed_out < expired, "{events:?}"),
+        _ => panic!("both are due at 5000: {events:?}"),
+    }
+}
