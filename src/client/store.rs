@@ -274,12 +274,12 @@ impl<T> Slab<T> {
     pub(crate) fn remove(&mut self, handle: Handle) -> Option<T> {
         self.slot(handle)?;
         self.disarm(handle.slot);
-        let slot = &mut self.slots[handle.slot as usize];
-        slot.gen = slot.gen.wrapping_add(1);
-        let value = slot.value.take();
         self.free.push(handle.slot);
         self.len -= 1;
-        value
+        // Last, so that the entry moves once: straight to the caller.
+        let slot = &mut self.slots[handle.slot as usize];
+        slot.gen = slot.gen.wrapping_add(1);
+        slot.value.take()
     }
 
     /// How many entries are stored.
