@@ -338,7 +338,7 @@ fn config_allow_extends_the_allowlist() {
     assert_eq!(new[0].1, ep("x:9"));
 
     // Without the extra entry the same address is refused.
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     h.feed("L x:9\n");
     assert_eq!(hints(&h.take_events()), (vec![], vec!["x:9".to_string()]));
 }
@@ -431,7 +431,7 @@ fn e_auth_failed_tells_the_embedder_and_backs_off_long() {
 
 #[test]
 fn an_unknown_e_reason_closes_with_error_reason_and_the_transport_backoff() {
-    let (mut h, conn) = ready_with(config(), 4);
+    let (mut h, conn) = ready(4);
     let op = h.acquire("k", 1_000, 5_000);
     assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
     let mark = h.actions.len();
@@ -511,7 +511,7 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
         let want = format!("protocol:framing:{code}");
         // On a ready connection with an acquire in flight. A valid answer
         // behind the bad line must be ignored: the connection is done.
-        let (mut h, conn) = ready_with(config(), 4);
+        let (mut h, conn) = ready(4);
         let op = h.acquire("k", 1_000, 5_000);
         assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
         let mark = h.actions.len();
@@ -560,7 +560,7 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
 
 #[test]
 fn an_over_long_line_closes_as_soon_as_byte_1025_arrives() {
-    let (mut h, conn) = ready_with(config(), 4);
+    let (mut h, conn) = ready(4);
     let op = h.acquire("k", 1_000, 5_000);
     assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
     // 1024 bytes without a newline, in two chunks: not yet an error (a
@@ -586,7 +586,7 @@ fn an_over_long_line_closes_as_soon_as_byte_1025_arrives() {
     );
 
     // A long line that ends in time is judged as a frame, not as too long.
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let mut line = format!("T 1 A {}", "k".repeat(1_000)).into_bytes();
     line.push(b'\n');
     assert!(line.len() <= 1024);
@@ -898,7 +898,7 @@ fn the_next_connection_goes_to_the_hint_if_any_else_the_next_endpoint_in_turn() 
 
 #[test]
 fn a_partial_line_does_not_carry_over_to_the_next_connection() {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     h.feed("T 1 A");
     h.transport_closed(TransportEnd::Eof);
     assert_eq!(closed(&h.take_events()), one_closed("a:1", "eof"));
@@ -914,7 +914,7 @@ fn a_partial_line_does_not_carry_over_to_the_next_connection() {
 
 #[test]
 fn inputs_about_a_closed_connection_are_ignored() {
-    let (mut h, old) = ready_with(config(), 4);
+    let (mut h, old) = ready(4);
     let op = h.acquire("k", 1_000, 5_000);
     assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
     h.feed("M b:2\n");
@@ -945,7 +945,7 @@ fn inputs_about_a_closed_connection_are_ignored() {
 #[test]
 fn the_transport_ending_closes_and_applies_any_close() {
     for (end, reason) in [(TransportEnd::Eof, "eof"), (TransportEnd::Error, "io")] {
-        let (mut h, conn) = ready_with(config(), 2);
+        let (mut h, conn) = ready(2);
         let release = h.client.release_token(h.now, key("k"), 5).unwrap();
         let sent = h.acquire("k1", 1_000, 5_000);
         let queued = h.acquire("k2", 1_000, 5_000);
@@ -984,7 +984,7 @@ fn the_transport_ending_closes_and_applies_any_close() {
     }
 
     // A failure reported on an established connection is `io` as well.
-    let (mut h, conn) = ready_with(config(), 2);
+    let (mut h, conn) = ready(2);
     h.client.handle_connect_failed(h.now, conn);
     h.pump();
     assert_eq!(closed(&h.take_events()), one_closed("a:1", "io"));
@@ -992,7 +992,7 @@ fn the_transport_ending_closes_and_applies_any_close() {
 
 #[test]
 fn a_sent_release_without_an_answer_within_the_grace_closes_and_is_resent() {
-    let (mut h, conn) = ready_with(config(), 4);
+    let (mut h, conn) = ready(4);
     h.at_ms(10);
     let release = h.client.release_token(h.now, key("k"), 5).unwrap();
     h.pump();

@@ -53,12 +53,6 @@ fn reconnects_to(h: &mut Harness, addr: &str) -> ConnId {
     conn
 }
 
-/// A harness whose first connection (to `a:1`) is ready with `window`, at
-/// t=0, with its start-up events dropped.
-fn ready(window: u64) -> (Harness, ConnId) {
-    ready_with(config(), window)
-}
-
 // ----- matching by id, op and key -----------------------------------------
 
 #[test]
@@ -608,8 +602,7 @@ fn b_with_a_zero_wait_budget_is_busy_at_once_without_retry() {
 fn b_under_the_fail_fast_policy_is_busy_at_the_first_b() {
     let mut c = config();
     c.busy = BusyPolicy::FailFast;
-    let mut h = Harness::new(c);
-    let conn = h.ready(4);
+    let (mut h, conn) = ready_with(c, 4);
     h.take_events();
     let op = h.acquire("k", 10_000, 5_000);
     assert_eq!(h.take_sent(), "A 1 k o 10000 5000\n");
@@ -688,7 +681,7 @@ fn a_second_w_is_a_protocol_violation() {
 
 #[test]
 fn operation_ids_grants_and_outcomes_tell_each_other_apart() {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let a = h.acquire("k", 0, 5_000);
     let b = h.acquire("j", 0, 5_000);
     let r = h.release_token("z", 1);

@@ -38,8 +38,7 @@ fn an_abandoned_waiters_g_repeating_a_held_grant_never_releases_it() {
     // A misbehaving server answers an abandoned waiter with the (key,
     // token) of a grant the embedder holds: that grant is never released
     // behind the embedder's back, as for a stray `G`.
-    let mut h = Harness::new(keep_waiter());
-    h.ready(4);
+    let (mut h, _) = ready_with(keep_waiter(), 4);
     let first = h.acquire("k", 0, 60_000);
     h.feed("G 1 A k 7 60000 0\n");
     let held = grant_of(&h.take_outcomes()[0].1);
@@ -82,13 +81,11 @@ fn a_grant_issued_by_another_client_is_refused_and_changes_nothing() {
     // Client one's grant of `alpha`, token 7, handed to client two, whose
     // own grant of `beta` also has token 7 and the same place in its
     // table: client two refuses it, sends nothing, and keeps its own.
-    let mut one = Harness::new(config());
-    one.ready(4);
+    let (mut one, _) = ready(4);
     one.acquire("alpha", 0, 60_000);
     one.feed("G 1 A alpha 7 60000 0\n");
     let foreign = grant_of(&one.take_outcomes()[0].1);
-    let mut two = Harness::new(config());
-    two.ready(4);
+    let (mut two, _) = ready(4);
     two.acquire("beta", 0, 60_000);
     two.feed("G 1 A beta 7 60000 0\n");
     let own = grant_of(&two.take_outcomes()[0].1);
@@ -141,8 +138,7 @@ fn cancel_before_sending_is_cancelled_and_nothing_is_ever_sent() {
 
 #[test]
 fn cancel_after_sending_with_the_close_policy_closes_and_every_sent_acquire_is_indeterminate() {
-    let mut h = Harness::new(config());
-    let conn1 = h.ready(4);
+    let (mut h, conn1) = ready(4);
     let a = h.acquire("k1", 2000, 5000);
     let b = h.acquire("k2", 2000, 5000);
     let c = h.acquire("k3", 2000, 5000);
@@ -189,8 +185,7 @@ fn cancel_after_sending_with_the_close_policy_closes_and_every_sent_acquire_is_i
 #[test]
 fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer_is_still_claimed()
 {
-    let mut h = Harness::new(keep_waiter());
-    let conn = h.ready(4);
+    let (mut h, conn) = ready_with(keep_waiter(), 4);
     let a = h.acquire("k1", 2000, 5000);
     let b = h.acquire("k2", 2000, 5000);
     let c = h.acquire("k3", 2000, 5000);
@@ -289,8 +284,7 @@ fn cancel_of_a_release_changes_nothing_and_it_still_settles() {
 
 #[test]
 fn cancel_of_an_ended_operation_is_unknown_operation() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let timed_out = h.acquire("a", 0, 5000);
     let granted = h.acquire("b", 0, 5000);
     let indeterminate = h.acquire("c", 0, 5000);
@@ -327,8 +321,7 @@ fn answer_grace_deadline_closes_with_answer_timeout_whatever_the_cancel_policy()
     for policy in [CancelPolicy::Close, CancelPolicy::KeepWaiter] {
         let mut c = config();
         c.cancel = policy;
-        let mut h = Harness::new(c);
-        h.ready(4);
+        let (mut h, _) = ready_with(c, 4);
         let a = h.acquire("k", 1000, 5000);
         assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
         // sent_at 0 + wait 1000 + answer_grace 5000.
@@ -356,8 +349,7 @@ fn answer_grace_deadline_closes_with_answer_timeout_whatever_the_cancel_policy()
 
     // An abandoned waiter whose answer never comes closes the connection
     // just the same (its outcome was given at the cancel).
-    let mut h = Harness::new(keep_waiter());
-    h.ready(4);
+    let (mut h, _) = ready_with(keep_waiter(), 4);
     let a = h.acquire("k", 1000, 5000);
     h.at_ms(100);
     h.cancel(a);
@@ -380,8 +372,7 @@ fn answer_grace_deadline_closes_with_answer_timeout_whatever_the_cancel_policy()
 
 #[test]
 fn a_sent_release_without_an_answer_within_the_grace_closes_and_goes_back_to_the_lane() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let r = h.release_token("k", 1);
     assert_eq!(h.take_sent(), "R 1 k 1\n");
     h.at_ms(4999);
@@ -486,8 +477,7 @@ fn granted_valid_until_is_sent_time_plus_lease_and_expires_by_is_receipt_plus_le
 
 #[test]
 fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     for (i, k) in ["k1", "k2", "k3"].into_iter().enumerate() {
         h.acquire(k, 0, 60_000);
         let id = i + 1;
@@ -548,8 +538,7 @@ fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
 
 #[test]
 fn shutdown_whose_budget_runs_out_ends_open_releases_lapsed() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     h.acquire("k", 0, 60_000);
     h.feed("G 1 A k 1 60000 0\n");
     let g = grant_of(&h.take_outcomes()[0].1);
@@ -609,8 +598,7 @@ fn shutdown_whose_budget_runs_out_ends_releases_never_sent_lapsed_too() {
 
 #[test]
 fn shutdown_refuses_new_acquires() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let r = h.release_token("k", 1);
     h.client.shutdown(h.now, ms(5000)).unwrap();
     h.pump();
@@ -641,8 +629,7 @@ fn shutdown_refuses_new_acquires() {
 
 #[test]
 fn shutdown_with_the_close_policy_cancels_queued_acquires_and_closes_on_sent_ones() {
-    let mut h = Harness::new(config());
-    let conn1 = h.ready(3);
+    let (mut h, conn1) = ready(3);
     let a = h.acquire("a", 5000, 10_000);
     let b = h.acquire("b", 5000, 10_000);
     let c = h.acquire("c", 5000, 10_000);
@@ -682,8 +669,7 @@ fn shutdown_whose_cancel_close_leaves_nothing_to_drain_finishes_without_connecti
     // Only an acquire in flight: the shutdown's close (cancel policy Close)
     // ends it Indeterminate and leaves nothing to send, so the shutdown
     // completes at once: no new connection, no backoff.
-    let mut h = Harness::new(config());
-    let conn = h.ready(3);
+    let (mut h, conn) = ready(3);
     let a = h.acquire("a", 5000, 10_000);
     assert_eq!(h.take_sent(), "A 1 a o 5000 10000\n");
     h.at_ms(100);
@@ -715,8 +701,7 @@ fn shutdown_whose_cancel_close_leaves_nothing_to_drain_finishes_without_connecti
 #[test]
 fn shutdown_with_keep_waiter_releases_a_grant_arriving_during_shutdown_by_exact_token_before_closing(
 ) {
-    let mut h = Harness::new(keep_waiter());
-    h.ready(3);
+    let (mut h, _) = ready_with(keep_waiter(), 3);
     let a = h.acquire("ka", 5000, 10_000);
     let b = h.acquire("kb", 5000, 10_000);
     let c = h.acquire("kc", 5000, 10_000);
@@ -911,8 +896,7 @@ fn shutdown_with_a_zero_budget_ends_at_once() {
     // The budget is already spent when the shutdown starts: a demanding
     // driver expects the shutdown to complete in the call itself, not at
     // some later input.
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let r = h.release_token("k", 1);
     assert_eq!(h.take_sent(), "R 1 k 1\n");
     h.at_ms(100);
@@ -932,8 +916,7 @@ fn an_abandoned_waiter_no_longer_counts_against_the_clients_own_capacity() {
     // server answers it.
     let mut c = keep_waiter();
     c.max_acquires = 1;
-    let mut h = Harness::new(c);
-    h.ready(4);
+    let (mut h, _) = ready_with(c, 4);
     let a = h.acquire("k1", 2000, 5000);
     assert_eq!(h.take_sent(), "A 1 k1 o 2000 5000\n");
     assert_eq!(
@@ -982,7 +965,7 @@ fn now_is_the_latest_time_seen_and_an_earlier_one_does_not_move_it_back() {
 #[test]
 fn debug_output_tells_the_state_and_is_the_same_for_the_same_inputs() {
     let run = || {
-        let (mut h, _) = ready_with(config(), 8);
+        let (mut h, _) = ready(8);
         let op = h.acquire("k", 0, 5_000);
         h.acquire("q", 60_000, 5_000);
         let grant = h.granted_by(op, "G 1 A k 7 5000 0\n");

@@ -42,7 +42,7 @@ fn expired_with_a_short_renewal_in_flight() -> (Harness, ticketing::client::Gran
 /// 3000 ms, granted at once at t=0 from an acquire sent at t=0, renewed
 /// automatically if `auto`.
 fn holding(auto: bool) -> (Harness, ticketing::client::Grant) {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let op = if auto {
         h.acquire_renewing("k", 0, 3_000, None)
     } else {
@@ -108,7 +108,7 @@ fn automatic_renewal_asks_a_third_of_the_way_through_each_lease_for_the_acquires
 
 #[test]
 fn a_grant_that_waited_long_counts_its_wait_and_one_that_arrives_late_is_renewed_at_once() {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let op = h.acquire_renewing("k", 5_000, 3_000, None);
     assert_eq!(h.take_sent(), "A 1 k o 5000 3000\n");
     // It waited 2.4 s in the key's queue; the answer took 1.1 s more.
@@ -124,7 +124,7 @@ fn a_grant_that_waited_long_counts_its_wait_and_one_that_arrives_late_is_renewed
     assert_eq!(renewal_notices(&h.take_events()), []);
     // Less than a third left when it arrives: renewed, and in jeopardy, at
     // once.
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let op = h.acquire_renewing("j", 5_000, 3_000, None);
     assert_eq!(h.take_sent(), "A 1 j o 5000 3000\n");
     h.at_ms(2_500);
@@ -160,7 +160,7 @@ fn at_most_one_renewal_of_a_grant_is_in_flight() {
 #[test]
 fn renewals_wait_after_releases_and_before_acquires_and_may_use_the_reserved_slot() {
     // Window 3, one slot reserved: at most two acquires in flight.
-    let (mut h, _) = ready_with(config(), 3);
+    let (mut h, _) = ready(3);
     let mut grants = Vec::new();
     for (id, key) in [(1, "k1"), (2, "k2"), (3, "k3")] {
         let op = h.acquire(key, 0, 30_000);
@@ -390,7 +390,7 @@ fn queuing_a_release_stops_renewal_and_a_renewal_in_flight_is_claimed() {
     assert_eq!(renewal_notices(&h.take_events()), []);
 
     // Released while its renewal waits for a slot: the renewal is dropped.
-    let (mut h, _) = ready_with(config(), 2);
+    let (mut h, _) = ready(2);
     let op = h.acquire_renewing("k", 0, 3_000, None);
     assert_eq!(h.take_sent(), "A 1 k o 0 3000\n");
     let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
@@ -466,7 +466,7 @@ fn e_unsupported_version_backs_off_long_and_is_told() {
 
 #[test]
 fn renew_until_ends_automatic_renewal_with_no_jeopardy_after_it() {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let op = h.acquire_renewing("k", 0, 3_000, Some(2_500));
     assert_eq!(h.take_sent(), "A 1 k o 0 3000\n");
     let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
@@ -523,7 +523,7 @@ fn a_g_that_waited_longer_than_asked_or_does_not_say_is_a_bad_answer() {
         ("G 1 A k 7 3000 1001\n", "protocol:waited_above_asked"),
         ("G 1 A k 7 3000\n", "protocol:waited_missing"),
     ] {
-        let (mut h, _) = ready_with(config(), 4);
+        let (mut h, _) = ready(4);
         let op = h.acquire("k", 1_000, 3_000);
         assert_eq!(h.take_sent(), "A 1 k o 1000 3000\n");
         h.at_ms(20);
@@ -603,7 +603,7 @@ fn automatic_renewal_is_due_the_first_nanosecond_less_than_two_thirds_of_the_lea
     // 133,333,333.3 ns: from valid_until - 133,333,333 ns on, less than two
     // thirds is left (a third of the way through is 66,666,666.7 ns after
     // the send, so 66,666,667 ns). Not one nanosecond later.
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let op = h.acquire_renewing("k", 0, 200, None);
     assert_eq!(h.take_sent(), "A 1 k o 0 200\n");
     let g = h.granted_by(op, "G 1 A k 7 200 0\n");
@@ -634,7 +634,7 @@ fn a_queued_release_that_lapses_with_its_renewal_in_flight_is_never_sent_and_the
 {
     // Window 2 (one slot reserved): the renewal of k and an acquire fill it,
     // so the release of k waits in the lane until its deadline passes.
-    let (mut h, _) = ready_with(config(), 2);
+    let (mut h, _) = ready(2);
     let op = h.acquire("k", 0, 1_000);
     assert_eq!(h.take_sent(), "A 1 k o 0 1000\n");
     let g = h.granted_by(op, "G 1 A k 7 1000 0\n");
@@ -670,7 +670,7 @@ fn a_queued_automatic_renewal_is_dropped_when_renew_until_passes_or_renewing_sto
     for stop in [false, true] {
         // Window 2 (one slot reserved): an acquire and a release fill it, so
         // the renewal due at 1000 waits in the lane.
-        let (mut h, _) = ready_with(config(), 2);
+        let (mut h, _) = ready(2);
         let limit = if stop { None } else { Some(1_500) };
         let op = h.acquire_renewing("k", 0, 3_000, limit);
         let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
@@ -728,7 +728,7 @@ fn a_renewal_that_proves_no_later_valid_until_keeps_the_schedule_of_the_lease_th
 
 #[test]
 fn automatic_renewals_in_flight_at_a_close_go_again_first_in_their_order() {
-    let (mut h, _) = ready_with(config(), 8);
+    let (mut h, _) = ready(8);
     let a = h.acquire_renewing("ka", 0, 3_000, None);
     h.granted_by(a, "G 1 A ka 7 3000 0\n");
     h.at_ms(100);
@@ -753,7 +753,7 @@ fn automatic_renewals_in_flight_at_a_close_go_again_first_in_their_order() {
 /// here: the try-lock's 5 s answer grace, and the grant's 5 s lease.
 #[test]
 fn an_acquire_deadline_fires_before_an_expiry_at_the_same_instant() {
-    let (mut h, _) = ready_with(config(), 8);
+    let (mut h, _) = ready(8);
     let held = h.acquire("g", 0, 5_000);
     let unanswered = h.acquire("a", 0, 60_000);
     assert_eq!(h.take_sent(), "A 1 g o 0 5000\nA 2 a o 0 60000\n");

@@ -262,6 +262,12 @@ pub fn indeterminate(gave_up: Time, wait_ms: u64, lease_ms: u64) -> Outcome {
     }
 }
 
+/// A harness made with the test [`config`] whose first connection (to
+/// `a:1`) is ready with `window`, at t=0, with its start-up events dropped.
+pub fn ready(window: u64) -> (Harness, ConnId) {
+    ready_with(config(), window)
+}
+
 /// A harness made with `config` whose first connection (to its first
 /// endpoint) is ready with `window`, at t=0, with its start-up events
 /// dropped.
