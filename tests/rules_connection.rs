@@ -307,8 +307,7 @@ fn m_not_allowlisted_from_the_hinted_node_forgets_that_hint() {
     h.transport_closed(TransportEnd::Eof);
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
     reconnect_at(&mut h, until, "c:3");
-    h.connect();
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    h.hello();
     let mark = h.actions.len();
     h.feed("M evil:666\n");
     let events = h.take_events();
@@ -372,8 +371,7 @@ fn e_no_leader_forgets_the_hint_and_backs_off_short() {
     // Refused again and again: 50 ms doubling up to 2 s.
     let turn = ["b:2", "c:3", "a:1"];
     for n in 1..=7u32 {
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
+        h.hello();
         h.feed("E no_leader\n");
         let events = h.take_events();
         assert_eq!(
@@ -391,8 +389,7 @@ fn e_not_active_moves_to_the_next_endpoint_with_its_backoff() {
     let mut h = Harness::new(config3());
     let turn = ["a:1", "b:2", "c:3"];
     for n in 0..=6u32 {
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
+        h.hello();
         h.feed("E not_active\n");
         let events = h.take_events();
         assert_eq!(
@@ -537,8 +534,7 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
         // queued for the next connection.
         let mut h = Harness::new(config());
         let op = h.acquire("k", 10_000, 5_000);
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
+        h.hello();
         h.at_ms(20);
         h.feed_bytes(&bad);
         let events = h.take_events();
@@ -644,8 +640,7 @@ fn redirects_reconnect_at_once_for_the_first_three_in_a_row_then_back_off() {
     let mut h = Harness::new(config());
     let mut to = "a:1";
     for n in 0..3 {
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
+        h.hello();
         let other = if to == "a:1" { "b:2" } else { "a:1" };
         let mark = h.actions.len();
         h.feed(&format!("M {other}\n"));
@@ -719,8 +714,7 @@ fn a_connect_to_the_hint_that_fails_or_times_out_backs_off_and_forgets_the_hint(
                 h.at(h.now.saturating_add(ms(5_000)));
             }
             _ => {
-                h.connect();
-                assert_eq!(h.take_sent(), "H 2 c1 -\n");
+                h.hello();
                 h.at(h.now.saturating_add(ms(5_000)));
             }
         }
@@ -754,14 +748,12 @@ fn any_end_of_a_connection_to_the_hint_before_w_forgets_the_hint() {
     ];
     for (reason, bytes) in endings {
         let mut h = Harness::new(config3());
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
+        h.hello();
         h.feed("M c:3\n");
         assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
         let (_, to) = h.last_connect().unwrap();
         assert_eq!(to, ep("c:3"), "redirected at once");
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
+        h.hello();
         h.take_events();
         match reason {
             "eof" => h.transport_closed(TransportEnd::Eof),
@@ -834,8 +826,7 @@ fn a_handshake_without_an_answer_in_time_is_given_up() {
     let mut h = Harness::new(config());
     let op = h.acquire("k", 20_000, 5_000);
     h.at_ms(100);
-    let conn = h.connect();
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    let conn = h.hello();
     assert_eq!(h.take_events(), vec![Event::Connecting { addr: ep("a:1") }]);
     h.at_ms(5_099);
     assert!(h.take_events().is_empty());
@@ -903,8 +894,7 @@ fn a_partial_line_does_not_carry_over_to_the_next_connection() {
     h.transport_closed(TransportEnd::Eof);
     assert_eq!(closed(&h.take_events()), one_closed("a:1", "eof"));
     h.next_deadline();
-    h.connect();
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    h.hello();
     // Glued to the old fragment this would be "T 1 AW node-1 4".
     h.feed("W node-1 4\n");
     let events = h.take_events();
@@ -924,9 +914,8 @@ fn inputs_about_a_closed_connection_are_ignored() {
         outcomes(&events),
         vec![(op, indeterminate(t(0), 1_000, 5_000))]
     );
-    let new = h.connect();
+    let new = h.hello();
     assert_ne!(new, old);
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     // The old connection's late answer, end and failure change nothing.
     h.client.handle_bytes(h.now, old, b"G 1 A k 9 5000 0\n");
     h.client

@@ -444,8 +444,7 @@ fn a_renewal_in_flight_when_shutdown_starts_is_not_sent_again_after_a_close() {
 #[test]
 fn e_unsupported_version_backs_off_long_and_is_told() {
     let mut h = Harness::new(config());
-    h.connect();
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    h.hello();
     h.feed("E unsupported_version\n");
     let events = h.take_events();
     assert_eq!(

@@ -131,11 +131,19 @@ impl Harness {
         conn
     }
 
+    /// Completes the latest connect and checks that the test configuration's
+    /// hello, `H 2 c1 -`, is all that went out: the handshake now waits for
+    /// `W`. Returns the connection.
+    pub fn hello(&mut self) -> ConnId {
+        let conn = self.connect();
+        assert_eq!(self.take_sent(), "H 2 c1 -\n", "the hello on {conn:?}");
+        conn
+    }
+
     /// Connects, checks that `H` went out, and accepts it with `W node-1
     /// <window>`. Returns the connection.
     pub fn ready(&mut self, window: u64) -> ConnId {
-        let conn = self.connect();
-        assert_eq!(self.take_sent(), "H 2 c1 -\n");
+        let conn = self.hello();
         self.feed(&format!("W node-1 {window}\n"));
         conn
     }
