@@ -392,6 +392,86 @@ impl Harness {
     }
 }
 
+// ----- an acquire in flight, and what closes a connection ---------------------
+
+/// An acquire the client has sent and the server has not answered: its
+/// operation, and the wait and lease it went out with.
+#[derive(Clone, Copy, Debug)]
+pub struct InFlight {
+    pub op: OpId,
+    pub wait_ms: u64,
+    pub lease_ms: u64,
+}
+
+impl InFlight {
+    /// The outcomes a close at `at_ms` must bring, as [`outcomes`] lists
+    /// them: this acquire's alone, Indeterminate (the "any close" row),
+    /// settled by `at_ms` plus its wait, its lease and the settle margin.
+    pub fn in_doubt_at(&self, at_ms: u64) -> Vec<(OpId, Outcome)> {
+        vec![(
+            self.op,
+            indeterminate(t(at_ms), self.wait_ms, self.lease_ms),
+        )]
+    }
+}
+
+impl Harness {
+    /// Acquires `key_` with owner `o` on a ready connection and checks that
+    /// it goes out at once, alone, as request `id`: `A <id> <key> o <wait>
+    /// <lease>`.
+    pub fn acquire_in_flight(
+        &mut self,
+        id: u64,
+        key_: &str,
+        wait_ms: u64,
+        lease_ms: u64,
+    ) -> InFlight {
+        let op = self.acquire(key_, wait_ms, lease_ms);
+        assert_eq!(
+            self.take_sent(),
+            format!("A {id} {key_} o {wait_ms} {lease_ms}\n"),
+            "the acquire of {key_} goes out at once"
+        );
+        InFlight {
+            op,
+            wait_ms,
+            lease_ms,
+        }
+    }
+
+    /// Feeds `input` on the current connection and checks that it closes
+    /// that connection: the one `Closed` event is `(addr, reason)`, the
+    /// reason as its `Display` (CLI.md's `closed` reasons), and the one
+    /// `Close` action is for that connection. Returns every event the input
+    /// brought.
+    pub fn feed_closing(
+        &mut self,
+        input: impl AsRef<[u8]>,
+        addr: &str,
+        reason: &str,
+    ) -> Vec<Event> {
+        let input = input.as_ref();
+        let conn = self.client.connection().expect("a connection");
+        let mark = self.actions.len();
+        self.feed_bytes(input);
+        let events = self.take_events();
+        let shown: String = String::from_utf8_lossy(input).chars().take(60).collect();
+        assert_eq!(
+            closed(&events),
+            vec![(addr.to_string(), reason.to_string())],
+            "{shown:?} at {}: {events:?}",
+            self.now
+        );
+        assert_eq!(
+            close_actions(self, mark),
+            vec![conn],
+            "{shown:?} at {} closes {conn:?}",
+            self.now
+        );
+        events
+    }
+}
+
 // ----- reading events --------------------------------------------------------
 
 /// `(addr, reason)` of every `Closed` event, the reason as its `Display`
