@@ -456,19 +456,60 @@ impl Harness {
         self.feed_bytes(input);
         let events = self.take_events();
         let shown: String = String::from_utf8_lossy(input).chars().take(60).collect();
+        self.assert_closed(mark, conn, &events, addr, reason, &format!("{shown:?}"));
+        events
+    }
+
+    /// Moves the clock to `at_ms`, where a deadline must close the current
+    /// connection: a millisecond before, nothing happens (no event, no
+    /// `Close`); at `at_ms` the one `Closed` event is `(addr, reason)` and
+    /// the one `Close` action is for that connection. Returns the events of
+    /// `at_ms`.
+    pub fn closes_at(&mut self, at_ms: u64, addr: &str, reason: &str) -> Vec<Event> {
+        let conn = self.client.connection().expect("a connection");
+        let mark = self.actions.len();
+        self.at_ms(at_ms - 1);
+        let before = self.take_events();
         assert_eq!(
-            closed(&events),
+            before,
+            vec![],
+            "{reason}: nothing happens before {at_ms} ms"
+        );
+        assert_eq!(
+            close_actions(self, mark),
+            vec![],
+            "{reason}: nothing closes before {at_ms} ms"
+        );
+        self.at_ms(at_ms);
+        let events = self.take_events();
+        self.assert_closed(mark, conn, &events, addr, reason, "the deadline");
+        events
+    }
+
+    /// Checks that `events` and the actions from `actions[mark]` close
+    /// `conn`, once, with the `Closed` event `(addr, reason)`; `what` names
+    /// the input in the messages.
+    fn assert_closed(
+        &self,
+        mark: usize,
+        conn: ConnId,
+        events: &[Event],
+        addr: &str,
+        reason: &str,
+        what: &str,
+    ) {
+        assert_eq!(
+            closed(events),
             vec![(addr.to_string(), reason.to_string())],
-            "{shown:?} at {}: {events:?}",
+            "{what} at {}: {events:?}",
             self.now
         );
         assert_eq!(
             close_actions(self, mark),
             vec![conn],
-            "{shown:?} at {} closes {conn:?}",
+            "{what} at {} closes {conn:?}",
             self.now
         );
-        events
     }
 }
 
