@@ -29,10 +29,7 @@ fn renewal_notices(events: &[Event]) -> Vec<(&'static str, u64, Option<Time>)> {
 /// with a 30 ms lease (`X 2`), left unanswered while both pass: at 4500
 /// it has expired, with its renewal still in flight.
 fn expired_with_a_short_renewal_in_flight() -> (Harness, ticketing::client::Grant) {
-    let (mut h, g) = holding(false);
-    h.at_ms(10);
-    h.renew(&g, Some(30));
-    assert_eq!(h.take_sent(), "X 2 k 7 30\n");
+    let (mut h, g) = renewal_in_flight(10, Some(30));
     h.at_ms(4_500);
     assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
     (h, g)
@@ -51,6 +48,28 @@ fn holding(auto: bool) -> (Harness, ticketing::client::Grant) {
     assert_eq!(h.take_sent(), "A 1 k o 0 3000\n");
     let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
     assert_eq!(g.valid_until(), t(3_000));
+    (h, g)
+}
+
+/// [`holding`] the grant, not renewed automatically, renewed by hand at
+/// `at_ms` for `lease_ms` (`None`: the acquire's 3000 ms): the renewal
+/// `X 2 k 7 <lease>` has gone out and is not answered.
+fn renewal_in_flight(at_ms: u64, lease_ms: Option<u64>) -> (Harness, ticketing::client::Grant) {
+    let (mut h, g) = holding(false);
+    h.at_ms(at_ms);
+    h.renew(&g, lease_ms);
+    let lease = lease_ms.unwrap_or(3_000);
+    assert_eq!(h.take_sent(), format!("X 2 k 7 {lease}\n"));
+    (h, g)
+}
+
+/// [`holding`] the grant renewed automatically, at 1000 ms: a third of the
+/// way through its lease, its first renewal `X 2 k 7 3000` has gone out and
+/// is not answered.
+fn first_automatic_renewal_in_flight() -> (Harness, ticketing::client::Grant) {
+    let (mut h, g) = holding(true);
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
     (h, g)
 }
 
@@ -139,9 +158,7 @@ fn a_grant_that_waited_long_counts_its_wait_and_one_that_arrives_late_is_renewed
 
 #[test]
 fn at_most_one_renewal_of_a_grant_is_in_flight() {
-    let (mut h, g) = holding(true);
-    h.at_ms(1_000);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, g) = first_automatic_renewal_in_flight();
     // Asked again by hand, and by the schedule: nothing more goes out.
     h.at_ms(1_500);
     h.renew(&g, None);
@@ -195,18 +212,8 @@ fn renewals_wait_after_releases_and_before_acquires_and_may_use_the_reserved_slo
 
 #[test]
 fn a_g_to_a_renewal_with_another_token_closes_and_that_token_is_released() {
-    let (mut h, g) = holding(false);
-    h.at_ms(100);
-    h.renew(&g, None);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
-    let mark = h.actions.len();
-    h.feed("G 2 X k 8 3000\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        [("a:1".to_string(), "protocol:token_mismatch".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark).len(), 1);
+    let (mut h, g) = renewal_in_flight(100, None);
+    let events = h.feed_closing("G 2 X k 8 3000\n", "a:1", "protocol:token_mismatch");
     assert!(events
         .iter()
         .any(|e| matches!(e, Event::OrphanRelease { key, token: 8 } if key.as_str() == "k")));
@@ -222,18 +229,8 @@ fn a_g_to_a_renewal_with_another_token_closes_and_that_token_is_released() {
 fn a_g_to_a_renewal_with_a_longer_lease_than_asked_closes_and_proves_nothing() {
     // The renewal asks 2000 ms; a `G` that gives more than asked is a bad
     // answer, even when it is no more than the grant's first lease.
-    let (mut h, g) = holding(false);
-    h.at_ms(100);
-    h.renew(&g, Some(2_000));
-    assert_eq!(h.take_sent(), "X 2 k 7 2000\n");
-    let mark = h.actions.len();
-    h.feed("G 2 X k 7 2500\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        [("a:1".to_string(), "protocol:lease_above_asked".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark).len(), 1);
+    let (mut h, g) = renewal_in_flight(100, Some(2_000));
+    let events = h.feed_closing("G 2 X k 7 2500\n", "a:1", "protocol:lease_above_asked");
     assert_eq!(renewal_notices(&events), [], "nothing proved");
     assert!(
         !events
@@ -249,9 +246,7 @@ fn a_g_to_a_renewal_with_a_longer_lease_than_asked_closes_and_proves_nothing() {
 
 #[test]
 fn n_to_a_renewal_is_lease_lost_and_a_later_release_ends_not_held_without_a_request() {
-    let (mut h, g) = holding(true);
-    h.at_ms(1_000);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, g) = first_automatic_renewal_in_flight();
     h.feed("N 2 X k\n");
     let events = h.take_events();
     assert_eq!(renewal_notices(&events), [("lost", 7, None)]);
@@ -275,10 +270,7 @@ fn n_to_a_renewal_is_lease_lost_and_a_later_release_ends_not_held_without_a_requ
 
 #[test]
 fn a_close_with_a_renewal_in_flight_resends_it_while_valid_and_not_after() {
-    let (mut h, g) = holding(false);
-    h.at_ms(1_000);
-    h.renew(&g, None);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, _) = renewal_in_flight(1_000, None);
     h.at_ms(1_100);
     h.transport_closed(TransportEnd::Eof);
     h.reconnect(4);
@@ -295,10 +287,7 @@ fn a_close_with_a_renewal_in_flight_resends_it_while_valid_and_not_after() {
 
 #[test]
 fn a_renewal_without_an_answer_within_the_answer_grace_closes_with_answer_timeout() {
-    let (mut h, g) = holding(false);
-    h.at_ms(10);
-    h.renew(&g, Some(30_000));
-    assert_eq!(h.take_sent(), "X 2 k 7 30000\n");
+    let (mut h, _) = renewal_in_flight(10, Some(30_000));
     // valid_until (3000) passes first: told, but the renewal still waits.
     assert_eq!(h.next_deadline(), t(3_000));
     assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
@@ -311,9 +300,7 @@ fn a_renewal_without_an_answer_within_the_answer_grace_closes_with_answer_timeou
 
 #[test]
 fn jeopardy_is_told_once_when_a_third_of_the_lease_is_left_and_renewed_ends_it() {
-    let (mut h, g) = holding(true);
-    h.at_ms(1_000);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, g) = first_automatic_renewal_in_flight();
     // Unanswered: at 2000 less than a third of the lease is left.
     assert_eq!(h.next_deadline(), t(2_000));
     assert_eq!(
@@ -358,9 +345,7 @@ fn every_held_grant_expires_at_its_valid_until_renewed_or_not() {
     assert_eq!(h.take_sent(), "R 2 k 7\n");
 
     // An automatically renewed one whose renewals go unanswered.
-    let (mut h, _) = holding(true);
-    h.at_ms(1_000);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, _) = first_automatic_renewal_in_flight();
     h.at_ms(3_000);
     assert_eq!(
         renewal_notices(&h.take_events()),
@@ -375,9 +360,7 @@ fn every_held_grant_expires_at_its_valid_until_renewed_or_not() {
 
 #[test]
 fn queuing_a_release_stops_renewal_and_a_renewal_in_flight_is_claimed() {
-    let (mut h, g) = holding(true);
-    h.at_ms(1_000);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, g) = first_automatic_renewal_in_flight();
     h.at_ms(1_100);
     let op = h.release(&g);
     assert_eq!(h.take_sent(), "R 3 k 7\n");
@@ -445,12 +428,7 @@ fn a_renewal_in_flight_when_shutdown_starts_is_not_sent_again_after_a_close() {
 fn e_unsupported_version_backs_off_long_and_is_told() {
     let mut h = Harness::new(config());
     h.hello();
-    h.feed("E unsupported_version\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        [("a:1".to_string(), "unsupported_version".to_string())]
-    );
+    let events = h.feed_closing("E unsupported_version\n", "a:1", "unsupported_version");
     assert!(events
         .iter()
         .any(|e| matches!(e, Event::UnsupportedVersion { addr } if addr.as_str() == "a:1")));
@@ -523,17 +501,11 @@ fn a_g_that_waited_longer_than_asked_or_does_not_say_is_a_bad_answer() {
         ("G 1 A k 7 3000\n", "protocol:waited_missing"),
     ] {
         let (mut h, _) = ready(4);
-        let op = h.acquire("k", 1_000, 3_000);
-        assert_eq!(h.take_sent(), "A 1 k o 1000 3000\n");
+        let acquire = h.acquire_in_flight(1, "k", 1_000, 3_000);
         h.at_ms(20);
-        h.feed(answer);
-        let events = h.take_events();
-        assert_eq!(closed(&events), [("a:1".to_string(), reason.to_string())]);
+        let events = h.feed_closing(answer, "a:1", reason);
         // Treated as sent and unanswered; its token released.
-        assert_eq!(
-            outcomes(&events),
-            [(op, indeterminate(t(20), 1_000, 3_000))]
-        );
+        assert_eq!(outcomes(&events), acquire.in_doubt_at(20));
         assert!(events
             .iter()
             .any(|e| matches!(e, Event::OrphanRelease { key, token: 7 } if key.as_str() == "k")));
@@ -542,12 +514,9 @@ fn a_g_that_waited_longer_than_asked_or_does_not_say_is_a_bad_answer() {
 
 #[test]
 fn an_expired_grants_release_deadline_counts_from_its_latest_renewal() {
-    let (mut h, g) = holding(false);
+    let (mut h, g) = renewal_in_flight(2_900, None);
     // expires_by from the grant: 0 + 3000 + the 1 s margin = 4000.
     assert_eq!(g.expires_by(), t(4_000));
-    h.at_ms(2_900);
-    h.renew(&g, None);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
     h.at_ms(2_950);
     h.transport_closed(TransportEnd::Eof);
     h.at_ms(3_100);
