@@ -25,6 +25,33 @@ fn events_of(h: &mut Harness) -> Vec<Event> {
         .collect()
 }
 
+/// Checks the events with which a shutdown completes: `ended` are the
+/// outcomes among them, the connection closes for `shutdown`, and
+/// `ShutdownComplete` comes last.
+fn assert_shutdown_completes(events: &[Event], ended: &[(OpId, Outcome)]) {
+    assert_eq!(outcomes(events), ended, "{events:?}");
+    assert_eq!(
+        close_reasons(events),
+        vec![CloseReason::Shutdown],
+        "{events:?}"
+    );
+    assert_eq!(events.last(), Some(&Event::ShutdownComplete), "{events:?}");
+}
+
+/// Feeds `answer`, a `G` to a waiter that was abandoned, and checks that
+/// all it brings is the release of that grant by its exact `(key, token)`.
+fn orphaned_by(h: &mut Harness, answer: &str, key_: &str, token: u64) {
+    h.feed(answer);
+    assert_eq!(
+        events_of(h),
+        vec![Event::OrphanRelease {
+            key: key(key_),
+            token
+        }],
+        "{answer:?}"
+    );
+}
+
 fn keep_waiter() -> Config {
     let mut c = config();
     c.cancel = CancelPolicy::KeepWaiter;
@@ -65,14 +92,7 @@ fn an_abandoned_waiters_g_repeating_a_held_grant_never_releases_it() {
     assert_eq!(h.take_sent(), "A 4 k o 5000 60000\n");
     h.cancel(third);
     h.take_events();
-    h.feed("G 4 A k 8 60000 0\n");
-    assert_eq!(
-        events_of(&mut h),
-        vec![Event::OrphanRelease {
-            key: key("k"),
-            token: 8
-        }]
-    );
+    orphaned_by(&mut h, "G 4 A k 8 60000 0\n", "k", 8);
     assert_eq!(h.take_sent(), "R 5 k 8\n");
 }
 
@@ -222,14 +242,7 @@ fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer
     // A G for the abandoned waiter: released by its exact token, before the
     // queued acquire.
     h.at_ms(200);
-    h.feed("G 1 A k1 5 5000 0\n");
-    assert_eq!(
-        events_of(&mut h),
-        vec![Event::OrphanRelease {
-            key: key("k1"),
-            token: 5
-        }]
-    );
+    orphaned_by(&mut h, "G 1 A k1 5 5000 0\n", "k1", 5);
     // d was submitted at 100 with 2000 ms to wait; sent at 200.
     assert_eq!(h.take_sent(), "R 4 k1 5\nA 5 k4 o 1900 5000\n");
     // A T for the other one is simply dropped.
@@ -325,11 +338,7 @@ fn answer_grace_deadline_closes_with_answer_timeout_whatever_the_cancel_policy()
         let a = h.acquire("k", 1000, 5000);
         assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
         // sent_at 0 + wait 1000 + answer_grace 5000.
-        h.at_ms(5999);
-        assert_eq!(events_of(&mut h), vec![]);
-        assert_eq!(h.closes(), vec![]);
-        h.at_ms(6000);
-        let events = events_of(&mut h);
+        let events = h.closes_at(6000, "a:1", "answer_timeout");
         assert_eq!(close_reasons(&events), vec![CloseReason::AnswerTimeout]);
         assert_eq!(CloseReason::AnswerTimeout.to_string(), "answer_timeout");
         assert_eq!(
@@ -362,10 +371,7 @@ fn answer_grace_deadline_closes_with_answer_timeout_whatever_the_cancel_policy()
             }
         )]
     );
-    h.at_ms(5999);
-    assert_eq!(h.closes(), vec![]);
-    h.at_ms(6000);
-    let events = events_of(&mut h);
+    let events = h.closes_at(6000, "a:1", "answer_timeout");
     assert_eq!(close_reasons(&events), vec![CloseReason::AnswerTimeout]);
     assert_eq!(outcomes(&events), vec![]);
 }
@@ -375,10 +381,7 @@ fn a_sent_release_without_an_answer_within_the_grace_closes_and_goes_back_to_the
     let (mut h, _) = ready(4);
     let r = h.release_token("k", 1);
     assert_eq!(h.take_sent(), "R 1 k 1\n");
-    h.at_ms(4999);
-    assert_eq!(h.closes(), vec![]);
-    h.at_ms(5000);
-    let events = events_of(&mut h);
+    let events = h.closes_at(5000, "a:1", "answer_timeout");
     assert_eq!(close_reasons(&events), vec![CloseReason::AnswerTimeout]);
     assert_eq!(outcomes(&events), vec![]);
     h.reconnect(4);
@@ -396,20 +399,8 @@ fn an_unsent_acquire_whose_budget_runs_out_times_out_never_sent() {
     let short = h.acquire("a", 500, 5000);
     // Wait 3 s: longer than the queue grace.
     let long = h.acquire("b", 3000, 5000);
-    h.at_ms(2099);
-    assert_eq!(h.take_outcomes(), vec![]);
-    h.at_ms(2100);
-    assert_eq!(
-        h.take_outcomes(),
-        vec![(short, Outcome::TimedOut { sent: false })]
-    );
-    h.at_ms(3099);
-    assert_eq!(h.take_outcomes(), vec![]);
-    h.at_ms(3100);
-    assert_eq!(
-        h.take_outcomes(),
-        vec![(long, Outcome::TimedOut { sent: false })]
-    );
+    h.ends_at(2100, &[(short, Outcome::TimedOut { sent: false })]);
+    h.ends_at(3100, &[(long, Outcome::TimedOut { sent: false })]);
     assert!(Outcome::TimedOut { sent: false }.is_definitive());
     h.ready(4);
     assert_eq!(h.take_sent(), "", "a timed-out acquire is never sent");
@@ -431,13 +422,7 @@ fn a_try_lock_submitted_before_the_connection_is_tried_once_within_the_queue_gra
     // The connection comes after the queue grace: too late.
     let mut h = Harness::new(config());
     let op = h.acquire("k", 0, 5000);
-    h.at_ms(1999);
-    assert_eq!(h.take_outcomes(), vec![]);
-    h.at_ms(2000);
-    assert_eq!(
-        h.take_outcomes(),
-        vec![(op, Outcome::TimedOut { sent: false })]
-    );
+    h.ends_at(2000, &[(op, Outcome::TimedOut { sent: false })]);
     h.ready(4);
     assert_eq!(h.take_sent(), "");
 }
@@ -493,8 +478,7 @@ fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
     events_of(&mut h);
     // Shutting down while the release waits for a connection.
     h.at_ms(220);
-    h.client.shutdown(h.now, ms(10_000)).unwrap();
-    h.pump();
+    h.shutdown(10_000);
     assert_eq!(events_of(&mut h), vec![]);
     // A release is still taken while shutting down.
     h.at_ms(230);
@@ -546,15 +530,11 @@ fn shutdown_whose_budget_runs_out_ends_open_releases_lapsed() {
     let r = h.release(&g);
     assert_eq!(h.take_sent(), "A 1 k o 0 60000\nR 2 k 1\n");
     h.at_ms(200);
-    h.client.shutdown(h.now, ms(1000)).unwrap();
-    h.pump();
+    h.shutdown(1000);
     h.at_ms(1199);
     assert_eq!(events_of(&mut h), vec![]);
     h.at_ms(1200);
-    let events = events_of(&mut h);
-    assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
-    assert_eq!(outcomes(&events), vec![(r, Outcome::Lapsed)]);
-    assert_eq!(events.last(), Some(&Event::ShutdownComplete));
+    assert_shutdown_completes(&events_of(&mut h), &[(r, Outcome::Lapsed)]);
     assert!(h.client.is_finished());
     assert_eq!(h.client.poll_timeout(), None);
 }
@@ -569,8 +549,7 @@ fn shutdown_whose_budget_runs_out_ends_releases_never_sent_lapsed_too() {
     fn run(late: bool) -> (Vec<Event>, Vec<Action>, OpId) {
         let mut h = Harness::new(config());
         let r = h.release_token("z", 9);
-        h.client.shutdown(h.now, ms(1_000)).unwrap();
-        h.pump();
+        h.shutdown(1_000);
         h.fail_connect();
         h.take_events();
         let mark = h.actions.len();
@@ -588,9 +567,7 @@ fn shutdown_whose_budget_runs_out_ends_releases_never_sent_lapsed_too() {
     let punctual = run(false);
     assert_eq!(run(true), punctual);
     let (events, actions, r) = punctual;
-    assert_eq!(outcomes(&events), vec![(r, Outcome::Lapsed)]);
-    assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
-    assert_eq!(events.last(), Some(&Event::ShutdownComplete));
+    assert_shutdown_completes(&events, &[(r, Outcome::Lapsed)]);
     assert_eq!(actions.len(), 2, "a connect, then its close: {actions:?}");
     assert!(matches!(actions[0], Action::Connect { .. }), "{actions:?}");
     assert!(matches!(actions[1], Action::Close { .. }), "{actions:?}");
@@ -600,8 +577,7 @@ fn shutdown_whose_budget_runs_out_ends_releases_never_sent_lapsed_too() {
 fn shutdown_refuses_new_acquires() {
     let (mut h, _) = ready(4);
     let r = h.release_token("k", 1);
-    h.client.shutdown(h.now, ms(5000)).unwrap();
-    h.pump();
+    h.shutdown(5000);
     assert_eq!(
         h.client
             .acquire(h.now, key("a"), name("o"), ms(1000), ms(5000)),
@@ -639,8 +615,7 @@ fn shutdown_with_the_close_policy_cancels_queued_acquires_and_closes_on_sent_one
         "A 1 a o 5000 10000\nA 2 b o 5000 10000\nR 3 k9 99\n"
     );
     h.at_ms(100);
-    h.client.shutdown(h.now, ms(10_000)).unwrap();
-    h.pump();
+    h.shutdown(10_000);
     let events = events_of(&mut h);
     let settles_by = t(100 + 5000 + 10_000 + 1000);
     assert_eq!(
@@ -657,10 +632,7 @@ fn shutdown_with_the_close_policy_cancels_queued_acquires_and_closes_on_sent_one
     h.ready(3);
     assert_eq!(h.take_sent(), "R 4 k9 99\n");
     h.feed("D 4 R k9\n");
-    let events = events_of(&mut h);
-    assert_eq!(outcomes(&events), vec![(r, Outcome::Released)]);
-    assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
-    assert_eq!(events.last(), Some(&Event::ShutdownComplete));
+    assert_shutdown_completes(&events_of(&mut h), &[(r, Outcome::Released)]);
     assert!(!h.all_sent().contains(" c o "));
 }
 
@@ -675,8 +647,7 @@ fn shutdown_whose_cancel_close_leaves_nothing_to_drain_finishes_without_connecti
     h.at_ms(100);
     events_of(&mut h);
     let n = h.actions.len();
-    h.client.shutdown(h.now, ms(10_000)).unwrap();
-    h.pump();
+    h.shutdown(10_000);
     assert_eq!(
         h.take_events(),
         vec![
@@ -707,8 +678,7 @@ fn shutdown_with_keep_waiter_releases_a_grant_arriving_during_shutdown_by_exact_
     let c = h.acquire("kc", 5000, 10_000);
     assert_eq!(h.take_sent(), "A 1 ka o 5000 10000\nA 2 kb o 5000 10000\n");
     h.at_ms(100);
-    h.client.shutdown(h.now, ms(10_000)).unwrap();
-    h.pump();
+    h.shutdown(10_000);
     let settles_by = t(100 + 5000 + 10_000 + 1000);
     assert_eq!(
         events_of(&mut h),
@@ -732,14 +702,7 @@ fn shutdown_with_keep_waiter_releases_a_grant_arriving_during_shutdown_by_exact_
     h.feed("T 2 A kb\n");
     assert_eq!(events_of(&mut h), vec![]);
     assert!(!h.client.is_finished());
-    h.feed("G 1 A ka 7 10000 0\n");
-    assert_eq!(
-        events_of(&mut h),
-        vec![Event::OrphanRelease {
-            key: key("ka"),
-            token: 7
-        }]
-    );
+    orphaned_by(&mut h, "G 1 A ka 7 10000 0\n", "ka", 7);
     assert_eq!(h.take_sent(), "R 3 ka 7\n");
     assert!(h.closes().is_empty());
     h.feed("D 3 R ka\n");
@@ -846,8 +809,7 @@ fn scripted_run(seed: u64) -> (Vec<Action>, Vec<Event>) {
     h.feed("N 6 R b\n");
     let d = h.acquire("d", 3000, 10_000);
     h.cancel(d);
-    h.client.shutdown(h.now, ms(2000)).unwrap();
-    h.pump();
+    h.shutdown(2000);
     while !h.client.is_finished() {
         h.next_deadline();
     }
@@ -899,12 +861,8 @@ fn shutdown_with_a_zero_budget_ends_at_once() {
     let r = h.release_token("k", 1);
     assert_eq!(h.take_sent(), "R 1 k 1\n");
     h.at_ms(100);
-    h.client.shutdown(h.now, ms(0)).unwrap();
-    h.pump();
-    let events = events_of(&mut h);
-    assert_eq!(outcomes(&events), vec![(r, Outcome::Lapsed)]);
-    assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
-    assert_eq!(events.last(), Some(&Event::ShutdownComplete));
+    h.shutdown(0);
+    assert_shutdown_completes(&events_of(&mut h), &[(r, Outcome::Lapsed)]);
     assert!(h.client.is_finished());
 }
 

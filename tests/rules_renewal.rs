@@ -396,8 +396,7 @@ fn shutdown_stops_every_renewal() {
     h.release_token("x", 1);
     assert_eq!(h.take_sent(), "R 2 x 1\n");
     h.at_ms(500);
-    h.client.shutdown(h.now, ms(10_000)).expect("accepted");
-    h.pump();
+    h.shutdown(10_000);
     assert_eq!(h.client.renew(h.now, &g, None), Err(Error::ShuttingDown));
     h.at_ms(2_500);
     assert_eq!(h.take_sent(), "", "no renewal");
@@ -413,8 +412,7 @@ fn a_renewal_in_flight_when_shutdown_starts_is_not_sent_again_after_a_close() {
     h.at_ms(500);
     h.renew(&g, None);
     assert_eq!(h.take_sent(), "X 3 k 7 3000\n");
-    h.client.shutdown(h.now, ms(10_000)).expect("accepted");
-    h.pump();
+    h.shutdown(10_000);
     // The connection goes while the renewal is in flight: the release goes
     // out again on the next one, the renewal does not.
     h.at_ms(600);
@@ -615,10 +613,7 @@ fn a_queued_release_that_lapses_with_its_renewal_in_flight_is_never_sent_and_the
     let r = h.release(&g);
     assert_eq!(h.take_sent(), "", "the window is full");
     // Its deadline: the renewal's send time plus its lease plus the margin.
-    h.at_ms(2_099);
-    assert_eq!(h.take_outcomes(), []);
-    h.at_ms(2_100);
-    assert_eq!(h.take_outcomes(), [(r, Outcome::Lapsed)]);
+    h.ends_at(2_100, &[(r, Outcome::Lapsed)]);
     // A slot frees: the lapsed release is not sent.
     h.at_ms(2_200);
     h.feed("T 3 A j\n");

@@ -364,6 +364,25 @@ impl Harness {
         self.pump();
     }
 
+    /// Starts a shutdown now with `budget_ms` to drain the release lane
+    /// (the call must be accepted), and drains.
+    pub fn shutdown(&mut self, budget_ms: u64) {
+        self.client
+            .shutdown(self.now, ms(budget_ms))
+            .expect("accepted");
+        self.pump();
+    }
+
+    /// Moves the clock to `at_ms`, where deadlines must end operations: a
+    /// millisecond before, nothing has ended; at `at_ms`, the outcomes are
+    /// exactly `ended`.
+    pub fn ends_at(&mut self, at_ms: u64, ended: &[(OpId, Outcome)]) {
+        self.at_ms(at_ms - 1);
+        assert_eq!(self.take_outcomes(), [], "nothing ends before {at_ms} ms");
+        self.at_ms(at_ms);
+        assert_eq!(self.take_outcomes(), ended, "what ends at {at_ms} ms");
+    }
+
     /// Every `Close` action handed out so far.
     pub fn closes(&self) -> Vec<ConnId> {
         close_actions(self, 0)
