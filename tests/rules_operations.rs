@@ -25,6 +25,13 @@ fn events_of(h: &mut Harness) -> Vec<Event> {
         .collect()
 }
 
+/// The outcomes among `events`, which must be all there is among them.
+fn nothing_but_outcomes(events: Vec<Event>) -> Vec<(OpId, Outcome)> {
+    let out = outcomes(&events);
+    assert_eq!(out.len(), events.len(), "nothing but outcomes: {events:?}");
+    out
+}
+
 /// Checks the events with which a shutdown completes: `ended` are the
 /// outcomes among them, the connection closes for `shutdown`, and
 /// `ShutdownComplete` comes last.
@@ -218,16 +225,10 @@ fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer
     h.cancel(b);
     let settles_by = t(100 + 2000 + 5000 + 1000);
     assert_eq!(
-        events_of(&mut h),
+        nothing_but_outcomes(events_of(&mut h)),
         vec![
-            Event::Outcome {
-                op: a,
-                outcome: Outcome::Indeterminate { settles_by }
-            },
-            Event::Outcome {
-                op: b,
-                outcome: Outcome::Indeterminate { settles_by }
-            },
+            (a, Outcome::Indeterminate { settles_by }),
+            (b, Outcome::Indeterminate { settles_by }),
         ]
     );
     // The connection is untouched; the abandoned waiters still hold their
@@ -487,11 +488,8 @@ fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
     assert_eq!(h.take_sent(), "R 5 k1 11\nR 6 k2 12\n");
     h.feed("D 6 R k2\n");
     assert_eq!(
-        events_of(&mut h),
-        vec![Event::Outcome {
-            op: r2,
-            outcome: Outcome::Released
-        }]
+        nothing_but_outcomes(events_of(&mut h)),
+        vec![(r2, Outcome::Released)]
     );
     assert!(!h.client.is_finished());
     let conn = h.client.connection().unwrap();
@@ -681,20 +679,11 @@ fn shutdown_with_keep_waiter_releases_a_grant_arriving_during_shutdown_by_exact_
     h.shutdown(10_000);
     let settles_by = t(100 + 5000 + 10_000 + 1000);
     assert_eq!(
-        events_of(&mut h),
+        nothing_but_outcomes(events_of(&mut h)),
         vec![
-            Event::Outcome {
-                op: a,
-                outcome: Outcome::Indeterminate { settles_by }
-            },
-            Event::Outcome {
-                op: b,
-                outcome: Outcome::Indeterminate { settles_by }
-            },
-            Event::Outcome {
-                op: c,
-                outcome: Outcome::Cancelled
-            },
+            (a, Outcome::Indeterminate { settles_by }),
+            (b, Outcome::Indeterminate { settles_by }),
+            (c, Outcome::Cancelled),
         ]
     );
     assert_eq!(h.closes(), vec![], "the waiters' answers are still claimed");
