@@ -79,6 +79,7 @@ fn reconnect_at(h: &mut Harness, until: Time, addr: &str) -> ConnId {
 
 /// The one `Connect` handed out since `actions[mark]`, with no time
 /// passing, which must go to `addr`. Returns its connection.
+#[track_caller]
 fn connect_at_once(h: &Harness, mark: usize, addr: &str) -> ConnId {
     match connects(h, mark).as_slice() {
         [(conn, to)] => {
@@ -100,6 +101,7 @@ fn config3() -> Config {
 /// the leader (`L c:3`) and then ended: the backoff is waited out and the
 /// next connection, to the hint, is handed out but not yet connected.
 /// Returns that connection.
+#[track_caller]
 fn connecting_to_the_hint() -> (Harness, ConnId) {
     let (mut h, _) = ready_with(config3(), 4);
     h.feed("L c:3\n");

@@ -43,6 +43,7 @@ fn orphans_settled(events: &[Event]) -> Vec<(String, u64, ReleaseResult)> {
 /// Goes through the backoff after a close to the next connection, which
 /// must be a new `Connect` to `b:2`, readies it with window 4, and returns
 /// what the client sends on it first.
+#[track_caller]
 fn sent_on_the_next_connection(h: &mut Harness) -> String {
     let before = h.last_connect().map(|(c, _)| c);
     h.next_deadline();
@@ -56,6 +57,7 @@ fn sent_on_the_next_connection(h: &mut Harness) -> String {
 /// Feeds `frame`, a `B` to the acquire `op`, and checks that `op` ends
 /// Busy at once: no retry is scheduled (no backoff), and the connection
 /// stays (no close).
+#[track_caller]
 fn busy_at_once(h: &mut Harness, frame: &str, op: OpId) {
     h.feed(frame);
     let events = h.take_events();

@@ -26,6 +26,7 @@ fn events_of(h: &mut Harness) -> Vec<Event> {
 }
 
 /// The outcomes among `events`, which must be all there is among them.
+#[track_caller]
 fn nothing_but_outcomes(events: Vec<Event>) -> Vec<(OpId, Outcome)> {
     let out = outcomes(&events);
     assert_eq!(out.len(), events.len(), "nothing but outcomes: {events:?}");
@@ -35,6 +36,7 @@ fn nothing_but_outcomes(events: Vec<Event>) -> Vec<(OpId, Outcome)> {
 /// Checks the events with which a shutdown completes: `ended` are the
 /// outcomes among them, the connection closes for `shutdown`, and
 /// `ShutdownComplete` comes last.
+#[track_caller]
 fn assert_shutdown_completes(events: &[Event], ended: &[(OpId, Outcome)]) {
     assert_eq!(outcomes(events), ended, "{events:?}");
     assert_eq!(
@@ -47,6 +49,7 @@ fn assert_shutdown_completes(events: &[Event], ended: &[(OpId, Outcome)]) {
 
 /// Feeds `answer`, a `G` to a waiter that was abandoned, and checks that
 /// all it brings is the release of that grant by its exact `(key, token)`.
+#[track_caller]
 fn orphaned_by(h: &mut Harness, answer: &str, key_: &str, token: u64) {
     h.feed(answer);
     assert_eq!(

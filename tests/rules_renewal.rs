@@ -54,6 +54,7 @@ fn holding(auto: bool) -> (Harness, ticketing::client::Grant) {
 /// [`holding`] the grant, not renewed automatically, renewed by hand at
 /// `at_ms` for `lease_ms` (`None`: the acquire's 3000 ms): the renewal
 /// `X 2 k 7 <lease>` has gone out and is not answered.
+#[track_caller]
 fn renewal_in_flight(at_ms: u64, lease_ms: Option<u64>) -> (Harness, ticketing::client::Grant) {
     let (mut h, g) = holding(false);
     h.at_ms(at_ms);
@@ -66,6 +67,7 @@ fn renewal_in_flight(at_ms: u64, lease_ms: Option<u64>) -> (Harness, ticketing::
 /// [`holding`] the grant renewed automatically, at 1000 ms: a third of the
 /// way through its lease, its first renewal `X 2 k 7 3000` has gone out and
 /// is not answered.
+#[track_caller]
 fn first_automatic_renewal_in_flight() -> (Harness, ticketing::client::Grant) {
     let (mut h, g) = holding(true);
     h.at_ms(1_000);

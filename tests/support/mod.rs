@@ -134,6 +134,7 @@ impl Harness {
     /// Completes the latest connect and checks that the test configuration's
     /// hello, `H 2 c1 -`, is all that went out: the handshake now waits for
     /// `W`. Returns the connection.
+    #[track_caller]
     pub fn hello(&mut self) -> ConnId {
         let conn = self.connect();
         assert_eq!(self.take_sent(), "H 2 c1 -\n", "the hello on {conn:?}");
@@ -376,6 +377,7 @@ impl Harness {
     /// Moves the clock to `at_ms`, where deadlines must end operations: a
     /// millisecond before, nothing has ended; at `at_ms`, the outcomes are
     /// exactly `ended`.
+    #[track_caller]
     pub fn ends_at(&mut self, at_ms: u64, ended: &[(OpId, Outcome)]) {
         self.at_ms(at_ms - 1);
         assert_eq!(self.take_outcomes(), [], "nothing ends before {at_ms} ms");
@@ -438,6 +440,7 @@ impl Harness {
     /// Acquires `key_` with owner `o` on a ready connection and checks that
     /// it goes out at once, alone, as request `id`: `A <id> <key> o <wait>
     /// <lease>`.
+    #[track_caller]
     pub fn acquire_in_flight(
         &mut self,
         id: u64,
@@ -463,6 +466,7 @@ impl Harness {
     /// reason as its `Display` (CLI.md's `closed` reasons), and the one
     /// `Close` action is for that connection. Returns every event the input
     /// brought.
+    #[track_caller]
     pub fn feed_closing(
         &mut self,
         input: impl AsRef<[u8]>,
@@ -484,6 +488,7 @@ impl Harness {
     /// `Close`); at `at_ms` the one `Closed` event is `(addr, reason)` and
     /// the one `Close` action is for that connection. Returns the events of
     /// `at_ms`.
+    #[track_caller]
     pub fn closes_at(&mut self, at_ms: u64, addr: &str, reason: &str) -> Vec<Event> {
         let conn = self.client.connection().expect("a connection");
         let mark = self.actions.len();
@@ -508,6 +513,7 @@ impl Harness {
     /// Checks that `events` and the actions from `actions[mark]` close
     /// `conn`, once, with the `Closed` event `(addr, reason)`; `what` names
     /// the input in the messages.
+    #[track_caller]
     fn assert_closed(
         &self,
         mark: usize,
