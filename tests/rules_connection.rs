@@ -77,11 +77,38 @@ fn reconnect_at(h: &mut Harness, until: Time, addr: &str) -> ConnId {
     }
 }
 
+/// The one `Connect` handed out since `actions[mark]`, with no time
+/// passing, which must go to `addr`. Returns its connection.
+#[track_caller]
+fn connect_at_once(h: &Harness, mark: usize, addr: &str) -> ConnId {
+    match connects(h, mark).as_slice() {
+        [(conn, to)] => {
+            assert_eq!(to, &ep(addr), "the connect at once");
+            *conn
+        }
+        other => panic!("expected one connect to {addr} at once, got {other:?}"),
+    }
+}
+
 /// Endpoints `a:1`, `b:2`, `c:3`; otherwise as [`config`].
 fn config3() -> Config {
     let mut c = config();
     c.endpoints.push(ep("c:3"));
     c
+}
+
+/// A harness on [`config3`] whose first connection, to `a:1`, named `c:3`
+/// the leader (`L c:3`) and then ended: the backoff is waited out and the
+/// next connection, to the hint, is handed out but not yet connected.
+/// Returns that connection.
+#[track_caller]
+fn connecting_to_the_hint() -> (Harness, ConnId) {
+    let (mut h, _) = ready_with(config3(), 4);
+    h.feed("L c:3\n");
+    h.transport_closed(TransportEnd::Eof);
+    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+    let conn = reconnect_at(&mut h, until, "c:3");
+    (h, conn)
 }
 
 // ----- the handshake ------------------------------------------------------
@@ -94,8 +121,7 @@ fn nothing_is_sent_before_w_and_h_is_the_only_frame() {
     assert_eq!(first[0].1, ep("a:1"));
     // Submitted before any connection.
     let acquire = h.acquire("k", 1_000, 5_000);
-    let release = h.client.release_token(h.now, key("k"), 5).unwrap();
-    h.pump();
+    let release = h.release_token("k", 5);
     assert_eq!(h.take_sent(), "");
 
     h.at_ms(10);
@@ -254,46 +280,32 @@ fn l_not_allowlisted_is_ignored_and_changes_nothing() {
 
 #[test]
 fn m_allowlisted_closes_as_moved_and_reconnects_at_once_to_the_hint() {
-    let (mut h, conn) = ready_with(config3(), 4);
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+    let (mut h, _) = ready_with(config3(), 4);
+    let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
     let mark = h.actions.len();
 
     h.at_ms(40);
-    h.feed("M c:3\n");
-    let events = h.take_events();
+    let events = h.feed_closing("M c:3\n", "a:1", "moved");
     assert_eq!(hints(&events), (vec!["c:3".to_string()], vec![]));
-    assert_eq!(closed(&events), one_closed("a:1", "moved"));
-    assert_eq!(close_actions(&h, mark), vec![conn]);
     // As for any close: the sent acquire is Indeterminate.
-    assert_eq!(
-        outcomes(&events),
-        vec![(op, indeterminate(t(40), 1_000, 5_000))]
-    );
+    assert_eq!(outcomes(&events), acquire.in_doubt_at(40));
     // At once: no backoff, a connect to the hint at the same time.
     assert!(backoffs(&events).is_empty());
-    let new = connects(&h, mark);
-    assert_eq!(new.len(), 1);
-    assert_eq!(new[0].1, ep("c:3"));
-    assert_eq!(h.client.connection(), Some(new[0].0));
+    let new = connect_at_once(&h, mark, "c:3");
+    assert_eq!(h.client.connection(), Some(new));
     h.ready(4);
     assert_eq!(h.take_sent(), "", "a sent acquire is never resent");
 }
 
 #[test]
 fn m_not_allowlisted_closes_and_goes_to_the_next_endpoint() {
-    let (mut h, conn) = ready_with(config3(), 4);
+    let (mut h, _) = ready_with(config3(), 4);
     let mark = h.actions.len();
     h.at_ms(40);
-    h.feed("M evil:666\n");
-    let events = h.take_events();
+    let events = h.feed_closing("M evil:666\n", "a:1", "moved");
     assert_eq!(hints(&events), (vec![], vec!["evil:666".to_string()]));
-    assert_eq!(closed(&events), one_closed("a:1", "moved"));
-    assert_eq!(close_actions(&h, mark), vec![conn]);
     assert_eq!(h.client.leader_hint(), None);
-    let new = connects(&h, mark);
-    assert_eq!(new.len(), 1);
-    assert_eq!(new[0].1, ep("b:2"));
+    connect_at_once(&h, mark, "b:2");
 }
 
 #[test]
@@ -302,21 +314,12 @@ fn m_not_allowlisted_from_the_hinted_node_forgets_that_hint() {
     // client may not go to. Going back to the hint would ask the same node
     // again; a demanding user expects the client to move on to the next
     // endpoint, as it does when the hint refuses with `E not_active`.
-    let (mut h, _) = ready_with(config3(), 4);
-    h.feed("L c:3\n");
-    h.transport_closed(TransportEnd::Eof);
-    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
-    reconnect_at(&mut h, until, "c:3");
-    h.connect();
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    let (mut h, _) = connecting_to_the_hint();
+    h.hello();
     let mark = h.actions.len();
-    h.feed("M evil:666\n");
-    let events = h.take_events();
-    assert_eq!(closed(&events), one_closed("c:3", "moved"));
+    h.feed_closing("M evil:666\n", "c:3", "moved");
     assert_eq!(h.client.leader_hint(), None);
-    let new = connects(&h, mark);
-    assert_eq!(new.len(), 1);
-    assert_eq!(new[0].1, ep("b:2"));
+    connect_at_once(&h, mark, "b:2");
 }
 
 #[test]
@@ -330,15 +333,11 @@ fn config_allow_extends_the_allowlist() {
     assert_eq!(h.client.connection(), Some(conn));
 
     let mark = h.actions.len();
-    h.feed("M x:9\n");
-    let events = h.take_events();
-    assert_eq!(closed(&events), one_closed("a:1", "moved"));
-    let new = connects(&h, mark);
-    assert_eq!(new.len(), 1);
-    assert_eq!(new[0].1, ep("x:9"));
+    h.feed_closing("M x:9\n", "a:1", "moved");
+    connect_at_once(&h, mark, "x:9");
 
     // Without the extra entry the same address is refused.
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     h.feed("L x:9\n");
     assert_eq!(hints(&h.take_events()), (vec![], vec!["x:9".to_string()]));
 }
@@ -347,22 +346,14 @@ fn config_allow_extends_the_allowlist() {
 
 #[test]
 fn e_no_leader_forgets_the_hint_and_backs_off_short() {
-    let (mut h, conn) = ready_with(config3(), 4);
+    let (mut h, _) = ready_with(config3(), 4);
     h.feed("L c:3\n");
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+    let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
     h.take_events();
-    let mark = h.actions.len();
 
     h.at_ms(100);
-    h.feed("E no_leader\n");
-    let events = h.take_events();
-    assert_eq!(closed(&events), one_closed("a:1", "no_leader"));
-    assert_eq!(close_actions(&h, mark), vec![conn]);
-    assert_eq!(
-        outcomes(&events),
-        vec![(op, indeterminate(t(100), 1_000, 5_000))]
-    );
+    let events = h.feed_closing("E no_leader\n", "a:1", "no_leader");
+    assert_eq!(outcomes(&events), acquire.in_doubt_at(100));
     assert_eq!(h.client.leader_hint(), None);
     let until = the_backoff(&events, BackoffCause::NoLeader);
     assert_jittered(h.now, until, step(50, 2_000, 0), "no_leader n=0");
@@ -372,14 +363,8 @@ fn e_no_leader_forgets_the_hint_and_backs_off_short() {
     // Refused again and again: 50 ms doubling up to 2 s.
     let turn = ["b:2", "c:3", "a:1"];
     for n in 1..=7u32 {
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
-        h.feed("E no_leader\n");
-        let events = h.take_events();
-        assert_eq!(
-            closed(&events),
-            one_closed(turn[(n as usize - 1) % 3], "no_leader")
-        );
+        h.hello();
+        let events = h.feed_closing("E no_leader\n", turn[(n as usize - 1) % 3], "no_leader");
         let until = the_backoff(&events, BackoffCause::NoLeader);
         assert_jittered(h.now, until, step(50, 2_000, n), "no_leader");
         reconnect_at(&mut h, until, turn[n as usize % 3]);
@@ -391,14 +376,8 @@ fn e_not_active_moves_to_the_next_endpoint_with_its_backoff() {
     let mut h = Harness::new(config3());
     let turn = ["a:1", "b:2", "c:3"];
     for n in 0..=6u32 {
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
-        h.feed("E not_active\n");
-        let events = h.take_events();
-        assert_eq!(
-            closed(&events),
-            one_closed(turn[n as usize % 3], "not_active")
-        );
+        h.hello();
+        let events = h.feed_closing("E not_active\n", turn[n as usize % 3], "not_active");
         let until = the_backoff(&events, BackoffCause::NotActive);
         // 200 ms doubling up to 5 s (reached at n=5).
         assert_jittered(h.now, until, step(200, 5_000, n), "not_active");
@@ -413,14 +392,10 @@ fn e_auth_failed_tells_the_embedder_and_backs_off_long() {
     let mut h = Harness::new(c);
     let turn = ["a:1", "b:2"];
     for n in 0..=7u32 {
-        let conn = h.connect();
+        h.connect();
         assert_eq!(h.take_sent(), "H 2 c1 wrong\n");
-        let mark = h.actions.len();
-        h.feed("E auth_failed\n");
-        let events = h.take_events();
         let addr = turn[n as usize % 2];
-        assert_eq!(closed(&events), one_closed(addr, "auth_failed"));
-        assert_eq!(close_actions(&h, mark), vec![conn]);
+        let events = h.feed_closing("E auth_failed\n", addr, "auth_failed");
         assert!(events.contains(&Event::AuthFailed { addr: ep(addr) }));
         let until = the_backoff(&events, BackoffCause::AuthFailed);
         // 1 s doubling up to 60 s (reached at n=6).
@@ -431,19 +406,11 @@ fn e_auth_failed_tells_the_embedder_and_backs_off_long() {
 
 #[test]
 fn an_unknown_e_reason_closes_with_error_reason_and_the_transport_backoff() {
-    let (mut h, conn) = ready_with(config(), 4);
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
-    let mark = h.actions.len();
+    let (mut h, _) = ready(4);
+    let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
     h.at_ms(10);
-    h.feed("E window\n");
-    let events = h.take_events();
-    assert_eq!(closed(&events), one_closed("a:1", "error:window"));
-    assert_eq!(close_actions(&h, mark), vec![conn]);
-    assert_eq!(
-        outcomes(&events),
-        vec![(op, indeterminate(t(10), 1_000, 5_000))]
-    );
+    let events = h.feed_closing("E window\n", "a:1", "error:window");
+    assert_eq!(outcomes(&events), acquire.in_doubt_at(10));
     let until = the_backoff(&events, BackoffCause::Transport);
     assert_jittered(h.now, until, step(50, 5_000, 0), "transport");
     reconnect_at(&mut h, until, "b:2");
@@ -451,12 +418,7 @@ fn an_unknown_e_reason_closes_with_error_reason_and_the_transport_backoff() {
     // During the handshake too.
     h.connect();
     h.take_sent();
-    h.feed("E maintenance-window\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        one_closed("b:2", "error:maintenance-window")
-    );
+    let events = h.feed_closing("E maintenance-window\n", "b:2", "error:maintenance-window");
     let until = the_backoff(&events, BackoffCause::Transport);
     assert_jittered(h.now, until, step(50, 5_000, 1), "transport");
 }
@@ -511,20 +473,15 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
         let want = format!("protocol:framing:{code}");
         // On a ready connection with an acquire in flight. A valid answer
         // behind the bad line must be ignored: the connection is done.
-        let (mut h, conn) = ready_with(config(), 4);
-        let op = h.acquire("k", 1_000, 5_000);
-        assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
-        let mark = h.actions.len();
+        let (mut h, _) = ready(4);
+        let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
         h.at_ms(20);
         let mut input = bad.clone();
         input.extend_from_slice(b"G 1 A k 9 5000 0\n");
-        h.feed_bytes(&input);
-        let events = h.take_events();
-        assert_eq!(closed(&events), one_closed("a:1", &want), "{want}");
-        assert_eq!(close_actions(&h, mark), vec![conn], "{want}");
+        let events = h.feed_closing(&input, "a:1", &want);
         assert_eq!(
             outcomes(&events),
-            vec![(op, indeterminate(t(20), 1_000, 5_000))],
+            acquire.in_doubt_at(20),
             "{want}: the sent acquire is Indeterminate"
         );
         let until = the_backoff(&events, BackoffCause::Transport);
@@ -537,12 +494,9 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
         // queued for the next connection.
         let mut h = Harness::new(config());
         let op = h.acquire("k", 10_000, 5_000);
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
+        h.hello();
         h.at_ms(20);
-        h.feed_bytes(&bad);
-        let events = h.take_events();
-        assert_eq!(closed(&events), one_closed("a:1", &want), "{want}");
+        let events = h.feed_closing(&bad, "a:1", &want);
         assert!(outcomes(&events).is_empty(), "{want}: {events:?}");
         let until = the_backoff(&events, BackoffCause::Transport);
         reconnect_at(&mut h, until, "b:2");
@@ -560,9 +514,8 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
 
 #[test]
 fn an_over_long_line_closes_as_soon_as_byte_1025_arrives() {
-    let (mut h, conn) = ready_with(config(), 4);
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+    let (mut h, conn) = ready(4);
+    let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
     // 1024 bytes without a newline, in two chunks: not yet an error (a
     // newline now would still make it 1025 bytes, but it has not come).
     h.at_ms(5);
@@ -571,30 +524,16 @@ fn an_over_long_line_closes_as_soon_as_byte_1025_arrives() {
     assert!(h.take_events().is_empty());
     assert_eq!(h.client.connection(), Some(conn));
     // Byte 1025: closed at once, without waiting for a newline.
-    let mark = h.actions.len();
     h.at_ms(6);
-    h.feed_bytes(b"x");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        one_closed("a:1", "protocol:framing:line_too_long")
-    );
-    assert_eq!(close_actions(&h, mark), vec![conn]);
-    assert_eq!(
-        outcomes(&events),
-        vec![(op, indeterminate(t(6), 1_000, 5_000))]
-    );
+    let events = h.feed_closing(b"x", "a:1", "protocol:framing:line_too_long");
+    assert_eq!(outcomes(&events), acquire.in_doubt_at(6));
 
     // A long line that ends in time is judged as a frame, not as too long.
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let mut line = format!("T 1 A {}", "k".repeat(1_000)).into_bytes();
     line.push(b'\n');
     assert!(line.len() <= 1024);
-    h.feed_bytes(&line);
-    assert_eq!(
-        closed(&h.take_events()),
-        one_closed("a:1", "protocol:framing:atom_too_long")
-    );
+    h.feed_closing(&line, "a:1", "protocol:framing:atom_too_long");
 }
 
 // ----- backing off and where to connect -----------------------------------
@@ -644,15 +583,12 @@ fn redirects_reconnect_at_once_for_the_first_three_in_a_row_then_back_off() {
     let mut h = Harness::new(config());
     let mut to = "a:1";
     for n in 0..3 {
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
+        h.hello();
         let other = if to == "a:1" { "b:2" } else { "a:1" };
         let mark = h.actions.len();
-        h.feed(&format!("M {other}\n"));
-        let events = h.take_events();
-        assert_eq!(closed(&events), one_closed(to, "moved"), "redirect {n}");
+        let events = h.feed_closing(format!("M {other}\n"), to, "moved");
         assert!(backoffs(&events).is_empty(), "redirect {n} is at once");
-        assert_eq!(connects(&h, mark)[0].1, ep(other));
+        connect_at_once(&h, mark, other);
         to = other;
     }
     // The fourth and fifth in a row back off: 50 ms, then 100 ms.
@@ -661,9 +597,7 @@ fn redirects_reconnect_at_once_for_the_first_three_in_a_row_then_back_off() {
         h.take_sent();
         let other = if to == "a:1" { "b:2" } else { "a:1" };
         let mark = h.actions.len();
-        h.feed(&format!("M {other}\n"));
-        let events = h.take_events();
-        assert_eq!(closed(&events), one_closed(to, "moved"));
+        let events = h.feed_closing(format!("M {other}\n"), to, "moved");
         assert!(connects(&h, mark).is_empty());
         let until = the_backoff(&events, BackoffCause::Redirect);
         assert_jittered(h.now, until, step(50, 2_000, n), "redirect backoff");
@@ -675,11 +609,9 @@ fn redirects_reconnect_at_once_for_the_first_three_in_a_row_then_back_off() {
     h.take_sent();
     h.feed("W node-1 4\n");
     let mark = h.actions.len();
-    h.feed("M a:1\n");
-    let events = h.take_events();
-    assert_eq!(closed(&events), one_closed(to, "moved"));
+    let events = h.feed_closing("M a:1\n", to, "moved");
     assert!(backoffs(&events).is_empty());
-    assert_eq!(connects(&h, mark)[0].1, ep("a:1"));
+    connect_at_once(&h, mark, "a:1");
 }
 
 #[test]
@@ -706,12 +638,7 @@ fn a_w_resets_the_backoff() {
 #[test]
 fn a_connect_to_the_hint_that_fails_or_times_out_backs_off_and_forgets_the_hint() {
     for failure in ["connect_failed", "connect_timeout", "handshake_timeout"] {
-        let (mut h, _) = ready_with(config3(), 4);
-        h.feed("L c:3\n");
-        h.transport_closed(TransportEnd::Eof);
-        let until = the_backoff(&h.take_events(), BackoffCause::Transport);
-        reconnect_at(&mut h, until, "c:3");
-        let (conn, _) = h.last_connect().unwrap();
+        let (mut h, conn) = connecting_to_the_hint();
         let mark = h.actions.len();
         match failure {
             "connect_failed" => h.fail_connect(),
@@ -719,8 +646,7 @@ fn a_connect_to_the_hint_that_fails_or_times_out_backs_off_and_forgets_the_hint(
                 h.at(h.now.saturating_add(ms(5_000)));
             }
             _ => {
-                h.connect();
-                assert_eq!(h.take_sent(), "H 2 c1 -\n");
+                h.hello();
                 h.at(h.now.saturating_add(ms(5_000)));
             }
         }
@@ -754,14 +680,12 @@ fn any_end_of_a_connection_to_the_hint_before_w_forgets_the_hint() {
     ];
     for (reason, bytes) in endings {
         let mut h = Harness::new(config3());
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
+        h.hello();
         h.feed("M c:3\n");
         assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
         let (_, to) = h.last_connect().unwrap();
         assert_eq!(to, ep("c:3"), "redirected at once");
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 -\n");
+        h.hello();
         h.take_events();
         match reason {
             "eof" => h.transport_closed(TransportEnd::Eof),
@@ -795,9 +719,7 @@ fn an_m_from_the_hint_to_another_allowlisted_address_follows_it() {
     let mark = h.actions.len();
     h.feed("M d:4\n");
     assert_eq!(h.client.leader_hint(), Some(&ep("d:4")));
-    let new = connects(&h, mark);
-    assert_eq!(new.len(), 1);
-    assert_eq!(new[0].1, ep("d:4"));
+    connect_at_once(&h, mark, "d:4");
     // A hint that worked, then ended after `W`, is kept.
     h.ready(4);
     h.transport_closed(TransportEnd::Eof);
@@ -812,13 +734,7 @@ fn a_connect_that_does_not_complete_in_time_is_given_up() {
     let (conn, addr) = h.last_connect().unwrap();
     assert_eq!(addr, ep("a:1"));
     assert_eq!(h.take_events(), vec![Event::Connecting { addr: ep("a:1") }]);
-    h.at_ms(4_999);
-    assert!(h.take_events().is_empty());
-    let mark = h.actions.len();
-    h.at_ms(5_000);
-    let events = h.take_events();
-    assert_eq!(closed(&events), one_closed("a:1", "connect_timeout"));
-    assert_eq!(close_actions(&h, mark), vec![conn]);
+    let events = h.closes_at(5_000, "a:1", "connect_timeout");
     let until = the_backoff(&events, BackoffCause::Transport);
     assert_jittered(h.now, until, step(50, 5_000, 0), "connect timeout");
     // A late report about the abandoned attempt is ignored.
@@ -834,16 +750,9 @@ fn a_handshake_without_an_answer_in_time_is_given_up() {
     let mut h = Harness::new(config());
     let op = h.acquire("k", 20_000, 5_000);
     h.at_ms(100);
-    let conn = h.connect();
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    h.hello();
     assert_eq!(h.take_events(), vec![Event::Connecting { addr: ep("a:1") }]);
-    h.at_ms(5_099);
-    assert!(h.take_events().is_empty());
-    let mark = h.actions.len();
-    h.at_ms(5_100);
-    let events = h.take_events();
-    assert_eq!(closed(&events), one_closed("a:1", "handshake_timeout"));
-    assert_eq!(close_actions(&h, mark), vec![conn]);
+    let events = h.closes_at(5_100, "a:1", "handshake_timeout");
     // Nothing was sent before W, so nothing is in doubt.
     assert!(outcomes(&events).is_empty());
     let until = the_backoff(&events, BackoffCause::Transport);
@@ -898,13 +807,12 @@ fn the_next_connection_goes_to_the_hint_if_any_else_the_next_endpoint_in_turn() 
 
 #[test]
 fn a_partial_line_does_not_carry_over_to_the_next_connection() {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     h.feed("T 1 A");
     h.transport_closed(TransportEnd::Eof);
     assert_eq!(closed(&h.take_events()), one_closed("a:1", "eof"));
     h.next_deadline();
-    h.connect();
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    h.hello();
     // Glued to the old fragment this would be "T 1 AW node-1 4".
     h.feed("W node-1 4\n");
     let events = h.take_events();
@@ -914,19 +822,12 @@ fn a_partial_line_does_not_carry_over_to_the_next_connection() {
 
 #[test]
 fn inputs_about_a_closed_connection_are_ignored() {
-    let (mut h, old) = ready_with(config(), 4);
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
-    h.feed("M b:2\n");
-    let events = h.take_events();
-    assert_eq!(closed(&events), one_closed("a:1", "moved"));
-    assert_eq!(
-        outcomes(&events),
-        vec![(op, indeterminate(t(0), 1_000, 5_000))]
-    );
-    let new = h.connect();
+    let (mut h, old) = ready(4);
+    let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
+    let events = h.feed_closing("M b:2\n", "a:1", "moved");
+    assert_eq!(outcomes(&events), acquire.in_doubt_at(0));
+    let new = h.hello();
     assert_ne!(new, old);
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
     // The old connection's late answer, end and failure change nothing.
     h.client.handle_bytes(h.now, old, b"G 1 A k 9 5000 0\n");
     h.client
@@ -945,7 +846,7 @@ fn inputs_about_a_closed_connection_are_ignored() {
 #[test]
 fn the_transport_ending_closes_and_applies_any_close() {
     for (end, reason) in [(TransportEnd::Eof, "eof"), (TransportEnd::Error, "io")] {
-        let (mut h, conn) = ready_with(config(), 2);
+        let (mut h, conn) = ready(2);
         let release = h.client.release_token(h.now, key("k"), 5).unwrap();
         let sent = h.acquire("k1", 1_000, 5_000);
         let queued = h.acquire("k2", 1_000, 5_000);
@@ -984,7 +885,7 @@ fn the_transport_ending_closes_and_applies_any_close() {
     }
 
     // A failure reported on an established connection is `io` as well.
-    let (mut h, conn) = ready_with(config(), 2);
+    let (mut h, conn) = ready(2);
     h.client.handle_connect_failed(h.now, conn);
     h.pump();
     assert_eq!(closed(&h.take_events()), one_closed("a:1", "io"));
@@ -992,19 +893,12 @@ fn the_transport_ending_closes_and_applies_any_close() {
 
 #[test]
 fn a_sent_release_without_an_answer_within_the_grace_closes_and_is_resent() {
-    let (mut h, conn) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     h.at_ms(10);
-    let release = h.client.release_token(h.now, key("k"), 5).unwrap();
-    h.pump();
+    let release = h.release_token("k", 5);
     assert_eq!(h.take_sent(), "R 1 k 5\n");
     // The answer grace is 5 s.
-    h.at_ms(5_009);
-    assert!(h.take_events().is_empty());
-    let mark = h.actions.len();
-    h.at_ms(5_010);
-    let events = h.take_events();
-    assert_eq!(closed(&events), one_closed("a:1", "answer_timeout"));
-    assert_eq!(close_actions(&h, mark), vec![conn]);
+    let events = h.closes_at(5_010, "a:1", "answer_timeout");
     assert!(outcomes(&events).is_empty(), "the release is not over");
     let until = the_backoff(&events, BackoffCause::Transport);
     assert_jittered(h.now, until, step(50, 5_000, 0), "answer timeout");
@@ -1018,11 +912,7 @@ fn a_sent_release_without_an_answer_within_the_grace_closes_and_is_resent() {
 
 #[test]
 fn a_tls_handshake_that_fails_closes_with_its_reason_and_backs_off_like_a_failed_connect() {
-    let (mut h, _) = ready_with(config3(), 4);
-    h.feed("L c:3\n");
-    h.transport_closed(TransportEnd::Eof);
-    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
-    let conn = reconnect_at(&mut h, until, "c:3");
+    let (mut h, conn) = connecting_to_the_hint();
     let mark = h.actions.len();
     let detail = ticketing::Name::new("unknown_ca").unwrap();
     h.client.handle_tls_failed(h.now, conn, detail);

@@ -73,8 +73,7 @@ fn at_most_window_minus_reserved_acquires_in_flight() {
     for (reserved, limit) in [(1u32, 3u64), (2, 2), (3, 1)] {
         let mut c = config();
         c.reserved = reserved;
-        let mut h = Harness::new(c);
-        h.ready(4);
+        let (mut h, _) = ready_with(c, 4);
         let ops: Vec<OpId> = (0..5)
             .map(|i| h.acquire(&format!("k{i}"), 1000, 5000))
             .collect();
@@ -101,8 +100,7 @@ fn at_most_window_minus_reserved_acquires_in_flight() {
 fn releases_may_use_any_free_slot() {
     // No acquire in flight: releases fill the whole window, acquire slots
     // included.
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let rs: Vec<OpId> = (0..5).map(|i| h.release_token("k", 10 + i)).collect();
     assert_eq!(h.take_sent(), "R 1 k 10\nR 2 k 11\nR 3 k 12\nR 4 k 13\n");
     assert_eq!(in_flight(&h.client), (4, 0));
@@ -126,8 +124,7 @@ fn releases_may_use_any_free_slot() {
     );
 
     // The acquire slots full: a release still takes the reserved one.
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     for i in 0..3 {
         h.acquire(&format!("q{i}"), 1000, 5000);
     }
@@ -175,8 +172,7 @@ fn unanswered_requests_never_exceed_the_window() {
     let mut c = config();
     c.answer_grace = ms(3_600_000);
     c.queue_grace = ms(3_600_000);
-    let mut h = Harness::new(c);
-    h.ready(WINDOW);
+    let (mut h, _) = ready_with(c, WINDOW);
     let mut server = ModelServer {
         open: BTreeMap::new(),
         next_token: 1,
@@ -265,8 +261,7 @@ fn unanswered_requests_never_exceed_the_window() {
 #[test]
 fn window_two_with_one_reserved_slot_the_release_of_k_unblocks_the_acquire_waiting_for_k() {
     // THE case: window 2, one slot reserved, so one acquire at a time.
-    let mut h = Harness::new(config());
-    h.ready(2);
+    let (mut h, _) = ready(2);
     let g1 = grant(&mut h, 1, "K", 1, 30_000);
     // The acquire slot fills with an acquire of K, which the server queues
     // behind the grant (no answer yet).
@@ -305,8 +300,7 @@ fn reserved_as_large_as_the_window_sends_no_acquire_and_gives_every_slot_to_rele
     // one", which would break the rule); releases still use every slot.
     let mut c = config();
     c.reserved = 5;
-    let mut h = Harness::new(c);
-    h.ready(3);
+    let (mut h, _) = ready_with(c, 3);
     let a = h.acquire("a", 1000, 5000);
     let b = h.acquire("b", 1000, 5000);
     assert_eq!(h.take_sent(), "", "no acquire slot");
@@ -327,23 +321,19 @@ fn reserved_as_large_as_the_window_sends_no_acquire_and_gives_every_slot_to_rele
     assert!(released.iter().all(|(_, o)| *o == Outcome::Released));
     // The acquires wait for a connection that can take them, at most
     // max(wait, queue_grace) = 2 s, and end as never sent.
-    h.at_ms(1_999);
-    assert!(h.take_outcomes().is_empty());
-    h.at_ms(2_000);
-    assert_eq!(
-        h.take_outcomes(),
-        vec![
+    h.ends_at(
+        2_000,
+        &[
             (a, Outcome::TimedOut { sent: false }),
-            (b, Outcome::TimedOut { sent: false })
-        ]
+            (b, Outcome::TimedOut { sent: false }),
+        ],
     );
     assert_eq!(h.take_sent(), "");
 }
 
 #[test]
 fn any_close_sent_acquires_indeterminate_sent_releases_resent_unsent_requests_go_next() {
-    let mut h = Harness::new(config());
-    h.ready(3); // two acquire slots
+    let (mut h, _) = ready(3); // two acquire slots
     let g = grant(&mut h, 1, "g", 7, 60_000);
     h.at_ms(100);
     let r = h.release(&g);
@@ -415,8 +405,7 @@ fn any_close_sent_acquires_indeterminate_sent_releases_resent_unsent_requests_go
 
 #[test]
 fn a_release_whose_deadline_passes_ends_lapsed() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     // Lease 3 s granted at t=0: expires_by = 0 + 3 s + 1 s margin.
     let g = grant(&mut h, 1, "k", 1, 3000);
     assert_eq!(g.expires_by(), t(4000));
@@ -450,8 +439,7 @@ fn accepted_boundary_lost_release_answers_end_lapsed_not_released() {
     // must end the release Lapsed, never Released.
     let mut c = config();
     c.release_attempts = 100; // the deadline, not the attempt count, ends it
-    let mut h = Harness::new(c);
-    h.ready(4);
+    let (mut h, _) = ready_with(c, 4);
     let g = grant(&mut h, 1, "k", 5, 10_000);
     let deadline = g.expires_by();
     assert_eq!(deadline, t(11_000));
@@ -511,8 +499,7 @@ fn accepted_boundary_lost_release_answers_end_lapsed_not_released() {
 fn release_attempts_are_bounded_by_config_release_attempts() {
     let mut c = config();
     c.release_attempts = 3;
-    let mut h = Harness::new(c);
-    h.ready(4);
+    let (mut h, _) = ready_with(c, 4);
     let g = grant(&mut h, 1, "k", 9, 600_000);
     let r = h.release(&g);
     let mut sent = vec![h.take_sent()];
@@ -532,8 +519,7 @@ fn release_attempts_are_bounded_by_config_release_attempts() {
 
 #[test]
 fn not_held_after_an_earlier_attempt_was_lost_is_reported_not_held() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let g = grant(&mut h, 1, "k", 3, 10_000);
     let r = h.release(&g);
     assert_eq!(h.take_sent(), "R 2 k 3\n");
@@ -584,8 +570,7 @@ fn release_token_keeps_trying_until_the_release_horizon() {
 
 #[test]
 fn an_undeliverable_grant_is_released_by_its_exact_token() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let op = h.acquire("k", 0, 5000);
     assert_eq!(h.take_sent(), "A 1 k o 0 5000\n");
     h.feed("G 1 A k 4 5000 0\n");
@@ -626,8 +611,7 @@ fn an_undeliverable_grant_is_released_by_its_exact_token() {
 
 #[test]
 fn releasing_the_same_grant_twice_is_grant_not_held() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let g = grant(&mut h, 1, "k", 2, 5000);
     let r = h.release(&g);
     assert_eq!(h.take_sent(), "R 2 k 2\n");
@@ -648,8 +632,7 @@ fn releasing_the_same_grant_twice_is_grant_not_held() {
 
 #[test]
 fn releasing_a_grant_past_its_expires_by_ends_lapsed_at_once() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let g1 = grant(&mut h, 1, "a", 1, 1000);
     let g2 = grant(&mut h, 2, "b", 2, 1000);
     assert_eq!(g2.expires_by(), t(2000));
@@ -710,8 +693,7 @@ fn own_capacity_full_is_busy_at_once_with_nothing_sent() {
 
 #[test]
 fn releases_resent_after_a_close_keep_their_order_ahead_of_queued_ones() {
-    let mut h = Harness::new(config());
-    h.ready(2);
+    let (mut h, _) = ready(2);
     let a = h.release_token("a", 1);
     let b = h.release_token("b", 2);
     let c = h.release_token("c", 3); // the window is full: queued
@@ -737,7 +719,7 @@ fn poll_timeout_is_now_while_a_release_or_a_renewal_waits_for_a_free_slot() {
     // A driver may sleep until `poll_timeout`: a release or a renewal that
     // can go out now must make it "now", whether or not an acquire waits
     // too, or it would sit in the lane until some later deadline.
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let renewed = grant(&mut h, 1, "r", 7, 5000);
     let released = grant(&mut h, 2, "k", 8, 5000);
     h.at_ms(100);
@@ -761,7 +743,7 @@ fn poll_timeout_is_now_while_a_release_or_a_renewal_waits_for_a_free_slot() {
 
 #[test]
 fn handing_back_a_grant_twice_is_refused_and_one_past_its_expires_by_needs_nothing() {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let g = grant(&mut h, 1, "k", 7, 1000);
     let other = grant(&mut h, 2, "j", 8, 1000);
     h.client.undeliverable(h.now, &g).expect("accepted");

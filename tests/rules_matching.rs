@@ -13,9 +13,7 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use ticketing::client::{
-    Action, BackoffCause, BusyPolicy, ConnId, Event, OpId, Outcome, ReleaseResult,
-};
+use ticketing::client::{Action, BackoffCause, BusyPolicy, Event, OpId, Outcome, ReleaseResult};
 use ticketing::Time;
 
 // ----- helpers ------------------------------------------------------------
@@ -42,21 +40,34 @@ fn orphans_settled(events: &[Event]) -> Vec<(String, u64, ReleaseResult)> {
         .collect()
 }
 
-/// Goes through the backoff after a close: jumps to the next deadline,
-/// which must bring a new `Connect` to `addr`, and returns its connection.
-fn reconnects_to(h: &mut Harness, addr: &str) -> ConnId {
+/// Goes through the backoff after a close to the next connection, which
+/// must be a new `Connect` to `b:2`, readies it with window 4, and returns
+/// what the client sends on it first.
+#[track_caller]
+fn sent_on_the_next_connection(h: &mut Harness) -> String {
     let before = h.last_connect().map(|(c, _)| c);
     h.next_deadline();
     let (conn, to) = h.last_connect().expect("a connect");
     assert_ne!(Some(conn), before, "a new connection attempt");
-    assert_eq!(to, ep(addr));
-    conn
+    assert_eq!(to, ep("b:2"));
+    h.ready(4);
+    h.take_sent()
 }
 
-/// A harness whose first connection (to `a:1`) is ready with `window`, at
-/// t=0, with its start-up events dropped.
-fn ready(window: u64) -> (Harness, ConnId) {
-    ready_with(config(), window)
+/// Feeds `frame`, a `B` to the acquire `op`, and checks that `op` ends
+/// Busy at once: no retry is scheduled (no backoff), and the connection
+/// stays (no close).
+#[track_caller]
+fn busy_at_once(h: &mut Harness, frame: &str, op: OpId) {
+    h.feed(frame);
+    let events = h.take_events();
+    assert_eq!(
+        outcomes(&events),
+        vec![(op, Outcome::Busy)],
+        "{frame:?}: {events:?}"
+    );
+    assert!(backoffs(&events).is_empty(), "{frame:?}: {events:?}");
+    assert!(closed(&events).is_empty(), "{frame:?}: {events:?}");
 }
 
 // ----- matching by id, op and key -----------------------------------------
@@ -233,32 +244,19 @@ fn g_t_d_n_matched_end_the_operation_as_values() {
 
 #[test]
 fn an_answer_with_the_right_id_but_another_key_closes_and_its_grant_is_released() {
-    let (mut h, conn) = ready(4);
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
-    let mark = h.actions.len();
+    let (mut h, _) = ready(4);
+    let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
 
     h.at_ms(100);
-    h.feed("G 1 A other 9 5000 0\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        vec![("a:1".to_string(), "protocol:mismatch".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark), vec![conn]);
+    let events = h.feed_closing("G 1 A other 9 5000 0\n", "a:1", "protocol:mismatch");
     // The acquire was sent and got no answer it can trust.
-    assert_eq!(
-        outcomes(&events),
-        vec![(op, indeterminate(t(100), 1_000, 5_000))]
-    );
+    assert_eq!(outcomes(&events), acquire.in_doubt_at(100));
     // The stray grant is nobody's: released by its exact (key, token).
     assert_eq!(orphan_releases(&events), vec![("other".to_string(), 9)]);
     assert_eq!(backoffs(&events)[0].0, BackoffCause::Transport);
 
-    reconnects_to(&mut h, "b:2");
-    h.ready(4);
     // The release goes out; the acquire is never sent again.
-    assert_eq!(h.take_sent(), "R 2 other 9\n");
+    assert_eq!(sent_on_the_next_connection(&mut h), "R 2 other 9\n");
     h.take_events();
     h.feed("D 2 R other\n");
     let events = h.take_events();
@@ -273,55 +271,34 @@ fn an_answer_with_the_right_id_but_another_key_closes_and_its_grant_is_released(
 
 #[test]
 fn an_answer_with_the_right_id_but_another_op_closes_and_the_acquire_is_indeterminate() {
-    let (mut h, conn) = ready(4);
-    let op = h.acquire("k", 2_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 2000 5000\n");
-    let mark = h.actions.len();
+    let (mut h, _) = ready(4);
+    let acquire = h.acquire_in_flight(1, "k", 2_000, 5_000);
 
     // `D` answers R: id 1 is an acquire.
     h.at_ms(300);
-    h.feed("D 1 R k\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        vec![("a:1".to_string(), "protocol:mismatch".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark), vec![conn]);
-    assert_eq!(
-        outcomes(&events),
-        vec![(op, indeterminate(t(300), 2_000, 5_000))]
-    );
+    let events = h.feed_closing("D 1 R k\n", "a:1", "protocol:mismatch");
+    assert_eq!(outcomes(&events), acquire.in_doubt_at(300));
     // Not a G: nothing to release.
     assert!(orphan_releases(&events).is_empty());
 
-    reconnects_to(&mut h, "b:2");
-    h.ready(4);
-    assert_eq!(h.take_sent(), "");
+    assert_eq!(sent_on_the_next_connection(&mut h), "");
     assert_eq!(open_operations(&h.client), (0, 0));
 }
 
 #[test]
 fn an_acquire_answer_to_a_release_id_closes_and_the_release_goes_back_to_the_lane() {
     let (mut h, _) = ready(4);
-    let release = h.client.release_token(h.now, key("k"), 5).unwrap();
-    h.pump();
+    let release = h.release_token("k", 5);
     assert_eq!(h.take_sent(), "R 1 k 5\n");
 
     // A `G` for id 1 names op A: id 1 is a release. The connection closes,
     // the release is resent, and the stray grant is released as well.
     h.at_ms(20);
-    h.feed("G 1 A k 9 5000 0\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        vec![("a:1".to_string(), "protocol:mismatch".to_string())]
-    );
+    let events = h.feed_closing("G 1 A k 9 5000 0\n", "a:1", "protocol:mismatch");
     assert!(outcomes(&events).is_empty(), "a release is always settled");
     assert_eq!(orphan_releases(&events), vec![("k".to_string(), 9)]);
 
-    reconnects_to(&mut h, "b:2");
-    h.ready(4);
-    assert_eq!(h.take_sent(), "R 2 k 5\nR 3 k 9\n");
+    assert_eq!(sent_on_the_next_connection(&mut h), "R 2 k 5\nR 3 k 9\n");
     h.take_events();
     h.feed("N 3 R k\nD 2 R k\n");
     let events = h.take_events();
@@ -336,29 +313,16 @@ fn an_acquire_answer_to_a_release_id_closes_and_the_release_goes_back_to_the_lan
 
 #[test]
 fn a_g_with_an_unknown_id_closes_and_is_released_by_exact_token() {
-    let (mut h, conn) = ready(4);
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
-    let mark = h.actions.len();
+    let (mut h, _) = ready(4);
+    let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
 
     h.at_ms(50);
-    h.feed("G 7 A k 3 5000 0\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        vec![("a:1".to_string(), "protocol:unknown_id".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark), vec![conn]);
+    let events = h.feed_closing("G 7 A k 3 5000 0\n", "a:1", "protocol:unknown_id");
     assert_eq!(orphan_releases(&events), vec![("k".to_string(), 3)]);
     // Any close: the acquire in flight is Indeterminate.
-    assert_eq!(
-        outcomes(&events),
-        vec![(op, indeterminate(t(50), 1_000, 5_000))]
-    );
+    assert_eq!(outcomes(&events), acquire.in_doubt_at(50));
 
-    reconnects_to(&mut h, "b:2");
-    h.ready(4);
-    assert_eq!(h.take_sent(), "R 2 k 3\n");
+    assert_eq!(sent_on_the_next_connection(&mut h), "R 2 k 3\n");
     h.take_events();
     h.feed("D 2 R k\n");
     assert_eq!(
@@ -370,59 +334,40 @@ fn a_g_with_an_unknown_id_closes_and_is_released_by_exact_token() {
 
 #[test]
 fn a_t_with_an_unknown_id_closes_and_releases_nothing() {
-    let (mut h, conn) = ready(4);
-    let mark = h.actions.len();
+    let (mut h, _) = ready(4);
     h.at_ms(5);
-    h.feed("T 5 A k\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        vec![("a:1".to_string(), "protocol:unknown_id".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark), vec![conn]);
+    let events = h.feed_closing("T 5 A k\n", "a:1", "protocol:unknown_id");
     assert!(orphan_releases(&events).is_empty());
     assert!(outcomes(&events).is_empty());
 
-    reconnects_to(&mut h, "b:2");
-    h.ready(4);
-    assert_eq!(h.take_sent(), "");
+    assert_eq!(sent_on_the_next_connection(&mut h), "");
     assert_eq!(open_operations(&h.client), (0, 0));
 }
 
 #[test]
 fn a_second_answer_to_one_id_closes_and_a_held_grant_is_not_released_behind_its_back() {
-    let (mut h, conn) = ready(4);
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+    let (mut h, _) = ready(4);
+    let op = h.acquire_in_flight(1, "k", 1_000, 5_000).op;
     h.at_ms(10);
-    h.feed("G 1 A k 9 5000 0\n");
-    let out = h.take_outcomes();
-    assert_eq!(out[0].0, op);
-    let g = granted(&out[0].1).clone();
+    let g = h.granted_by(op, "G 1 A k 9 5000 0\n");
 
     // The same G again: the id is no longer pending.
-    let mark = h.actions.len();
     h.at_ms(20);
-    h.feed("G 1 A k 9 5000 0\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        vec![("a:1".to_string(), "protocol:unknown_id".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark), vec![conn]);
+    let events = h.feed_closing("G 1 A k 9 5000 0\n", "a:1", "protocol:unknown_id");
     assert!(
         orphan_releases(&events).is_empty(),
         "the embedder holds k/9: never released behind its back"
     );
     assert!(outcomes(&events).is_empty(), "one outcome per operation");
 
-    reconnects_to(&mut h, "b:2");
-    h.ready(4);
-    assert_eq!(h.take_sent(), "", "no release of the held grant");
+    assert_eq!(
+        sent_on_the_next_connection(&mut h),
+        "",
+        "no release of the held grant"
+    );
 
     // The grant is still the embedder's to release.
-    let r = h.client.release(h.now, &g).unwrap();
-    h.pump();
+    let r = h.release(&g);
     assert_eq!(h.take_sent(), "R 2 k 9\n");
     h.feed("D 2 R k\n");
     assert_eq!(h.take_outcomes(), vec![(r, Outcome::Released)]);
@@ -431,57 +376,33 @@ fn a_second_answer_to_one_id_closes_and_a_held_grant_is_not_released_behind_its_
 #[test]
 fn a_second_answer_granting_another_token_is_released_but_the_held_one_is_not() {
     let (mut h, _) = ready(4);
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
+    let op = h.acquire_in_flight(1, "k", 1_000, 5_000).op;
     h.at_ms(10);
-    h.feed("G 1 A k 9 5000 0\n");
-    let out = h.take_outcomes();
-    assert_eq!(out[0].0, op);
-    assert_eq!(granted(&out[0].1).token(), 9);
+    assert_eq!(h.granted_by(op, "G 1 A k 9 5000 0\n").token(), 9);
 
     // A second G for id 1 with token 10: that grant was never given to the
     // embedder, so it is released by its exact token.
     h.at_ms(20);
-    h.feed("G 1 A k 10 5000 0\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        vec![("a:1".to_string(), "protocol:unknown_id".to_string())]
-    );
+    let events = h.feed_closing("G 1 A k 10 5000 0\n", "a:1", "protocol:unknown_id");
     assert_eq!(orphan_releases(&events), vec![("k".to_string(), 10)]);
     assert!(outcomes(&events).is_empty());
 
-    reconnects_to(&mut h, "b:2");
-    h.ready(4);
-    assert_eq!(h.take_sent(), "R 2 k 10\n");
+    assert_eq!(sent_on_the_next_connection(&mut h), "R 2 k 10\n");
 }
 
 #[test]
 fn a_grant_with_a_longer_lease_than_asked_is_a_protocol_violation() {
-    let (mut h, conn) = ready(4);
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
-    let mark = h.actions.len();
+    let (mut h, _) = ready(4);
+    let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
 
     h.at_ms(10);
-    h.feed("G 1 A k 9 5001 0\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        vec![("a:1".to_string(), "protocol:lease_above_asked".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark), vec![conn]);
+    let events = h.feed_closing("G 1 A k 9 5001 0\n", "a:1", "protocol:lease_above_asked");
     // The answer cannot be trusted: the acquire is Indeterminate, and the
     // grant, which nobody was given, is released by its exact token.
-    assert_eq!(
-        outcomes(&events),
-        vec![(op, indeterminate(t(10), 1_000, 5_000))]
-    );
+    assert_eq!(outcomes(&events), acquire.in_doubt_at(10));
     assert_eq!(orphan_releases(&events), vec![("k".to_string(), 9)]);
 
-    reconnects_to(&mut h, "b:2");
-    h.ready(4);
-    assert_eq!(h.take_sent(), "R 2 k 9\n");
+    assert_eq!(sent_on_the_next_connection(&mut h), "R 2 k 9\n");
 }
 
 // ----- B: busy -------------------------------------------------------------
@@ -572,11 +493,7 @@ fn b_that_leaves_the_budget_no_room_for_another_attempt_is_busy_at_once() {
     assert_eq!(h.take_sent(), format!("A 3 k1 o {left} 5000\n"));
     // At t=95 the shortest retry (5 ms) would start at the budget's end.
     h.at_ms(95);
-    h.feed("B 2 A k2\n");
-    let events = h.take_events();
-    assert_eq!(outcomes(&events), vec![(tight, Outcome::Busy)]);
-    assert!(backoffs(&events).is_empty());
-    assert!(closed(&events).is_empty());
+    busy_at_once(&mut h, "B 2 A k2\n", tight);
     assert_eq!(h.take_sent(), "");
     h.feed("G 3 A k1 4 5000 0\n");
     let out = h.take_outcomes();
@@ -591,14 +508,9 @@ fn b_that_leaves_the_budget_no_room_for_another_attempt_is_busy_at_once() {
 #[test]
 fn b_with_a_zero_wait_budget_is_busy_at_once_without_retry() {
     let (mut h, conn) = ready(4);
-    let op = h.acquire("k", 0, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 0 5000\n");
+    let op = h.acquire_in_flight(1, "k", 0, 5_000).op;
     h.at_ms(1);
-    h.feed("B 1 A k\n");
-    let events = h.take_events();
-    assert_eq!(outcomes(&events), vec![(op, Outcome::Busy)]);
-    assert!(backoffs(&events).is_empty());
-    assert!(closed(&events).is_empty());
+    busy_at_once(&mut h, "B 1 A k\n", op);
     h.at_ms(5_000);
     assert_eq!(h.take_sent(), "");
     assert_eq!(h.client.connection(), Some(conn));
@@ -608,17 +520,10 @@ fn b_with_a_zero_wait_budget_is_busy_at_once_without_retry() {
 fn b_under_the_fail_fast_policy_is_busy_at_the_first_b() {
     let mut c = config();
     c.busy = BusyPolicy::FailFast;
-    let mut h = Harness::new(c);
-    let conn = h.ready(4);
-    h.take_events();
-    let op = h.acquire("k", 10_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 10000 5000\n");
+    let (mut h, conn) = ready_with(c, 4);
+    let op = h.acquire_in_flight(1, "k", 10_000, 5_000).op;
     h.at_ms(3);
-    h.feed("B 1 A k\n");
-    let events = h.take_events();
-    assert_eq!(outcomes(&events), vec![(op, Outcome::Busy)]);
-    assert!(backoffs(&events).is_empty());
-    assert!(closed(&events).is_empty());
+    busy_at_once(&mut h, "B 1 A k\n", op);
     h.at_ms(10_000);
     assert_eq!(h.take_sent(), "");
     assert_eq!(h.client.connection(), Some(conn));
@@ -631,33 +536,24 @@ fn an_answer_before_w_is_a_protocol_violation() {
     let mut h = Harness::new(config());
     // Submitted before the connection: it waits for W, so it is not sent.
     let op = h.acquire("k", 10_000, 5_000);
-    let conn = h.connect();
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    h.hello();
     h.take_events();
-    let mark = h.actions.len();
 
     h.at_ms(10);
-    h.feed("G 1 A k 3 5000 0\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        vec![(
-            "a:1".to_string(),
-            "protocol:answer_before_welcome".to_string()
-        )]
+    let events = h.feed_closing(
+        "G 1 A k 3 5000 0\n",
+        "a:1",
+        "protocol:answer_before_welcome",
     );
-    assert_eq!(close_actions(&h, mark), vec![conn]);
     // The acquire was never sent: it stays queued, no outcome yet.
     assert!(outcomes(&events).is_empty());
     // The G names nothing the client asked for on this connection: it is a
     // grant nobody claims, so it is released by its exact token.
     assert_eq!(orphan_releases(&events), vec![("k".to_string(), 3)]);
 
-    reconnects_to(&mut h, "b:2");
-    let at = h.now;
-    h.ready(4);
-    let left = t(10_000).saturating_duration_since(at).as_millis();
-    assert_eq!(h.take_sent(), format!("R 1 k 3\nA 2 k o {left} 5000\n"));
+    let sent = sent_on_the_next_connection(&mut h);
+    let left = t(10_000).saturating_duration_since(h.now).as_millis();
+    assert_eq!(sent, format!("R 1 k 3\nA 2 k o {left} 5000\n"));
     h.feed("G 2 A k 4 5000 0\n");
     let out = h.take_outcomes();
     assert_eq!(out[0].0, op);
@@ -666,29 +562,18 @@ fn an_answer_before_w_is_a_protocol_violation() {
 
 #[test]
 fn a_second_w_is_a_protocol_violation() {
-    let (mut h, conn) = ready(4);
-    let op = h.acquire("k", 1_000, 5_000);
-    assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
-    let mark = h.actions.len();
+    let (mut h, _) = ready(4);
+    let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
     h.at_ms(15);
-    h.feed("W node-2 8\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        vec![("a:1".to_string(), "protocol:second_welcome".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark), vec![conn]);
-    assert_eq!(
-        outcomes(&events),
-        vec![(op, indeterminate(t(15), 1_000, 5_000))]
-    );
+    let events = h.feed_closing("W node-2 8\n", "a:1", "protocol:second_welcome");
+    assert_eq!(outcomes(&events), acquire.in_doubt_at(15));
     assert!(!events.iter().any(|e| matches!(e, Event::Connected { .. })));
     assert_eq!(backoffs(&events)[0].0, BackoffCause::Transport);
 }
 
 #[test]
 fn operation_ids_grants_and_outcomes_tell_each_other_apart() {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let a = h.acquire("k", 0, 5_000);
     let b = h.acquire("j", 0, 5_000);
     let r = h.release_token("z", 1);

@@ -25,6 +25,43 @@ fn events_of(h: &mut Harness) -> Vec<Event> {
         .collect()
 }
 
+/// The outcomes among `events`, which must be all there is among them.
+#[track_caller]
+fn nothing_but_outcomes(events: Vec<Event>) -> Vec<(OpId, Outcome)> {
+    let out = outcomes(&events);
+    assert_eq!(out.len(), events.len(), "nothing but outcomes: {events:?}");
+    out
+}
+
+/// Checks the events with which a shutdown completes: `ended` are the
+/// outcomes among them, the connection closes for `shutdown`, and
+/// `ShutdownComplete` comes last.
+#[track_caller]
+fn assert_shutdown_completes(events: &[Event], ended: &[(OpId, Outcome)]) {
+    assert_eq!(outcomes(events), ended, "{events:?}");
+    assert_eq!(
+        close_reasons(events),
+        vec![CloseReason::Shutdown],
+        "{events:?}"
+    );
+    assert_eq!(events.last(), Some(&Event::ShutdownComplete), "{events:?}");
+}
+
+/// Feeds `answer`, a `G` to a waiter that was abandoned, and checks that
+/// all it brings is the release of that grant by its exact `(key, token)`.
+#[track_caller]
+fn orphaned_by(h: &mut Harness, answer: &str, key_: &str, token: u64) {
+    h.feed(answer);
+    assert_eq!(
+        events_of(h),
+        vec![Event::OrphanRelease {
+            key: key(key_),
+            token
+        }],
+        "{answer:?}"
+    );
+}
+
 fn keep_waiter() -> Config {
     let mut c = config();
     c.cancel = CancelPolicy::KeepWaiter;
@@ -38,8 +75,7 @@ fn an_abandoned_waiters_g_repeating_a_held_grant_never_releases_it() {
     // A misbehaving server answers an abandoned waiter with the (key,
     // token) of a grant the embedder holds: that grant is never released
     // behind the embedder's back, as for a stray `G`.
-    let mut h = Harness::new(keep_waiter());
-    h.ready(4);
+    let (mut h, _) = ready_with(keep_waiter(), 4);
     let first = h.acquire("k", 0, 60_000);
     h.feed("G 1 A k 7 60000 0\n");
     let held = grant_of(&h.take_outcomes()[0].1);
@@ -66,14 +102,7 @@ fn an_abandoned_waiters_g_repeating_a_held_grant_never_releases_it() {
     assert_eq!(h.take_sent(), "A 4 k o 5000 60000\n");
     h.cancel(third);
     h.take_events();
-    h.feed("G 4 A k 8 60000 0\n");
-    assert_eq!(
-        events_of(&mut h),
-        vec![Event::OrphanRelease {
-            key: key("k"),
-            token: 8
-        }]
-    );
+    orphaned_by(&mut h, "G 4 A k 8 60000 0\n", "k", 8);
     assert_eq!(h.take_sent(), "R 5 k 8\n");
 }
 
@@ -82,13 +111,11 @@ fn a_grant_issued_by_another_client_is_refused_and_changes_nothing() {
     // Client one's grant of `alpha`, token 7, handed to client two, whose
     // own grant of `beta` also has token 7 and the same place in its
     // table: client two refuses it, sends nothing, and keeps its own.
-    let mut one = Harness::new(config());
-    one.ready(4);
+    let (mut one, _) = ready(4);
     one.acquire("alpha", 0, 60_000);
     one.feed("G 1 A alpha 7 60000 0\n");
     let foreign = grant_of(&one.take_outcomes()[0].1);
-    let mut two = Harness::new(config());
-    two.ready(4);
+    let (mut two, _) = ready(4);
     two.acquire("beta", 0, 60_000);
     two.feed("G 1 A beta 7 60000 0\n");
     let own = grant_of(&two.take_outcomes()[0].1);
@@ -141,8 +168,7 @@ fn cancel_before_sending_is_cancelled_and_nothing_is_ever_sent() {
 
 #[test]
 fn cancel_after_sending_with_the_close_policy_closes_and_every_sent_acquire_is_indeterminate() {
-    let mut h = Harness::new(config());
-    let conn1 = h.ready(4);
+    let (mut h, conn1) = ready(4);
     let a = h.acquire("k1", 2000, 5000);
     let b = h.acquire("k2", 2000, 5000);
     let c = h.acquire("k3", 2000, 5000);
@@ -189,8 +215,7 @@ fn cancel_after_sending_with_the_close_policy_closes_and_every_sent_acquire_is_i
 #[test]
 fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer_is_still_claimed()
 {
-    let mut h = Harness::new(keep_waiter());
-    let conn = h.ready(4);
+    let (mut h, conn) = ready_with(keep_waiter(), 4);
     let a = h.acquire("k1", 2000, 5000);
     let b = h.acquire("k2", 2000, 5000);
     let c = h.acquire("k3", 2000, 5000);
@@ -203,16 +228,10 @@ fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer
     h.cancel(b);
     let settles_by = t(100 + 2000 + 5000 + 1000);
     assert_eq!(
-        events_of(&mut h),
+        nothing_but_outcomes(events_of(&mut h)),
         vec![
-            Event::Outcome {
-                op: a,
-                outcome: Outcome::Indeterminate { settles_by }
-            },
-            Event::Outcome {
-                op: b,
-                outcome: Outcome::Indeterminate { settles_by }
-            },
+            (a, Outcome::Indeterminate { settles_by }),
+            (b, Outcome::Indeterminate { settles_by }),
         ]
     );
     // The connection is untouched; the abandoned waiters still hold their
@@ -227,14 +246,7 @@ fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer
     // A G for the abandoned waiter: released by its exact token, before the
     // queued acquire.
     h.at_ms(200);
-    h.feed("G 1 A k1 5 5000 0\n");
-    assert_eq!(
-        events_of(&mut h),
-        vec![Event::OrphanRelease {
-            key: key("k1"),
-            token: 5
-        }]
-    );
+    orphaned_by(&mut h, "G 1 A k1 5 5000 0\n", "k1", 5);
     // d was submitted at 100 with 2000 ms to wait; sent at 200.
     assert_eq!(h.take_sent(), "R 4 k1 5\nA 5 k4 o 1900 5000\n");
     // A T for the other one is simply dropped.
@@ -289,8 +301,7 @@ fn cancel_of_a_release_changes_nothing_and_it_still_settles() {
 
 #[test]
 fn cancel_of_an_ended_operation_is_unknown_operation() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let timed_out = h.acquire("a", 0, 5000);
     let granted = h.acquire("b", 0, 5000);
     let indeterminate = h.acquire("c", 0, 5000);
@@ -327,16 +338,11 @@ fn answer_grace_deadline_closes_with_answer_timeout_whatever_the_cancel_policy()
     for policy in [CancelPolicy::Close, CancelPolicy::KeepWaiter] {
         let mut c = config();
         c.cancel = policy;
-        let mut h = Harness::new(c);
-        h.ready(4);
+        let (mut h, _) = ready_with(c, 4);
         let a = h.acquire("k", 1000, 5000);
         assert_eq!(h.take_sent(), "A 1 k o 1000 5000\n");
         // sent_at 0 + wait 1000 + answer_grace 5000.
-        h.at_ms(5999);
-        assert_eq!(events_of(&mut h), vec![]);
-        assert_eq!(h.closes(), vec![]);
-        h.at_ms(6000);
-        let events = events_of(&mut h);
+        let events = h.closes_at(6000, "a:1", "answer_timeout");
         assert_eq!(close_reasons(&events), vec![CloseReason::AnswerTimeout]);
         assert_eq!(CloseReason::AnswerTimeout.to_string(), "answer_timeout");
         assert_eq!(
@@ -356,8 +362,7 @@ fn answer_grace_deadline_closes_with_answer_timeout_whatever_the_cancel_policy()
 
     // An abandoned waiter whose answer never comes closes the connection
     // just the same (its outcome was given at the cancel).
-    let mut h = Harness::new(keep_waiter());
-    h.ready(4);
+    let (mut h, _) = ready_with(keep_waiter(), 4);
     let a = h.acquire("k", 1000, 5000);
     h.at_ms(100);
     h.cancel(a);
@@ -370,24 +375,17 @@ fn answer_grace_deadline_closes_with_answer_timeout_whatever_the_cancel_policy()
             }
         )]
     );
-    h.at_ms(5999);
-    assert_eq!(h.closes(), vec![]);
-    h.at_ms(6000);
-    let events = events_of(&mut h);
+    let events = h.closes_at(6000, "a:1", "answer_timeout");
     assert_eq!(close_reasons(&events), vec![CloseReason::AnswerTimeout]);
     assert_eq!(outcomes(&events), vec![]);
 }
 
 #[test]
 fn a_sent_release_without_an_answer_within_the_grace_closes_and_goes_back_to_the_lane() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let r = h.release_token("k", 1);
     assert_eq!(h.take_sent(), "R 1 k 1\n");
-    h.at_ms(4999);
-    assert_eq!(h.closes(), vec![]);
-    h.at_ms(5000);
-    let events = events_of(&mut h);
+    let events = h.closes_at(5000, "a:1", "answer_timeout");
     assert_eq!(close_reasons(&events), vec![CloseReason::AnswerTimeout]);
     assert_eq!(outcomes(&events), vec![]);
     h.reconnect(4);
@@ -405,20 +403,8 @@ fn an_unsent_acquire_whose_budget_runs_out_times_out_never_sent() {
     let short = h.acquire("a", 500, 5000);
     // Wait 3 s: longer than the queue grace.
     let long = h.acquire("b", 3000, 5000);
-    h.at_ms(2099);
-    assert_eq!(h.take_outcomes(), vec![]);
-    h.at_ms(2100);
-    assert_eq!(
-        h.take_outcomes(),
-        vec![(short, Outcome::TimedOut { sent: false })]
-    );
-    h.at_ms(3099);
-    assert_eq!(h.take_outcomes(), vec![]);
-    h.at_ms(3100);
-    assert_eq!(
-        h.take_outcomes(),
-        vec![(long, Outcome::TimedOut { sent: false })]
-    );
+    h.ends_at(2100, &[(short, Outcome::TimedOut { sent: false })]);
+    h.ends_at(3100, &[(long, Outcome::TimedOut { sent: false })]);
     assert!(Outcome::TimedOut { sent: false }.is_definitive());
     h.ready(4);
     assert_eq!(h.take_sent(), "", "a timed-out acquire is never sent");
@@ -440,13 +426,7 @@ fn a_try_lock_submitted_before_the_connection_is_tried_once_within_the_queue_gra
     // The connection comes after the queue grace: too late.
     let mut h = Harness::new(config());
     let op = h.acquire("k", 0, 5000);
-    h.at_ms(1999);
-    assert_eq!(h.take_outcomes(), vec![]);
-    h.at_ms(2000);
-    assert_eq!(
-        h.take_outcomes(),
-        vec![(op, Outcome::TimedOut { sent: false })]
-    );
+    h.ends_at(2000, &[(op, Outcome::TimedOut { sent: false })]);
     h.ready(4);
     assert_eq!(h.take_sent(), "");
 }
@@ -486,8 +466,7 @@ fn granted_valid_until_is_sent_time_plus_lease_and_expires_by_is_receipt_plus_le
 
 #[test]
 fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     for (i, k) in ["k1", "k2", "k3"].into_iter().enumerate() {
         h.acquire(k, 0, 60_000);
         let id = i + 1;
@@ -503,8 +482,7 @@ fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
     events_of(&mut h);
     // Shutting down while the release waits for a connection.
     h.at_ms(220);
-    h.client.shutdown(h.now, ms(10_000)).unwrap();
-    h.pump();
+    h.shutdown(10_000);
     assert_eq!(events_of(&mut h), vec![]);
     // A release is still taken while shutting down.
     h.at_ms(230);
@@ -513,11 +491,8 @@ fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
     assert_eq!(h.take_sent(), "R 5 k1 11\nR 6 k2 12\n");
     h.feed("D 6 R k2\n");
     assert_eq!(
-        events_of(&mut h),
-        vec![Event::Outcome {
-            op: r2,
-            outcome: Outcome::Released
-        }]
+        nothing_but_outcomes(events_of(&mut h)),
+        vec![(r2, Outcome::Released)]
     );
     assert!(!h.client.is_finished());
     let conn = h.client.connection().unwrap();
@@ -548,8 +523,7 @@ fn shutdown_drains_the_release_lane_within_its_budget_then_closes() {
 
 #[test]
 fn shutdown_whose_budget_runs_out_ends_open_releases_lapsed() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     h.acquire("k", 0, 60_000);
     h.feed("G 1 A k 1 60000 0\n");
     let g = grant_of(&h.take_outcomes()[0].1);
@@ -557,15 +531,11 @@ fn shutdown_whose_budget_runs_out_ends_open_releases_lapsed() {
     let r = h.release(&g);
     assert_eq!(h.take_sent(), "A 1 k o 0 60000\nR 2 k 1\n");
     h.at_ms(200);
-    h.client.shutdown(h.now, ms(1000)).unwrap();
-    h.pump();
+    h.shutdown(1000);
     h.at_ms(1199);
     assert_eq!(events_of(&mut h), vec![]);
     h.at_ms(1200);
-    let events = events_of(&mut h);
-    assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
-    assert_eq!(outcomes(&events), vec![(r, Outcome::Lapsed)]);
-    assert_eq!(events.last(), Some(&Event::ShutdownComplete));
+    assert_shutdown_completes(&events_of(&mut h), &[(r, Outcome::Lapsed)]);
     assert!(h.client.is_finished());
     assert_eq!(h.client.poll_timeout(), None);
 }
@@ -580,8 +550,7 @@ fn shutdown_whose_budget_runs_out_ends_releases_never_sent_lapsed_too() {
     fn run(late: bool) -> (Vec<Event>, Vec<Action>, OpId) {
         let mut h = Harness::new(config());
         let r = h.release_token("z", 9);
-        h.client.shutdown(h.now, ms(1_000)).unwrap();
-        h.pump();
+        h.shutdown(1_000);
         h.fail_connect();
         h.take_events();
         let mark = h.actions.len();
@@ -599,9 +568,7 @@ fn shutdown_whose_budget_runs_out_ends_releases_never_sent_lapsed_too() {
     let punctual = run(false);
     assert_eq!(run(true), punctual);
     let (events, actions, r) = punctual;
-    assert_eq!(outcomes(&events), vec![(r, Outcome::Lapsed)]);
-    assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
-    assert_eq!(events.last(), Some(&Event::ShutdownComplete));
+    assert_shutdown_completes(&events, &[(r, Outcome::Lapsed)]);
     assert_eq!(actions.len(), 2, "a connect, then its close: {actions:?}");
     assert!(matches!(actions[0], Action::Connect { .. }), "{actions:?}");
     assert!(matches!(actions[1], Action::Close { .. }), "{actions:?}");
@@ -609,11 +576,9 @@ fn shutdown_whose_budget_runs_out_ends_releases_never_sent_lapsed_too() {
 
 #[test]
 fn shutdown_refuses_new_acquires() {
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let r = h.release_token("k", 1);
-    h.client.shutdown(h.now, ms(5000)).unwrap();
-    h.pump();
+    h.shutdown(5000);
     assert_eq!(
         h.client
             .acquire(h.now, key("a"), name("o"), ms(1000), ms(5000)),
@@ -641,8 +606,7 @@ fn shutdown_refuses_new_acquires() {
 
 #[test]
 fn shutdown_with_the_close_policy_cancels_queued_acquires_and_closes_on_sent_ones() {
-    let mut h = Harness::new(config());
-    let conn1 = h.ready(3);
+    let (mut h, conn1) = ready(3);
     let a = h.acquire("a", 5000, 10_000);
     let b = h.acquire("b", 5000, 10_000);
     let c = h.acquire("c", 5000, 10_000);
@@ -652,8 +616,7 @@ fn shutdown_with_the_close_policy_cancels_queued_acquires_and_closes_on_sent_one
         "A 1 a o 5000 10000\nA 2 b o 5000 10000\nR 3 k9 99\n"
     );
     h.at_ms(100);
-    h.client.shutdown(h.now, ms(10_000)).unwrap();
-    h.pump();
+    h.shutdown(10_000);
     let events = events_of(&mut h);
     let settles_by = t(100 + 5000 + 10_000 + 1000);
     assert_eq!(
@@ -670,10 +633,7 @@ fn shutdown_with_the_close_policy_cancels_queued_acquires_and_closes_on_sent_one
     h.ready(3);
     assert_eq!(h.take_sent(), "R 4 k9 99\n");
     h.feed("D 4 R k9\n");
-    let events = events_of(&mut h);
-    assert_eq!(outcomes(&events), vec![(r, Outcome::Released)]);
-    assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
-    assert_eq!(events.last(), Some(&Event::ShutdownComplete));
+    assert_shutdown_completes(&events_of(&mut h), &[(r, Outcome::Released)]);
     assert!(!h.all_sent().contains(" c o "));
 }
 
@@ -682,15 +642,13 @@ fn shutdown_whose_cancel_close_leaves_nothing_to_drain_finishes_without_connecti
     // Only an acquire in flight: the shutdown's close (cancel policy Close)
     // ends it Indeterminate and leaves nothing to send, so the shutdown
     // completes at once: no new connection, no backoff.
-    let mut h = Harness::new(config());
-    let conn = h.ready(3);
+    let (mut h, conn) = ready(3);
     let a = h.acquire("a", 5000, 10_000);
     assert_eq!(h.take_sent(), "A 1 a o 5000 10000\n");
     h.at_ms(100);
     events_of(&mut h);
     let n = h.actions.len();
-    h.client.shutdown(h.now, ms(10_000)).unwrap();
-    h.pump();
+    h.shutdown(10_000);
     assert_eq!(
         h.take_events(),
         vec![
@@ -715,31 +673,20 @@ fn shutdown_whose_cancel_close_leaves_nothing_to_drain_finishes_without_connecti
 #[test]
 fn shutdown_with_keep_waiter_releases_a_grant_arriving_during_shutdown_by_exact_token_before_closing(
 ) {
-    let mut h = Harness::new(keep_waiter());
-    h.ready(3);
+    let (mut h, _) = ready_with(keep_waiter(), 3);
     let a = h.acquire("ka", 5000, 10_000);
     let b = h.acquire("kb", 5000, 10_000);
     let c = h.acquire("kc", 5000, 10_000);
     assert_eq!(h.take_sent(), "A 1 ka o 5000 10000\nA 2 kb o 5000 10000\n");
     h.at_ms(100);
-    h.client.shutdown(h.now, ms(10_000)).unwrap();
-    h.pump();
+    h.shutdown(10_000);
     let settles_by = t(100 + 5000 + 10_000 + 1000);
     assert_eq!(
-        events_of(&mut h),
+        nothing_but_outcomes(events_of(&mut h)),
         vec![
-            Event::Outcome {
-                op: a,
-                outcome: Outcome::Indeterminate { settles_by }
-            },
-            Event::Outcome {
-                op: b,
-                outcome: Outcome::Indeterminate { settles_by }
-            },
-            Event::Outcome {
-                op: c,
-                outcome: Outcome::Cancelled
-            },
+            (a, Outcome::Indeterminate { settles_by }),
+            (b, Outcome::Indeterminate { settles_by }),
+            (c, Outcome::Cancelled),
         ]
     );
     assert_eq!(h.closes(), vec![], "the waiters' answers are still claimed");
@@ -747,14 +694,7 @@ fn shutdown_with_keep_waiter_releases_a_grant_arriving_during_shutdown_by_exact_
     h.feed("T 2 A kb\n");
     assert_eq!(events_of(&mut h), vec![]);
     assert!(!h.client.is_finished());
-    h.feed("G 1 A ka 7 10000 0\n");
-    assert_eq!(
-        events_of(&mut h),
-        vec![Event::OrphanRelease {
-            key: key("ka"),
-            token: 7
-        }]
-    );
+    orphaned_by(&mut h, "G 1 A ka 7 10000 0\n", "ka", 7);
     assert_eq!(h.take_sent(), "R 3 ka 7\n");
     assert!(h.closes().is_empty());
     h.feed("D 3 R ka\n");
@@ -781,8 +721,7 @@ fn poll_timeout_is_now_while_output_is_queued_and_an_exact_deadline_otherwise() 
     // Connecting: the connect timeout.
     assert_eq!(h.client.poll_timeout(), Some(t(5000)));
     h.at_ms(10);
-    h.connect();
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
+    h.hello();
     // Handshaking: the handshake timeout.
     assert_eq!(h.client.poll_timeout(), Some(t(10 + 5000)));
     h.feed("W node-1 4\n");
@@ -862,8 +801,7 @@ fn scripted_run(seed: u64) -> (Vec<Action>, Vec<Event>) {
     h.feed("N 6 R b\n");
     let d = h.acquire("d", 3000, 10_000);
     h.cancel(d);
-    h.client.shutdown(h.now, ms(2000)).unwrap();
-    h.pump();
+    h.shutdown(2000);
     while !h.client.is_finished() {
         h.next_deadline();
     }
@@ -911,17 +849,12 @@ fn shutdown_with_a_zero_budget_ends_at_once() {
     // The budget is already spent when the shutdown starts: a demanding
     // driver expects the shutdown to complete in the call itself, not at
     // some later input.
-    let mut h = Harness::new(config());
-    h.ready(4);
+    let (mut h, _) = ready(4);
     let r = h.release_token("k", 1);
     assert_eq!(h.take_sent(), "R 1 k 1\n");
     h.at_ms(100);
-    h.client.shutdown(h.now, ms(0)).unwrap();
-    h.pump();
-    let events = events_of(&mut h);
-    assert_eq!(outcomes(&events), vec![(r, Outcome::Lapsed)]);
-    assert_eq!(close_reasons(&events), vec![CloseReason::Shutdown]);
-    assert_eq!(events.last(), Some(&Event::ShutdownComplete));
+    h.shutdown(0);
+    assert_shutdown_completes(&events_of(&mut h), &[(r, Outcome::Lapsed)]);
     assert!(h.client.is_finished());
 }
 
@@ -932,8 +865,7 @@ fn an_abandoned_waiter_no_longer_counts_against_the_clients_own_capacity() {
     // server answers it.
     let mut c = keep_waiter();
     c.max_acquires = 1;
-    let mut h = Harness::new(c);
-    h.ready(4);
+    let (mut h, _) = ready_with(c, 4);
     let a = h.acquire("k1", 2000, 5000);
     assert_eq!(h.take_sent(), "A 1 k1 o 2000 5000\n");
     assert_eq!(
@@ -982,7 +914,7 @@ fn now_is_the_latest_time_seen_and_an_earlier_one_does_not_move_it_back() {
 #[test]
 fn debug_output_tells_the_state_and_is_the_same_for_the_same_inputs() {
     let run = || {
-        let (mut h, _) = ready_with(config(), 8);
+        let (mut h, _) = ready(8);
         let op = h.acquire("k", 0, 5_000);
         h.acquire("q", 60_000, 5_000);
         let grant = h.granted_by(op, "G 1 A k 7 5000 0\n");

@@ -29,10 +29,7 @@ fn renewal_notices(events: &[Event]) -> Vec<(&'static str, u64, Option<Time>)> {
 /// with a 30 ms lease (`X 2`), left unanswered while both pass: at 4500
 /// it has expired, with its renewal still in flight.
 fn expired_with_a_short_renewal_in_flight() -> (Harness, ticketing::client::Grant) {
-    let (mut h, g) = holding(false);
-    h.at_ms(10);
-    h.renew(&g, Some(30));
-    assert_eq!(h.take_sent(), "X 2 k 7 30\n");
+    let (mut h, g) = renewal_in_flight(10, Some(30));
     h.at_ms(4_500);
     assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
     (h, g)
@@ -42,7 +39,7 @@ fn expired_with_a_short_renewal_in_flight() -> (Harness, ticketing::client::Gran
 /// 3000 ms, granted at once at t=0 from an acquire sent at t=0, renewed
 /// automatically if `auto`.
 fn holding(auto: bool) -> (Harness, ticketing::client::Grant) {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let op = if auto {
         h.acquire_renewing("k", 0, 3_000, None)
     } else {
@@ -51,6 +48,30 @@ fn holding(auto: bool) -> (Harness, ticketing::client::Grant) {
     assert_eq!(h.take_sent(), "A 1 k o 0 3000\n");
     let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
     assert_eq!(g.valid_until(), t(3_000));
+    (h, g)
+}
+
+/// [`holding`] the grant, not renewed automatically, renewed by hand at
+/// `at_ms` for `lease_ms` (`None`: the acquire's 3000 ms): the renewal
+/// `X 2 k 7 <lease>` has gone out and is not answered.
+#[track_caller]
+fn renewal_in_flight(at_ms: u64, lease_ms: Option<u64>) -> (Harness, ticketing::client::Grant) {
+    let (mut h, g) = holding(false);
+    h.at_ms(at_ms);
+    h.renew(&g, lease_ms);
+    let lease = lease_ms.unwrap_or(3_000);
+    assert_eq!(h.take_sent(), format!("X 2 k 7 {lease}\n"));
+    (h, g)
+}
+
+/// [`holding`] the grant renewed automatically, at 1000 ms: a third of the
+/// way through its lease, its first renewal `X 2 k 7 3000` has gone out and
+/// is not answered.
+#[track_caller]
+fn first_automatic_renewal_in_flight() -> (Harness, ticketing::client::Grant) {
+    let (mut h, g) = holding(true);
+    h.at_ms(1_000);
+    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
     (h, g)
 }
 
@@ -108,7 +129,7 @@ fn automatic_renewal_asks_a_third_of_the_way_through_each_lease_for_the_acquires
 
 #[test]
 fn a_grant_that_waited_long_counts_its_wait_and_one_that_arrives_late_is_renewed_at_once() {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let op = h.acquire_renewing("k", 5_000, 3_000, None);
     assert_eq!(h.take_sent(), "A 1 k o 5000 3000\n");
     // It waited 2.4 s in the key's queue; the answer took 1.1 s more.
@@ -124,7 +145,7 @@ fn a_grant_that_waited_long_counts_its_wait_and_one_that_arrives_late_is_renewed
     assert_eq!(renewal_notices(&h.take_events()), []);
     // Less than a third left when it arrives: renewed, and in jeopardy, at
     // once.
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let op = h.acquire_renewing("j", 5_000, 3_000, None);
     assert_eq!(h.take_sent(), "A 1 j o 5000 3000\n");
     h.at_ms(2_500);
@@ -139,9 +160,7 @@ fn a_grant_that_waited_long_counts_its_wait_and_one_that_arrives_late_is_renewed
 
 #[test]
 fn at_most_one_renewal_of_a_grant_is_in_flight() {
-    let (mut h, g) = holding(true);
-    h.at_ms(1_000);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, g) = first_automatic_renewal_in_flight();
     // Asked again by hand, and by the schedule: nothing more goes out.
     h.at_ms(1_500);
     h.renew(&g, None);
@@ -160,7 +179,7 @@ fn at_most_one_renewal_of_a_grant_is_in_flight() {
 #[test]
 fn renewals_wait_after_releases_and_before_acquires_and_may_use_the_reserved_slot() {
     // Window 3, one slot reserved: at most two acquires in flight.
-    let (mut h, _) = ready_with(config(), 3);
+    let (mut h, _) = ready(3);
     let mut grants = Vec::new();
     for (id, key) in [(1, "k1"), (2, "k2"), (3, "k3")] {
         let op = h.acquire(key, 0, 30_000);
@@ -195,18 +214,8 @@ fn renewals_wait_after_releases_and_before_acquires_and_may_use_the_reserved_slo
 
 #[test]
 fn a_g_to_a_renewal_with_another_token_closes_and_that_token_is_released() {
-    let (mut h, g) = holding(false);
-    h.at_ms(100);
-    h.renew(&g, None);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
-    let mark = h.actions.len();
-    h.feed("G 2 X k 8 3000\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        [("a:1".to_string(), "protocol:token_mismatch".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark).len(), 1);
+    let (mut h, g) = renewal_in_flight(100, None);
+    let events = h.feed_closing("G 2 X k 8 3000\n", "a:1", "protocol:token_mismatch");
     assert!(events
         .iter()
         .any(|e| matches!(e, Event::OrphanRelease { key, token: 8 } if key.as_str() == "k")));
@@ -222,18 +231,8 @@ fn a_g_to_a_renewal_with_another_token_closes_and_that_token_is_released() {
 fn a_g_to_a_renewal_with_a_longer_lease_than_asked_closes_and_proves_nothing() {
     // The renewal asks 2000 ms; a `G` that gives more than asked is a bad
     // answer, even when it is no more than the grant's first lease.
-    let (mut h, g) = holding(false);
-    h.at_ms(100);
-    h.renew(&g, Some(2_000));
-    assert_eq!(h.take_sent(), "X 2 k 7 2000\n");
-    let mark = h.actions.len();
-    h.feed("G 2 X k 7 2500\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        [("a:1".to_string(), "protocol:lease_above_asked".to_string())]
-    );
-    assert_eq!(close_actions(&h, mark).len(), 1);
+    let (mut h, g) = renewal_in_flight(100, Some(2_000));
+    let events = h.feed_closing("G 2 X k 7 2500\n", "a:1", "protocol:lease_above_asked");
     assert_eq!(renewal_notices(&events), [], "nothing proved");
     assert!(
         !events
@@ -249,9 +248,7 @@ fn a_g_to_a_renewal_with_a_longer_lease_than_asked_closes_and_proves_nothing() {
 
 #[test]
 fn n_to_a_renewal_is_lease_lost_and_a_later_release_ends_not_held_without_a_request() {
-    let (mut h, g) = holding(true);
-    h.at_ms(1_000);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, g) = first_automatic_renewal_in_flight();
     h.feed("N 2 X k\n");
     let events = h.take_events();
     assert_eq!(renewal_notices(&events), [("lost", 7, None)]);
@@ -275,10 +272,7 @@ fn n_to_a_renewal_is_lease_lost_and_a_later_release_ends_not_held_without_a_requ
 
 #[test]
 fn a_close_with_a_renewal_in_flight_resends_it_while_valid_and_not_after() {
-    let (mut h, g) = holding(false);
-    h.at_ms(1_000);
-    h.renew(&g, None);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, _) = renewal_in_flight(1_000, None);
     h.at_ms(1_100);
     h.transport_closed(TransportEnd::Eof);
     h.reconnect(4);
@@ -295,10 +289,7 @@ fn a_close_with_a_renewal_in_flight_resends_it_while_valid_and_not_after() {
 
 #[test]
 fn a_renewal_without_an_answer_within_the_answer_grace_closes_with_answer_timeout() {
-    let (mut h, g) = holding(false);
-    h.at_ms(10);
-    h.renew(&g, Some(30_000));
-    assert_eq!(h.take_sent(), "X 2 k 7 30000\n");
+    let (mut h, _) = renewal_in_flight(10, Some(30_000));
     // valid_until (3000) passes first: told, but the renewal still waits.
     assert_eq!(h.next_deadline(), t(3_000));
     assert_eq!(renewal_notices(&h.take_events()), [("expired", 7, None)]);
@@ -311,9 +302,7 @@ fn a_renewal_without_an_answer_within_the_answer_grace_closes_with_answer_timeou
 
 #[test]
 fn jeopardy_is_told_once_when_a_third_of_the_lease_is_left_and_renewed_ends_it() {
-    let (mut h, g) = holding(true);
-    h.at_ms(1_000);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, g) = first_automatic_renewal_in_flight();
     // Unanswered: at 2000 less than a third of the lease is left.
     assert_eq!(h.next_deadline(), t(2_000));
     assert_eq!(
@@ -358,9 +347,7 @@ fn every_held_grant_expires_at_its_valid_until_renewed_or_not() {
     assert_eq!(h.take_sent(), "R 2 k 7\n");
 
     // An automatically renewed one whose renewals go unanswered.
-    let (mut h, _) = holding(true);
-    h.at_ms(1_000);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, _) = first_automatic_renewal_in_flight();
     h.at_ms(3_000);
     assert_eq!(
         renewal_notices(&h.take_events()),
@@ -375,9 +362,7 @@ fn every_held_grant_expires_at_its_valid_until_renewed_or_not() {
 
 #[test]
 fn queuing_a_release_stops_renewal_and_a_renewal_in_flight_is_claimed() {
-    let (mut h, g) = holding(true);
-    h.at_ms(1_000);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
+    let (mut h, g) = first_automatic_renewal_in_flight();
     h.at_ms(1_100);
     let op = h.release(&g);
     assert_eq!(h.take_sent(), "R 3 k 7\n");
@@ -390,7 +375,7 @@ fn queuing_a_release_stops_renewal_and_a_renewal_in_flight_is_claimed() {
     assert_eq!(renewal_notices(&h.take_events()), []);
 
     // Released while its renewal waits for a slot: the renewal is dropped.
-    let (mut h, _) = ready_with(config(), 2);
+    let (mut h, _) = ready(2);
     let op = h.acquire_renewing("k", 0, 3_000, None);
     assert_eq!(h.take_sent(), "A 1 k o 0 3000\n");
     let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
@@ -413,8 +398,7 @@ fn shutdown_stops_every_renewal() {
     h.release_token("x", 1);
     assert_eq!(h.take_sent(), "R 2 x 1\n");
     h.at_ms(500);
-    h.client.shutdown(h.now, ms(10_000)).expect("accepted");
-    h.pump();
+    h.shutdown(10_000);
     assert_eq!(h.client.renew(h.now, &g, None), Err(Error::ShuttingDown));
     h.at_ms(2_500);
     assert_eq!(h.take_sent(), "", "no renewal");
@@ -430,8 +414,7 @@ fn a_renewal_in_flight_when_shutdown_starts_is_not_sent_again_after_a_close() {
     h.at_ms(500);
     h.renew(&g, None);
     assert_eq!(h.take_sent(), "X 3 k 7 3000\n");
-    h.client.shutdown(h.now, ms(10_000)).expect("accepted");
-    h.pump();
+    h.shutdown(10_000);
     // The connection goes while the renewal is in flight: the release goes
     // out again on the next one, the renewal does not.
     h.at_ms(600);
@@ -444,14 +427,8 @@ fn a_renewal_in_flight_when_shutdown_starts_is_not_sent_again_after_a_close() {
 #[test]
 fn e_unsupported_version_backs_off_long_and_is_told() {
     let mut h = Harness::new(config());
-    h.connect();
-    assert_eq!(h.take_sent(), "H 2 c1 -\n");
-    h.feed("E unsupported_version\n");
-    let events = h.take_events();
-    assert_eq!(
-        closed(&events),
-        [("a:1".to_string(), "unsupported_version".to_string())]
-    );
+    h.hello();
+    let events = h.feed_closing("E unsupported_version\n", "a:1", "unsupported_version");
     assert!(events
         .iter()
         .any(|e| matches!(e, Event::UnsupportedVersion { addr } if addr.as_str() == "a:1")));
@@ -466,7 +443,7 @@ fn e_unsupported_version_backs_off_long_and_is_told() {
 
 #[test]
 fn renew_until_ends_automatic_renewal_with_no_jeopardy_after_it() {
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let op = h.acquire_renewing("k", 0, 3_000, Some(2_500));
     assert_eq!(h.take_sent(), "A 1 k o 0 3000\n");
     let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
@@ -523,18 +500,12 @@ fn a_g_that_waited_longer_than_asked_or_does_not_say_is_a_bad_answer() {
         ("G 1 A k 7 3000 1001\n", "protocol:waited_above_asked"),
         ("G 1 A k 7 3000\n", "protocol:waited_missing"),
     ] {
-        let (mut h, _) = ready_with(config(), 4);
-        let op = h.acquire("k", 1_000, 3_000);
-        assert_eq!(h.take_sent(), "A 1 k o 1000 3000\n");
+        let (mut h, _) = ready(4);
+        let acquire = h.acquire_in_flight(1, "k", 1_000, 3_000);
         h.at_ms(20);
-        h.feed(answer);
-        let events = h.take_events();
-        assert_eq!(closed(&events), [("a:1".to_string(), reason.to_string())]);
+        let events = h.feed_closing(answer, "a:1", reason);
         // Treated as sent and unanswered; its token released.
-        assert_eq!(
-            outcomes(&events),
-            [(op, indeterminate(t(20), 1_000, 3_000))]
-        );
+        assert_eq!(outcomes(&events), acquire.in_doubt_at(20));
         assert!(events
             .iter()
             .any(|e| matches!(e, Event::OrphanRelease { key, token: 7 } if key.as_str() == "k")));
@@ -543,12 +514,9 @@ fn a_g_that_waited_longer_than_asked_or_does_not_say_is_a_bad_answer() {
 
 #[test]
 fn an_expired_grants_release_deadline_counts_from_its_latest_renewal() {
-    let (mut h, g) = holding(false);
+    let (mut h, g) = renewal_in_flight(2_900, None);
     // expires_by from the grant: 0 + 3000 + the 1 s margin = 4000.
     assert_eq!(g.expires_by(), t(4_000));
-    h.at_ms(2_900);
-    h.renew(&g, None);
-    assert_eq!(h.take_sent(), "X 2 k 7 3000\n");
     h.at_ms(2_950);
     h.transport_closed(TransportEnd::Eof);
     h.at_ms(3_100);
@@ -603,7 +571,7 @@ fn automatic_renewal_is_due_the_first_nanosecond_less_than_two_thirds_of_the_lea
     // 133,333,333.3 ns: from valid_until - 133,333,333 ns on, less than two
     // thirds is left (a third of the way through is 66,666,666.7 ns after
     // the send, so 66,666,667 ns). Not one nanosecond later.
-    let (mut h, _) = ready_with(config(), 4);
+    let (mut h, _) = ready(4);
     let op = h.acquire_renewing("k", 0, 200, None);
     assert_eq!(h.take_sent(), "A 1 k o 0 200\n");
     let g = h.granted_by(op, "G 1 A k 7 200 0\n");
@@ -634,7 +602,7 @@ fn a_queued_release_that_lapses_with_its_renewal_in_flight_is_never_sent_and_the
 {
     // Window 2 (one slot reserved): the renewal of k and an acquire fill it,
     // so the release of k waits in the lane until its deadline passes.
-    let (mut h, _) = ready_with(config(), 2);
+    let (mut h, _) = ready(2);
     let op = h.acquire("k", 0, 1_000);
     assert_eq!(h.take_sent(), "A 1 k o 0 1000\n");
     let g = h.granted_by(op, "G 1 A k 7 1000 0\n");
@@ -647,10 +615,7 @@ fn a_queued_release_that_lapses_with_its_renewal_in_flight_is_never_sent_and_the
     let r = h.release(&g);
     assert_eq!(h.take_sent(), "", "the window is full");
     // Its deadline: the renewal's send time plus its lease plus the margin.
-    h.at_ms(2_099);
-    assert_eq!(h.take_outcomes(), []);
-    h.at_ms(2_100);
-    assert_eq!(h.take_outcomes(), [(r, Outcome::Lapsed)]);
+    h.ends_at(2_100, &[(r, Outcome::Lapsed)]);
     // A slot frees: the lapsed release is not sent.
     h.at_ms(2_200);
     h.feed("T 3 A j\n");
@@ -670,7 +635,7 @@ fn a_queued_automatic_renewal_is_dropped_when_renew_until_passes_or_renewing_sto
     for stop in [false, true] {
         // Window 2 (one slot reserved): an acquire and a release fill it, so
         // the renewal due at 1000 waits in the lane.
-        let (mut h, _) = ready_with(config(), 2);
+        let (mut h, _) = ready(2);
         let limit = if stop { None } else { Some(1_500) };
         let op = h.acquire_renewing("k", 0, 3_000, limit);
         let g = h.granted_by(op, "G 1 A k 7 3000 0\n");
@@ -728,7 +693,7 @@ fn a_renewal_that_proves_no_later_valid_until_keeps_the_schedule_of_the_lease_th
 
 #[test]
 fn automatic_renewals_in_flight_at_a_close_go_again_first_in_their_order() {
-    let (mut h, _) = ready_with(config(), 8);
+    let (mut h, _) = ready(8);
     let a = h.acquire_renewing("ka", 0, 3_000, None);
     h.granted_by(a, "G 1 A ka 7 3000 0\n");
     h.at_ms(100);
@@ -753,7 +718,7 @@ fn automatic_renewals_in_flight_at_a_close_go_again_first_in_their_order() {
 /// here: the try-lock's 5 s answer grace, and the grant's 5 s lease.
 #[test]
 fn an_acquire_deadline_fires_before_an_expiry_at_the_same_instant() {
-    let (mut h, _) = ready_with(config(), 8);
+    let (mut h, _) = ready(8);
     let held = h.acquire("g", 0, 5_000);
     let unanswered = h.acquire("a", 0, 60_000);
     assert_eq!(h.take_sent(), "A 1 g o 0 5000\nA 2 a o 0 60000\n");

@@ -12,7 +12,7 @@ fn stats(h: &Harness) -> ClientStats {
 
 #[test]
 fn acquires_are_counted_by_outcome_and_indeterminate_ones_by_cause() {
-    let (mut h, _) = ready_with(config(), 8);
+    let (mut h, _) = ready(8);
     let granted = h.acquire("a", 1_000, 5_000);
     h.acquire("b", 0, 5_000);
     h.acquire("c", 0, 5_000);
@@ -77,7 +77,7 @@ fn acquires_are_counted_by_outcome_and_indeterminate_ones_by_cause() {
 
 #[test]
 fn releases_orphans_and_the_lease_left_are_counted() {
-    let (mut h, _) = ready_with(config(), 8);
+    let (mut h, _) = ready(8);
     let op = h.acquire("k", 0, 5_000);
     let grant = h.granted_by(op, "G 1 A k 7 5000 0\n");
     h.at_ms(1_000);
@@ -119,7 +119,7 @@ fn releases_orphans_and_the_lease_left_are_counted() {
 
 #[test]
 fn renewals_are_counted_sent_renewed_lost_in_jeopardy_and_expired() {
-    let (mut h, _) = ready_with(config(), 8);
+    let (mut h, _) = ready(8);
     let op = h.acquire_renewing("k", 0, 3_000, None);
     h.granted_by(op, "G 1 A k 7 3000 0\n");
     h.at_ms(1_000);
@@ -182,7 +182,7 @@ fn releases_that_end_at_once_are_counted_as_started_too() {
     // A release of a lost grant (its renewal answered N) ends NotHeld at
     // once, one of a grant past its expires_by ends Lapsed at once: both
     // are releases the embedder started, though nothing is sent.
-    let (mut h, _) = ready_with(config(), 8);
+    let (mut h, _) = ready(8);
     let a = h.acquire("a", 0, 1_000);
     let b = h.acquire("b", 0, 1_000);
     let ga = h.granted_by(a, "G 1 A a 7 1000 0\n");

@@ -131,11 +131,20 @@ impl Harness {
         conn
     }
 
+    /// Completes the latest connect and checks that the test configuration's
+    /// hello, `H 2 c1 -`, is all that went out: the handshake now waits for
+    /// `W`. Returns the connection.
+    #[track_caller]
+    pub fn hello(&mut self) -> ConnId {
+        let conn = self.connect();
+        assert_eq!(self.take_sent(), "H 2 c1 -\n", "the hello on {conn:?}");
+        conn
+    }
+
     /// Connects, checks that `H` went out, and accepts it with `W node-1
     /// <window>`. Returns the connection.
     pub fn ready(&mut self, window: u64) -> ConnId {
-        let conn = self.connect();
-        assert_eq!(self.take_sent(), "H 2 c1 -\n");
+        let conn = self.hello();
         self.feed(&format!("W node-1 {window}\n"));
         conn
     }
@@ -262,6 +271,12 @@ pub fn indeterminate(gave_up: Time, wait_ms: u64, lease_ms: u64) -> Outcome {
     }
 }
 
+/// A harness made with the test [`config`] whose first connection (to
+/// `a:1`) is ready with `window`, at t=0, with its start-up events dropped.
+pub fn ready(window: u64) -> (Harness, ConnId) {
+    ready_with(config(), window)
+}
+
 /// A harness made with `config` whose first connection (to its first
 /// endpoint) is ready with `window`, at t=0, with its start-up events
 /// dropped.
@@ -350,6 +365,26 @@ impl Harness {
         self.pump();
     }
 
+    /// Starts a shutdown now with `budget_ms` to drain the release lane
+    /// (the call must be accepted), and drains.
+    pub fn shutdown(&mut self, budget_ms: u64) {
+        self.client
+            .shutdown(self.now, ms(budget_ms))
+            .expect("accepted");
+        self.pump();
+    }
+
+    /// Moves the clock to `at_ms`, where deadlines must end operations: a
+    /// millisecond before, nothing has ended; at `at_ms`, the outcomes are
+    /// exactly `ended`.
+    #[track_caller]
+    pub fn ends_at(&mut self, at_ms: u64, ended: &[(OpId, Outcome)]) {
+        self.at_ms(at_ms - 1);
+        assert_eq!(self.take_outcomes(), [], "nothing ends before {at_ms} ms");
+        self.at_ms(at_ms);
+        assert_eq!(self.take_outcomes(), ended, "what ends at {at_ms} ms");
+    }
+
     /// Every `Close` action handed out so far.
     pub fn closes(&self) -> Vec<ConnId> {
         close_actions(self, 0)
@@ -375,6 +410,131 @@ impl Harness {
             }
         }
         String::from_utf8(out).expect("ascii")
+    }
+}
+
+// ----- an acquire in flight, and what closes a connection ---------------------
+
+/// An acquire the client has sent and the server has not answered: its
+/// operation, and the wait and lease it went out with.
+#[derive(Clone, Copy, Debug)]
+pub struct InFlight {
+    pub op: OpId,
+    pub wait_ms: u64,
+    pub lease_ms: u64,
+}
+
+impl InFlight {
+    /// The outcomes a close at `at_ms` must bring, as [`outcomes`] lists
+    /// them: this acquire's alone, Indeterminate (the "any close" row),
+    /// settled by `at_ms` plus its wait, its lease and the settle margin.
+    pub fn in_doubt_at(&self, at_ms: u64) -> Vec<(OpId, Outcome)> {
+        vec![(
+            self.op,
+            indeterminate(t(at_ms), self.wait_ms, self.lease_ms),
+        )]
+    }
+}
+
+impl Harness {
+    /// Acquires `key_` with owner `o` on a ready connection and checks that
+    /// it goes out at once, alone, as request `id`: `A <id> <key> o <wait>
+    /// <lease>`.
+    #[track_caller]
+    pub fn acquire_in_flight(
+        &mut self,
+        id: u64,
+        key_: &str,
+        wait_ms: u64,
+        lease_ms: u64,
+    ) -> InFlight {
+        let op = self.acquire(key_, wait_ms, lease_ms);
+        assert_eq!(
+            self.take_sent(),
+            format!("A {id} {key_} o {wait_ms} {lease_ms}\n"),
+            "the acquire of {key_} goes out at once"
+        );
+        InFlight {
+            op,
+            wait_ms,
+            lease_ms,
+        }
+    }
+
+    /// Feeds `input` on the current connection and checks that it closes
+    /// that connection: the one `Closed` event is `(addr, reason)`, the
+    /// reason as its `Display` (CLI.md's `closed` reasons), and the one
+    /// `Close` action is for that connection. Returns every event the input
+    /// brought.
+    #[track_caller]
+    pub fn feed_closing(
+        &mut self,
+        input: impl AsRef<[u8]>,
+        addr: &str,
+        reason: &str,
+    ) -> Vec<Event> {
+        let input = input.as_ref();
+        let conn = self.client.connection().expect("a connection");
+        let mark = self.actions.len();
+        self.feed_bytes(input);
+        let events = self.take_events();
+        let shown: String = String::from_utf8_lossy(input).chars().take(60).collect();
+        self.assert_closed(mark, conn, &events, addr, reason, &format!("{shown:?}"));
+        events
+    }
+
+    /// Moves the clock to `at_ms`, where a deadline must close the current
+    /// connection: a millisecond before, nothing happens (no event, no
+    /// `Close`); at `at_ms` the one `Closed` event is `(addr, reason)` and
+    /// the one `Close` action is for that connection. Returns the events of
+    /// `at_ms`.
+    #[track_caller]
+    pub fn closes_at(&mut self, at_ms: u64, addr: &str, reason: &str) -> Vec<Event> {
+        let conn = self.client.connection().expect("a connection");
+        let mark = self.actions.len();
+        self.at_ms(at_ms - 1);
+        let before = self.take_events();
+        assert_eq!(
+            before,
+            vec![],
+            "{reason}: nothing happens before {at_ms} ms"
+        );
+        assert_eq!(
+            close_actions(self, mark),
+            vec![],
+            "{reason}: nothing closes before {at_ms} ms"
+        );
+        self.at_ms(at_ms);
+        let events = self.take_events();
+        self.assert_closed(mark, conn, &events, addr, reason, "the deadline");
+        events
+    }
+
+    /// Checks that `events` and the actions from `actions[mark]` close
+    /// `conn`, once, with the `Closed` event `(addr, reason)`; `what` names
+    /// the input in the messages.
+    #[track_caller]
+    fn assert_closed(
+        &self,
+        mark: usize,
+        conn: ConnId,
+        events: &[Event],
+        addr: &str,
+        reason: &str,
+        what: &str,
+    ) {
+        assert_eq!(
+            closed(events),
+            vec![(addr.to_string(), reason.to_string())],
+            "{what} at {}: {events:?}",
+            self.now
+        );
+        assert_eq!(
+            close_actions(self, mark),
+            vec![conn],
+            "{what} at {} closes {conn:?}",
+            self.now
+        );
     }
 }
 
