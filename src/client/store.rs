@@ -1692,7 +1692,9 @@ mod tests {
     }
 
     /// Random inserts and removals of ids, mostly in sequence, compared
-    /// with a `BTreeMap`; `drain` gives them in id order.
+    /// with a `BTreeMap`; the ring stays large enough, and when it grows
+    /// it takes back the ids that outlived a round; `drain` gives them in
+    /// id order.
     #[test]
     fn pending_requests_behave_like_a_map() {
         let mut rng = Rng::new(11);
@@ -1713,7 +1715,15 @@ mod tests {
                 };
                 if let std::collections::btree_map::Entry::Vacant(e) = model.entry(id) {
                     e.insert(step);
+                    let buckets = pending.ring.len();
                     pending.insert(id, step);
+                    if pending.ring.len() != buckets {
+                        // A grown ring took back every id whose new bucket
+                        // was free: those still far lost theirs to another.
+                        let mask = pending.ring.len() - 1;
+                        let taken = |(id, _): (u64, u32)| pending.ring[id as usize & mask].0 != 0;
+                        assert!(pending.far.iter().all(taken));
+                    }
                 }
             } else {
                 let id = match rng.up_to(10) {
@@ -1725,6 +1735,9 @@ mod tests {
                 assert_eq!(pending.remove(id), model.remove(&id));
             }
             assert_eq!(pending.len(), model.len());
+            // At least 8/7 as many buckets as ids in the ring or far.
+            let in_ring_or_far = pending.len() - usize::from(pending.zero.is_some());
+            assert!(8 * in_ring_or_far <= 7 * pending.ring.len(), "step {step}");
         }
         let mut listed: Vec<(u64, u32)> = pending.iter().collect();
         listed.sort_unstable();
