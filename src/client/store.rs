@@ -1593,6 +1593,27 @@ mod tests {
         }
     }
 
+    /// The ids that go far share their low bits (those of the ring bucket
+    /// they were pushed out of): the far table spreads them all the same,
+    /// each found on average less than one bucket past its home.
+    #[test]
+    fn the_far_table_spreads_ids_that_share_their_low_bits() {
+        let mut far: Far<()> = Far::default();
+        for k in 1..=1_000u64 {
+            far.insert(k << 12 | 5, ());
+        }
+        let mask = far.buckets.len() - 1;
+        let past_home: usize = far
+            .iter()
+            .map(|(id, _)| far.find(id).unwrap().wrapping_sub(far.home(id)) & mask)
+            .sum();
+        assert!(
+            past_home < far.len,
+            "{past_home} buckets past home for {} ids",
+            far.len
+        );
+    }
+
     /// Reading ahead changes nothing, whatever the ids: in the ring, far,
     /// unknown, of either slab, or of entries gone.
     #[test]
