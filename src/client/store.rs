@@ -1717,6 +1717,49 @@ mod tests {
         assert!(sent == expected, "the bytes differ");
     }
 
+    /// Makes room for `n` bytes at the end of `out` and writes `byte` over it.
+    fn write(out: &mut impl LineBuf, n: usize, byte: u8) {
+        out.grow(n).fill(byte);
+    }
+
+    /// Room made with `grow` or `grow_with_digits` and written over, some
+    /// of it truncated, and sends taken now and then: the send buffer
+    /// holds, and hands out, what a `Vec<u8>` does.
+    #[test]
+    fn a_send_buffer_holds_what_a_vec_does() {
+        let mut rng = Rng::new(23);
+        let mut out = SendBuffer::default();
+        let mut model: Vec<u8> = Vec::new();
+        for step in 0..20_000u64 {
+            let byte = step as u8;
+            match rng.up_to(9) {
+                0..=6 => {
+                    // Mostly a frame's worth, now and then more than the
+                    // room made at once.
+                    let most = if rng.chance(1, 50) { 3 * ROOM_STEP } else { 60 };
+                    let n = rng.up_to(most as u64) as usize;
+                    if rng.chance(1, 2) {
+                        write(&mut out, n, byte);
+                    } else {
+                        out.grow_with_digits(n).0.fill(byte);
+                    }
+                    write(&mut model, n, byte);
+                }
+                7 | 8 => {
+                    let len = rng.up_to(model.len() as u64 + 5) as usize;
+                    out.truncate(len);
+                    LineBuf::truncate(&mut model, len);
+                }
+                _ => {
+                    let sent = out.take();
+                    assert_eq!(sent.as_deref(), (!model.is_empty()).then_some(&model[..]));
+                    model.clear();
+                }
+            }
+            assert_eq!(out.filled(), model.len(), "step {step}");
+        }
+    }
+
     /// Random inserts and removals of ids, mostly in sequence, compared
     /// with a `BTreeMap`; the ring stays large enough, and when it grows
     /// it takes back the ids that outlived a round; `drain` gives them in
