@@ -1760,6 +1760,30 @@ mod tests {
         }
     }
 
+    /// An empty send buffer makes room for many frames at once, and goes
+    /// on sharing that memory with the sends taken from it; one that a
+    /// burst made large is let go with its send, which then holds that
+    /// memory alone, and the buffer starts small again.
+    #[test]
+    fn a_send_buffer_lets_a_burst_go_with_its_send() {
+        let mut out = SendBuffer::default();
+        write(&mut out, 100, b'a');
+        assert!(out.out.capacity() >= SEND_BUFFER_ROOM);
+        let small = out.take().unwrap();
+        assert!(
+            !small.is_unique(),
+            "the buffer keeps the rest of its memory"
+        );
+        for _ in 0..1_000 {
+            write(&mut out, 1_000, b'b');
+        }
+        assert!(out.out.capacity() > SEND_BUFFER_KEPT);
+        let burst = out.take().unwrap();
+        assert!(burst.is_unique(), "the burst's memory goes with it");
+        write(&mut out, 100, b'c');
+        assert!(out.out.capacity() <= SEND_BUFFER_KEPT);
+    }
+
     /// Random inserts and removals of ids, mostly in sequence, compared
     /// with a `BTreeMap`; the ring stays large enough, and when it grows
     /// it takes back the ids that outlived a round; `drain` gives them in
