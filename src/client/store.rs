@@ -1517,6 +1517,8 @@ mod tests {
         }
     }
 
+    /// A burst through a slab, a queue, the timer heap and the pending
+    /// requests (ring and far table) leaves each of them small once drained.
     #[test]
     fn a_drained_burst_gives_its_memory_back() {
         let mut slab: Slab<Key> = Slab::default();
@@ -1544,11 +1546,14 @@ mod tests {
         }
         assert!(slab.heap.is_empty() && slab.heap.capacity() <= KEPT_WHEN_EMPTY);
         assert!(slab.deferred.capacity() <= DEFERRED_MAX);
+        // Ids in sequence, and ids that all want one bucket of the ring:
+        // each pushes the one before it far.
         let mut pending = Pending::default();
-        for id in 0..100_000u64 {
+        for id in (0..100_000u64).chain((1..=10_000).map(|k| k << 32)) {
             pending.insert(id, ());
         }
-        assert_eq!(pending.drain().len(), 100_000);
+        assert!(pending.far.buckets.len() > KEPT_WHEN_EMPTY);
+        assert_eq!(pending.drain().len(), 110_000);
         assert!(
             pending.ring.len() <= KEPT_WHEN_EMPTY && pending.far.buckets.len() <= KEPT_WHEN_EMPTY
         );
@@ -1596,6 +1601,27 @@ mod tests {
             assert_eq!(drained, model.into_iter().collect::<Vec<_>>());
             assert!(far.is_empty() && far.iter().next().is_none());
         }
+    }
+
+    /// The ids that go far share their low bits (those of the ring bucket
+    /// they were pushed out of): the far table spreads them all the same,
+    /// each found on average less than one bucket past its home.
+    #[test]
+    fn the_far_table_spreads_ids_that_share_their_low_bits() {
+        let mut far: Far<()> = Far::default();
+        for k in 1..=1_000u64 {
+            far.insert(k << 12 | 5, ());
+        }
+        let mask = far.buckets.len() - 1;
+        let past_home: usize = far
+            .iter()
+            .map(|(id, _)| far.find(id).unwrap().wrapping_sub(far.home(id)) & mask)
+            .sum();
+        assert!(
+            past_home < far.len,
+            "{past_home} buckets past home for {} ids",
+            far.len
+        );
     }
 
     /// Reading ahead changes nothing, whatever the ids: in the ring, far,
@@ -1701,8 +1727,77 @@ mod tests {
         assert!(sent == expected, "the bytes differ");
     }
 
+    /// Makes room for `n` bytes at the end of `out` and writes `byte` over it.
+    fn write(out: &mut impl LineBuf, n: usize, byte: u8) {
+        out.grow(n).fill(byte);
+    }
+
+    /// Room made with `grow` or `grow_with_digits` and written over, some
+    /// of it truncated, and sends taken now and then: the send buffer
+    /// holds, and hands out, what a `Vec<u8>` does.
+    #[test]
+    fn a_send_buffer_holds_what_a_vec_does() {
+        let mut rng = Rng::new(23);
+        let mut out = SendBuffer::default();
+        let mut model: Vec<u8> = Vec::new();
+        for step in 0..20_000u64 {
+            let byte = step as u8;
+            match rng.up_to(9) {
+                0..=6 => {
+                    // Mostly a frame's worth, now and then more than the
+                    // room made at once.
+                    let most = if rng.chance(1, 50) { 3 * ROOM_STEP } else { 60 };
+                    let n = rng.up_to(most as u64) as usize;
+                    if rng.chance(1, 2) {
+                        write(&mut out, n, byte);
+                    } else {
+                        out.grow_with_digits(n).0.fill(byte);
+                    }
+                    write(&mut model, n, byte);
+                }
+                7 | 8 => {
+                    let len = rng.up_to(model.len() as u64 + 5) as usize;
+                    out.truncate(len);
+                    LineBuf::truncate(&mut model, len);
+                }
+                _ => {
+                    let sent = out.take();
+                    assert_eq!(sent.as_deref(), (!model.is_empty()).then_some(&model[..]));
+                    model.clear();
+                }
+            }
+            assert_eq!(out.filled(), model.len(), "step {step}");
+        }
+    }
+
+    /// An empty send buffer makes room for many frames at once, and goes
+    /// on sharing that memory with the sends taken from it; one that a
+    /// burst made large is let go with its send, which then holds that
+    /// memory alone, and the buffer starts small again.
+    #[test]
+    fn a_send_buffer_lets_a_burst_go_with_its_send() {
+        let mut out = SendBuffer::default();
+        write(&mut out, 100, b'a');
+        assert!(out.out.capacity() >= SEND_BUFFER_ROOM);
+        let small = out.take().unwrap();
+        assert!(
+            !small.is_unique(),
+            "the buffer keeps the rest of its memory"
+        );
+        for _ in 0..1_000 {
+            write(&mut out, 1_000, b'b');
+        }
+        assert!(out.out.capacity() > SEND_BUFFER_KEPT);
+        let burst = out.take().unwrap();
+        assert!(burst.is_unique(), "the burst's memory goes with it");
+        write(&mut out, 100, b'c');
+        assert!(out.out.capacity() <= SEND_BUFFER_KEPT);
+    }
+
     /// Random inserts and removals of ids, mostly in sequence, compared
-    /// with a `BTreeMap`; `drain` gives them in id order.
+    /// with a `BTreeMap`; the ring stays large enough, and when it grows
+    /// it takes back the ids that outlived a round; `drain` gives them in
+    /// id order.
     #[test]
     fn pending_requests_behave_like_a_map() {
         let mut rng = Rng::new(11);
@@ -1723,7 +1818,15 @@ mod tests {
                 };
                 if let std::collections::btree_map::Entry::Vacant(e) = model.entry(id) {
                     e.insert(step);
+                    let buckets = pending.ring.len();
                     pending.insert(id, step);
+                    if pending.ring.len() != buckets {
+                        // A grown ring took back every id whose new bucket
+                        // was free: those still far lost theirs to another.
+                        let mask = pending.ring.len() - 1;
+                        let taken = |(id, _): (u64, u32)| pending.ring[id as usize & mask].0 != 0;
+                        assert!(pending.far.iter().all(taken));
+                    }
                 }
             } else {
                 let id = match rng.up_to(10) {
@@ -1735,6 +1838,9 @@ mod tests {
                 assert_eq!(pending.remove(id), model.remove(&id));
             }
             assert_eq!(pending.len(), model.len());
+            // At least 8/7 as many buckets as ids in the ring or far.
+            let in_ring_or_far = pending.len() - usize::from(pending.zero.is_some());
+            assert!(8 * in_ring_or_far <= 7 * pending.ring.len(), "step {step}");
         }
         let mut listed: Vec<(u64, u32)> = pending.iter().collect();
         listed.sort_unstable();
