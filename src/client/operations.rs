@@ -345,10 +345,14 @@ impl Client {
         let held = self.holds.get(handle).and_then(Hold::held).expect("held");
         let left = held.valid_until.millis_since(self.now);
         self.events.stats.lease_left_at_release.record(left);
-        let mut release = Release::new(held.key.clone(), held.token, held.expires_by, false);
-        release.renewal_sent = matches!(held.renewal, Renewal::Sent { .. });
         let renewal_queued = matches!(held.renewal, Renewal::Queued { .. });
-        *self.holds.get_mut(handle).expect("held") = Hold::Release(release);
+        self.holds.update(handle, |hold| match hold {
+            Hold::Held(held) => Hold::Release(Release {
+                renewal_sent: matches!(held.renewal, Renewal::Sent { .. }),
+                ..Release::new(held.key, held.token, held.expires_by, false)
+            }),
+            other => other,
+        });
         if renewal_queued {
             self.renewals.forget(&self.holds, Hold::is_queued_renewal);
         }

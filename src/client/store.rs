@@ -270,6 +270,19 @@ impl<T> Slab<T> {
         slot.value.as_mut()
     }
 
+    /// Makes the entry what `change` makes of it, in place: its handle and
+    /// its timer stay. Nothing happens if it is not stored.
+    pub(crate) fn update(&mut self, handle: Handle, change: impl FnOnce(T) -> T) {
+        let Some(slot) = self.slots.get_mut(handle.slot as usize) else {
+            return;
+        };
+        if slot.gen == handle.gen {
+            if let Some(value) = slot.value.take() {
+                slot.value = Some(change(value));
+            }
+        }
+    }
+
     /// Takes the entry out, with its timer.
     pub(crate) fn remove(&mut self, handle: Handle) -> Option<T> {
         self.slot(handle)?;
@@ -1250,12 +1263,17 @@ mod tests {
                             assert!(!slab.contains(handle));
                             slab.set_timer(handle, Time::ZERO);
                             slab.clear_timer(handle);
+                            slab.update(handle, |_| unreachable!("a stale handle"));
                             assert_eq!(slab.remove(handle), None);
                         }
                     }
                     _ => {
                         if let Some(handle) = pick(&mut rng, &entries) {
-                            *slab.get_mut(handle).unwrap() += 1;
+                            if rng.chance(1, 2) {
+                                *slab.get_mut(handle).unwrap() += 1;
+                            } else {
+                                slab.update(handle, |value| value + 1);
+                            }
                             *entries.get_mut(&handle).unwrap() += 1;
                         }
                     }
