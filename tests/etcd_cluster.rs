@@ -7,6 +7,8 @@
 //! each write fenced by its token, keep working through a killed leader and
 //! then a paused one, with no two live grants of a key, no token going back
 //! and no write refused by fencing; a holder keeps its key through both.
+//! A leader stopped by SIGTERM gives up its election key: another node
+//! leads at once, not after the TTL.
 
 mod cli;
 mod etcd;
@@ -134,6 +136,54 @@ fn a_leader_paused_past_its_ttl_steps_down_without_granting_and_rejoins_as_follo
         assert!(Instant::now() < deadline, "the old leader never followed");
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn a_leader_stopped_by_sigterm_hands_over_long_before_its_ttl() {
+    let etcd = Etcd::start("handover");
+    // A TTL of 10 s: had the stopped leader left its election key, no
+    // other node could lead before that key's lease ran out.
+    let args = [
+        "--election-ttl-ms",
+        "10000",
+        "--max-lease-ms",
+        "3000",
+        "--grace-margin-ms",
+        "300",
+    ];
+    let mut nodes: Vec<Node> = (1..=2)
+        .map(|i| Node::start(&etcd, "handover", &format!("n{i}"), &args))
+        .collect();
+    let first = leader(&nodes, None);
+    let other = 1 - first;
+    let want = format!("M {}", nodes[first].addr);
+    let deadline = Instant::now() + WAIT;
+    while nodes[other].hello() != want {
+        assert!(Instant::now() < deadline, "the other node never followed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut a = connect_v2(&nodes[first]);
+    let h = a.grant_v2(1, "h", 0, 3000);
+
+    let stopped = Instant::now();
+    nodes[first].serve.signal(Signal::SIGTERM);
+    // It stops granting and tells its clients, then exits cleanly.
+    a.expect("E no_leader");
+    a.expect_closed("the stopped leader's connection");
+    assert!(nodes[first].serve.wait_exit(WAIT).success());
+    nodes[first].serve.stderr.until("its step-down line", |l| {
+        l == "no longer leading cluster handover: stopping"
+    });
+    assert_eq!(leader(&nodes, Some(first)), other);
+    let took = stopped.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the other node led {took:?} after SIGTERM, as if the old key had stayed for its TTL"
+    );
+    // The new term has a grace, in which the holder keeps its grant.
+    let mut a = connect_v2(&nodes[other]);
+    a.send(&format!("X 1 h {h} 3000\n"));
+    a.expect(&format!("G 1 X h {h} 3000"));
 }
 
 // ----- tokio clients on the cluster -------------------------------------

@@ -26,7 +26,12 @@
 //! - when etcd says it lost (a keep-alive answered with TTL 0, or another
 //!   key leads), or its certainty ran out, it steps down (`M <new>` or
 //!   `E no_leader` to every client), revokes its lease, and campaigns again
-//!   with a new one. It keeps no table across terms.
+//!   with a new one. It keeps no table across terms;
+//! - when it is stopped ([`run_until`]'s `stop`: `ticketing serve` on
+//!   SIGINT or SIGTERM), it stops granting (`E no_leader` to every client)
+//!   and revokes its etcd lease, which deletes its election key: another
+//!   node wins at once instead of after the TTL, and begins its term with a
+//!   recovery grace as after any change of leader.
 //!
 //! etcd counts leases in whole seconds: the election TTL is rounded up to
 //! one, and the TTL etcd answers is the one the certainty counts with.
@@ -87,6 +92,11 @@ impl ClusterConfig {
 
     fn epoch_key(&self) -> String {
         format!("ticketing/{}/epoch", self.cluster)
+    }
+
+    /// How long an etcd request may take: the TTL, at least 1 s.
+    fn patience(&self) -> Duration {
+        self.election_ttl.max(Duration::from_secs(1))
     }
 
     /// The TTL asked of etcd, in whole seconds (at least 1).
@@ -225,34 +235,89 @@ impl From<std::io::Error> for End {
 /// Runs the node for `handle`'s server until the server stops or the
 /// epoch in etcd cannot be read. The server should start in a role that
 /// does not lead ([`Role::NoLeader`]); `notify` hears what happens.
+///
+/// Dropping this future leaves the node's election key in etcd until its
+/// lease runs out (up to the election TTL, in which no other node can
+/// lead); [`run_until`] hands the leadership over at once instead.
 pub async fn run(
     handle: &ServerHandle,
     config: &ClusterConfig,
     epochs: &ClusterEpochs,
-    mut notify: impl FnMut(Notice) + Send,
+    notify: impl FnMut(Notice) + Send,
 ) -> ClusterError {
-    let mut pause = Duration::from_millis(100);
-    let mut following = None;
-    let node = Node {
-        handle,
-        config,
-        epochs,
-    };
-    loop {
-        match node.session(&mut notify, &mut following).await {
-            End::Again => pause = Duration::from_millis(100),
-            End::Trouble(what) => {
-                notify(Notice::Trouble { what });
-                if following != Some(None) {
-                    handle.set_role(Role::NoLeader);
-                    following = Some(None);
+    Node::new(handle, config, epochs).run(notify).await
+}
+
+/// [`run`] until `stop` resolves, then stops cleanly: the server stops
+/// granting (every client is told `E no_leader` and closed) before the
+/// node's etcd lease is revoked, which deletes its election key, so that
+/// another node can lead at once. `Ok` once stopped, or the error that
+/// stopped the node first. The server itself keeps running: stop it next.
+pub async fn run_until(
+    handle: &ServerHandle,
+    config: &ClusterConfig,
+    epochs: &ClusterEpochs,
+    mut notify: impl FnMut(Notice) + Send,
+    stop: impl Future<Output = ()>,
+) -> Result<(), ClusterError> {
+    let node = Node::new(handle, config, epochs);
+    tokio::select! {
+        e = node.run(&mut notify) => return Err(e),
+        () = stop => {}
+    }
+    handle.set_role(Role::NoLeader);
+    // Answered after the role above is taken (one queue, in order): no
+    // grant is made once the key is gone. (An error: the server has
+    // stopped, and grants nothing either.)
+    let taken = handle.lead_until(Instant::now()).await;
+    let held = lock(&node.lease).take();
+    if let Some(Campaign {
+        mut client,
+        lease,
+        leading,
+    }) = held
+    {
+        if leading {
+            notify(Notice::SteppedDown {
+                why: "stopping".into(),
+            });
+        }
+        revoke(&mut client, lease, config.patience()).await;
+    }
+    taken.map(drop).map_err(|_| ClusterError::Stopped)
+}
+
+impl<'a> Node<'a> {
+    fn new(handle: &'a ServerHandle, config: &'a ClusterConfig, epochs: &'a ClusterEpochs) -> Self {
+        Node {
+            handle,
+            config,
+            epochs,
+            lease: Mutex::new(None),
+        }
+    }
+
+    /// Campaigns and leads, session after session, until something fatal.
+    async fn run(&self, mut notify: impl FnMut(Notice) + Send) -> ClusterError {
+        let (handle, config) = (self.handle, self.config);
+        let mut pause = Duration::from_millis(100);
+        let mut following = None;
+        loop {
+            match self.session(&mut notify, &mut following).await {
+                End::Again => pause = Duration::from_millis(100),
+                End::Trouble(what) => {
+                    notify(Notice::Trouble { what });
+                    if following != Some(None) {
+                        handle.set_role(Role::NoLeader);
+                        following = Some(None);
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(config.election_ttl.max(Duration::from_millis(100)));
                 }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(config.election_ttl.max(Duration::from_millis(100)));
-            }
-            End::Fatal(e) => {
-                handle.set_role(Role::NoLeader);
-                return e;
+                End::Fatal(e) => {
+                    handle.set_role(Role::NoLeader);
+                    return e;
+                }
             }
         }
     }
@@ -271,11 +336,22 @@ async fn bounded<T, E: Into<End>>(
     }
 }
 
-/// One node: its server, its configuration, its epochs.
+/// One node: its server, its configuration, its epochs, and the etcd
+/// lease it campaigns under.
 struct Node<'a> {
     handle: &'a ServerHandle,
     config: &'a ClusterConfig,
     epochs: &'a ClusterEpochs,
+    /// The lease of the session under way, for a stop to revoke.
+    lease: Mutex<Option<Campaign>>,
+}
+
+/// An etcd lease a node campaigns (and perhaps leads) under.
+struct Campaign {
+    client: Client,
+    lease: i64,
+    /// Whether the node has begun leading a term under it.
+    leading: bool,
 }
 
 impl Node<'_> {
@@ -298,13 +374,18 @@ impl Node<'_> {
         following: &mut Option<Option<Endpoint>>,
     ) -> Result<(), End> {
         let config = self.config;
-        let patience = config.election_ttl.max(Duration::from_secs(1));
+        let patience = config.patience();
         let options = ConnectOptions::new().with_connect_timeout(patience);
         let connect = Client::connect(&config.endpoints, Some(options));
         let mut client = bounded(patience, connect).await?;
         let sent = Instant::now();
         let grant = bounded(patience, client.lease_grant(config.ttl_secs(), None)).await?;
         let lease = grant.id();
+        *lock(&self.lease) = Some(Campaign {
+            client: client.clone(),
+            lease,
+            leading: false,
+        });
         let ttl = Duration::from_secs(u64::try_from(grant.ttl()).unwrap_or(0));
         if ttl.is_zero() {
             return Err(End::Trouble("etcd granted a lease of 0 s".into()));
@@ -329,7 +410,7 @@ impl Node<'_> {
                     won = &mut campaign => break won?.take_leader(),
                     _ = tick.tick() => self.follow(&mut client, notify, following, patience).await?,
                     lost = certain.changed() => if lost.is_err() {
-                        revoke(&mut client, lease, patience).await;
+                        self.revoke(&mut client, lease, patience).await;
                         return Ok(());
                     },
                 }
@@ -348,8 +429,15 @@ impl Node<'_> {
         drop(keeper);
         let resign = ResignOptions::new().with_leader(won.clone());
         let _ = bounded(patience, client.resign(Some(resign))).await;
-        revoke(&mut client, lease, patience).await;
+        self.revoke(&mut client, lease, patience).await;
         result
+    }
+
+    /// Revokes the session's lease (deleting its election key, if any),
+    /// which a stop then need not do.
+    async fn revoke(&self, client: &mut Client, lease: i64, patience: Duration) {
+        revoke(client, lease, patience).await;
+        *lock(&self.lease) = None;
     }
 
     /// The node won: the term, then leading while it is certain.
@@ -402,6 +490,9 @@ impl Node<'_> {
                 why: "its leadership was no longer certain when the term began".into(),
             });
             return Ok(());
+        }
+        if let Some(campaign) = lock(&self.lease).as_mut() {
+            campaign.leading = true;
         }
         notify(Notice::Leading { epoch, grace });
         let grace_over = grace.map(|g| Instant::now() + g);

@@ -216,7 +216,7 @@ async fn serve_in_cluster(
     };
     eprintln!("listening on {}", handle.local_addr());
     let name = node.cluster.clone();
-    let run = cluster::run(&handle, &node, &epochs, |notice| match notice {
+    let notify = |notice| match notice {
         Notice::Leading { epoch, grace } => {
             eprintln!("leading cluster {name}: a term of epoch {epoch}");
             if let Some(grace) = grace {
@@ -234,10 +234,11 @@ async fn serve_in_cluster(
         Notice::Following { leader: None } => eprintln!("no leader known"),
         Notice::Trouble { what } => eprintln!("{what}"),
         _ => {}
-    });
+    };
+    // A signal hands the leadership over at once: the node stops granting
+    // and gives up its election key before the server stops.
     let failed = tokio::select! {
-        () = stop => None,
-        e = run => Some(e),
+        stopped = cluster::run_until(&handle, &node, &epochs, notify, stop) => stopped.err(),
         () = publish_metrics(&handle, metrics_listen) => None,
     };
     handle.stop().await?;
