@@ -1,7 +1,8 @@
 //! The binary over TLS (CLI.md): `ticketing serve --tls-cert --tls-key
 //! --tls-client-ca` with `ticketing client` and `ticketing run` speaking
 //! TLS, the close reasons of the ways a session can fail to start, and a
-//! credential that appears in none of the binary's output.
+//! credential that appears in none of the binary's output, nor, when it
+//! comes from the environment, on any command line.
 
 mod cli;
 mod pki;
@@ -54,6 +55,15 @@ fn files(test: &str) -> Files {
 
 /// `ticketing serve` over TLS, requiring client certificates of `ca.pem`.
 fn serve_tls(f: &Files, extra: &[&str]) -> Serve {
+    serve_tls_with(f, extra, |_| {})
+}
+
+/// The same, with `configure` applied to the command first.
+fn serve_tls_with(
+    f: &Files,
+    extra: &[&str],
+    configure: impl FnOnce(&mut std::process::Command),
+) -> Serve {
     let (cert, key, ca) = (f.path("server.pem"), f.path("server.key"), f.path("ca.pem"));
     let mut args = vec![
         "--tls-cert",
@@ -64,7 +74,7 @@ fn serve_tls(f: &Files, extra: &[&str]) -> Serve {
         &ca,
     ];
     args.extend_from_slice(extra);
-    Serve::start(&args)
+    Serve::start_with(&args, configure)
 }
 
 /// The client options of a TLS client trusting `ca.pem` and presenting
@@ -244,4 +254,44 @@ fn the_credential_appears_in_no_output_of_the_binary() {
             "{what} printed the credential:\n{output}"
         );
     }
+}
+
+#[test]
+fn a_credential_from_the_environment_lets_in_and_is_on_no_command_line() {
+    const VAR: &str = "TICKETING_CREDENTIAL";
+    let secret = "env-s3cret-CANARY-5e2a";
+    let f = files("cli-tls-credential-env");
+    let serve = serve_tls_with(&f, &[], |c| {
+        c.env(VAR, secret);
+    });
+    let tls = client_tls_args(&f);
+    let tls = strs(&tls);
+    let on_command_line = |pid: u32| {
+        let line = std::fs::read(format!("/proc/{pid}/cmdline")).expect("a command line");
+        line.windows(secret.len()).any(|w| w == secret.as_bytes())
+    };
+    assert!(!on_command_line(serve.pid()), "the server's command line");
+
+    // With it in the environment, let in; without, refused.
+    let mut c = Client::start_capturing_with(&[&serve.addr], &tls, |c| {
+        c.env(VAR, secret);
+    });
+    assert!(!on_command_line(c.pid()), "the client's command line");
+    c.event("connected");
+    c.send("acquire a1 k me 0 30000");
+    c.granted("a1", "k");
+    c.send("shutdown 200");
+    let mut c = Client::start_capturing_with(&[&serve.addr], &tls, |c| {
+        c.env_remove(VAR);
+    });
+    assert_eq!(c.closed(), "auth_failed");
+    c.send("shutdown 200");
+
+    // --help names the variable, never its value.
+    let help = cli::Proc::start_with(&["serve", "--help"], |c| {
+        c.env(VAR, secret);
+    })
+    .finish(WAIT);
+    assert!(help.stdout.contains(VAR), "{}", help.stdout);
+    assert!(!help.stdout.contains(secret), "{}", help.stdout);
 }

@@ -429,16 +429,32 @@ impl Client {
     /// `ticketing client --endpoint E... EXTRA...`, its standard error
     /// the test's.
     pub fn start(endpoints: &[&str], extra: &[&str]) -> Client {
-        Client::spawn(endpoints, extra, false)
+        Client::spawn(endpoints, extra, false, |_| {})
     }
 
     /// The same, its standard error captured in [`Client::stderr`].
     pub fn start_capturing(endpoints: &[&str], extra: &[&str]) -> Client {
-        Client::spawn(endpoints, extra, true)
+        Client::spawn(endpoints, extra, true, |_| {})
     }
 
-    fn spawn(endpoints: &[&str], extra: &[&str], capture: bool) -> Client {
+    /// The same, with `configure` applied to the command first (to set
+    /// its environment, say).
+    pub fn start_capturing_with(
+        endpoints: &[&str],
+        extra: &[&str],
+        configure: impl FnOnce(&mut Command),
+    ) -> Client {
+        Client::spawn(endpoints, extra, true, configure)
+    }
+
+    fn spawn(
+        endpoints: &[&str],
+        extra: &[&str],
+        capture: bool,
+        configure: impl FnOnce(&mut Command),
+    ) -> Client {
         let mut cmd = Command::new(BIN);
+        configure(&mut cmd);
         cmd.arg("client");
         for e in endpoints {
             cmd.args(["--endpoint", e]);
@@ -703,7 +719,14 @@ pub struct Proc {
 
 impl Proc {
     pub fn start(args: &[&str]) -> Proc {
-        let mut child = Command::new(BIN)
+        Proc::start_with(args, |_| {})
+    }
+
+    /// The same, with `configure` applied to the command first.
+    pub fn start_with(args: &[&str], configure: impl FnOnce(&mut Command)) -> Proc {
+        let mut command = Command::new(BIN);
+        configure(&mut command);
+        let mut child = command
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

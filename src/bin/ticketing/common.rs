@@ -39,8 +39,16 @@ pub struct ClientOptions {
     /// Sent in the handshake.
     #[arg(long, value_name = "ID", default_value = "ticketing-cli")]
     pub client_id: Name,
-    /// Sent in the handshake.
-    #[arg(long, value_name = "C", value_parser = Secret, allow_hyphen_values = true)]
+    /// Sent in the handshake. Better from the environment: a command line
+    /// is visible to every user of the machine (`ps`).
+    #[arg(
+        long,
+        value_name = "C",
+        value_parser = Secret,
+        allow_hyphen_values = true,
+        env = CREDENTIAL_ENV,
+        hide_env_values = true
+    )]
     pub credential: Option<Name>,
     /// Window slots kept for releases.
     #[arg(long, value_name = "N", default_value_t = 1)]
@@ -116,6 +124,10 @@ pub fn spawn_client(o: &ClientOptions) -> Result<(Handle, Notices), Box<dyn Erro
     Ok(spawned?)
 }
 
+/// The environment variable a credential may come from instead of
+/// `--credential` (which wins when both are there).
+pub const CREDENTIAL_ENV: &str = "TICKETING_CREDENTIAL";
+
 /// Parses a credential (an atom) without ever showing it: clap's own
 /// message for a bad value quotes the value.
 #[derive(Clone, Copy)]
@@ -134,7 +146,13 @@ impl TypedValueParser for Secret {
             .to_str()
             .and_then(|v| Name::new(v).ok())
             .ok_or_else(|| {
-                let arg = arg.map_or_else(|| "the credential".to_owned(), ToString::to_string);
+                let arg = match arg {
+                    Some(arg) => match arg.get_env() {
+                        Some(env) => format!("{arg} (or {})", env.to_string_lossy()),
+                        None => arg.to_string(),
+                    },
+                    None => "the credential".to_owned(),
+                };
                 let message = format!(
                     "the value of {arg} is not an atom (1 to {MAX_ATOM} printable ASCII bytes, no spaces); it is not shown\n"
                 );

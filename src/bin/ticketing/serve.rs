@@ -14,7 +14,7 @@ use ticketing::tls::{Identity, ServerTls};
 use ticketing::{Endpoint, Name, Time};
 use tokio::net::TcpListener;
 
-use crate::common::Secret;
+use crate::common::{Secret, CREDENTIAL_ENV};
 
 #[derive(Clone, Copy, ValueEnum)]
 enum RoleArg {
@@ -33,8 +33,16 @@ pub struct Args {
     /// Node id sent in W.
     #[arg(long, default_value = "node-1")]
     node_id: Name,
-    /// Credential clients must present (default: any).
-    #[arg(long, value_parser = Secret, allow_hyphen_values = true)]
+    /// Credential clients must present (default: any). Better from the
+    /// environment: a command line is visible to every user of the
+    /// machine (`ps`).
+    #[arg(
+        long,
+        value_parser = Secret,
+        allow_hyphen_values = true,
+        env = CREDENTIAL_ENV,
+        hide_env_values = true
+    )]
     credential: Option<Name>,
     /// Requests a client may have unanswered.
     #[arg(long, default_value_t = 64)]
