@@ -166,7 +166,7 @@ fn session(cut: Cut) -> Record {
     f.sync(&mut h);
     // Each operation ended once, as the script says.
     let expected = [
-        (op4, "TimedOut { sent: true }"),
+        (op4, "TimedOut { sent: true, cause: None }"),
         (raw, "Released"),
         (rel2, "Released"),
         (rel3, "Released"),
@@ -226,7 +226,7 @@ fn the_whole_session_fed_whole_does_what_the_script_says() {
         vec![
             "granted k2 7",
             "Released",
-            "TimedOut { sent: true }",
+            "TimedOut { sent: true, cause: None }",
             "Released",
             "granted k1 12",
             "Released",

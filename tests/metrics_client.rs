@@ -46,7 +46,13 @@ fn the_tokio_adapter_publishes_its_clients_counters() {
             .acquire(key, owner, Duration::ZERO, Duration::from_secs(30))
             .await
             .expect("an outcome");
-        assert_eq!(timed_out, Outcome::TimedOut { sent: true });
+        assert_eq!(
+            timed_out,
+            Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
+        );
         assert_eq!(client.release(&grant).await, Ok(Outcome::Released));
         // Published at most once a second, when the driver next works. A
         // request makes it work, but it answers every request queued

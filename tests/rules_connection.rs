@@ -12,7 +12,7 @@ mod support;
 use std::time::Duration;
 
 use support::*;
-use ticketing::client::{BackoffCause, Config, ConnId, Event, Outcome, TransportEnd};
+use ticketing::client::{Action, BackoffCause, Config, ConnId, Event, Outcome, TransportEnd};
 use ticketing::Time;
 
 // ----- helpers ------------------------------------------------------------
@@ -152,7 +152,13 @@ fn nothing_is_sent_before_w_and_h_is_the_only_frame() {
         h.take_outcomes(),
         vec![
             (release, Outcome::Released),
-            (acquire, Outcome::TimedOut { sent: true })
+            (
+                acquire,
+                Outcome::TimedOut {
+                    sent: true,
+                    cause: None
+                }
+            )
         ]
     );
 }
@@ -210,7 +216,13 @@ fn l_allowlisted_becomes_the_hint_and_keeps_the_connection() {
     h.feed("T 1 A k\n");
     assert_eq!(
         h.take_outcomes(),
-        vec![(op, Outcome::TimedOut { sent: true })]
+        vec![(
+            op,
+            Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
+        )]
     );
 
     // The next connection goes to the hint, not to b:2 (next in turn).
@@ -279,33 +291,56 @@ fn l_not_allowlisted_is_ignored_and_changes_nothing() {
 }
 
 #[test]
-fn m_allowlisted_closes_as_moved_and_reconnects_at_once_to_the_hint() {
+fn m_allowlisted_after_w_closes_as_moved_and_follows_the_hint_after_the_first_step() {
+    // A leader that stops leading tells its clients `M`: the connection had
+    // its `W`, so the next round begins after the first step's delay (all
+    // of the old leader's clients must not come at once), and starts with
+    // the hint.
     let (mut h, _) = ready_with(config3(), 4);
     let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
-    let mark = h.actions.len();
 
     h.at_ms(40);
     let events = h.feed_closing("M c:3\n", "a:1", "moved");
     assert_eq!(hints(&events), (vec!["c:3".to_string()], vec![]));
     // As for any close: the sent acquire is Indeterminate.
     assert_eq!(outcomes(&events), acquire.in_doubt_at(40));
-    // At once: no backoff, a connect to the hint at the same time.
-    assert!(backoffs(&events).is_empty());
-    let new = connect_at_once(&h, mark, "c:3");
+    let until = the_backoff(&events, BackoffCause::Redirect);
+    assert_jittered(h.now, until, step(50, 2_000, 0), "after W");
+    let new = reconnect_at(&mut h, until, "c:3");
     assert_eq!(h.client.connection(), Some(new));
     h.ready(4);
     assert_eq!(h.take_sent(), "", "a sent acquire is never resent");
 }
 
 #[test]
-fn m_not_allowlisted_closes_and_goes_to_the_next_endpoint() {
-    let (mut h, _) = ready_with(config3(), 4);
+fn m_allowlisted_during_the_handshake_follows_the_hint_at_once() {
+    let mut h = Harness::new(config3());
+    h.hello();
     let mark = h.actions.len();
-    h.at_ms(40);
+    let events = h.feed_closing("M c:3\n", "a:1", "moved");
+    assert_eq!(hints(&events), (vec!["c:3".to_string()], vec![]));
+    assert!(backoffs(&events).is_empty(), "inside a round: at once");
+    connect_at_once(&h, mark, "c:3");
+}
+
+#[test]
+fn m_not_allowlisted_closes_and_goes_to_the_next_endpoint() {
+    // During the handshake: the round goes on at once.
+    let mut h = Harness::new(config3());
+    h.hello();
+    let mark = h.actions.len();
     let events = h.feed_closing("M evil:666\n", "a:1", "moved");
     assert_eq!(hints(&events), (vec![], vec!["evil:666".to_string()]));
     assert_eq!(h.client.leader_hint(), None);
     connect_at_once(&h, mark, "b:2");
+
+    // After `W`: the next round, after the first step, at the next endpoint.
+    let (mut h, _) = ready_with(config3(), 4);
+    h.at_ms(40);
+    let events = h.feed_closing("M evil:666\n", "a:1", "moved");
+    assert_eq!(hints(&events), (vec![], vec!["evil:666".to_string()]));
+    let until = the_backoff(&events, BackoffCause::Redirect);
+    reconnect_at(&mut h, until, "b:2");
 }
 
 #[test]
@@ -332,9 +367,9 @@ fn config_allow_extends_the_allowlist() {
     assert_eq!(h.client.leader_hint(), Some(&ep("x:9")));
     assert_eq!(h.client.connection(), Some(conn));
 
-    let mark = h.actions.len();
-    h.feed_closing("M x:9\n", "a:1", "moved");
-    connect_at_once(&h, mark, "x:9");
+    let events = h.feed_closing("M x:9\n", "a:1", "moved");
+    let until = the_backoff(&events, BackoffCause::Redirect);
+    reconnect_at(&mut h, until, "x:9");
 
     // Without the extra entry the same address is refused.
     let (mut h, _) = ready(4);
@@ -355,19 +390,31 @@ fn e_no_leader_forgets_the_hint_and_backs_off_short() {
     let events = h.feed_closing("E no_leader\n", "a:1", "no_leader");
     assert_eq!(outcomes(&events), acquire.in_doubt_at(100));
     assert_eq!(h.client.leader_hint(), None);
+    // The connection had its `W`: the first step before the next round.
     let until = the_backoff(&events, BackoffCause::NoLeader);
-    assert_jittered(h.now, until, step(50, 2_000, 0), "no_leader n=0");
+    assert_jittered(h.now, until, step(50, 2_000, 0), "no_leader after W");
     // The hint is gone: the next endpoint in turn.
     reconnect_at(&mut h, until, "b:2");
 
-    // Refused again and again: 50 ms doubling up to 2 s.
-    let turn = ["b:2", "c:3", "a:1"];
-    for n in 1..=7u32 {
-        h.hello();
-        let events = h.feed_closing("E no_leader\n", turn[(n as usize - 1) % 3], "no_leader");
-        let until = the_backoff(&events, BackoffCause::NoLeader);
-        assert_jittered(h.now, until, step(50, 2_000, n), "no_leader");
-        reconnect_at(&mut h, until, turn[n as usize % 3]);
+    // Every node says no_leader, round after round: inside a round the
+    // next node at once; between rounds 50 ms doubling up to 2 s.
+    let mut turn = ["b:2", "c:3", "a:1"].iter().cycle();
+    for k in 2..=8u32 {
+        for at_once in [true, true, false] {
+            let addr = turn.next().unwrap();
+            assert_eq!(h.last_connect().unwrap().1, ep(addr));
+            h.hello();
+            let mark = h.actions.len();
+            let events = h.feed_closing("E no_leader\n", addr, "no_leader");
+            if at_once {
+                assert!(backoffs(&events).is_empty(), "inside round {k}");
+                assert_eq!(connects(&h, mark).len(), 1, "at once, round {k}");
+            } else {
+                let until = the_backoff(&events, BackoffCause::NoLeader);
+                assert_jittered(h.now, until, step(50, 2_000, k - 1), "no_leader");
+                reconnect_at(&mut h, until, "b:2");
+            }
+        }
     }
 }
 
@@ -375,13 +422,20 @@ fn e_no_leader_forgets_the_hint_and_backs_off_short() {
 fn e_not_active_moves_to_the_next_endpoint_with_its_backoff() {
     let mut h = Harness::new(config3());
     let turn = ["a:1", "b:2", "c:3"];
-    for n in 0..=6u32 {
-        h.hello();
-        let events = h.feed_closing("E not_active\n", turn[n as usize % 3], "not_active");
-        let until = the_backoff(&events, BackoffCause::NotActive);
-        // 200 ms doubling up to 5 s (reached at n=5).
-        assert_jittered(h.now, until, step(200, 5_000, n), "not_active");
-        reconnect_at(&mut h, until, turn[(n as usize + 1) % 3]);
+    for k in 1..=7u32 {
+        for (i, addr) in turn.iter().enumerate() {
+            assert_eq!(h.last_connect().unwrap().1, ep(addr), "round {k}");
+            h.hello();
+            let events = h.feed_closing("E not_active\n", addr, "not_active");
+            if i < 2 {
+                assert!(backoffs(&events).is_empty(), "the next address at once");
+                continue;
+            }
+            let until = the_backoff(&events, BackoffCause::NotActive);
+            // 200 ms doubling up to 5 s (reached at k=6).
+            assert_jittered(h.now, until, step(200, 5_000, k - 1), "not_active");
+            reconnect_at(&mut h, until, "a:1");
+        }
     }
 }
 
@@ -390,17 +444,23 @@ fn e_auth_failed_tells_the_embedder_and_backs_off_long() {
     let mut c = config();
     c.credential = Some(name("wrong"));
     let mut h = Harness::new(c);
-    let turn = ["a:1", "b:2"];
-    for n in 0..=7u32 {
-        h.connect();
-        assert_eq!(h.take_sent(), "H 2 c1 wrong\n");
-        let addr = turn[n as usize % 2];
-        let events = h.feed_closing("E auth_failed\n", addr, "auth_failed");
-        assert!(events.contains(&Event::AuthFailed { addr: ep(addr) }));
-        let until = the_backoff(&events, BackoffCause::AuthFailed);
-        // 1 s doubling up to 60 s (reached at n=6).
-        assert_jittered(h.now, until, step(1_000, 60_000, n), "auth_failed");
-        reconnect_at(&mut h, until, turn[(n as usize + 1) % 2]);
+    for k in 1..=7u32 {
+        for addr in ["a:1", "b:2"] {
+            assert_eq!(h.last_connect().unwrap().1, ep(addr), "round {k}");
+            h.connect();
+            assert_eq!(h.take_sent(), "H 2 c1 wrong\n");
+            let events = h.feed_closing("E auth_failed\n", addr, "auth_failed");
+            assert!(events.contains(&Event::AuthFailed { addr: ep(addr) }));
+            if addr == "a:1" {
+                // Another node may accept: the round goes on.
+                assert!(backoffs(&events).is_empty());
+                continue;
+            }
+            // Every address refused: 1 s doubling up to 60 s (at k=7).
+            let until = the_backoff(&events, BackoffCause::AuthFailed);
+            assert_jittered(h.now, until, step(1_000, 60_000, k - 1), "auth_failed");
+            reconnect_at(&mut h, until, "a:1");
+        }
     }
 }
 
@@ -415,10 +475,17 @@ fn an_unknown_e_reason_closes_with_error_reason_and_the_transport_backoff() {
     assert_jittered(h.now, until, step(50, 5_000, 0), "transport");
     reconnect_at(&mut h, until, "b:2");
 
-    // During the handshake too.
+    // During the handshake too: the round goes on at once, and once every
+    // address failed it is the second failed round in a row.
     h.connect();
     h.take_sent();
+    let mark = h.actions.len();
     let events = h.feed_closing("E maintenance-window\n", "b:2", "error:maintenance-window");
+    assert!(backoffs(&events).is_empty());
+    connect_at_once(&h, mark, "a:1");
+    h.connect();
+    h.take_sent();
+    let events = h.feed_closing("E maintenance-window\n", "a:1", "error:maintenance-window");
     let until = the_backoff(&events, BackoffCause::Transport);
     assert_jittered(h.now, until, step(50, 5_000, 1), "transport");
 }
@@ -491,15 +558,16 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
         assert_eq!(h.take_sent(), "", "{want}: never resent");
 
         // During the handshake, with an acquire not yet sent: it stays
-        // queued for the next connection.
+        // queued for the next connection, which the round makes at once.
         let mut h = Harness::new(config());
         let op = h.acquire("k", 10_000, 5_000);
         h.hello();
         h.at_ms(20);
+        let mark = h.actions.len();
         let events = h.feed_closing(&bad, "a:1", &want);
         assert!(outcomes(&events).is_empty(), "{want}: {events:?}");
-        let until = the_backoff(&events, BackoffCause::Transport);
-        reconnect_at(&mut h, until, "b:2");
+        assert!(backoffs(&events).is_empty(), "{want}: inside a round");
+        connect_at_once(&h, mark, "b:2");
         let at = h.now;
         h.ready(4);
         let left = t(10_000).saturating_duration_since(at).as_millis();
@@ -507,7 +575,13 @@ fn every_framing_error_closes_with_protocol_framing_code_and_applies_any_close()
         h.feed("T 1 A k\n");
         assert_eq!(
             h.take_outcomes(),
-            vec![(op, Outcome::TimedOut { sent: true })]
+            vec![(
+                op,
+                Outcome::TimedOut {
+                    sent: true,
+                    cause: None
+                }
+            )]
         );
     }
 }
@@ -538,105 +612,115 @@ fn an_over_long_line_closes_as_soon_as_byte_1025_arrives() {
 
 // ----- backing off and where to connect -----------------------------------
 
-/// Fails `count` connects in a row from a fresh client; returns each
-/// backoff's `(start, until)`.
-fn failing_connects(c: Config, count: u32) -> Vec<(Time, Time)> {
+/// Fails `rounds` rounds of connects in a row from a fresh client (each
+/// endpoint refuses, the next is tried at once); returns each backoff's
+/// `(start, until)`, and every byte the client handed out.
+fn failing_rounds(c: Config, rounds: u32) -> (Vec<(Time, Time)>, Vec<Action>) {
     let mut h = Harness::new(c);
-    let turn = ["a:1", "b:2"];
     let mut delays = Vec::new();
-    for n in 0..count {
-        let (_, addr) = h.last_connect().unwrap();
-        assert_eq!(addr, ep(turn[n as usize % 2]));
-        h.fail_connect();
-        let events = h.take_events();
-        assert_eq!(
-            closed(&events),
-            one_closed(turn[n as usize % 2], "connect_failed")
-        );
-        let until = the_backoff(&events, BackoffCause::Transport);
-        delays.push((h.now, until));
-        reconnect_at(&mut h, until, turn[(n as usize + 1) % 2]);
+    for _ in 0..rounds {
+        for addr in ["a:1", "b:2"] {
+            let (_, to) = h.last_connect().unwrap();
+            assert_eq!(to, ep(addr));
+            let mark = h.actions.len();
+            h.fail_connect();
+            let events = h.take_events();
+            assert_eq!(closed(&events), one_closed(addr, "connect_failed"));
+            if addr == "a:1" {
+                assert!(backoffs(&events).is_empty(), "inside a round");
+                connect_at_once(&h, mark, "b:2");
+            } else {
+                let until = the_backoff(&events, BackoffCause::Transport);
+                delays.push((h.now, until));
+                reconnect_at(&mut h, until, "a:1");
+            }
+        }
     }
-    delays
+    (delays, h.actions)
 }
 
 #[test]
-fn backoff_is_exponential_with_equal_jitter() {
-    let delays = failing_connects(config(), 10);
+fn the_wait_between_failed_rounds_is_exponential_with_equal_jitter() {
+    let (delays, actions) = failing_rounds(config(), 10);
     let mut strictly_inside = 0;
     for (n, &(from, until)) in delays.iter().enumerate() {
-        // Transport: 50 ms doubling up to 5 s (reached at n=7).
+        // After the k-th failed round (k = n + 1), the step is 50 ms * 2^(k-1),
+        // up to 5 s (reached at k=8).
         let d = step(50, 5_000, n as u32);
-        assert_jittered(from, until, d, &format!("transport n={n}"));
+        assert_jittered(from, until, d, &format!("transport, round {}", n + 1));
         let delay = until.saturating_duration_since(from);
         if delay > d / 2 && delay < d {
             strictly_inside += 1;
         }
     }
     assert!(strictly_inside >= 5, "the jitter is random: {delays:?}");
-    // The jitter comes from the seed: the same seed, the same delays.
-    assert_eq!(failing_connects(config(), 10), delays);
+    // The jitter comes from the seed: the same seed, the same delays and
+    // the same actions.
+    assert_eq!(failing_rounds(config(), 10), (delays, actions));
 }
 
 #[test]
-fn redirects_reconnect_at_once_for_the_first_three_in_a_row_then_back_off() {
+fn two_nodes_that_redirect_to_each_other_cost_one_attempt_each_per_round() {
+    // a:1 names b:2 the leader, and b:2 names a:1: the hint is tried at
+    // once, but a round tries each address once, so every round is two
+    // attempts and then a redirect backoff that grows.
     let mut h = Harness::new(config());
-    let mut to = "a:1";
-    for n in 0..3 {
+    for k in 1..=6u32 {
+        assert_eq!(h.last_connect().unwrap().1, ep("a:1"), "round {k}");
         h.hello();
-        let other = if to == "a:1" { "b:2" } else { "a:1" };
         let mark = h.actions.len();
-        let events = h.feed_closing(format!("M {other}\n"), to, "moved");
-        assert!(backoffs(&events).is_empty(), "redirect {n} is at once");
-        connect_at_once(&h, mark, other);
-        to = other;
-    }
-    // The fourth and fifth in a row back off: 50 ms, then 100 ms.
-    for n in 0..2u32 {
-        h.connect();
-        h.take_sent();
-        let other = if to == "a:1" { "b:2" } else { "a:1" };
+        let events = h.feed_closing("M b:2\n", "a:1", "moved");
+        assert!(backoffs(&events).is_empty(), "the hint at once");
+        connect_at_once(&h, mark, "b:2");
+        h.hello();
         let mark = h.actions.len();
-        let events = h.feed_closing(format!("M {other}\n"), to, "moved");
-        assert!(connects(&h, mark).is_empty());
+        let events = h.feed_closing("M a:1\n", "b:2", "moved");
+        assert!(connects(&h, mark).is_empty(), "a:1 was tried this round");
         let until = the_backoff(&events, BackoffCause::Redirect);
-        assert_jittered(h.now, until, step(50, 2_000, n), "redirect backoff");
-        reconnect_at(&mut h, until, other);
-        to = other;
+        assert_jittered(h.now, until, step(50, 2_000, k - 1), "redirect");
+        // The next round starts with the hint, a:1.
+        reconnect_at(&mut h, until, "a:1");
     }
-    // A W ends the run: the next redirect is at once again.
-    h.connect();
-    h.take_sent();
-    h.feed("W node-1 4\n");
-    let mark = h.actions.len();
-    let events = h.feed_closing("M a:1\n", to, "moved");
-    assert!(backoffs(&events).is_empty());
-    connect_at_once(&h, mark, "a:1");
+    // A `W` ends the run: the next failed round is the first again.
+    h.ready(4);
+    let events = h.feed_closing("M b:2\n", "a:1", "moved");
+    let until = the_backoff(&events, BackoffCause::Redirect);
+    assert_jittered(h.now, until, step(50, 2_000, 0), "after W");
 }
 
 #[test]
-fn a_w_resets_the_backoff() {
+fn a_w_resets_the_count_of_failed_rounds_and_nothing_else_does() {
     let mut h = Harness::new(config());
-    let turn = ["a:1", "b:2"];
-    // Three failures in a row: steps 50, 100, 200 ms.
-    for n in 0..3u32 {
+    // Three failed rounds in a row: steps 50, 100, 200 ms. A connect that
+    // succeeds without `W` is no success.
+    for k in 1..=3u32 {
         h.fail_connect();
+        h.connect();
+        h.transport_closed(TransportEnd::Eof);
         let until = the_backoff(&h.take_events(), BackoffCause::Transport);
-        assert_jittered(h.now, until, step(50, 5_000, n), "before W");
-        reconnect_at(&mut h, until, turn[(n as usize + 1) % 2]);
+        assert_jittered(h.now, until, step(50, 5_000, k - 1), "before W");
+        reconnect_at(&mut h, until, "a:1");
     }
+    h.take_sent();
     h.ready(4);
     h.take_events();
-    // Without the reset this would be the fourth step, 400 ms.
+    // The connection that had its `W` ends: the first step, not the fourth
+    // (400 ms).
     h.transport_closed(TransportEnd::Eof);
     let events = h.take_events();
-    assert_eq!(closed(&events), one_closed("b:2", "eof"));
+    assert_eq!(closed(&events), one_closed("a:1", "eof"));
     let until = the_backoff(&events, BackoffCause::Transport);
     assert_jittered(h.now, until, step(50, 5_000, 0), "after W");
+    // As after a first failed round: the next failed round is the second.
+    reconnect_at(&mut h, until, "b:2");
+    h.fail_connect();
+    h.fail_connect();
+    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+    assert_jittered(h.now, until, step(50, 5_000, 1), "the round after");
 }
 
 #[test]
-fn a_connect_to_the_hint_that_fails_or_times_out_backs_off_and_forgets_the_hint() {
+fn a_connect_to_the_hint_that_fails_or_times_out_forgets_the_hint_and_the_round_goes_on() {
     for failure in ["connect_failed", "connect_timeout", "handshake_timeout"] {
         let (mut h, conn) = connecting_to_the_hint();
         let mark = h.actions.len();
@@ -656,11 +740,11 @@ fn a_connect_to_the_hint_that_fails_or_times_out_backs_off_and_forgets_the_hint(
             assert_eq!(close_actions(&h, mark), vec![conn], "{failure}");
         }
         assert_eq!(h.client.leader_hint(), None, "{failure}");
-        // The second backoff in a row: no W since the first.
-        let until = the_backoff(&events, BackoffCause::Transport);
-        assert_jittered(h.now, until, step(50, 5_000, 1), failure);
-        // The next endpoint in turn (a:1 was used, then the hint).
-        reconnect_at(&mut h, until, "b:2");
+        // The round goes on at once, at the next endpoint in turn (a:1
+        // was the last endpoint tried).
+        assert!(backoffs(&events).is_empty(), "{failure}");
+        let (_, to) = connects(&h, mark).pop().expect("a connect at once");
+        assert_eq!(to, ep("b:2"), "{failure}");
     }
 }
 
@@ -687,6 +771,7 @@ fn any_end_of_a_connection_to_the_hint_before_w_forgets_the_hint() {
         assert_eq!(to, ep("c:3"), "redirected at once");
         h.hello();
         h.take_events();
+        let mark = h.actions.len();
         match reason {
             "eof" => h.transport_closed(TransportEnd::Eof),
             "io" => h.transport_closed(TransportEnd::Error),
@@ -695,14 +780,10 @@ fn any_end_of_a_connection_to_the_hint_before_w_forgets_the_hint() {
         let events = h.take_events();
         assert_eq!(closed(&events), one_closed("c:3", reason), "{reason}");
         assert_eq!(h.client.leader_hint(), None, "{reason}");
-        let cause = if reason == "auth_failed" {
-            BackoffCause::AuthFailed
-        } else {
-            BackoffCause::Transport
-        };
-        let until = the_backoff(&events, cause);
-        // The next endpoint in turn: a:1 was used first.
-        reconnect_at(&mut h, until, "b:2");
+        // The round goes on at once, at the next endpoint in turn: a:1
+        // was used first.
+        assert!(backoffs(&events).is_empty(), "{reason}");
+        connect_at_once(&h, mark, "b:2");
     }
 }
 
@@ -724,8 +805,10 @@ fn an_m_from_the_hint_to_another_allowlisted_address_follows_it() {
     h.ready(4);
     h.transport_closed(TransportEnd::Eof);
     assert_eq!(h.client.leader_hint(), Some(&ep("d:4")));
+    // But its transport just failed: it is stale for a second, and the
+    // next round goes to the endpoints (b:2 after a:1).
     let until = the_backoff(&h.take_events(), BackoffCause::Transport);
-    reconnect_at(&mut h, until, "d:4");
+    reconnect_at(&mut h, until, "b:2");
 }
 
 #[test]
@@ -734,15 +817,20 @@ fn a_connect_that_does_not_complete_in_time_is_given_up() {
     let (conn, addr) = h.last_connect().unwrap();
     assert_eq!(addr, ep("a:1"));
     assert_eq!(h.take_events(), vec![Event::Connecting { addr: ep("a:1") }]);
+    let mark = h.actions.len();
     let events = h.closes_at(5_000, "a:1", "connect_timeout");
-    let until = the_backoff(&events, BackoffCause::Transport);
-    assert_jittered(h.now, until, step(50, 5_000, 0), "connect timeout");
+    assert!(backoffs(&events).is_empty(), "the round goes on");
+    connect_at_once(&h, mark, "b:2");
     // A late report about the abandoned attempt is ignored.
     h.client.handle_connected(h.now, conn);
     h.pump();
     assert_eq!(h.take_sent(), "");
     assert!(h.take_events().is_empty());
-    reconnect_at(&mut h, until, "b:2");
+    // The round's last address times out too: it failed.
+    let events = h.closes_at(10_000, "b:2", "connect_timeout");
+    let until = the_backoff(&events, BackoffCause::Transport);
+    assert_jittered(h.now, until, step(50, 5_000, 0), "connect timeout");
+    reconnect_at(&mut h, until, "a:1");
 }
 
 #[test]
@@ -752,12 +840,12 @@ fn a_handshake_without_an_answer_in_time_is_given_up() {
     h.at_ms(100);
     h.hello();
     assert_eq!(h.take_events(), vec![Event::Connecting { addr: ep("a:1") }]);
+    let mark = h.actions.len();
     let events = h.closes_at(5_100, "a:1", "handshake_timeout");
     // Nothing was sent before W, so nothing is in doubt.
     assert!(outcomes(&events).is_empty());
-    let until = the_backoff(&events, BackoffCause::Transport);
-    assert_jittered(h.now, until, step(50, 5_000, 0), "handshake timeout");
-    reconnect_at(&mut h, until, "b:2");
+    assert!(backoffs(&events).is_empty(), "the round goes on");
+    connect_at_once(&h, mark, "b:2");
     let at = h.now;
     h.ready(4);
     let left = t(20_000).saturating_duration_since(at).as_millis();
@@ -765,7 +853,13 @@ fn a_handshake_without_an_answer_in_time_is_given_up() {
     h.feed("T 1 A k\n");
     assert_eq!(
         h.take_outcomes(),
-        vec![(op, Outcome::TimedOut { sent: true })]
+        vec![(
+            op,
+            Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
+        )]
     );
 }
 
@@ -787,11 +881,19 @@ fn the_next_connection_goes_to_the_hint_if_any_else_the_next_endpoint_in_turn() 
     h.take_events();
     let mut at = "b:2";
     for _ in 0..3 {
-        // An eof is no failure of the hint: it is kept.
+        // An end after `W` is no failure of the hint: it is kept. Each
+        // time c:3's own transport ended, the hint waits out its second
+        // of staleness: the rounds of that second go to the endpoints.
         h.transport_closed(TransportEnd::Eof);
         assert_eq!(closed(&h.take_events()), one_closed(at, "eof"));
         assert_eq!(h.client.leader_hint(), Some(&ep("c:3")));
         h.next_deadline();
+        if at == "c:3" {
+            assert_ne!(h.last_connect().unwrap().1, ep("c:3"), "stale for 1 s");
+            h.at(h.now.saturating_add(ms(1_000)));
+            h.fail_connect();
+            h.take_events();
+        }
         assert_eq!(h.last_connect().unwrap().1, ep("c:3"));
         h.ready(4);
         let events = h.take_events();
@@ -826,7 +928,9 @@ fn inputs_about_a_closed_connection_are_ignored() {
     let acquire = h.acquire_in_flight(1, "k", 1_000, 5_000);
     let events = h.feed_closing("M b:2\n", "a:1", "moved");
     assert_eq!(outcomes(&events), acquire.in_doubt_at(0));
+    h.next_deadline();
     let new = h.hello();
+    h.take_events();
     assert_ne!(new, old);
     // The old connection's late answer, end and failure change nothing.
     h.client.handle_bytes(h.now, old, b"G 1 A k 9 5000 0\n");
@@ -879,7 +983,13 @@ fn the_transport_ending_closes_and_applies_any_close() {
             h.take_outcomes(),
             vec![
                 (release, Outcome::Released),
-                (queued, Outcome::TimedOut { sent: true })
+                (
+                    queued,
+                    Outcome::TimedOut {
+                        sent: true,
+                        cause: None
+                    }
+                )
             ]
         );
     }
@@ -911,7 +1021,7 @@ fn a_sent_release_without_an_answer_within_the_grace_closes_and_is_resent() {
 }
 
 #[test]
-fn a_tls_handshake_that_fails_closes_with_its_reason_and_backs_off_like_a_failed_connect() {
+fn a_tls_handshake_that_fails_closes_with_its_reason_like_a_failed_connect() {
     let (mut h, conn) = connecting_to_the_hint();
     let mark = h.actions.len();
     let detail = ticketing::Name::new("unknown_ca").unwrap();
@@ -925,9 +1035,9 @@ fn a_tls_handshake_that_fails_closes_with_its_reason_and_backs_off_like_a_failed
         None,
         "a hint that fails is forgotten"
     );
-    let until = the_backoff(&events, BackoffCause::Transport);
-    assert_jittered(h.now, until, step(50, 5_000, 1), "the second in a row");
-    reconnect_at(&mut h, until, "b:2");
+    // As for a failed connect: the round goes on at once.
+    assert!(backoffs(&events).is_empty());
+    connect_at_once(&h, mark, "b:2");
     // Once connected, the same input is a transport failure.
     let conn = h.connect();
     h.client

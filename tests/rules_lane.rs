@@ -53,7 +53,13 @@ fn releases_are_sent_before_queued_acquires() {
     h.feed("T 2 A x\n");
     assert_eq!(
         h.take_outcomes(),
-        vec![(x, Outcome::TimedOut { sent: true })]
+        vec![(
+            x,
+            Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
+        )]
     );
     assert_eq!(h.take_sent(), "R 4 k2 6\n");
     h.feed("D 1 R k\n");
@@ -86,7 +92,13 @@ fn at_most_window_minus_reserved_acquires_in_flight() {
         h.feed("T 1 A k0\n");
         assert_eq!(
             h.take_outcomes(),
-            vec![(ops[0], Outcome::TimedOut { sent: true })]
+            vec![(
+                ops[0],
+                Outcome::TimedOut {
+                    sent: true,
+                    cause: None
+                }
+            )]
         );
         assert_eq!(
             h.take_sent(),
@@ -120,7 +132,13 @@ fn releases_may_use_any_free_slot() {
     h.feed("T 6 A a\n");
     assert_eq!(
         h.take_outcomes(),
-        vec![(a, Outcome::TimedOut { sent: true })]
+        vec![(
+            a,
+            Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
+        )]
     );
 
     // The acquire slots full: a release still takes the reserved one.
@@ -324,8 +342,20 @@ fn reserved_as_large_as_the_window_sends_no_acquire_and_gives_every_slot_to_rele
     h.ends_at(
         2_000,
         &[
-            (a, Outcome::TimedOut { sent: false }),
-            (b, Outcome::TimedOut { sent: false }),
+            (
+                a,
+                Outcome::TimedOut {
+                    sent: false,
+                    cause: None,
+                },
+            ),
+            (
+                b,
+                Outcome::TimedOut {
+                    sent: false,
+                    cause: None,
+                },
+            ),
         ],
     );
     assert_eq!(h.take_sent(), "");

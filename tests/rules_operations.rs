@@ -160,7 +160,13 @@ fn cancel_before_sending_is_cancelled_and_nothing_is_ever_sent() {
     h.feed("T 1 A b\n");
     assert_eq!(
         h.take_outcomes(),
-        vec![(b, Outcome::TimedOut { sent: true })]
+        vec![(
+            b,
+            Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
+        )]
     );
     assert_eq!(h.take_sent(), "", "the cancelled acquire never goes out");
     assert_eq!(h.closes(), vec![]);
@@ -273,7 +279,10 @@ fn cancel_after_sending_with_keep_waiter_is_indeterminate_at_once_and_the_answer
         events[2],
         Event::Outcome {
             op: d,
-            outcome: Outcome::TimedOut { sent: true }
+            outcome: Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
         }
     );
     assert_eq!(h.closes(), vec![]);
@@ -403,9 +412,31 @@ fn an_unsent_acquire_whose_budget_runs_out_times_out_never_sent() {
     let short = h.acquire("a", 500, 5000);
     // Wait 3 s: longer than the queue grace.
     let long = h.acquire("b", 3000, 5000);
-    h.ends_at(2100, &[(short, Outcome::TimedOut { sent: false })]);
-    h.ends_at(3100, &[(long, Outcome::TimedOut { sent: false })]);
-    assert!(Outcome::TimedOut { sent: false }.is_definitive());
+    h.ends_at(
+        2100,
+        &[(
+            short,
+            Outcome::TimedOut {
+                sent: false,
+                cause: None,
+            },
+        )],
+    );
+    h.ends_at(
+        3100,
+        &[(
+            long,
+            Outcome::TimedOut {
+                sent: false,
+                cause: None,
+            },
+        )],
+    );
+    assert!(Outcome::TimedOut {
+        sent: false,
+        cause: None
+    }
+    .is_definitive());
     h.ready(4);
     assert_eq!(h.take_sent(), "", "a timed-out acquire is never sent");
 }
@@ -420,13 +451,28 @@ fn a_try_lock_submitted_before_the_connection_is_tried_once_within_the_queue_gra
     h.feed("T 1 A k\n");
     assert_eq!(
         h.take_outcomes(),
-        vec![(op, Outcome::TimedOut { sent: true })]
+        vec![(
+            op,
+            Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
+        )]
     );
 
     // The connection comes after the queue grace: too late.
     let mut h = Harness::new(config());
     let op = h.acquire("k", 0, 5000);
-    h.ends_at(2000, &[(op, Outcome::TimedOut { sent: false })]);
+    h.ends_at(
+        2000,
+        &[(
+            op,
+            Outcome::TimedOut {
+                sent: false,
+                cause: None,
+            },
+        )],
+    );
     h.ready(4);
     assert_eq!(h.take_sent(), "");
 }
@@ -542,15 +588,17 @@ fn shutdown_whose_budget_runs_out_ends_open_releases_lapsed() {
 
 #[test]
 fn shutdown_whose_budget_runs_out_ends_releases_never_sent_lapsed_too() {
-    // The first connect fails: the release waits in the lane, unsent, and
-    // still gets its outcome when the budget ends at 1000. A driver that is
-    // late (its next call at 5000, past both the end of the connect backoff
-    // and the budget) sees what a punctual one sees: the connect attempt at
-    // the end of the backoff, closed by the shutdown.
+    // The first round fails (both endpoints refuse): the release waits in
+    // the lane, unsent, and still gets its outcome when the budget ends at
+    // 1000. A driver that is late (its next call at 5000, past both the
+    // end of the backoff and the budget) sees what a punctual one sees:
+    // the connect attempt at the end of the backoff, closed by the
+    // shutdown.
     fn run(late: bool) -> (Vec<Event>, Vec<Action>, OpId) {
         let mut h = Harness::new(config());
         let r = h.release_token("z", 9);
         h.shutdown(1_000);
+        h.fail_connect();
         h.fail_connect();
         h.take_events();
         let mark = h.actions.len();
@@ -751,7 +799,10 @@ fn poll_timeout_is_now_while_output_is_queued_and_an_exact_deadline_otherwise() 
         client.poll_event(),
         Some(Event::Outcome {
             op,
-            outcome: Outcome::TimedOut { sent: true }
+            outcome: Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
         })
     );
     assert_eq!(client.poll_timeout(), None);
@@ -783,7 +834,9 @@ fn scripted_run(seed: u64) -> (Vec<Action>, Vec<Event>) {
     h.acquire("a", 3000, 10_000);
     h.acquire("b", 3000, 10_000);
     h.acquire("c", 3000, 10_000);
+    // Three failed rounds, each of both endpoints.
     for _ in 0..3 {
+        h.fail_connect();
         h.fail_connect();
         h.next_deadline();
     }
@@ -892,7 +945,13 @@ fn an_abandoned_waiter_no_longer_counts_against_the_clients_own_capacity() {
     h.feed("T 2 A k2\n");
     assert_eq!(
         h.take_outcomes(),
-        vec![(b, Outcome::TimedOut { sent: true })]
+        vec![(
+            b,
+            Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
+        )]
     );
     assert_eq!(open_operations(&h.client), (0, 0));
 }

@@ -432,6 +432,11 @@ fn e_unsupported_version_backs_off_long_and_is_told() {
     assert!(events
         .iter()
         .any(|e| matches!(e, Event::UnsupportedVersion { addr } if addr.as_str() == "a:1")));
+    // Another node may speak version 2: the round goes on, and only a
+    // round that every node refused backs off.
+    assert!(backoffs(&events).is_empty());
+    h.hello();
+    let events = h.feed_closing("E unsupported_version\n", "b:2", "unsupported_version");
     let until = backoffs(&events)
         .into_iter()
         .find(|(cause, _)| *cause == BackoffCause::UnsupportedVersion)
@@ -619,7 +624,16 @@ fn a_queued_release_that_lapses_with_its_renewal_in_flight_is_never_sent_and_the
     // A slot frees: the lapsed release is not sent.
     h.at_ms(2_200);
     h.feed("T 3 A j\n");
-    assert_eq!(h.take_outcomes(), [(j, Outcome::TimedOut { sent: true })]);
+    assert_eq!(
+        h.take_outcomes(),
+        [(
+            j,
+            Outcome::TimedOut {
+                sent: true,
+                cause: None
+            }
+        )]
+    );
     assert_eq!(h.take_sent(), "");
     // The renewal's answer is claimed and changes nothing.
     h.feed("G 2 X k 7 1000\n");
@@ -664,7 +678,13 @@ fn a_queued_automatic_renewal_is_dropped_when_renew_until_passes_or_renewing_sto
         h.feed("T 2 A j\n");
         assert_eq!(
             h.take_outcomes(),
-            vec![(j, Outcome::TimedOut { sent: true })]
+            vec![(
+                j,
+                Outcome::TimedOut {
+                    sent: true,
+                    cause: None
+                }
+            )]
         );
         assert_eq!(h.take_sent(), "", "stop: {stop}");
     }

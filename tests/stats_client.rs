@@ -157,11 +157,13 @@ fn renewals_are_counted_sent_renewed_lost_in_jeopardy_and_expired() {
 fn connections_closes_backoffs_and_hints_are_counted() {
     let mut h = Harness::new(config());
     assert_eq!(stats(&h).connects, 1);
+    // A round: both endpoints refuse, then one backoff.
+    h.fail_connect();
     h.fail_connect();
     let s = stats(&h);
-    assert_eq!((s.closes.connect_failed, s.backoffs.transport), (1, 1));
+    assert_eq!((s.closes.connect_failed, s.backoffs.transport), (2, 1));
     h.reconnect(4);
-    assert_eq!((stats(&h).connects, stats(&h).connected), (2, 1));
+    assert_eq!((stats(&h).connects, stats(&h).connected), (3, 1));
     h.feed("L b:2\nL evil:1\n");
     let s = stats(&h);
     assert_eq!((s.hints_taken, s.hints_ignored), (1, 1));

@@ -71,7 +71,8 @@ pub struct Backoffs {
     pub auth_failed: Backoff,
     /// `E unsupported_version`: 1 s up to 60 s.
     pub unsupported_version: Backoff,
-    /// Redirects (`M`) after the third in a row without a `W`: 50 ms up to 2 s.
+    /// Rounds in which every attempt ended in a redirect (`M`): 50 ms up
+    /// to 2 s.
     pub redirect: Backoff,
     /// A `B` answer, between attempts of one acquire: 10 ms up to 500 ms.
     pub busy: Backoff,
@@ -157,8 +158,16 @@ pub struct Config {
     /// How long after connecting the handshake answer may take: positive
     /// (default 5 s).
     pub handshake_timeout: Duration,
-    /// Backoff per cause: every base positive, every cap at least its base.
+    /// Backoff between rounds per cause, and between the attempts of an
+    /// acquire answered `B`: every base positive, every cap at least its
+    /// base.
     pub backoff: Backoffs,
+    /// How long an address whose latest connection ended by a transport
+    /// failure (a failed or timed-out connect or handshake, the transport
+    /// ending or failing) is not followed as a leader hint: positive
+    /// (default 1 s). A follower that still names a leader that just died
+    /// then costs no attempt while the death is fresh.
+    pub stale_hint: Duration,
     /// Most acquires open at once, at least 1; one more is refused with
     /// [`Error::Busy`](super::Error::Busy) (default 65 536).
     pub max_acquires: usize,
@@ -189,6 +198,7 @@ impl core::fmt::Debug for Config {
             .field("connect_timeout", &self.connect_timeout)
             .field("handshake_timeout", &self.handshake_timeout)
             .field("backoff", &self.backoff)
+            .field("stale_hint", &self.stale_hint)
             .field("max_acquires", &self.max_acquires)
             .field("max_releases", &self.max_releases)
             .field("seed", &self.seed)
@@ -215,6 +225,7 @@ impl Config {
             connect_timeout: Duration::from_secs(5),
             handshake_timeout: Duration::from_secs(5),
             backoff: Backoffs::default(),
+            stale_hint: Duration::from_secs(1),
             max_acquires: 65_536,
             max_releases: 65_536,
             seed: 0,
@@ -242,6 +253,7 @@ impl Config {
             ("release_horizon", self.release_horizon),
             ("connect_timeout", self.connect_timeout),
             ("handshake_timeout", self.handshake_timeout),
+            ("stale_hint", self.stale_hint),
         ];
         let zero_count = counts.into_iter().find(|&(_, n)| n == 0);
         let zero_duration = durations.into_iter().find(|(_, d)| d.is_zero());
@@ -317,7 +329,7 @@ mod tests {
         );
         // Each change, and the field it makes meaningless.
         type Change = fn(&mut Config);
-        let not_positive_cases: [(Change, &str); 12] = [
+        let not_positive_cases: [(Change, &str); 13] = [
             (|c| c.reserved = 0, "reserved"),
             (|c| c.release_attempts = 0, "release_attempts"),
             (|c| c.max_acquires = 0, "max_acquires"),
@@ -331,6 +343,7 @@ mod tests {
                 |c| c.handshake_timeout = Duration::ZERO,
                 "handshake_timeout",
             ),
+            (|c| c.stale_hint = Duration::ZERO, "stale_hint"),
             (
                 |c| c.backoff.transport.base = Duration::ZERO,
                 "backoff.transport",

@@ -1,13 +1,23 @@
-//! The connection's life: where to connect, the handshake, leader hints,
-//! closing, and backing off (PROTOCOL.md section 5, "Connecting and backing
-//! off", the rows for `L`, `M` and `E`, and "any close").
+//! The connection's life: where to connect and when, the handshake, leader
+//! hints, closing (PROTOCOL.md section 5, "Connecting and backing off",
+//! the rows for `L`, `M` and `E`, and "any close").
+//!
+//! [`Link`] owns every rule about where the next connection goes and when:
+//! the rounds over the addresses, the leader hint, the addresses that
+//! failed a moment ago, the backoff between rounds, the timeouts, and
+//! whether every server refused the client. It never looks at operations:
+//! the client hands it the one thing it needs from them, the cap that a
+//! held lease puts on every wait ([`Client::lease_cap`]).
 
 use core::mem;
+use core::time::Duration;
 
+use super::config::{Backoff, Config};
 use super::operations::AcquirePhase;
 use super::outcome::{Action, BackoffCause, CloseReason, ConnId, Event, Outcome, Violation};
 use super::{Client, Request};
 use crate::names::{Endpoint, Name};
+use crate::rng::Rng;
 use crate::time::Time;
 use crate::wire::{Addr, Atom, ClientFrame, FrameError, ServerFrame, VERSION};
 
@@ -29,8 +39,8 @@ pub(crate) enum Phase {
 }
 
 pub(crate) enum LinkState {
-    /// No connection; the next attempt starts at `until` (`Time::MAX`:
-    /// none is planned).
+    /// No connection; the next round starts at `until` (`Time::MAX`: none
+    /// is planned).
     Down { until: Time },
     /// A connection in some phase.
     Up { conn: Conn, phase: Phase },
@@ -38,37 +48,181 @@ pub(crate) enum LinkState {
     Finished,
 }
 
+/// The least a held lease shortens a wait to: a holder whose lease is
+/// nearly out still waits this long between rounds and for a connect.
+pub(crate) const LEASE_CAP_FLOOR: Duration = Duration::from_millis(100);
+
 pub(crate) struct Link {
     pub(crate) state: LinkState,
     next_conn: u64,
+    /// The configured endpoint a round's turn takes next.
     next_endpoint: usize,
     pub(crate) hint: Option<Endpoint>,
     /// The last address a hint on the current connection named that the
     /// allowlist refused.
     ignored: Option<Endpoint>,
-    /// Backoffs in a row since the last `W`.
-    failures: u32,
-    /// Redirects in a row since the last `W`.
-    redirects: u32,
+    round: Round,
+    /// Rounds that failed in a row since the last `W`.
+    failed_rounds: u32,
+    /// Addresses whose latest connection ended by a transport failure, and
+    /// when. Only allowlisted addresses are ever connected to, so this
+    /// holds at most one entry for each.
+    failed_at: Vec<(Endpoint, Time)>,
+    /// Set when a whole round was refused with `auth_failed` or
+    /// `unsupported_version`: the last such reason. Cleared by a `W`.
+    misconfigured: Option<CloseReason>,
+    /// Why the latest connection attempt ended; `None` after a `W`, and
+    /// before any attempt ended.
+    last_end: Option<CloseReason>,
 }
 
-/// Redirects in a row that reconnect at once; the next ones back off.
-const FREE_REDIRECTS: u32 = 3;
+/// One round over the addresses: what it tried, and what its attempts
+/// say about the backoff after it.
+#[derive(Default)]
+struct Round {
+    /// The addresses it has tried, endpoints and hints alike.
+    tried: Vec<Endpoint>,
+    /// Configured endpoints its turn has not reached yet.
+    endpoints_left: usize,
+    /// Attempts that ended.
+    attempts: u32,
+    /// Of those, ended by `M`.
+    moved: u32,
+    /// Of those, refused with `auth_failed` or `unsupported_version`.
+    refused: u32,
+    /// The latest refusal.
+    refusal: Option<CloseReason>,
+    /// The cause of the latest attempt that ended otherwise.
+    other: Option<BackoffCause>,
+}
+
+impl Round {
+    /// A round over `endpoints` configured endpoints, keeping the memory
+    /// of the last one.
+    fn restart(&mut self, endpoints: usize) {
+        self.tried.clear();
+        let tried = mem::take(&mut self.tried);
+        *self = Round {
+            tried,
+            endpoints_left: endpoints,
+            ..Round::default()
+        };
+    }
+
+    fn has_tried(&self, addr: &Endpoint) -> bool {
+        self.tried.contains(addr)
+    }
+
+    /// Notes an attempt that ended without `W`.
+    fn ended(&mut self, reason: &CloseReason) {
+        self.attempts += 1;
+        match reason {
+            CloseReason::Moved => self.moved += 1,
+            CloseReason::AuthFailed | CloseReason::UnsupportedVersion => {
+                self.refused += 1;
+                self.refusal = Some(reason.clone());
+            }
+            other => self.other = Some(backoff_cause(other)),
+        }
+    }
+
+    /// Why the round failed, for its backoff: every attempt refused, every
+    /// attempt moved, else the latest attempt that ended otherwise. A round
+    /// of refusals and moves alone backs off as for moves: a node that
+    /// names a leader is not refusing the client.
+    fn cause(&self) -> BackoffCause {
+        match &self.refusal {
+            Some(refusal) if self.refused == self.attempts => backoff_cause(refusal),
+            _ if self.moved == self.attempts => BackoffCause::Redirect,
+            _ => self.other.unwrap_or(BackoffCause::Redirect),
+        }
+    }
+
+    /// The refusal that leaves the client misconfigured, if every attempt
+    /// of the round was refused.
+    fn misconfigures(&self) -> Option<&CloseReason> {
+        self.refusal
+            .as_ref()
+            .filter(|_| self.refused == self.attempts)
+    }
+}
+
+/// The backoff class of one attempt's end.
+fn backoff_cause(reason: &CloseReason) -> BackoffCause {
+    match reason {
+        CloseReason::Moved => BackoffCause::Redirect,
+        CloseReason::NoLeader => BackoffCause::NoLeader,
+        CloseReason::NotActive => BackoffCause::NotActive,
+        CloseReason::AuthFailed => BackoffCause::AuthFailed,
+        CloseReason::UnsupportedVersion => BackoffCause::UnsupportedVersion,
+        _ => BackoffCause::Transport,
+    }
+}
+
+/// Whether a close is a transport failure: a failed or timed-out connect
+/// or handshake, or the transport ending or failing. Such an address is
+/// stale as a hint for a while.
+fn is_transport_failure(reason: &CloseReason) -> bool {
+    matches!(
+        reason,
+        CloseReason::ConnectFailed
+            | CloseReason::ConnectTimeout
+            | CloseReason::Tls(_)
+            | CloseReason::HandshakeTimeout
+            | CloseReason::Eof
+            | CloseReason::Io
+    )
+}
+
+/// `d/2 + random(0, d/2)`: a delay never below half its step.
+pub(crate) fn jittered(step: Duration, rng: &mut Rng) -> Duration {
+    let step = crate::time::duration_nanos(step);
+    let half = step / 2;
+    Duration::from_nanos(half.saturating_add(rng.up_to(half)))
+}
+
+/// What the link is told, besides its own state, when it decides where
+/// and when to connect: the time, the configuration, the seeded generator,
+/// and the cap a held lease puts on every wait.
+pub(crate) struct Ctx<'a> {
+    pub(crate) now: Time,
+    pub(crate) config: &'a Config,
+    pub(crate) rng: &'a mut Rng,
+    pub(crate) cap: Option<Duration>,
+}
+
+/// What comes after a connection or an attempt ended.
+pub(crate) enum Next {
+    /// The round goes on at once with another address.
+    AtOnce,
+    /// Wait `delay` (already capped) for `cause`; `misconfigured` when the
+    /// round that failed was refused by every address, and why.
+    Wait {
+        cause: BackoffCause,
+        delay: Duration,
+        misconfigured: Option<CloseReason>,
+    },
+}
 
 impl Link {
-    pub(crate) fn new() -> Link {
+    pub(crate) fn new(endpoints: usize) -> Link {
+        let mut round = Round::default();
+        round.restart(endpoints);
         Link {
             state: LinkState::Down { until: Time::ZERO },
             next_conn: 1,
             next_endpoint: 0,
             hint: None,
             ignored: None,
-            failures: 0,
-            redirects: 0,
+            round,
+            failed_rounds: 0,
+            failed_at: Vec::new(),
+            misconfigured: None,
+            last_end: None,
         }
     }
 
-    /// The link's own deadline: the next connect, or the connect or
+    /// The link's own deadline: the next round, or the connect or
     /// handshake timeout.
     pub(crate) fn deadline(&self) -> Option<Time> {
         match &self.state {
@@ -88,42 +242,239 @@ impl Link {
             _ => None,
         }
     }
+
+    /// Why every server refused the client, while it is misconfigured.
+    pub(crate) fn misconfigured(&self) -> Option<&CloseReason> {
+        self.misconfigured.as_ref()
+    }
+
+    /// Why the latest connection attempt ended, if one did since the last
+    /// `W`: what an acquire that could not be sent was kept from by.
+    pub(crate) fn last_end(&self) -> Option<&CloseReason> {
+        self.last_end.as_ref()
+    }
+
+    /// Whether `addr` is stale as a hint at `now`: its latest connection
+    /// ended by a transport failure less than `stale_hint` ago.
+    fn is_stale(&self, addr: &Endpoint, now: Time, stale_hint: Duration) -> bool {
+        self.failed_at
+            .iter()
+            .any(|(a, at)| a == addr && now < at.saturating_add(stale_hint))
+    }
+
+    /// The address the round tries next: the leader hint if there is one
+    /// that this round has not tried and that is not stale, else the next
+    /// configured endpoint in turn that it has not tried; `None` once the
+    /// round has tried every address it may.
+    fn next_address(&mut self, now: Time, config: &Config) -> Option<Endpoint> {
+        if let Some(hint) = &self.hint {
+            if !self.round.has_tried(hint) && !self.is_stale(hint, now, config.stale_hint) {
+                return Some(hint.clone());
+            }
+        }
+        let endpoints = &config.endpoints;
+        while self.round.endpoints_left > 0 {
+            self.round.endpoints_left -= 1;
+            let addr = &endpoints[self.next_endpoint % endpoints.len()];
+            self.next_endpoint = (self.next_endpoint + 1) % endpoints.len();
+            if !self.round.has_tried(addr) {
+                return Some(addr.clone());
+            }
+        }
+        None
+    }
+
+    /// Opens a connection to `addr`, given up at `deadline` unless it
+    /// connects first.
+    fn open(&mut self, addr: Endpoint, to_hint: bool, deadline: Time) -> ConnId {
+        let id = ConnId(self.next_conn);
+        self.next_conn += 1;
+        self.round.tried.push(addr.clone());
+        self.state = LinkState::Up {
+            conn: Conn { id, addr, to_hint },
+            phase: Phase::Connecting { deadline },
+        };
+        id
+    }
+
+    /// A `W` on the current connection: the round succeeded, and every
+    /// count of failures starts again.
+    fn welcomed(&mut self) {
+        self.failed_rounds = 0;
+        self.misconfigured = None;
+        self.last_end = None;
+    }
+
+    /// Notes how the connection `conn`, in `phase`, ended, and says what
+    /// comes next: the round goes on at once, or the client waits before
+    /// the next round (`cap`: the cap a held lease puts on the wait).
+    fn ended(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        conn: &Conn,
+        phase: &Phase,
+        reason: &CloseReason,
+    ) -> Next {
+        let (now, config) = (cx.now, cx.config);
+        self.ignored = None;
+        self.failed_at.retain(|(addr, _)| *addr != conn.addr);
+        if is_transport_failure(reason) {
+            self.failed_at.push((conn.addr.clone(), now));
+        }
+        self.forget_hint_after(conn, phase, reason);
+        if matches!(reason, CloseReason::Cancel | CloseReason::Shutdown) {
+            // Our own decisions: the connection itself was fine.
+            self.round.restart(config.endpoints.len());
+            return Next::AtOnce;
+        }
+        self.last_end = Some(reason.clone());
+        if matches!(phase, Phase::Ready { .. }) {
+            // A connection that had its `W` ends: the next round begins
+            // after the first step's delay, as after a first failed round,
+            // so that a node's clients do not all come back at once.
+            self.round.restart(config.endpoints.len());
+            self.failed_rounds = 1;
+            let cause = backoff_cause(reason);
+            let delay = self.delay(cause, cx);
+            return Next::Wait {
+                cause,
+                delay,
+                misconfigured: None,
+            };
+        }
+        self.round.ended(reason);
+        if self.next_address_exists(now, config) {
+            return Next::AtOnce;
+        }
+        self.failed_rounds = self.failed_rounds.saturating_add(1);
+        let cause = self.round.cause();
+        let misconfigured = self.round.misconfigures().cloned();
+        if misconfigured.is_some() {
+            self.misconfigured.clone_from(&misconfigured);
+        }
+        self.round.restart(config.endpoints.len());
+        let delay = self.delay(cause, cx);
+        Next::Wait {
+            cause,
+            delay,
+            misconfigured,
+        }
+    }
+
+    /// Whether the round has an address left to try, without taking it.
+    fn next_address_exists(&self, now: Time, config: &Config) -> bool {
+        let hint_left = self.hint.as_ref().is_some_and(|hint| {
+            !self.round.has_tried(hint) && !self.is_stale(hint, now, config.stale_hint)
+        });
+        let endpoints = &config.endpoints;
+        let endpoint_left = (0..self.round.endpoints_left)
+            .map(|i| &endpoints[(self.next_endpoint + i) % endpoints.len()])
+            .any(|addr| !self.round.has_tried(addr));
+        hint_left || endpoint_left
+    }
+
+    /// The wait before the next round, after `failed_rounds` failed rounds
+    /// in a row whose last failed for `cause`: `d/2 + random(0, d/2)` with
+    /// `d = min(cap, base * 2^(k-1))`, then at most what a held lease
+    /// allows.
+    fn delay(&self, cause: BackoffCause, cx: &mut Ctx<'_>) -> Duration {
+        let backoff = round_backoff(cause, cx.config);
+        let step = backoff.step(self.failed_rounds.saturating_sub(1));
+        let delay = jittered(step, cx.rng);
+        cx.cap.map_or(delay, |cap| delay.min(cap))
+    }
+
+    /// Forgets the leader hint when the connection that just ended shows
+    /// it is no use: `E no_leader` anywhere; and a connection to the hint
+    /// that ended without `W` for any reason but an `M` to another
+    /// allowlisted address (which is the hint now), or that ended in `M`
+    /// or `E not_active` after it. So a hinted node that is gone or broken
+    /// never keeps the client from its configured endpoints.
+    fn forget_hint_after(&mut self, conn: &Conn, phase: &Phase, reason: &CloseReason) {
+        let welcomed = matches!(phase, Phase::Ready { .. });
+        let still_the_hint = conn.to_hint && self.hint.as_ref() == Some(&conn.addr);
+        let hint_failed = still_the_hint
+            && (!welcomed || matches!(reason, CloseReason::Moved | CloseReason::NotActive));
+        if hint_failed || *reason == CloseReason::NoLeader {
+            self.hint = None;
+        }
+    }
+}
+
+/// The backoff for rounds that failed for `cause`.
+fn round_backoff(cause: BackoffCause, config: &Config) -> Backoff {
+    let b = &config.backoff;
+    match cause {
+        BackoffCause::Transport => b.transport,
+        BackoffCause::NoLeader => b.no_leader,
+        BackoffCause::NotActive => b.not_active,
+        BackoffCause::AuthFailed => b.auth_failed,
+        BackoffCause::UnsupportedVersion => b.unsupported_version,
+        BackoffCause::Redirect => b.redirect,
+        BackoffCause::Busy => b.busy,
+    }
 }
 
 impl Client {
-    /// Starts a connection to the leader hint if there is one, else to the
-    /// next endpoint in turn.
+    /// Starts the next attempt of the round: to the leader hint if it may
+    /// be tried, else to the next endpoint in turn. A round that has
+    /// nothing left starts again: the caller only asks when it may.
     pub(crate) fn connect(&mut self) {
-        let (addr, to_hint) = match &self.link.hint {
-            Some(hint) => (hint.clone(), true),
+        let now = self.now;
+        let addr = match self.link.next_address(now, &self.config) {
+            Some(addr) => addr,
             None => {
-                let endpoints = &self.config.endpoints;
-                let addr = endpoints[self.link.next_endpoint % endpoints.len()].clone();
-                self.link.next_endpoint = (self.link.next_endpoint + 1) % endpoints.len();
-                (addr, false)
+                self.link.round.restart(self.config.endpoints.len());
+                self.link
+                    .next_address(now, &self.config)
+                    .expect("a new round has an endpoint to try")
             }
         };
-        let id = ConnId(self.link.next_conn);
-        self.link.next_conn += 1;
+        // Whether it came as the hint or in turn, a connection to the
+        // hint's address is one to the hint.
+        let to_hint = self.link.hint.as_ref() == Some(&addr);
+        let timeout = self.capped(self.config.connect_timeout);
+        let id = self
+            .link
+            .open(addr.clone(), to_hint, now.saturating_add(timeout));
         self.actions.push_back(Action::Connect {
             conn: id,
             addr: addr.clone(),
         });
-        self.events
-            .push_back(Event::Connecting { addr: addr.clone() });
-        self.link.state = LinkState::Up {
-            conn: Conn { id, addr, to_hint },
-            phase: Phase::Connecting {
-                deadline: self.now.saturating_add(self.config.connect_timeout),
-            },
-        };
+        self.events.push_back(Event::Connecting { addr });
     }
 
-    /// The link's deadline passed: the backoff ended (connect), or the
-    /// connect or the handshake took too long.
+    /// `wait`, shortened by what a held lease allows.
+    fn capped(&self, wait: Duration) -> Duration {
+        self.lease_cap().map_or(wait, |cap| wait.min(cap))
+    }
+
+    /// What a held lease allows any wait of the link to last (PROTOCOL.md
+    /// section 5, "A held lease shortens the wait"): while the client holds
+    /// a grant it renews automatically, or has a renewal of one queued or
+    /// in flight, a quarter of what is left until the earliest such grant's
+    /// `valid_until`, and never less than 100 ms. A scan of the held
+    /// grants: it runs once per connection attempt.
+    pub(crate) fn lease_cap(&self) -> Option<Duration> {
+        let earliest = self
+            .holds
+            .iter()
+            .filter_map(|(_, hold)| hold.held())
+            .filter(|held| held.keeps_renewing())
+            .map(|held| held.valid_until)
+            .min()?;
+        let left = earliest.saturating_duration_since(self.now);
+        Some((left / 4).max(LEASE_CAP_FLOOR))
+    }
+
+    /// The link's deadline passed: the wait before a round ended (connect),
+    /// or the connect or the handshake took too long.
     pub(crate) fn fire_link(&mut self) {
         match &self.link.state {
-            LinkState::Down { .. } => self.connect(),
+            LinkState::Down { .. } => {
+                self.link.round.restart(self.config.endpoints.len());
+                self.connect();
+            }
             LinkState::Up {
                 phase: Phase::Connecting { .. },
                 ..
@@ -138,9 +489,10 @@ impl Client {
 
     /// The transport is up: `H` goes out next.
     pub(crate) fn on_connected(&mut self) {
+        let timeout = self.capped(self.config.handshake_timeout);
         if let LinkState::Up { phase, .. } = &mut self.link.state {
             *phase = Phase::Handshaking {
-                deadline: self.now.saturating_add(self.config.handshake_timeout),
+                deadline: self.now.saturating_add(timeout),
                 hello_sent: false,
             };
         }
@@ -245,9 +597,7 @@ impl Client {
                     node: node.clone(),
                 };
                 let addr = conn.addr.clone();
-                // A successful `W` resets the backoff.
-                self.link.failures = 0;
-                self.link.redirects = 0;
+                self.link.welcomed();
                 self.events.push_back(Event::Connected {
                     addr,
                     node,
@@ -305,8 +655,8 @@ impl Client {
     }
 
     /// Closes the connection (or abandons the connect attempt) for `reason`
-    /// and applies "any close" to the requests on it, then decides when and
-    /// where to connect next.
+    /// and applies "any close" to the requests on it, then goes on with
+    /// the round at once, or waits before the next one.
     pub(crate) fn close(&mut self, reason: CloseReason) {
         let state = mem::replace(&mut self.link.state, LinkState::Down { until: Time::MAX });
         let LinkState::Up { conn, phase } = state else {
@@ -321,90 +671,56 @@ impl Client {
             reason: reason.clone(),
         });
         self.reader.reset();
-        self.link.ignored = None;
         self.settle_on_close(&reason);
         if self.finishing {
             return;
         }
-        self.forget_hint_after(&conn, &phase, &reason);
-        let cause = match reason {
-            CloseReason::Moved => {
-                self.link.redirects += 1;
-                (self.link.redirects > FREE_REDIRECTS).then_some(BackoffCause::Redirect)
-            }
-            CloseReason::NoLeader => Some(BackoffCause::NoLeader),
-            CloseReason::NotActive => Some(BackoffCause::NotActive),
-            CloseReason::AuthFailed => {
-                self.events.push_back(Event::AuthFailed {
-                    addr: conn.addr.clone(),
-                });
-                Some(BackoffCause::AuthFailed)
-            }
-            CloseReason::UnsupportedVersion => {
-                self.events.push_back(Event::UnsupportedVersion {
-                    addr: conn.addr.clone(),
-                });
-                Some(BackoffCause::UnsupportedVersion)
-            }
-            // Our own decisions: the connection itself was fine.
-            CloseReason::Cancel | CloseReason::Shutdown => None,
-            CloseReason::ConnectFailed
-            | CloseReason::Tls(_)
-            | CloseReason::ConnectTimeout
-            | CloseReason::HandshakeTimeout
-            | CloseReason::Eof
-            | CloseReason::Io
-            | CloseReason::ServerError(_)
-            | CloseReason::Protocol(_)
-            | CloseReason::AnswerTimeout => Some(BackoffCause::Transport),
+        match reason {
+            CloseReason::AuthFailed => self.events.push_back(Event::AuthFailed {
+                addr: conn.addr.clone(),
+            }),
+            CloseReason::UnsupportedVersion => self.events.push_back(Event::UnsupportedVersion {
+                addr: conn.addr.clone(),
+            }),
+            _ => {}
+        }
+        let mut cx = Ctx {
+            now: self.now,
+            cap: self.lease_cap(),
+            config: &self.config,
+            rng: &mut self.rng,
         };
-        match cause {
-            _ if self.shutdown.is_some() && !self.has_work_to_drain() => {
-                // Nothing left to send: the shutdown check finishes now.
-            }
-            None => self.connect(),
-            Some(cause) => {
-                let until = self.backoff_until(cause, self.link.failures);
-                self.link.failures = self.link.failures.saturating_add(1);
+        let next = self.link.ended(&mut cx, &conn, &phase, &reason);
+        if self.shutdown.is_some() && !self.has_work_to_drain() {
+            // Nothing left to send: the shutdown check finishes now.
+            return;
+        }
+        match next {
+            Next::AtOnce => self.connect(),
+            Next::Wait {
+                cause,
+                delay,
+                misconfigured,
+            } => {
+                let until = self.now.saturating_add(delay);
                 self.link.state = LinkState::Down { until };
                 self.events.push_back(Event::Backoff { cause, until });
+                if let Some(cause) = misconfigured {
+                    self.events.push_back(Event::Misconfigured {
+                        cause: cause.clone(),
+                    });
+                    self.end_unsendable_acquires(&cause);
+                }
             }
         }
     }
 
-    /// Forgets the leader hint when the connection that just closed shows
-    /// it is no use: `E no_leader` anywhere; and a connection to the hint
-    /// that ended without `W` for any reason but an `M` to another
-    /// allowlisted address (which is the hint now), or that ended in `M`
-    /// or `E not_active` after it. So a hinted node that is gone or broken
-    /// never keeps the client from its configured endpoints.
-    fn forget_hint_after(&mut self, conn: &super::link::Conn, phase: &Phase, reason: &CloseReason) {
-        let welcomed = matches!(phase, Phase::Ready { .. });
-        let still_the_hint = conn.to_hint && self.link.hint.as_ref() == Some(&conn.addr);
-        let hint_failed = still_the_hint
-            && (!welcomed || matches!(reason, CloseReason::Moved | CloseReason::NotActive));
-        if hint_failed || *reason == CloseReason::NoLeader {
-            self.link.hint = None;
-        }
-    }
-
-    /// When the `n`-th backoff in a row for `cause` ends: `d/2 +
-    /// random(0, d/2)` with `d = min(cap, base * 2^n)`.
-    pub(crate) fn backoff_until(&mut self, cause: BackoffCause, n: u32) -> Time {
-        let b = &self.config.backoff;
-        let backoff = match cause {
-            BackoffCause::Transport => b.transport,
-            BackoffCause::NoLeader => b.no_leader,
-            BackoffCause::NotActive => b.not_active,
-            BackoffCause::AuthFailed => b.auth_failed,
-            BackoffCause::UnsupportedVersion => b.unsupported_version,
-            BackoffCause::Redirect => b.redirect,
-            BackoffCause::Busy => b.busy,
-        };
-        let step = crate::time::duration_nanos(backoff.step(n));
-        let half = step / 2;
-        let delay = half.saturating_add(self.rng.up_to(half));
-        self.now.saturating_add_nanos(delay)
+    /// When the `n`-th `B` in a row for one acquire is followed by its
+    /// next attempt: `d/2 + random(0, d/2)` with `d = min(cap, base *
+    /// 2^n)` of the busy backoff. Per operation; not a round.
+    pub(crate) fn busy_retry_at(&mut self, n: u32) -> Time {
+        let step = self.config.backoff.busy.step(n);
+        self.now.saturating_add(jittered(step, &mut self.rng))
     }
 
     /// Any close: sent acquires end Indeterminate and are never sent again;

@@ -149,7 +149,13 @@ impl Client {
                     waited_ms,
                 },
             ) => self.grant(handle, token, lease_ms, waited_ms.unwrap_or(0)),
-            (_, AnswerKind::TimedOut) => self.end_acquire(handle, Outcome::TimedOut { sent: true }),
+            (_, AnswerKind::TimedOut) => {
+                let outcome = Outcome::TimedOut {
+                    sent: true,
+                    cause: None,
+                };
+                self.end_acquire(handle, outcome);
+            }
             (_, AnswerKind::Busy) => self.on_busy(handle),
             (_, _) => unreachable!("matched as an acquire"),
         }
@@ -217,7 +223,7 @@ impl Client {
         let (budget_end, refused_in_a_row) =
             (acquire.budget_end, acquire.attempts.saturating_sub(1));
         let retry_at = match self.config.busy {
-            BusyPolicy::Retry => Some(self.backoff_until(BackoffCause::Busy, refused_in_a_row)),
+            BusyPolicy::Retry => Some(self.busy_retry_at(refused_in_a_row)),
             BusyPolicy::FailFast => None,
         };
         match retry_at {

@@ -9,7 +9,7 @@
 //! | `operations.rs` | the operations: acquire, release, cancel, undeliverable grants, shutdown; what their deadlines mean |
 //! | `matching.rs` | answers: matched by id, op and key; grants, `T`, `D`, `N`, `B` retries; answers nobody claims |
 //! | `lane.rs` | the release lane, the reserved slots, the window, sending |
-//! | `link.rs` | connecting, the handshake, leader hints, `M` and `E`, any close, backing off |
+//! | `link.rs` | `Link`, which owns where and when to connect (rounds, hints, stale addresses, backoff, timeouts, misconfiguration); the handshake, `M` and `E`, any close |
 //! | `renewal.rs` | renewal: when, in the lane, `G` and `N` to an `X`, jeopardy, expiry, stopping |
 //! | `stats.rs` | the counters read with [`Client::stats`] |
 //! | `store.rs` | storage: slabs with one timer per entry, queues, requests in flight |
@@ -22,10 +22,11 @@
 //! | matching an answer; the same (op, key) several times in flight | `Client::on_answer` |
 //! | when to register | `Client::send_acquire`, `Client::send_release` |
 //! | `G` / `T` / `D` / `N` matched | `Client::on_acquire_answer`, `Client::grant`, `Client::on_release_answer` |
-//! | `B` matched | `Client::on_busy` |
+//! | `B` matched | `Client::on_busy`, `Client::busy_retry_at` |
 //! | the client's own capacity is full | `Client::submit_acquire`, `Client::submit_release` |
-//! | `L addr`, `M addr` | `Client::on_frame`, `Client::take_hint` |
-//! | `E no_leader`, `E not_active`, `E auth_failed`, `E unsupported_version` | `Client::on_frame`, `Client::close` |
+//! | `L addr`, `M addr` | `Client::on_frame`, `Client::take_hint`; the round goes on with the hint: `Link::next_address` |
+//! | `E no_leader`, `E not_active`, `E auth_failed`, `E unsupported_version` | `Client::on_frame`, `Client::close`, `Link::ended` |
+//! | a round refused by every address: *misconfigured* | `Round::misconfigures`, `Link::misconfigured`, `Client::end_unsendable_acquires`, `Client::submit_acquire` |
 //! | other `E`, unknown kind, bad pairing, framing error, over-long line | `Client::read` |
 //! | an id no pending request holds, a second answer | `Client::on_answer`, `Client::stray_answer` |
 //! | an id pending with another op or key | `Client::on_answer` |
@@ -33,7 +34,7 @@
 //! | any close | `Client::close`, `Client::settle_on_close` |
 //! | cancel before and after bytes went out; `KeepWaiter` | `Client::cancel_op`, `Client::abandon_waiter` |
 //! | a sent acquire past `sent_at + wait_ms + answer_grace` | `Client::fire_acquire` |
-//! | an acquire not yet sent | `Client::submit_acquire`, `Client::fire_acquire`, `Client::send_acquire` |
+//! | an acquire not yet sent, and why it could not be | `Client::submit_acquire`, `Client::fire_acquire`, `Client::unsent_outcome`, `Link::last_end`, `Client::send_acquire` |
 //! | a Granted outcome the embedder cannot take | `Client::hand_back` |
 //! | never asking again whether an Indeterminate acquire holds | `Client::settle_on_close` |
 //! | the Indeterminate bound | `Client::settles_by` |
@@ -42,13 +43,18 @@
 //! | a release ignores cancellation | `Client::cancel_op` |
 //! | shutting down with a budget | `Client::start_shutdown`, `Client::check_shutdown`, `Client::finish_shutdown` |
 //! | a release's outcomes, the accepted boundary | `Client::end_release`, [`Outcome::Lapsed`] |
-//! | endpoints, allowlist, where the next connection goes | `Client::connect`, `Config::allows` |
-//! | backoff, its reset, forgetting the hint | `Client::close`, `Client::backoff_until`, `Client::on_frame` |
+//! | endpoints, allowlist | `Config::allows`, `Client::take_hint` |
+//! | rounds: where the next attempt goes, at once inside a round | `Link::next_address`, `Link::ended`, `Client::connect` |
+//! | stale hints | `Link::is_stale`, `Link::ended` |
+//! | backoff between rounds, by the round's cause | `Link::ended`, `Round::cause`, `Link::delay` |
+//! | a held lease shortens the wait and the timeouts | `Client::lease_cap`, `Held::keeps_renewing`, `Link::delay`, `Client::capped` |
+//! | only `W` resets the count; the first step after a connection that had its `W` | `Link::welcomed`, `Link::ended` |
+//! | forgetting the hint | `Link::forget_hint_after` |
 //! | a sent release past its answer grace | `Client::fire_hold` |
 //! | a second `W`, an answer before `W` | `Client::on_frame` |
 //! | a `waited_ms` missing or above the `wait_ms` asked | `Client::on_acquire_answer` |
 //! | *Renewal*: who renews | [`Client::renew`], [`Client::auto_renew`], [`Client::acquire_renewing`], `Client::submit_renew`, `Client::set_auto_renew` |
-//! | *Renewal*: when; jeopardy; expiry | `Client::tend`, `Client::renew_at`, `Client::jeopardy_at`, `Client::fire_hold` |
+//! | *Renewal*: when; jeopardy; expiry | `Client::tend`, `Held::renew_at`, `Held::jeopardy_at`, `Client::fire_hold` |
 //! | *Renewal*: in the lane, one in flight per grant | `Client::fill_window`, `Client::send_renewal` |
 //! | *Renewal*: `G` and `N` to an `X` | `Client::on_renewal_answer`, `Client::lose` |
 //! | *Renewal*: a close, no answer | `Client::requeue_renewal`, `Client::fire_hold` |
@@ -290,6 +296,7 @@ impl Client {
     /// refused with a [`ConfigError`] naming the field.
     pub fn new(config: Config, now: Time) -> Result<Client, ConfigError> {
         config.validate()?;
+        let link = Link::new(config.endpoints.len());
         let mut client = Client {
             rng: Rng::new(config.seed),
             config,
@@ -306,7 +313,7 @@ impl Client {
             acquires_in_flight: 0,
             open_acquires: 0,
             open_releases: 0,
-            link: Link::new(),
+            link,
             actions: VecDeque::new(),
             events: Told::default(),
             out: SendBuffer::default(),

@@ -178,6 +178,15 @@ pub(crate) enum Hold {
     },
 }
 
+impl Held {
+    /// Whether the client keeps renewing it: it is renewed automatically,
+    /// or a renewal of it is queued or in flight, and it has not expired.
+    /// Such a grant caps every wait of the link.
+    pub(crate) fn keeps_renewing(&self) -> bool {
+        !self.expired && (self.auto_until.is_some() || self.renewal != Renewal::Idle)
+    }
+}
+
 impl Hold {
     pub(crate) fn held(&self) -> Option<&Held> {
         match self {
@@ -250,6 +259,9 @@ impl Client {
         }
         if self.shutdown.is_some() {
             return Err(Error::ShuttingDown);
+        }
+        if let Some(cause) = self.link.misconfigured() {
+            return Err(Error::Misconfigured(cause.clone()));
         }
         let lease_ms = NonZeroU64::new(duration_millis(lease)).ok_or(Error::ZeroLease)?;
         if self.open_acquires >= self.config.max_acquires {
@@ -558,12 +570,13 @@ impl Client {
         };
         match acquire.phase {
             AcquirePhase::Queued => {
-                let outcome = if acquire.attempts == 0 {
-                    Outcome::TimedOut { sent: false }
-                } else {
-                    // Every earlier attempt was refused with `B`.
-                    Outcome::Busy
-                };
+                let outcome = self.unsent_outcome(handle, self.link.last_end().cloned());
+                self.end_acquire(handle, outcome);
+            }
+            AcquirePhase::Backoff if self.link.misconfigured().is_some() => {
+                // No connection will take it: it ends as it would queued.
+                let cause = self.link.misconfigured().cloned();
+                let outcome = self.unsent_outcome(handle, cause);
                 self.end_acquire(handle, outcome);
             }
             AcquirePhase::Backoff => {
@@ -574,6 +587,29 @@ impl Client {
             }
             // An answer that late: the connection or the server is unwell.
             AcquirePhase::Sent | AcquirePhase::Abandoned => self.close(CloseReason::AnswerTimeout),
+        }
+    }
+
+    /// How an acquire that waits for a connection ends when it cannot be
+    /// sent: `TimedOut`, never sent, with `cause`; or `Busy` if earlier
+    /// attempts were all refused with `B`.
+    fn unsent_outcome(&self, handle: Handle, cause: Option<CloseReason>) -> Outcome {
+        match self.acquires.get(handle).map_or(0, |a| a.attempts) {
+            0 => Outcome::TimedOut { sent: false, cause },
+            _ => Outcome::Busy,
+        }
+    }
+
+    /// A round was refused by every address: the client is misconfigured,
+    /// and every acquire waiting for a connection ends at once with
+    /// `cause`. Releases and renewals stay queued: a grant is never given
+    /// up for a configuration error.
+    pub(crate) fn end_unsendable_acquires(&mut self, cause: &CloseReason) {
+        for handle in self.acquires.handles() {
+            if self.acquires.get(handle).is_some_and(Acquire::is_queued) {
+                let outcome = self.unsent_outcome(handle, Some(cause.clone()));
+                self.end_acquire(handle, outcome);
+            }
         }
     }
 

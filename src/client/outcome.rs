@@ -250,6 +250,11 @@ pub enum Outcome {
     TimedOut {
         /// Whether a request of this acquire reached the transport.
         sent: bool,
+        /// Why an acquire that was never sent could not be: how the latest
+        /// connection attempt ended (a failed connect, a timeout, TLS,
+        /// `no_leader`, `auth_failed`, ...). `None` when it was sent, or
+        /// when no attempt had ended since the last `W`.
+        cause: Option<CloseReason>,
     },
     /// The server's queue was full and the budget fits no further attempt,
     /// or the policy is fail-fast. Nothing is held.
@@ -302,7 +307,7 @@ pub enum BackoffCause {
     AuthFailed,
     /// `E unsupported_version`.
     UnsupportedVersion,
-    /// Too many redirects in a row.
+    /// Every attempt of the round ended in `M` (a redirect).
     Redirect,
     /// A `B` answer (per acquire).
     Busy,
@@ -514,6 +519,17 @@ pub enum Event {
         /// The server's address.
         addr: Endpoint,
     },
+    /// A whole round of addresses refused the client (`auth_failed` or
+    /// `unsupported_version`): it is misconfigured until a later `W`.
+    /// Acquires waiting for a connection ended with this cause, and new
+    /// ones are refused with [`Error::Misconfigured`]; releases and
+    /// renewals stay queued, and the client keeps trying (backing off
+    /// long).
+    Misconfigured {
+        /// The refusal: [`CloseReason::AuthFailed`] or
+        /// [`CloseReason::UnsupportedVersion`].
+        cause: CloseReason,
+    },
     /// A renewal of a held grant was answered: the grant is good until
     /// `valid_until` now (the renewal's send time plus the lease it got). It
     /// ends a jeopardy.
@@ -610,6 +626,11 @@ pub enum Error {
     /// The client has shut down and takes no new operation.
     #[error("the client has shut down")]
     Finished,
+    /// Every server of the latest round refused the client
+    /// ([`Event::Misconfigured`]): no new acquire is taken until one
+    /// accepts it.
+    #[error("every server refused this client ({0}); no acquire is taken until one accepts it")]
+    Misconfigured(CloseReason),
     /// No open operation has this id (it ended, or never existed).
     #[error("no open operation {0}")]
     UnknownOperation(OpId),

@@ -204,6 +204,9 @@ pub struct ClientStats {
     pub hints_taken: u64,
     /// See `hints_taken`.
     pub hints_ignored: u64,
+    /// Rounds that every address refused (`auth_failed`,
+    /// `unsupported_version`), leaving the client misconfigured.
+    pub misconfigured: u64,
     /// How long granted acquires waited in the key's queue (the `waited_ms`
     /// of their `G`).
     pub grant_wait: Histogram,
@@ -268,6 +271,7 @@ impl ClientStats {
                     ReleaseResult::Lapsed => &mut o.lapsed,
                 } += 1;
             }
+            Event::Misconfigured { .. } => self.misconfigured += 1,
             Event::Renewed { .. } => self.renewals.renewed += 1,
             Event::LeaseJeopardy { .. } => self.renewals.jeopardy += 1,
             Event::LeaseLost { .. } => self.renewals.lost += 1,

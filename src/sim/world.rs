@@ -1205,8 +1205,8 @@ impl World {
                 let o = &mut self.ops;
                 match &outcome {
                     Outcome::Granted(_) => o.granted += 1,
-                    Outcome::TimedOut { sent: true } => o.timed_out += 1,
-                    Outcome::TimedOut { sent: false } => o.timed_out_unsent += 1,
+                    Outcome::TimedOut { sent: true, .. } => o.timed_out += 1,
+                    Outcome::TimedOut { sent: false, .. } => o.timed_out_unsent += 1,
                     Outcome::Busy => o.busy += 1,
                     Outcome::Cancelled => o.cancelled += 1,
                     Outcome::Indeterminate { .. } => o.indeterminate += 1,

@@ -78,10 +78,11 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use thiserror::Error;
 
+use super::rounds::{LeaseCap, Rounds, Window};
 use super::TraceHash;
 use crate::client::{
-    Action, Client, CloseReason, Config, ConnId, Error as ClientError, Event, Grant, OpId, Outcome,
-    ReleaseResult,
+    Action, BackoffCause, Client, CloseReason, Config, ConnId, Error as ClientError, Event, Grant,
+    OpId, Outcome, ReleaseResult,
 };
 use crate::names::{Key, Name};
 use crate::time::Time;
@@ -582,6 +583,33 @@ pub struct Checker {
     /// its connection before the command, within the call: the close must
     /// come in this step. What was answered.
     close_owed: Option<String>,
+    /// Where and when the client connects.
+    rounds: Rounds,
+    /// The time of the input before this step's: timers that fire in this
+    /// step are due after it.
+    step_from: Time,
+}
+
+/// The cap the grants the embedder holds put on the link's waits: a
+/// quarter of what is left until the earliest `valid_until` of a grant
+/// renewed automatically or with a renewal asked for, never below 100 ms.
+struct HeldCap<'a>(&'a [HeldGrant], Time);
+
+impl LeaseCap for HeldCap<'_> {
+    fn as_of(&self) -> Time {
+        self.1
+    }
+
+    fn cap(&self, at: Time) -> Option<Duration> {
+        let earliest = self
+            .0
+            .iter()
+            .filter(|g| g.live() && !g.expired)
+            .filter(|g| g.auto_until.is_some() || g.renewal != Renewal::Idle)
+            .map(|g| g.valid_until)
+            .min()?;
+        Some((earliest.saturating_duration_since(at) / 4).max(Duration::from_millis(100)))
+    }
 }
 
 type Checked = Result<(), InvariantViolation>;
@@ -643,6 +671,8 @@ impl Checker {
             notice_conn: None,
             quiet_call: None,
             close_owed: None,
+            rounds: Rounds::new(config),
+            step_from: now,
         }
     }
 
@@ -682,7 +712,16 @@ impl Checker {
         Err(self.violation(invariant, detail))
     }
 
+    /// When what this step shows may have happened.
+    fn window(&self) -> Window {
+        Window {
+            lo: self.step_from,
+            hi: self.now,
+        }
+    }
+
     fn tick(&mut self, now: Time, what: &str) {
+        self.step_from = self.now;
         self.now = self.now.max(now);
         self.trace.write(what.as_bytes());
         self.trace.write_u64(now.as_nanos());
@@ -740,6 +779,10 @@ impl Checker {
         self.trace.write_u64(ms(lease));
         self.trace.write(format!("{result:?}").as_bytes());
         match result {
+            Ok(_) if self.rounds.misconfigured().is_some() => self.fail(
+                Invariant::Protocol,
+                "an acquire taken while every server refuses the client",
+            ),
             Ok(op) => {
                 if self.owners.contains_key(owner.as_str()) {
                     return self.fail(
@@ -796,6 +839,11 @@ impl Checker {
             }
             Err(ClientError::ZeroLease) if ms(lease) == 0 => Ok(()),
             Err(ClientError::ShuttingDown | ClientError::Finished) if self.shutdown.is_some() => {
+                Ok(())
+            }
+            Err(ClientError::Misconfigured(cause))
+                if self.rounds.misconfigured() == Some(cause) =>
+            {
                 Ok(())
             }
             Err(e) => self.fail(Invariant::Protocol, format!("acquire refused: {e}")),
@@ -1307,6 +1355,10 @@ impl Checker {
     pub fn connected(&mut self, now: Time, conn: ConnId) {
         self.tick(now, "connected");
         self.trace.write_u64(conn.get());
+        if self.conn.as_ref().is_some_and(|c| c.id == conn && c.alive) {
+            self.rounds
+                .connected(self.now, &HeldCap(&self.held, self.now));
+        }
     }
 
     /// `handle_connect_failed(now, conn)` was called.
@@ -2229,16 +2281,18 @@ impl Checker {
                 }
             }
             Event::Connecting { addr } => {
-                // The next connection goes to the hint if there is one.
                 let to_hint = self.hint.as_deref() == Some(addr.as_str());
-                if self.hint.is_some() && !to_hint {
-                    return self.fail(
-                        Invariant::Protocol,
-                        format!(
-                            "connecting to {addr}, not to the leader hint {:?}",
-                            self.hint
-                        ),
-                    );
+                let window = self.window();
+                let shutting = self.shutdown.is_some();
+                let connecting = self.rounds.connecting(
+                    addr.as_str(),
+                    self.hint.as_deref(),
+                    window,
+                    &HeldCap(&self.held, self.now),
+                    shutting,
+                );
+                if let Err(why) = connecting {
+                    return self.fail(Invariant::Protocol, why);
                 }
                 self.notice_conn = Some(NoticeConn {
                     addr: addr.as_str().to_owned(),
@@ -2251,13 +2305,23 @@ impl Checker {
                 if let Some(n) = &mut self.notice_conn {
                     n.welcomed = true;
                 }
+                self.rounds.welcomed();
                 Ok(())
             }
+            Event::Backoff { cause, until } if *cause != BackoffCause::Busy => self
+                .rounds
+                .backoff(*cause, *until)
+                .or_else(|why| self.fail(Invariant::Protocol, why)),
+            Event::Misconfigured { cause } => self
+                .rounds
+                .misconfigured_notice(cause)
+                .or_else(|why| self.fail(Invariant::Protocol, why)),
             Event::Closed { addr, reason } => {
                 // The hint is forgotten after `E no_leader`, and after a
                 // connection to it that ended without `W` for any reason
                 // but an `M` to another allowlisted address, or that ended
                 // in `M` or `E not_active` after it.
+                let mut welcomed = false;
                 if let Some(n) = self.notice_conn.take() {
                     let still = n.to_hint && self.hint.as_deref() == Some(n.addr.as_str());
                     let failed = still
@@ -2272,11 +2336,24 @@ impl Checker {
                             format!("Closed for {addr}, but the connection was to {}", n.addr),
                         );
                     }
+                    welcomed = n.welcomed;
                 } else if *reason == CloseReason::NoLeader {
                     self.hint = None;
                 }
                 self.ignored = None;
-                Ok(())
+                let window = self.window();
+                let shutting = self.shutdown.is_some();
+                self.rounds
+                    .closed(
+                        addr.as_str(),
+                        reason,
+                        welcomed,
+                        self.hint.as_deref(),
+                        window,
+                        &HeldCap(&self.held, self.now),
+                        shutting,
+                    )
+                    .or_else(|why| self.fail(Invariant::Protocol, why))
             }
             Event::OrphanRelease { key, token } => {
                 let (key, token) = (key.as_str(), *token);
@@ -2495,21 +2572,38 @@ impl Checker {
                     format!("Granted {g:?}, but the answer matched to it was {last:?}"),
                 )),
             },
-            (OpKind::Acquire(a), Outcome::TimedOut { sent: true }) => {
-                (a.last != Some(Answered::TimedOut)).then(|| {
-                    (
+            (OpKind::Acquire(a), Outcome::TimedOut { sent: true, cause }) => {
+                if a.last != Some(Answered::TimedOut) {
+                    Some((
                         Invariant::Attribution,
                         format!("TimedOut, but the answer matched to it was {:?}", a.last),
-                    )
-                })
+                    ))
+                } else {
+                    cause.as_ref().map(|cause| {
+                        (
+                            Invariant::Protocol,
+                            format!("TimedOut after a T, with a cause ({cause})"),
+                        )
+                    })
+                }
             }
-            (OpKind::Acquire(a), Outcome::TimedOut { sent: false }) => {
-                (a.attempts > 0).then(|| {
-                    (
+            (OpKind::Acquire(a), Outcome::TimedOut { sent: false, cause }) => {
+                if a.attempts > 0 {
+                    Some((
                         Invariant::Protocol,
                         format!("TimedOut as never sent, after {} attempts", a.attempts),
-                    )
-                })
+                    ))
+                } else if cause.as_ref() != self.rounds.last_end() {
+                    Some((
+                        Invariant::Protocol,
+                        format!(
+                            "TimedOut as never sent with cause {cause:?}, but the latest attempt ended {:?}",
+                            self.rounds.last_end()
+                        ),
+                    ))
+                } else {
+                    None
+                }
             }
             (OpKind::Acquire(a), Outcome::Busy) => (a.last != Some(Answered::Busy) || a.unanswered)
                 .then(|| {
@@ -2655,6 +2749,24 @@ impl Checker {
                     o.key, o.token
                 ),
             );
+        }
+        if let Some(owed) = self.rounds.owed() {
+            return self.fail(
+                Invariant::Protocol,
+                format!("a connection ended, and the step did not end with {owed}"),
+            );
+        }
+        self.rounds.end_step();
+        if self.rounds.misconfigured().is_some() {
+            let waiting = self.ops.iter().find(|(_, r)| {
+                r.outcome.is_none() && matches!(&r.kind, OpKind::Acquire(a) if a.attempts == 0)
+            });
+            if let Some((op, _)) = waiting {
+                return self.fail(
+                    Invariant::Protocol,
+                    format!("{op} waits for a connection while every server refuses the client"),
+                );
+            }
         }
         if let Some(op) = self.expect_indeterminate.first() {
             return self.fail(

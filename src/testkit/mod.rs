@@ -34,6 +34,7 @@
 pub mod checker;
 pub mod fuzz;
 pub mod model;
+mod rounds;
 pub mod run;
 
 pub use checker::{Checker, Invariant, InvariantViolation, Stats};

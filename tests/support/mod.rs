@@ -327,10 +327,11 @@ impl Harness {
 
     /// Moves the clock to `end` through every deadline on the way, refusing
     /// every connect attempt the client starts before `end` (a connect
-    /// started exactly at `end` is left for the caller).
+    /// started exactly at `end` is left for the caller). A round's
+    /// attempts come at once, one after the other: each is refused.
     pub fn refuse_connects_until(&mut self, end: Time) {
         loop {
-            if self.client.connection().is_some() && self.now < end {
+            while self.client.connection().is_some() && self.now < end {
                 self.fail_connect();
             }
             match self.client.poll_timeout() {

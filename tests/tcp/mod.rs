@@ -791,17 +791,34 @@ async fn refused_as<A: Adapter>(notices: &mut Notices, ep: &Endpoint, reason: Cl
     );
 }
 
-/// Every handshake is refused: a try-lock waits for a connection for its
-/// queue grace and ends without being sent.
-async fn try_lock_unwelcomed<A: Adapter>(client: &A::Client) {
+/// Every connection attempt fails: a try-lock waits for a connection for
+/// its queue grace and ends without being sent, carrying why the latest
+/// attempt failed.
+pub(crate) async fn try_lock_unwelcomed<A: Adapter>(client: &A::Client, why: &CloseReason) {
+    let outcome = within::<A, _>(
+        "a try-lock while every attempt fails",
+        A::acquire(client, key("k"), name("me"), Duration::ZERO, LONG_LEASE),
+    )
+    .await;
+    assert!(
+        matches!(&outcome, Ok(Outcome::TimedOut { sent: false, cause: Some(cause) }) if cause == why),
+        "[{}] nothing is asked without a welcome, and the outcome says why ({why}): {outcome:?}",
+        A::NAME
+    );
+}
+
+/// Every handshake of a round was refused with `auth_failed`: the client
+/// is misconfigured, and a try-lock is refused at once with that cause.
+async fn try_lock_misconfigured<A: Adapter>(client: &A::Client) {
     let outcome = within::<A, _>(
         "a try-lock while every attempt is refused",
         A::acquire(client, key("k"), name("me"), Duration::ZERO, LONG_LEASE),
     )
     .await;
+    let shown = format!("{outcome:?}");
     assert!(
-        matches!(outcome, Ok(Outcome::TimedOut { sent: false })),
-        "[{}] nothing is asked without a welcome: {outcome:?}",
+        outcome.is_err() && shown.contains("Misconfigured(AuthFailed)"),
+        "[{}] refused at once, with the cause: {shown}",
         A::NAME
     );
 }
@@ -1155,7 +1172,13 @@ pub fn renewal_keeps_a_lock<A: Adapter>() {
             )
             .await;
             assert!(
-                matches!(outcome, Ok(Outcome::TimedOut { sent: true })),
+                matches!(
+                    outcome,
+                    Ok(Outcome::TimedOut {
+                        sent: true,
+                        cause: None
+                    })
+                ),
                 "[{}] the key is held: {outcome:?}",
                 A::NAME
             );
@@ -1411,7 +1434,13 @@ pub fn wrong_credential<A: Adapter>() {
             ),
             "an auth_failed backoff: {backoff:?}"
         );
-        try_lock_unwelcomed::<A>(&client).await;
+        assert_eq!(
+            notices.next::<A>("misconfigured").await,
+            Event::Misconfigured {
+                cause: CloseReason::AuthFailed
+            }
+        );
+        try_lock_misconfigured::<A>(&client).await;
         shutdown::<A>(&client).await;
 
         let (client, mut notices) =

@@ -107,7 +107,7 @@ async fn refused<A: Adapter>(
     want: CloseReason,
 ) {
     let mut notices = Notices::new(notices);
-    refused_as::<A>(&mut notices, ep, want).await;
+    refused_as::<A>(&mut notices, ep, want.clone()).await;
     let (backoff, _) = notices
         .until::<A>("the backoff", |e| matches!(e, Event::Backoff { .. }))
         .await;
@@ -128,7 +128,7 @@ async fn refused<A: Adapter>(
             |e| matches!(e, Event::Connecting { addr } if addr == ep),
         )
         .await;
-    try_lock_unwelcomed::<A>(&client).await;
+    try_lock_unwelcomed::<A>(&client, &want).await;
     shutdown::<A>(&client).await;
     assert!(
         !notices.drain().iter().any(is_connected),

@@ -543,7 +543,12 @@ fn finish(
             emit(merge(line, fields));
             return Some((id, tag));
         }
-        Ok(Outcome::TimedOut { sent }) => json!({"outcome": "timed_out", "sent": sent}),
+        Ok(Outcome::TimedOut { sent, cause }) => match cause {
+            Some(cause) => {
+                json!({"outcome": "timed_out", "sent": sent, "cause": cause.to_string()})
+            }
+            None => json!({"outcome": "timed_out", "sent": sent}),
+        },
         Ok(Outcome::Busy) | Err(RequestError::Refused(core::Error::Busy)) => {
             json!({"outcome": "busy"})
         }
