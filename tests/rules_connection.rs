@@ -1045,3 +1045,331 @@ fn a_tls_handshake_that_fails_closes_with_its_reason_like_a_failed_connect() {
     h.pump();
     assert_eq!(closed(&h.take_events()), one_closed("b:2", "io"));
 }
+
+// ----- rounds, stale hints, the lease cap, refusals ---------------------------
+
+/// Endpoints `a:1` and `b:2`, and `c:3` allowlisted but not an endpoint:
+/// a leader that the endpoints only name.
+fn config_with_leader_c3() -> Config {
+    let mut c = config();
+    c.allow.push(ep("c:3"));
+    c
+}
+
+#[test]
+fn a_stale_hint_is_skipped_and_a_live_nodes_m_is_followed() {
+    let mut h = Harness::new(config_with_leader_c3());
+    // a:1 names c:3, which leads, until its transport dies at t=100.
+    h.hello();
+    let mark = h.actions.len();
+    h.feed_closing("M c:3\n", "a:1", "moved");
+    connect_at_once(&h, mark, "c:3");
+    h.ready(4);
+    h.at_ms(100);
+    h.transport_closed(TransportEnd::Eof);
+    let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+    assert_eq!(h.client.leader_hint(), Some(&ep("c:3")), "kept after its W");
+
+    // The next round, within the second: c:3 is stale, so the round goes
+    // to the endpoints, whose `M c:3` (a follower still naming the dead
+    // leader) costs no attempt.
+    reconnect_at(&mut h, until, "b:2");
+    h.hello();
+    let mark = h.actions.len();
+    let events = h.feed_closing("M c:3\n", "b:2", "moved");
+    assert!(backoffs(&events).is_empty());
+    connect_at_once(&h, mark, "a:1");
+    h.hello();
+    let mark = h.actions.len();
+    let events = h.feed_closing("M c:3\n", "a:1", "moved");
+    assert!(connects(&h, mark).is_empty(), "c:3 is not followed while stale");
+    // Every attempt of the round ended in `M`: the redirect backoff, the
+    // round's second failure in a row (the first step came after W).
+    let until = the_backoff(&events, BackoffCause::Redirect);
+    assert_jittered(h.now, until, step(50, 2_000, 1), "redirect");
+
+    // A second after c:3 failed, the hint is followed again, first.
+    h.refuse_connects_until(t(1_100));
+    h.take_events();
+    let mark = h.actions.len();
+    h.next_deadline();
+    assert_eq!(connects(&h, mark).first().map(|(_, a)| a.clone()), Some(ep("c:3")));
+
+    // A live node's `M` is never stale: b:2 names c:3 again after c:3
+    // refused the handshake with `E not_active` (no transport failure),
+    // and the round follows it at once.
+    h.hello();
+    let mark = h.actions.len();
+    h.feed_closing("E not_active\n", "c:3", "not_active");
+    connect_at_once(&h, mark, "b:2");
+    h.hello();
+    let mark = h.actions.len();
+    h.feed_closing("M a:1\n", "b:2", "moved");
+    connect_at_once(&h, mark, "a:1");
+    h.hello();
+    let mark = h.actions.len();
+    h.feed_closing("M c:3\n", "a:1", "moved");
+    assert!(
+        connects(&h, mark).is_empty(),
+        "c:3 was tried this round already: each address once"
+    );
+}
+
+/// A client on [`config`] holding `k` renewed automatically with a lease
+/// of 8 s granted at t=0 (so `valid_until` is 8000 unless a renewal is
+/// answered), whose connection then ends at `end_ms`.
+fn holding_when_the_leader_dies(end_ms: u64) -> Harness {
+    let (mut h, _) = ready(4);
+    let op = h.acquire_renewing("k", 0, 8_000, None);
+    h.granted_by(op, "G 1 A k 7 8000 0\n");
+    h.at_ms(end_ms);
+    h.transport_closed(TransportEnd::Eof);
+    h.take_events();
+    h
+}
+
+/// What a held lease allows a wait starting at `from` to last, for a grant
+/// valid until 8000: a quarter of what is left, never below 100 ms.
+fn lease_cap(from: Time) -> Duration {
+    (t(8_000).saturating_duration_since(from) / 4).max(ms(100))
+}
+
+#[test]
+fn a_held_lease_caps_the_wait_between_rounds_with_a_floor_of_100_ms() {
+    let mut h = holding_when_the_leader_dies(3_000);
+    let mut capped = 0;
+    let mut floored = 0;
+    let mut k = 1u32;
+    // Every round fails (both endpoints refuse) until the lease is over.
+    while h.now < t(7_950) {
+        let (from, until) = match h.client.connection() {
+            Some(_) => {
+                h.fail_connect();
+                h.fail_connect();
+                k += 1;
+                let until = the_backoff(&h.take_events(), BackoffCause::Transport);
+                (h.now, until)
+            }
+            None => {
+                // The first step after the connection that had its W.
+                let events = h.take_events();
+                assert!(backoffs(&events).is_empty(), "{events:?}");
+                let mark = h.actions.len();
+                h.next_deadline();
+                assert_eq!(connects(&h, mark).len(), 1);
+                continue;
+            }
+        };
+        let d = step(50, 5_000, k - 1);
+        let cap = lease_cap(from);
+        let delay = until.saturating_duration_since(from);
+        assert!(
+            delay <= cap && delay >= (d / 2).min(cap),
+            "round {k} at {from}: delay {delay:?}, step {d:?}, cap {cap:?}"
+        );
+        if delay == cap && cap < d {
+            capped += 1;
+        }
+        if cap == ms(100) {
+            floored += 1;
+            assert_eq!(delay, ms(100), "the floor, never shorter");
+        }
+        h.next_deadline();
+    }
+    assert!(capped >= 2, "the cap bound the delay: {capped}");
+    assert!(floored >= 1, "the floor was reached: {floored}");
+
+    // Once the grant has expired it caps nothing: the steps grow again.
+    h.at_ms(8_000);
+    h.take_events();
+    h.refuse_connects_until(t(30_000));
+    let mut from = t(8_000);
+    let mut longest = Duration::ZERO;
+    for (_, until) in backoffs(&h.take_events()) {
+        longest = longest.max(until.saturating_duration_since(from));
+        from = until;
+    }
+    assert!(longest > ms(1_000), "uncapped: {longest:?}");
+}
+
+#[test]
+fn a_held_lease_caps_the_connect_and_handshake_timeouts() {
+    // Left at the connect: 8000 - 3000 - the first step, a quarter of it
+    // well under the 5 s default.
+    let mut h = holding_when_the_leader_dies(3_000);
+    h.next_deadline();
+    let start = h.now;
+    let cap = lease_cap(start);
+    assert!(cap < ms(5_000));
+    let mark = h.actions.len();
+    h.at(start.saturating_add(cap).saturating_sub(ms(1)));
+    assert_eq!(closed(&h.take_events()), vec![], "not before the cap");
+    h.at(start.saturating_add(cap));
+    // (The round after a:1's connection starts at b:2.)
+    assert_eq!(closed(&h.take_events()), one_closed("b:2", "connect_timeout"));
+    assert_eq!(connects(&h, mark).len(), 1, "the round goes on at once");
+
+    // The handshake too, from the moment the transport is up.
+    h.connect();
+    let up = h.now;
+    let cap = lease_cap(up);
+    h.at(up.saturating_add(cap).saturating_sub(ms(1)));
+    assert_eq!(closed(&h.take_events()), vec![]);
+    h.at(up.saturating_add(cap));
+    assert_eq!(closed(&h.take_events()), one_closed("a:1", "handshake_timeout"));
+
+    // Near the end of the lease, the 100 ms floor.
+    let mut h = holding_when_the_leader_dies(7_700);
+    h.next_deadline();
+    let start = h.now;
+    assert_eq!(lease_cap(start), ms(100));
+    h.at(start.saturating_add(ms(99)));
+    assert_eq!(closed(&h.take_events()), vec![]);
+    h.at(start.saturating_add(ms(100)));
+    assert_eq!(closed(&h.take_events()), one_closed("b:2", "connect_timeout"));
+
+    // Without a renewed grant, the configured timeout.
+    let mut h = Harness::new(config());
+    h.at_ms(4_999);
+    assert_eq!(closed(&h.take_events()), vec![]);
+    h.at_ms(5_000);
+    assert_eq!(closed(&h.take_events()), one_closed("a:1", "connect_timeout"));
+}
+
+#[test]
+fn one_node_refusing_auth_among_healthy_ones_costs_one_attempt() {
+    let mut h = Harness::new(config3());
+    let op = h.acquire("k", 0, 5_000);
+    h.hello();
+    let mark = h.actions.len();
+    let events = h.feed_closing("E auth_failed\n", "a:1", "auth_failed");
+    assert!(events.contains(&Event::AuthFailed { addr: ep("a:1") }));
+    assert!(backoffs(&events).is_empty());
+    connect_at_once(&h, mark, "b:2");
+    h.ready(4);
+    let events = h.take_events();
+    assert!(
+        !events.iter().any(|e| matches!(e, Event::Misconfigured { .. })),
+        "{events:?}"
+    );
+    // The acquire waited one attempt, then went out.
+    assert_eq!(h.take_sent(), "A 1 k o 0 5000\n");
+    h.feed("G 1 A k 3 5000 0\n");
+    assert!(matches!(h.take_outcomes()[..], [(done, Outcome::Granted(_))] if done == op));
+}
+
+#[test]
+fn a_round_that_every_address_refused_leaves_the_client_misconfigured_until_a_w() {
+    for (refusal, reason, cause) in [
+        ("E auth_failed\n", "auth_failed", BackoffCause::AuthFailed),
+        (
+            "E unsupported_version\n",
+            "unsupported_version",
+            BackoffCause::UnsupportedVersion,
+        ),
+    ] {
+        let (mut h, _) = ready(4);
+        // A grant renewed automatically, and one by hand.
+        let held = h.acquire_renewing("held", 0, 60_000, None);
+        let held = h.granted_by(held, "G 1 A held 7 60000 0\n");
+        h.take_sent();
+        h.at_ms(10);
+        // The server is replaced by one that refuses this client.
+        h.transport_closed(TransportEnd::Eof);
+        let waiting = h.acquire("w", 30_000, 5_000);
+        let release = h.release_token("old", 3);
+        h.renew(&held, None);
+        h.next_deadline();
+        h.take_events();
+        h.hello();
+        h.feed_closing(refusal, "b:2", reason);
+        h.hello();
+        let events = h.feed_closing(refusal, "a:1", reason);
+        let want = match reason {
+            "auth_failed" => ticketing::client::CloseReason::AuthFailed,
+            _ => ticketing::client::CloseReason::UnsupportedVersion,
+        };
+        // Every address refused: the long backoff, the notice, and the
+        // acquire waiting for a connection ends at once with the cause.
+        assert_eq!(backoffs(&events).len(), 1, "{events:?}");
+        assert_eq!(backoffs(&events)[0].0, cause);
+        assert!(events.contains(&Event::Misconfigured {
+            cause: want.clone()
+        }));
+        assert_eq!(
+            outcomes(&events),
+            vec![(
+                waiting,
+                Outcome::TimedOut {
+                    sent: false,
+                    cause: Some(want.clone())
+                }
+            )]
+        );
+        // New acquires are refused with the cause; releases and renewals
+        // are still taken and wait.
+        let refused = h
+            .client
+            .acquire(h.now, key("new"), name("o2"), ms(0), ms(5_000));
+        assert_eq!(
+            refused,
+            Err(ticketing::client::Error::Misconfigured(want.clone()))
+        );
+        h.release_token("older", 4);
+        assert_eq!(h.client.stats().misconfigured, 1);
+        // It keeps trying; a `W` ends it, and the lane goes out first.
+        h.next_deadline();
+        h.ready(4);
+        assert_eq!(h.take_sent(), "R 2 old 3\nR 3 older 4\nX 4 held 7 60000\n");
+        h.feed("D 2 R old\n");
+        assert_eq!(h.take_outcomes(), vec![(release, Outcome::Released)]);
+        assert!(h
+            .client
+            .acquire(h.now, key("new"), name("o3"), ms(0), ms(5_000))
+            .is_ok());
+    }
+}
+
+#[test]
+fn a_never_sent_timed_out_carries_why_the_latest_attempt_ended() {
+    use ticketing::client::CloseReason;
+    for (fail, want) in [
+        ("connect", CloseReason::ConnectFailed),
+        ("no_leader", CloseReason::NoLeader),
+        ("tls", CloseReason::Tls(name("unknown_ca"))),
+    ] {
+        let mut h = Harness::new(config());
+        let op = h.acquire("k", 0, 5_000);
+        let conn = h.client.connection().unwrap();
+        match fail {
+            "connect" => h.fail_connect(),
+            "no_leader" => {
+                h.hello();
+                h.feed("E no_leader\n");
+            }
+            _ => {
+                h.client.handle_tls_failed(h.now, conn, name("unknown_ca"));
+                h.pump();
+            }
+        }
+        // b:2 is tried at once and hangs; the queue grace (2 s) runs out.
+        h.ends_at(
+            2_000,
+            &[(
+                op,
+                Outcome::TimedOut {
+                    sent: false,
+                    cause: Some(want.clone()),
+                },
+            )],
+        );
+    }
+    // After a `W`, what came before says nothing: no cause until an
+    // attempt ends again.
+    // (A window of 2 with 2 reserved: the acquire never goes out.)
+    let mut c = config();
+    c.reserved = 2;
+    let (mut h, _) = ready_with(c, 2);
+    let op = h.acquire("k", 0, 5_000);
+    h.ends_at(2_000, &[(op, Outcome::TimedOut { sent: false, cause: None })]);
+}
