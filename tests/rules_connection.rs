@@ -1082,7 +1082,10 @@ fn a_stale_hint_is_skipped_and_a_live_nodes_m_is_followed() {
     h.hello();
     let mark = h.actions.len();
     let events = h.feed_closing("M c:3\n", "a:1", "moved");
-    assert!(connects(&h, mark).is_empty(), "c:3 is not followed while stale");
+    assert!(
+        connects(&h, mark).is_empty(),
+        "c:3 is not followed while stale"
+    );
     // Every attempt of the round ended in `M`: the redirect backoff, the
     // round's second failure in a row (the first step came after W).
     let until = the_backoff(&events, BackoffCause::Redirect);
@@ -1093,7 +1096,10 @@ fn a_stale_hint_is_skipped_and_a_live_nodes_m_is_followed() {
     h.take_events();
     let mark = h.actions.len();
     h.next_deadline();
-    assert_eq!(connects(&h, mark).first().map(|(_, a)| a.clone()), Some(ep("c:3")));
+    assert_eq!(
+        connects(&h, mark).first().map(|(_, a)| a.clone()),
+        Some(ep("c:3"))
+    );
 
     // A live node's `M` is never stale: b:2 names c:3 again after c:3
     // refused the handshake with `E not_active` (no transport failure),
@@ -1206,7 +1212,10 @@ fn a_held_lease_caps_the_connect_and_handshake_timeouts() {
     assert_eq!(closed(&h.take_events()), vec![], "not before the cap");
     h.at(start.saturating_add(cap));
     // (The round after a:1's connection starts at b:2.)
-    assert_eq!(closed(&h.take_events()), one_closed("b:2", "connect_timeout"));
+    assert_eq!(
+        closed(&h.take_events()),
+        one_closed("b:2", "connect_timeout")
+    );
     assert_eq!(connects(&h, mark).len(), 1, "the round goes on at once");
 
     // The handshake too, from the moment the transport is up.
@@ -1216,7 +1225,10 @@ fn a_held_lease_caps_the_connect_and_handshake_timeouts() {
     h.at(up.saturating_add(cap).saturating_sub(ms(1)));
     assert_eq!(closed(&h.take_events()), vec![]);
     h.at(up.saturating_add(cap));
-    assert_eq!(closed(&h.take_events()), one_closed("a:1", "handshake_timeout"));
+    assert_eq!(
+        closed(&h.take_events()),
+        one_closed("a:1", "handshake_timeout")
+    );
 
     // Near the end of the lease, the 100 ms floor.
     let mut h = holding_when_the_leader_dies(7_700);
@@ -1226,14 +1238,20 @@ fn a_held_lease_caps_the_connect_and_handshake_timeouts() {
     h.at(start.saturating_add(ms(99)));
     assert_eq!(closed(&h.take_events()), vec![]);
     h.at(start.saturating_add(ms(100)));
-    assert_eq!(closed(&h.take_events()), one_closed("b:2", "connect_timeout"));
+    assert_eq!(
+        closed(&h.take_events()),
+        one_closed("b:2", "connect_timeout")
+    );
 
     // Without a renewed grant, the configured timeout.
     let mut h = Harness::new(config());
     h.at_ms(4_999);
     assert_eq!(closed(&h.take_events()), vec![]);
     h.at_ms(5_000);
-    assert_eq!(closed(&h.take_events()), one_closed("a:1", "connect_timeout"));
+    assert_eq!(
+        closed(&h.take_events()),
+        one_closed("a:1", "connect_timeout")
+    );
 }
 
 #[test]
@@ -1249,7 +1267,9 @@ fn one_node_refusing_auth_among_healthy_ones_costs_one_attempt() {
     h.ready(4);
     let events = h.take_events();
     assert!(
-        !events.iter().any(|e| matches!(e, Event::Misconfigured { .. })),
+        !events
+            .iter()
+            .any(|e| matches!(e, Event::Misconfigured { .. })),
         "{events:?}"
     );
     // The acquire waited one attempt, then went out.
@@ -1371,5 +1391,14 @@ fn a_never_sent_timed_out_carries_why_the_latest_attempt_ended() {
     c.reserved = 2;
     let (mut h, _) = ready_with(c, 2);
     let op = h.acquire("k", 0, 5_000);
-    h.ends_at(2_000, &[(op, Outcome::TimedOut { sent: false, cause: None })]);
+    h.ends_at(
+        2_000,
+        &[(
+            op,
+            Outcome::TimedOut {
+                sent: false,
+                cause: None,
+            },
+        )],
+    );
 }
