@@ -428,3 +428,109 @@ fn tokio_clients_keep_fenced_writes_safe_through_a_killed_and_a_paused_leader() 
         f.grants, f.writes, f.fenced_off
     );
 }
+
+// ----- a renewing holder through leader kills ------------------------------
+
+/// Waits until every node but `leader` names it (`M <leader>`).
+fn followers_name(nodes: &[Node], leader: usize) {
+    let want = format!("M {}", nodes[leader].addr);
+    for (i, node) in nodes.iter().enumerate() {
+        if i == leader {
+            continue;
+        }
+        let deadline = Instant::now() + WAIT;
+        while node.hello() != want {
+            assert!(Instant::now() < deadline, "node {i} never followed");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// PROTOCOL.md section 5, "Connecting and backing off", end to end: a
+/// `ticketing client` holding `k` with automatic renewal (lease 8 s) on
+/// three nodes (election TTL 2 s), its input left open; the leader is
+/// killed with SIGKILL and started again, then each new leader in turn, ten
+/// times. Every time the holder's grant is renewed, with its token, on the
+/// new leader within the TTL plus 3 s of the kill, and the holder is never
+/// told its lease was lost or expired. (The followers name the dead leader
+/// until etcd drops its key: the client must not spend its lease on them.)
+#[test]
+fn a_renewing_holder_keeps_its_grant_through_ten_leader_kills() {
+    const TTL: Duration = Duration::from_secs(2);
+    let args = [
+        "--election-ttl-ms",
+        "2000",
+        "--max-lease-ms",
+        "8000",
+        "--grace-margin-ms",
+        "1000",
+    ];
+    let etcd = Etcd::start("holder");
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::start(&etcd, "holder", &format!("n{i}"), &args))
+        .collect();
+    let mut lead = leader(&nodes, None);
+    followers_name(&nodes, lead);
+    let endpoints: Vec<&str> = nodes.iter().map(|n| n.addr.as_str()).collect();
+    let mut client = cli::Client::start(&endpoints, &[]);
+    client.send("acquire a1 k o 5000 8000 renew");
+    let (token, _) = client.granted("a1", "k");
+    let renewed = |v: &serde_json::Value| v["type"] == "event" && v["event"] == "renewed";
+    let mut times = Vec::new();
+    for kill in 1..=10 {
+        // Renewals flow before each kill.
+        client.wait_for("a renewal before the kill", renewed);
+        client.forget_printed();
+        let killed = Instant::now();
+        nodes[lead].serve.signal(Signal::SIGKILL);
+        nodes[lead].serve.kill();
+        let old = lead;
+        // When another node first accepts a handshake, probed every 20 ms.
+        let others: Vec<String> = (0..nodes.len())
+            .filter(|&i| i != old)
+            .map(|i| nodes[i].addr.clone())
+            .collect();
+        let probe = std::thread::spawn(move || loop {
+            for addr in &others {
+                let mut raw = Raw::connect(addr);
+                raw.send("H 2 probe -\n");
+                if raw.line("the answer to H").starts_with("W ") {
+                    return killed.elapsed();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        });
+        let v = client.wait_for_within(
+            TTL + Duration::from_secs(3),
+            "a renewal on the new leader",
+            renewed,
+        );
+        let took = killed.elapsed();
+        assert_eq!(
+            (v["tag"].as_str(), v["token"].as_u64()),
+            (Some("a1"), Some(token)),
+            "{v}"
+        );
+        let led = probe.join().expect("the probe");
+        lead = leader(&nodes, Some(old));
+        times.push((led, took));
+        eprintln!(
+            "kill {kill}: a new leader answered after {led:?}, the holder renewed after {took:?}"
+        );
+        nodes[old].restart(&etcd, "holder", &format!("n{}", old + 1), &args);
+        followers_name(&nodes, lead);
+    }
+    let lost = client.count(|v| {
+        v["type"] == "event" && (v["event"] == "lease_lost" || v["event"] == "lease_expired")
+    });
+    assert_eq!(
+        lost, 0,
+        "the holder was told its lease ended: {:?}",
+        client.all
+    );
+    let worst = times.iter().map(|&(_, took)| took).max();
+    eprintln!("worst kill to renewal: {worst:?}");
+    client.send("release-grant r1 a1");
+    client.outcome_is("r1", "released");
+    client.finish();
+}

@@ -535,18 +535,31 @@ impl Client {
         what: &str,
         pred: impl Fn(&Value) -> bool,
     ) -> Value {
+        match self.next_matching(within, what, pred) {
+            Some(value) => value,
+            None => panic!(
+                "client: no {what} within {within:?}; printed so far:\n{}",
+                self.history()
+            ),
+        }
+    }
+
+    /// The same, `None` when `within` passes first.
+    pub fn next_matching(
+        &mut self,
+        within: Duration,
+        what: &str,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Option<Value> {
         if let Some(i) = self.backlog.iter().position(&pred) {
-            return self.backlog.remove(i);
+            return Some(self.backlog.remove(i));
         }
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let line = match self.out.rx.recv_timeout(left) {
                 Ok(line) => line,
-                Err(RecvTimeoutError::Timeout) => panic!(
-                    "client: no {what} within {within:?}; printed so far:\n{}",
-                    self.history()
-                ),
+                Err(RecvTimeoutError::Timeout) => return None,
                 Err(RecvTimeoutError::Disconnected) => panic!(
                     "client: output ended while waiting for {what}; printed:\n{}",
                     self.history()
@@ -556,7 +569,7 @@ impl Client {
             let value = Client::parse(&line);
             self.all.push(value.clone());
             if pred(&value) {
-                return value;
+                return Some(value);
             }
             self.backlog.push(value);
         }
@@ -618,6 +631,17 @@ impl Client {
     pub fn error(&mut self) -> String {
         let v = self.wait_for("an error object", |v| v["type"] == "error");
         v["message"].as_str().expect("message").to_string()
+    }
+
+    /// Reads what the client printed so far without waiting, and leaves
+    /// none of it to be claimed: a later `wait_for` sees only what comes
+    /// after this call.
+    pub fn forget_printed(&mut self) {
+        while let Ok(line) = self.out.rx.try_recv() {
+            self.out.seen.push(line.clone());
+            self.all.push(Client::parse(&line));
+        }
+        self.backlog.clear();
     }
 
     /// Lines printed so far that satisfy `pred` (claimed or not).

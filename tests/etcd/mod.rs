@@ -141,6 +141,23 @@ impl Node {
         Node { serve, addr }
     }
 
+    /// Starts the node again after it was killed, at the same address
+    /// (its clients were told that one), with `extra` as before.
+    pub fn restart(&mut self, etcd: &Etcd, cluster: &str, id: &str, extra: &[&str]) {
+        let mut args = vec![
+            "--node-id",
+            id,
+            "--etcd",
+            &etcd.url,
+            "--cluster",
+            cluster,
+            "--advertise",
+            &self.addr,
+        ];
+        args.extend_from_slice(extra);
+        self.serve = Serve::start_on(&self.addr, &args, |_| {});
+    }
+
     /// What a handshake of version 2 gets: the first line, `W ...` from the
     /// leader.
     pub fn hello(&self) -> String {
