@@ -6,10 +6,14 @@
 #    among $KEYS, release by token) against the leader of a 3-node cluster
 #    and against a plain `ticketing serve`, interleaved level by level.
 # 2. Failover: $KILLS times, SIGKILL of the leader (benches/failover.rs),
-#    the time from the kill to the first grant by the new leader and to
-#    the first successful reclaim (X) of a grant the old one made; the
-#    killed node is started again and waits as a follower before the next
-#    kill. Median and worst.
+#    the time from the kill to a new leader (the first `W` from another
+#    node), to the first grant by the new leader, to the first successful
+#    reclaim (X, hammered by a raw client) of a grant the old one made, and
+#    to the first `renewed` of a grant that a `ticketing client` holds with
+#    automatic renewal (a lease of $MAX_LEASE_MS ms, renewed a third of the
+#    way through: this one is the client core's own rounds and backoff, as
+#    an embedder meets them); the killed node is started again and waits
+#    as a follower before the next kill. Median and worst.
 #
 # Builds release, starts etcd (Debian's etcd-server: .ci/install-etcd) and
 # the nodes on free loopback ports, stops by pid what it started.
@@ -33,11 +37,14 @@ TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
 WORK="$(mktemp -d /tmp/ticketing-cluster.XXXXXX)"
 ETCD_PID=""
 SINGLE_PID=""
+HOLDER_PID=""
 declare -a NODE_PID NODE_ADDR
 
 # shellcheck source=benches/common.sh
 source "$ROOT/benches/common.sh"
 cleanup() {
+  exec 7>&- 2>/dev/null || true
+  stop_pid "$HOLDER_PID"
   for pid in "${NODE_PID[@]:-}"; do stop_pid "$pid"; done
   stop_pid "$SINGLE_PID"
   stop_pid "$ETCD_PID"
@@ -124,11 +131,35 @@ fi
 if [[ -z "${SKIP_FAILOVER:-}" ]]; then
   echo "== failover: $KILLS kills of the leader (SIGKILL)"
   : >"$WORK/failover.txt"
+  : >"$WORK/renewed"
+  # The holder: a `ticketing client` renewing one grant, its input kept
+  # open, every output line stamped with the wall clock in ms.
+  mkfifo "$WORK/holder.in"
+  endpoints=()
+  for a in "${NODE_ADDR[@]}"; do endpoints+=(--endpoint "$a"); done
+  (
+    "$TICKETING" client --seed 1 "${endpoints[@]}" <"$WORK/holder.in" \
+      | while IFS= read -r line; do printf '%s %s\n' "$(date +%s%3N)" "$line"; done >"$WORK/holder.out"
+  ) &
+  HOLDER_PID=$!
+  exec 7>"$WORK/holder.in"
+  echo "acquire held k-held holder 5000 $MAX_LEASE_MS renew" >&7
+  for _ in $(seq 200); do grep -q '"outcome":"granted"' "$WORK/holder.out" 2>/dev/null && break; sleep 0.05; done
+  grep -q '"outcome":"granted"' "$WORK/holder.out" || { echo "the holder was not granted" >&2; exit 1; }
   for round in $(seq "$KILLS"); do
     line=$("$FAILOVER_BIN" --addrs "$(IFS=,; echo "${NODE_ADDR[*]}")" \
       --pids "$(IFS=,; echo "${NODE_PID[*]}")" --lease-ms "$MAX_LEASE_MS" --round "$round")
     echo "$line" | tee -a "$WORK/failover.txt"
     old=$(echo "$line" | awk '{ print $4 }')
+    killed_at=$(echo "$line" | awk '{ print $7 }')
+    # The first `renewed` the holder printed after the kill.
+    renewed=""
+    for _ in $(seq 600); do
+      renewed=$(awk -v k="$killed_at" '$1 > k && /"event":"renewed"/ { print $1 - k; exit }' "$WORK/holder.out")
+      [[ -n "$renewed" ]] && break
+      sleep 0.05
+    done
+    echo "${renewed:-999999}" >>"$WORK/renewed"
     while kill -0 "${NODE_PID[$old]}" 2>/dev/null; do sleep 0.05; done
     start_node "$old"
     # The next kill once the restarted node follows (it names a leader).
@@ -137,10 +168,15 @@ if [[ -z "${SKIP_FAILOVER:-}" ]]; then
       sleep 0.1
     done
   done
+  awk '$1=="FAILOVER" { print $6 }' "$WORK/failover.txt" | sort -n >"$WORK/leader"
   awk '$1=="FAILOVER" { print $2 }' "$WORK/failover.txt" | sort -n >"$WORK/grant"
   awk '$1=="FAILOVER" { print $3 }' "$WORK/failover.txt" | sort -n >"$WORK/reclaim"
   median() { awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }' "$1"; }
+  sort -n "$WORK/renewed" -o "$WORK/renewed"
+  lost=$(grep -c -E '"event":"lease_(lost|expired)"' "$WORK/holder.out" || true)
   echo
+  echo "kill to a new leader (first W):              median $(median "$WORK/leader") ms, worst $(tail -1 "$WORK/leader") ms"
+  echo "kill to the holder's first renewed on it:    median $(median "$WORK/renewed") ms, worst $(tail -1 "$WORK/renewed") ms ($lost lease_lost or lease_expired)"
   echo "kill to the first grant by the new leader:   median $(median "$WORK/grant") ms, worst $(tail -1 "$WORK/grant") ms"
   echo "kill to the first reclaim at the new leader: median $(median "$WORK/reclaim") ms, worst $(tail -1 "$WORK/reclaim") ms"
   echo "(TTL $TTL_MS ms: etcd drops the old leader's key up to a TTL after its last keep-alive;"

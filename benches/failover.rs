@@ -8,10 +8,14 @@
 //!   kill to its first grant is when the new leader grants again (after
 //!   the election and its recovery grace);
 //! * the holder renews its grant (`X`) again and again: the time to the
-//!   first `G` is when it is reclaimed at the new leader.
+//!   first `G` is when it is reclaimed at the new leader;
+//! * a probe says `H` to each of them every 10 ms: the time to the first
+//!   `W` is when a new leader answers at all.
 //!
 //! Raw protocol version 2 over std TCP, so that the figures hold no client
-//! core's backoff. Prints `FAILOVER <grant_ms> <reclaim_ms> <old> <new>`.
+//! core's backoff. Prints `FAILOVER <grant_ms> <reclaim_ms> <old> <new>
+//! <leader_ms> <killed_at>`, the last the kill's wall-clock time in
+//! milliseconds since 1970, for matching it with a client's output.
 //!
 //! ```text
 //! failover --addrs A1,A2,A3 --pids P1,P2,P3 [--lease-ms 15000] [--round N]
@@ -115,8 +119,24 @@ fn main() {
         .filter(|&i| i != old)
         .map(|i| addrs[i].clone())
         .collect();
+    let killed_at = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
     kill(Pid::from_raw(pids[old]), Signal::SIGKILL).expect("kill the leader");
     let killed = Instant::now();
+    let probe = {
+        let others = others.clone();
+        thread::spawn(move || loop {
+            if others.iter().any(|addr| lead_conn(addr).is_some()) {
+                return killed.elapsed();
+            }
+            assert!(
+                killed.elapsed() < Duration::from_secs(600),
+                "no leader within 10 min"
+            );
+            thread::sleep(Duration::from_millis(10));
+        })
+    };
     let prober = {
         let others = others.clone();
         let request = format!("A {{id}} fresh-{round} prober 0 1000\n");
@@ -125,12 +145,14 @@ fn main() {
     let request = format!("X {{id}} {key} {token} {lease_ms}\n");
     let reclaim = until_answered(&others, &request, "G ", killed);
     let grant = prober.join().expect("the prober");
+    let led = probe.join().expect("the leader probe");
     let new = (0..addrs.len())
         .find(|&i| i != old && lead_conn(&addrs[i]).is_some())
         .map_or("?".to_string(), |i| i.to_string());
     println!(
-        "FAILOVER {} {} {old} {new}",
+        "FAILOVER {} {} {old} {new} {} {killed_at}",
         grant.as_millis(),
-        reclaim.as_millis()
+        reclaim.as_millis(),
+        led.as_millis()
     );
 }
