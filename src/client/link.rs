@@ -2,24 +2,24 @@
 //! hints, closing (PROTOCOL.md section 5, "Connecting and backing off",
 //! the rows for `L`, `M` and `E`, and "any close").
 //!
-//! [`Link`] owns every rule about where the next connection goes and when:
-//! the rounds over the addresses, the leader hint, the addresses that
-//! failed a moment ago, the backoff between rounds, the timeouts, and
-//! whether every server refused the client. It never looks at operations:
-//! the client hands it the one thing it needs from them, the cap that a
-//! held lease puts on every wait ([`Client::lease_cap`]).
+//! [`Link`] owns every rule about the connection: where the next one goes
+//! and when (the rounds over the addresses, the leader hint, the addresses
+//! that failed a moment ago, the backoff between rounds, the timeouts),
+//! the handshake and the window, the notices (`L`, `M`, `E`), and whether
+//! every server refused the client. It never looks at operations: the
+//! client hands it the one thing it needs from them, the cap that a held
+//! lease puts on every wait.
 
 use core::mem;
 use core::time::Duration;
 
 use super::config::{Backoff, Config};
-use super::operations::AcquirePhase;
-use super::outcome::{Action, BackoffCause, CloseReason, ConnId, Event, Outcome, Violation};
-use super::{Client, Request};
+use super::outcome::{Action, BackoffCause, CloseReason, ConnId, Event, Violation};
+use super::Fx;
 use crate::names::{Endpoint, Name};
 use crate::rng::Rng;
 use crate::time::Time;
-use crate::wire::{Addr, Atom, ClientFrame, FrameError, ServerFrame, VERSION};
+use crate::wire::{Addr, Atom, ClientFrame, ServerFrame, VERSION};
 
 /// The connection in use.
 pub(crate) struct Conn {
@@ -415,175 +415,166 @@ fn round_backoff(cause: BackoffCause, config: &Config) -> Backoff {
     }
 }
 
-impl Client {
+/// A connection the link just closed, as it was.
+pub(crate) struct Closed {
+    conn: Conn,
+    phase: Phase,
+}
+
+impl Link {
+    /// The connection the core is using or opening, if any.
+    pub(crate) fn connection(&self) -> Option<ConnId> {
+        match &self.state {
+            LinkState::Up { conn, .. } => Some(conn.id),
+            _ => None,
+        }
+    }
+
+    /// The window of the current connection, once `W` arrived.
+    pub(crate) fn window(&self) -> Option<u64> {
+        match &self.state {
+            LinkState::Up {
+                phase: Phase::Ready { window, .. },
+                ..
+            } => Some(*window),
+            _ => None,
+        }
+    }
+
+    /// The node id of the current connection, once `W` arrived.
+    pub(crate) fn node(&self) -> Option<&Name> {
+        match &self.state {
+            LinkState::Up {
+                phase: Phase::Ready { node, .. },
+                ..
+            } => Some(node),
+            _ => None,
+        }
+    }
+
+    /// Whether it is down for good (shut down).
+    pub(crate) fn is_finished(&self) -> bool {
+        matches!(self.state, LinkState::Finished)
+    }
+
+    /// Down for good: shut down.
+    pub(crate) fn finish(&mut self) {
+        self.state = LinkState::Finished;
+    }
+
     /// Starts the next attempt of the round: to the leader hint if it may
     /// be tried, else to the next endpoint in turn. A round that has
-    /// nothing left starts again: the caller only asks when it may.
-    pub(crate) fn connect(&mut self) {
-        let now = self.now;
-        let addr = match self.link.next_address(now, &self.config) {
+    /// nothing left starts again (the caller asks only when it may).
+    pub(crate) fn connect(&mut self, fx: &mut Fx<'_>, cap: Option<Duration>) {
+        let (now, config) = (fx.now, fx.config);
+        let addr = match self.next_address(now, config) {
             Some(addr) => addr,
             None => {
-                self.link.round.restart(self.config.endpoints.len());
-                self.link
-                    .next_address(now, &self.config)
+                self.round.restart(config.endpoints.len());
+                self.next_address(now, config)
                     .expect("a new round has an endpoint to try")
             }
         };
         // Whether it came as the hint or in turn, a connection to the
         // hint's address is one to the hint.
-        let to_hint = self.link.hint.as_ref() == Some(&addr);
-        let timeout = self.capped(self.config.connect_timeout);
-        let id = self
-            .link
-            .open(addr.clone(), to_hint, now.saturating_add(timeout));
-        self.actions.push_back(Action::Connect {
+        let to_hint = self.hint.as_ref() == Some(&addr);
+        let timeout = capped(config.connect_timeout, cap);
+        let id = self.open(addr.clone(), to_hint, now.saturating_add(timeout));
+        fx.actions.push_back(Action::Connect {
             conn: id,
             addr: addr.clone(),
         });
-        self.events.push_back(Event::Connecting { addr });
+        fx.events.push_back(Event::Connecting { addr });
     }
 
-    /// `wait`, shortened by what a held lease allows.
-    fn capped(&self, wait: Duration) -> Duration {
-        self.lease_cap().map_or(wait, |cap| wait.min(cap))
+    /// A connection is wanted while none is planned (a release to send
+    /// while shutting down): connects now.
+    pub(crate) fn wake(&mut self, fx: &mut Fx<'_>, cap: Option<Duration>) {
+        if let LinkState::Down { until: Time::MAX } = self.state {
+            self.connect(fx, cap);
+        }
     }
 
-    /// What a held lease allows any wait of the link to last (PROTOCOL.md
-    /// section 5, "A held lease shortens the wait"): while the client holds
-    /// a grant it renews automatically, or has a renewal of one queued or
-    /// in flight, a quarter of what is left until the earliest such grant's
-    /// `valid_until`, and never less than 100 ms. A scan of the held
-    /// grants: it runs once per connection attempt.
-    pub(crate) fn lease_cap(&self) -> Option<Duration> {
-        let earliest = self
-            .holds
-            .iter()
-            .filter_map(|(_, hold)| hold.held())
-            .filter(|held| held.keeps_renewing())
-            .map(|held| held.valid_until)
-            .min()?;
-        let left = earliest.saturating_duration_since(self.now);
-        Some((left / 4).max(LEASE_CAP_FLOOR))
-    }
-
-    /// The link's deadline passed: the wait before a round ended (connect),
-    /// or the connect or the handshake took too long.
-    pub(crate) fn fire_link(&mut self) {
-        match &self.link.state {
+    /// The link's deadline passed: the wait before a round ended (a new
+    /// round starts), or the connect or the handshake took too long (the
+    /// reason to close for).
+    pub(crate) fn fire(&mut self, fx: &mut Fx<'_>, cap: Option<Duration>) -> Option<CloseReason> {
+        match &self.state {
             LinkState::Down { .. } => {
-                self.link.round.restart(self.config.endpoints.len());
-                self.connect();
+                self.round.restart(fx.config.endpoints.len());
+                self.connect(fx, cap);
+                None
             }
             LinkState::Up {
                 phase: Phase::Connecting { .. },
                 ..
-            } => self.close(CloseReason::ConnectTimeout),
+            } => Some(CloseReason::ConnectTimeout),
             LinkState::Up {
                 phase: Phase::Handshaking { .. },
                 ..
-            } => self.close(CloseReason::HandshakeTimeout),
-            LinkState::Up { .. } | LinkState::Finished => {}
+            } => Some(CloseReason::HandshakeTimeout),
+            LinkState::Up { .. } | LinkState::Finished => None,
         }
     }
 
-    /// The transport is up: `H` goes out next.
-    pub(crate) fn on_connected(&mut self) {
-        let timeout = self.capped(self.config.handshake_timeout);
-        if let LinkState::Up { phase, .. } = &mut self.link.state {
-            *phase = Phase::Handshaking {
-                deadline: self.now.saturating_add(timeout),
-                hello_sent: false,
-            };
+    /// The transport of `conn` is up: `H` goes out next.
+    pub(crate) fn connected(&mut self, fx: &mut Fx<'_>, conn: ConnId, cap: Option<Duration>) {
+        let timeout = capped(fx.config.handshake_timeout, cap);
+        if let LinkState::Up { conn: c, phase } = &mut self.state {
+            if c.id == conn && matches!(phase, Phase::Connecting { .. }) {
+                *phase = Phase::Handshaking {
+                    deadline: fx.now.saturating_add(timeout),
+                    hello_sent: false,
+                };
+            }
         }
     }
 
-    /// Encodes `H` if it has not gone out on this connection.
-    pub(crate) fn fill_hello(&mut self) {
+    /// Encodes `H` if it is due on this connection.
+    pub(crate) fn send_hello(&mut self, fx: &mut Fx<'_>) {
         if let LinkState::Up {
             phase: Phase::Handshaking { hello_sent, .. },
             ..
-        } = &mut self.link.state
+        } = &mut self.state
         {
             if !*hello_sent {
                 *hello_sent = true;
+                let config = fx.config;
                 ClientFrame::Hello {
                     version: VERSION,
-                    client_id: self.config.client_id.to_wire(),
-                    credential: self
-                        .config
+                    client_id: config.client_id.to_wire(),
+                    credential: config
                         .credential
                         .as_ref()
                         .map_or(Atom::trusted("-"), Name::to_wire),
                 }
-                .encode(self.out.writer());
+                .encode(fx.send);
             }
         }
     }
 
-    /// Whether a request, or the hello, can go out now.
-    pub(crate) fn can_send(&self) -> bool {
-        match &self.link.state {
+    /// Whether `H` waits to go out.
+    pub(crate) fn hello_due(&self) -> bool {
+        matches!(
+            self.state,
             LinkState::Up {
-                phase: Phase::Handshaking { hello_sent, .. },
+                phase: Phase::Handshaking {
+                    hello_sent: false,
+                    ..
+                },
                 ..
-            } => !hello_sent,
-            LinkState::Up {
-                phase: Phase::Ready { window, .. },
-                ..
-            } => self.has_sendable(*window),
-            _ => false,
-        }
+            }
+        )
     }
 
-    /// Reads frames from the bytes of the current connection, `conn`, until
-    /// they run out or one closes the connection. A framing error, an
-    /// unknown kind, a bad pairing or an over-long line is a violation: the
-    /// answer cannot be correlated, so the connection is done.
-    pub(crate) fn read(&mut self, conn: ConnId, data: &[u8]) {
-        let mut reader = mem::take(&mut self.reader);
-        let mut input = data;
-        'read: loop {
-            // Good lines that lie whole in `input` are read where they are,
-            // a few at a time, and what matching them will read is fetched
-            // for all of them at once; anything else goes through the
-            // reader, which buffers a line cut by the end of `input` and
-            // tells which rule a bad one breaks.
-            let frames = reader.leading_frames(&mut input);
-            if !frames.is_empty() {
-                self.pending
-                    .read_ahead(frames.answer_ids(), &self.acquires, &self.holds);
-                for frame in frames.iter() {
-                    if let Err(reason) = self.on_frame(frame) {
-                        self.close(reason);
-                        break 'read;
-                    }
-                }
-                continue;
-            }
-            let verdict = match reader.next_line(&mut input) {
-                Some(line) => line
-                    .and_then(ServerFrame::parse)
-                    .map_err(|e: FrameError| CloseReason::Protocol(Violation::Framing(e)))
-                    .and_then(|frame| self.on_frame(frame)),
-                None => break,
-            };
-            if let Err(reason) = verdict {
-                self.close(reason);
-                break;
-            }
-        }
-        if self.link.current(conn).is_none() {
-            // The connection closed: keep the buffer's memory, not its bytes.
-            reader.reset();
-        }
-        self.reader = reader;
-    }
-
-    /// Handles a frame: `W`, `L`, `M`, `E`, or an answer. `Err` closes the
-    /// connection.
-    fn on_frame(&mut self, frame: ServerFrame<'_>) -> Result<(), CloseReason> {
-        let LinkState::Up { conn, phase } = &mut self.link.state else {
+    /// Handles a frame that is not an answer to a request: `W`, `L`, `M`,
+    /// `E`. `Err` closes the connection, for that reason.
+    pub(crate) fn notice(
+        &mut self,
+        fx: &mut Fx<'_>,
+        frame: ServerFrame<'_>,
+    ) -> Result<(), CloseReason> {
+        let LinkState::Up { conn, phase } = &mut self.state else {
             return Ok(());
         };
         match frame {
@@ -597,8 +588,8 @@ impl Client {
                     node: node.clone(),
                 };
                 let addr = conn.addr.clone();
-                self.link.welcomed();
-                self.events.push_back(Event::Connected {
+                self.welcomed();
+                fx.events.push_back(Event::Connected {
                     addr,
                     node,
                     window: window.get(),
@@ -606,11 +597,11 @@ impl Client {
                 Ok(())
             }
             ServerFrame::Leader { addr } => {
-                self.take_hint(addr);
+                self.take_hint(fx, addr);
                 Ok(())
             }
             ServerFrame::Moved { addr } => {
-                self.take_hint(addr);
+                self.take_hint(fx, addr);
                 Err(CloseReason::Moved)
             }
             ServerFrame::Error { reason } => Err(match reason.as_str() {
@@ -620,15 +611,10 @@ impl Client {
                 "unsupported_version" => CloseReason::UnsupportedVersion,
                 _ => CloseReason::ServerError(Name::from(reason)),
             }),
-            ServerFrame::Answer(answer) => {
-                if matches!(phase, Phase::Ready { .. }) {
-                    self.on_answer(answer)
-                } else {
-                    // Nothing is sent before `W`, so no answer can be due.
-                    self.stray_answer(&answer);
-                    Err(CloseReason::Protocol(Violation::AnswerBeforeWelcome))
-                }
-            }
+            // Answers are the client's to route; one before `W` is a
+            // violation.
+            ServerFrame::Answer(_) if matches!(phase, Phase::Ready { .. }) => Ok(()),
+            ServerFrame::Answer(_) => Err(CloseReason::Protocol(Violation::AnswerBeforeWelcome)),
         }
     }
 
@@ -638,120 +624,99 @@ impl Client {
     /// hint it already is, or the address refused last on this connection.
     /// So a server that repeats itself cannot flood the embedder with
     /// notices.
-    fn take_hint(&mut self, addr: Addr<'_>) {
+    fn take_hint(&mut self, fx: &mut Fx<'_>, addr: Addr<'_>) {
         let same =
             |known: &Option<Endpoint>| known.as_ref().map(Endpoint::as_str) == Some(addr.as_str());
-        if self.config.allows(addr) {
-            if !same(&self.link.hint) {
+        if fx.config.allows(addr) {
+            if !same(&self.hint) {
                 let endpoint = Endpoint::from(addr);
-                self.link.hint = Some(endpoint.clone());
-                self.events.push_back(Event::LeaderHint { addr: endpoint });
+                self.hint = Some(endpoint.clone());
+                fx.events.push_back(Event::LeaderHint { addr: endpoint });
             }
-        } else if !same(&self.link.ignored) {
+        } else if !same(&self.ignored) {
             let endpoint = Endpoint::from(addr);
-            self.link.ignored = Some(endpoint.clone());
-            self.events.push_back(Event::HintIgnored { addr: endpoint });
+            self.ignored = Some(endpoint.clone());
+            fx.events.push_back(Event::HintIgnored { addr: endpoint });
         }
     }
 
-    /// Closes the connection (or abandons the connect attempt) for `reason`
-    /// and applies "any close" to the requests on it, then goes on with
-    /// the round at once, or waits before the next one.
-    pub(crate) fn close(&mut self, reason: CloseReason) {
-        let state = mem::replace(&mut self.link.state, LinkState::Down { until: Time::MAX });
+    /// Closes the connection (or abandons the connect attempt) for
+    /// `reason`: the close action and the notice. What it was, for
+    /// [`Link::after_close`]; `None` if there was none.
+    pub(crate) fn close(&mut self, fx: &mut Fx<'_>, reason: &CloseReason) -> Option<Closed> {
+        let state = mem::replace(&mut self.state, LinkState::Down { until: Time::MAX });
         let LinkState::Up { conn, phase } = state else {
-            self.link.state = state;
-            return;
+            self.state = state;
+            return None;
         };
         if !matches!(reason, CloseReason::ConnectFailed | CloseReason::Tls(_)) {
-            self.actions.push_back(Action::Close { conn: conn.id });
+            fx.actions.push_back(Action::Close { conn: conn.id });
         }
-        self.events.push_back(Event::Closed {
+        fx.events.push_back(Event::Closed {
             addr: conn.addr.clone(),
             reason: reason.clone(),
         });
-        self.reader.reset();
-        self.settle_on_close(&reason);
-        if self.finishing {
-            return;
-        }
+        Some(Closed { conn, phase })
+    }
+
+    /// After a close, once the requests on the connection are settled:
+    /// the round goes on at once, or the client waits before the next one
+    /// (`quiet`: nothing is left to send while shutting down, so no new
+    /// attempt is planned). The refusal that leaves the client
+    /// misconfigured, if this round made it so.
+    pub(crate) fn after_close(
+        &mut self,
+        fx: &mut Fx<'_>,
+        rng: &mut Rng,
+        cap: Option<Duration>,
+        closed: Closed,
+        reason: &CloseReason,
+        quiet: bool,
+    ) -> Option<CloseReason> {
         match reason {
-            CloseReason::AuthFailed => self.events.push_back(Event::AuthFailed {
-                addr: conn.addr.clone(),
+            CloseReason::AuthFailed => fx.events.push_back(Event::AuthFailed {
+                addr: closed.conn.addr.clone(),
             }),
-            CloseReason::UnsupportedVersion => self.events.push_back(Event::UnsupportedVersion {
-                addr: conn.addr.clone(),
+            CloseReason::UnsupportedVersion => fx.events.push_back(Event::UnsupportedVersion {
+                addr: closed.conn.addr.clone(),
             }),
             _ => {}
         }
         let mut cx = Ctx {
-            now: self.now,
-            cap: self.lease_cap(),
-            config: &self.config,
-            rng: &mut self.rng,
+            now: fx.now,
+            config: fx.config,
+            rng,
+            cap,
         };
-        let next = self.link.ended(&mut cx, &conn, &phase, &reason);
-        if self.shutdown.is_some() && !self.has_work_to_drain() {
-            // Nothing left to send: the shutdown check finishes now.
-            return;
+        let next = self.ended(&mut cx, &closed.conn, &closed.phase, reason);
+        if quiet {
+            return None;
         }
         match next {
-            Next::AtOnce => self.connect(),
+            Next::AtOnce => {
+                self.connect(fx, cap);
+                None
+            }
             Next::Wait {
                 cause,
                 delay,
                 misconfigured,
             } => {
-                let until = self.now.saturating_add(delay);
-                self.link.state = LinkState::Down { until };
-                self.events.push_back(Event::Backoff { cause, until });
-                if let Some(cause) = misconfigured {
-                    self.events.push_back(Event::Misconfigured {
+                let until = fx.now.saturating_add(delay);
+                self.state = LinkState::Down { until };
+                fx.events.push_back(Event::Backoff { cause, until });
+                if let Some(cause) = &misconfigured {
+                    fx.events.push_back(Event::Misconfigured {
                         cause: cause.clone(),
                     });
-                    self.end_unsendable_acquires(&cause);
                 }
+                misconfigured
             }
         }
     }
+}
 
-    /// When the `n`-th `B` in a row for one acquire is followed by its
-    /// next attempt: `d/2 + random(0, d/2)` with `d = min(cap, base *
-    /// 2^n)` of the busy backoff. Per operation; not a round.
-    pub(crate) fn busy_retry_at(&mut self, n: u32) -> Time {
-        let step = self.config.backoff.busy.step(n);
-        self.now.saturating_add(jittered(step, &mut self.rng))
-    }
-
-    /// Any close: sent acquires end Indeterminate and are never sent again;
-    /// abandoned waiters are dropped (lease expiry settles them); sent
-    /// releases and renewals go back to the front of the lane, in their
-    /// order; unsent requests stay queued for the next connection.
-    fn settle_on_close(&mut self, reason: &CloseReason) {
-        self.acquires_in_flight = 0;
-        let mut releases = Vec::new();
-        let mut renewals = Vec::new();
-        for (_, op) in self.pending.drain() {
-            match Request::of(op) {
-                Request::Acquire(handle) => {
-                    let acquire = self.acquires.get(handle).expect("in flight");
-                    if acquire.phase == AcquirePhase::Abandoned {
-                        self.acquires.remove(handle);
-                    } else {
-                        let settles_by = self.settles_by(acquire);
-                        self.events.stats.count_indeterminate(Some(reason));
-                        self.end_acquire(handle, Outcome::Indeterminate { settles_by });
-                    }
-                }
-                Request::Release(handle) => releases.push(handle),
-                Request::Renew(handle) => renewals.push(handle),
-            }
-        }
-        for &release in releases.iter().rev() {
-            self.requeue_release(release);
-        }
-        for &renewal in renewals.iter().rev() {
-            self.requeue_renewal(renewal);
-        }
-    }
+/// `wait`, shortened by what a held lease allows.
+fn capped(wait: Duration, cap: Option<Duration>) -> Duration {
+    cap.map_or(wait, |cap| wait.min(cap))
 }

@@ -1,75 +1,77 @@
 //! The client core: every rule of PROTOCOL.md section 5, sans-IO.
 //!
-//! The rule files read as their parts of section 5. They keep what they
-//! know in the containers of `store.rs` and never look inside them.
+//! [`Client`] is a router over four parts, each a type that owns its state
+//! and is told the time, the configuration and where its effects go (an
+//! `Fx`: actions, events, the send buffer, and a request to close). No
+//! part reads another's fields: the client routes each input to the part
+//! it is for, looks an answer's id up, hands the answer to the part that
+//! sent it, and folds the parts' deadlines.
 //!
 //! | file | what |
 //! |---|---|
-//! | `mod.rs` | [`Client`]: the driver contract, time and timers, finishing a shutdown |
-//! | `operations.rs` | the operations: acquire, release, cancel, undeliverable grants, shutdown; what their deadlines mean |
-//! | `matching.rs` | answers: matched by id, op and key; grants, `T`, `D`, `N`, `B` retries; answers nobody claims |
-//! | `lane.rs` | the release lane, the reserved slots, the window, sending |
-//! | `link.rs` | `Link`, which owns where and when to connect (rounds, hints, stale addresses, backoff, timeouts, misconfiguration); the handshake, `M` and `E`, any close |
-//! | `renewal.rs` | renewal: when, in the lane, `G` and `N` to an `X`, jeopardy, expiry, stopping |
+//! | `mod.rs` | [`Client`]: the driver contract, routing, time, the window, closing, shutting down |
+//! | `link.rs` | the connection: where and when to connect (rounds, hints, stale addresses, backoff, timeouts), the handshake and window, `L`, `M`, `E`, misconfiguration |
+//! | `pending.rs` | the requests in flight, by id, each with what its answer must match |
+//! | `acquires.rs` | the acquires: queue, wait budget, `B` retries, cancel and abandon, their outcomes |
+//! | `holds.rs` | the grants held: renewal, jeopardy, expiry; releases and the release lane; orphans |
 //! | `stats.rs` | the counters read with [`Client::stats`] |
-//! | `store.rs` | storage: slabs with one timer per entry, queues, requests in flight |
+//! | `store.rs` | storage: tables of records with one timer each, queues, the send buffer |
 //! | `outcome.rs`, `config.rs` | what the core hands out; its configuration |
 //!
 //! # Where each rule of section 5 lives
 //!
 //! | situation (PROTOCOL.md section 5) | where |
 //! |---|---|
-//! | matching an answer; the same (op, key) several times in flight | `Client::on_answer` |
-//! | when to register | `Client::send_acquire`, `Client::send_release` |
-//! | `G` / `T` / `D` / `N` matched | `Client::on_acquire_answer`, `Client::grant`, `Client::on_release_answer` |
-//! | `B` matched | `Client::on_busy`, `Client::busy_retry_at` |
-//! | the client's own capacity is full | `Client::submit_acquire`, `Client::submit_release` |
-//! | `L addr`, `M addr` | `Client::on_frame`, `Client::take_hint`; the round goes on with the hint: `Link::next_address` |
-//! | `E no_leader`, `E not_active`, `E auth_failed`, `E unsupported_version` | `Client::on_frame`, `Client::close`, `Link::ended` |
-//! | a round refused by every address: *misconfigured* | `Round::misconfigures`, `Link::misconfigured`, `Client::end_unsendable_acquires`, `Client::submit_acquire` |
-//! | other `E`, unknown kind, bad pairing, framing error, over-long line | `Client::read` |
-//! | an id no pending request holds, a second answer | `Client::on_answer`, `Client::stray_answer` |
-//! | an id pending with another op or key | `Client::on_answer` |
+//! | matching an answer; the same (op, key) several times in flight | `Pending::claim`, `Expect::refuses` |
+//! | when to register | `Client::fill_window`, `Pending::register` |
+//! | `G` / `T` / `D` / `N` matched | `Client::on_answer`, `Acquires::granted`, `Holds::hold`, `Holds::release_answer` |
+//! | a `waited_ms` missing or above the `wait_ms` asked | `Expect::refuses` |
+//! | `B` matched | `Acquires::busy` |
+//! | the client's own capacity is full | `Acquires::submit`, `Holds::release`, `Holds::release_token` |
+//! | `L addr`, `M addr` | `Link::notice`, `Link::take_hint`; the round goes on with the hint: `Link::next_address` |
+//! | `E no_leader`, `E not_active`, `E auth_failed`, `E unsupported_version` | `Link::notice`, `Link::after_close`, `Link::ended` |
+//! | a round refused by every address: *misconfigured* | `Round::misconfigures`, `Link::after_close`, `Acquires::refused`, `Acquires::submit` |
+//! | other `E`, unknown kind, bad pairing, framing error, over-long line | `Client::read`, `Link::notice` |
+//! | an id no pending request holds, a second answer; an id pending with another op or key | `Pending::claim`, `Client::stray_answer` |
 //! | the transport ends or fails | [`Client::handle_transport_closed`] |
-//! | any close | `Client::close`, `Client::settle_on_close` |
-//! | cancel before and after bytes went out; `KeepWaiter` | `Client::cancel_op`, `Client::abandon_waiter` |
-//! | a sent acquire past `sent_at + wait_ms + answer_grace` | `Client::fire_acquire` |
-//! | an acquire not yet sent, and why it could not be | `Client::submit_acquire`, `Client::fire_acquire`, `Client::unsent_outcome`, `Link::last_end`, `Client::send_acquire` |
-//! | a Granted outcome the embedder cannot take | `Client::hand_back` |
-//! | never asking again whether an Indeterminate acquire holds | `Client::settle_on_close` |
-//! | the Indeterminate bound | `Client::settles_by` |
-//! | releases before acquires; `window - reserved` acquires at most | `Client::fill_window`, `Client::acquire_limit` |
-//! | a release in flight at a close is sent again, bounded | `Client::requeue_release` |
+//! | any close | `Client::close`, `Client::settle` |
+//! | cancel before and after bytes went out; `KeepWaiter` | `Client::cancel_op`, `Acquires::cancel`, `Acquires::abandon`, `Pending::abandon` |
+//! | a sent acquire past `sent_at + wait_ms + answer_grace` | `Acquires::fire` |
+//! | an acquire not yet sent, and why it could not be | `Acquires::submit`, `Acquires::fire`, `Acquires::unsent`, `Link::last_end` |
+//! | a Granted outcome the embedder cannot take | `Holds::undeliverable` |
+//! | never asking again whether an Indeterminate acquire holds | `Acquires::in_doubt` |
+//! | the Indeterminate bound | `Acquire::settles_by` |
+//! | releases before acquires; `window - reserved` acquires at most | `Client::fill_window` |
+//! | a release in flight at a close is sent again, bounded | `Holds::requeue_release` |
 //! | a release ignores cancellation | `Client::cancel_op` |
 //! | shutting down with a budget | `Client::start_shutdown`, `Client::check_shutdown`, `Client::finish_shutdown` |
-//! | a release's outcomes, the accepted boundary | `Client::end_release`, [`Outcome::Lapsed`] |
-//! | endpoints, allowlist | `Config::allows`, `Client::take_hint` |
-//! | rounds: where the next attempt goes, at once inside a round | `Link::next_address`, `Link::ended`, `Client::connect` |
+//! | a release's outcomes, the accepted boundary | `Holds::end_release`, [`Outcome::Lapsed`] |
+//! | endpoints, allowlist | `Config::allows`, `Link::take_hint` |
+//! | rounds: where the next attempt goes, at once inside a round | `Link::next_address`, `Link::ended`, `Link::connect` |
 //! | stale hints | `Link::is_stale`, `Link::ended` |
 //! | backoff between rounds, by the round's cause | `Link::ended`, `Round::cause`, `Link::delay` |
-//! | a held lease shortens the wait and the timeouts | `Client::lease_cap`, `Held::keeps_renewing`, `Link::delay`, `Client::capped` |
+//! | a held lease shortens the wait and the timeouts | `Holds::lease_cap`, `Held::keeps_renewing`, `Link::delay`, `Link::connect`, `Link::connected` |
 //! | only `W` resets the count; the first step after a connection that had its `W` | `Link::welcomed`, `Link::ended` |
 //! | forgetting the hint | `Link::forget_hint_after` |
-//! | a sent release past its answer grace | `Client::fire_hold` |
-//! | a second `W`, an answer before `W` | `Client::on_frame` |
-//! | a `waited_ms` missing or above the `wait_ms` asked | `Client::on_acquire_answer` |
-//! | *Renewal*: who renews | [`Client::renew`], [`Client::auto_renew`], [`Client::acquire_renewing`], `Client::submit_renew`, `Client::set_auto_renew` |
-//! | *Renewal*: when; jeopardy; expiry | `Client::tend`, `Held::renew_at`, `Held::jeopardy_at`, `Client::fire_hold` |
-//! | *Renewal*: in the lane, one in flight per grant | `Client::fill_window`, `Client::send_renewal` |
-//! | *Renewal*: `G` and `N` to an `X` | `Client::on_renewal_answer`, `Client::lose` |
-//! | *Renewal*: a close, no answer | `Client::requeue_renewal`, `Client::fire_hold` |
-//! | *Renewal*: stopping | [`Client::stop_renewing`], `Client::queue_release`, `Client::stop_renewals` |
+//! | a sent release past its answer grace | `Holds::fire` |
+//! | a second `W`, an answer before `W` | `Link::notice` |
+//! | *Renewal*: who renews | [`Client::renew`], [`Client::auto_renew`], [`Client::acquire_renewing`], `Holds::renew`, `Holds::auto_renew` |
+//! | *Renewal*: when; jeopardy; expiry | `Held::tend`, `Held::renew_at`, `Held::jeopardy_at`, `Holds::tend` |
+//! | *Renewal*: in the lane, one in flight per grant | `Client::fill_window`, `Holds::send_renewal` |
+//! | *Renewal*: `G` and `N` to an `X` | `Holds::renewal_answer`, `Holds::lose` |
+//! | *Renewal*: a close, no answer | `Holds::requeue_renewal`, `Held::tend` |
+//! | *Renewal*: stopping | [`Client::stop_renewing`], `Holds::release`, `Holds::stop_renewals` |
 
+mod acquires;
 mod config;
-mod lane;
+mod holds;
 mod link;
-mod matching;
-mod operations;
 mod outcome;
-mod renewal;
+mod pending;
 mod stats;
 mod store;
 
+use core::mem;
 use core::time::Duration;
 use std::collections::VecDeque;
 
@@ -83,46 +85,60 @@ pub use stats::{
     ReleaseOutcomes, RenewalCounts,
 };
 
-use self::link::{Link, LinkState, Phase};
-use self::operations::{Acquire, Held, Hold};
-use self::outcome::{Issuer, OpKind};
+use self::acquires::Acquires;
+use self::holds::Holds;
+use self::link::{Link, Phase};
+use self::outcome::OpKind;
+use self::pending::{Expect, Owner, Pending};
 use self::stats::Told;
-use self::store::{Fifo, Handle, Pending, SendBuffer, Slab};
-use crate::hash::IdMap;
+use self::store::SendBuffer;
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
 use crate::time::Time;
-use crate::wire::LineReader;
+use crate::wire::{Answer, AnswerKind, FrameError, LineReader, ServerFrame};
 
-/// A request in flight: which operation's attempt it is. The pending
-/// table keeps it as that operation's id.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Request {
-    Acquire(Handle),
-    Release(Handle),
-    /// A renewal of the held grant `Handle`.
-    Renew(Handle),
+/// What a part is told besides its own state, and where its effects go.
+pub(crate) struct Fx<'a> {
+    /// The time of the input being handled (or of the timer firing).
+    pub(crate) now: Time,
+    pub(crate) config: &'a Config,
+    /// Connect, send and close, for the driver.
+    pub(crate) actions: &'a mut VecDeque<Action>,
+    /// Outcomes and notices, for the embedder, counted as they go.
+    pub(crate) events: &'a mut Told,
+    /// Requests encoded and not yet handed out.
+    pub(crate) send: &'a mut SendBuffer,
+    /// Set by a part that found the connection unwell (an answer past its
+    /// grace): the client closes it for this reason once the part returns.
+    pub(crate) close: Option<CloseReason>,
 }
 
-impl Request {
-    /// The operation the request is an attempt of.
-    fn op(self) -> OpId {
-        match self {
-            Request::Acquire(handle) => OpId::of(OpKind::Acquire, handle),
-            Request::Release(handle) => OpId::of(OpKind::Release, handle),
-            Request::Renew(handle) => OpId::of(OpKind::Grant, handle),
-        }
-    }
+/// Where the parts' effects wait for the driver and the embedder.
+#[derive(Default)]
+struct Out {
+    actions: VecDeque<Action>,
+    events: Told,
+    send: SendBuffer,
+}
 
-    /// The request whose operation is `op` (one the pending table holds).
-    fn of(op: OpId) -> Request {
-        match op.parts() {
-            Some((OpKind::Acquire, handle)) => Request::Acquire(handle),
-            Some((OpKind::Release, handle)) => Request::Release(handle),
-            Some((OpKind::Grant, handle)) => Request::Renew(handle),
-            None => unreachable!("only requests are in flight"),
+/// Lends the parts an [`Fx`] over `$client`'s output for `$body`; then
+/// closes the connection if a part asked to. The body's value.
+macro_rules! with_fx {
+    ($client:ident, $fx:ident => $body:expr) => {{
+        let mut $fx = Fx {
+            now: $client.now,
+            config: &$client.config,
+            actions: &mut $client.out.actions,
+            events: &mut $client.out.events,
+            send: &mut $client.out.send,
+            close: None,
+        };
+        let value = $body;
+        if let Some(reason) = $fx.close.take() {
+            $client.close(reason);
         }
-    }
+        value
+    }};
 }
 
 /// What a due timer belongs to.
@@ -248,40 +264,12 @@ pub struct Client {
     config: Config,
     now: Time,
     rng: Rng,
-    /// What the grants this client issues carry, so that it knows them.
-    issuer: Issuer,
-    /// Acquire operations, and abandoned waiters.
-    acquires: Slab<Acquire>,
-    /// Grants the embedder holds, and releases (the embedder's, and the
-    /// client's own for orphaned grants).
-    holds: Slab<Hold>,
-    /// The requests in flight on the connection: the operation whose
-    /// attempt each is.
-    pending: Pending<OpId>,
-    /// Acquires waiting to be sent.
-    queue: Fifo,
-    /// The release lane: releases waiting to be sent.
-    lane: Fifo,
-    /// Renewals waiting to be sent, after releases and before acquires.
-    renewals: Fifo,
-    /// Acquires that asked for automatic renewal of their grant, and for
-    /// how long at most.
-    renew_on_grant: IdMap<Handle, Duration>,
-    /// The id of the next request.
-    next_id: u64,
-    /// Acquires among the requests in flight.
-    acquires_in_flight: usize,
-    /// Acquire operations that have not ended.
-    open_acquires: usize,
-    /// The embedder's releases that have not ended.
-    open_releases: usize,
     link: Link,
-    actions: VecDeque<Action>,
-    /// The events for the embedder, and the counters.
-    events: Told,
-    /// Requests encoded and not yet handed out.
-    out: SendBuffer,
+    pending: Pending,
+    acquires: Acquires,
+    holds: Holds,
     reader: LineReader,
+    out: Out,
     /// The shutdown deadline, once shutting down.
     shutdown: Option<Time>,
     /// The shutdown is ending: no reconnect, every release lapses.
@@ -296,32 +284,20 @@ impl Client {
     /// refused with a [`ConfigError`] naming the field.
     pub fn new(config: Config, now: Time) -> Result<Client, ConfigError> {
         config.validate()?;
-        let link = Link::new(config.endpoints.len());
         let mut client = Client {
             rng: Rng::new(config.seed),
+            link: Link::new(config.endpoints.len()),
             config,
             now,
-            issuer: Issuer::new(),
-            acquires: Slab::default(),
-            holds: Slab::default(),
             pending: Pending::default(),
-            queue: Fifo::default(),
-            lane: Fifo::default(),
-            renewals: Fifo::default(),
-            renew_on_grant: IdMap::default(),
-            next_id: 1,
-            acquires_in_flight: 0,
-            open_acquires: 0,
-            open_releases: 0,
-            link,
-            actions: VecDeque::new(),
-            events: Told::default(),
-            out: SendBuffer::default(),
+            acquires: Acquires::default(),
+            holds: Holds::default(),
             reader: LineReader::new(),
+            out: Out::default(),
             shutdown: None,
             finishing: false,
         };
-        client.connect();
+        with_fx!(client, fx => client.link.connect(&mut fx, None));
         Ok(client)
     }
 
@@ -392,7 +368,11 @@ impl Client {
         grant: &Grant,
         lease: Option<Duration>,
     ) -> Result<(), Error> {
-        self.step(now, |client| client.submit_renew(grant, lease))
+        self.step(now, |client| {
+            client.unfinished()?;
+            let shutting = client.shutdown.is_some();
+            with_fx!(client, fx => client.holds.renew(&mut fx, grant, lease, shutting))
+        })
     }
 
     /// Starts renewing a held grant automatically, for at most `limit` from
@@ -421,19 +401,15 @@ impl Client {
     /// and what is open now. Cheap enough to call every second; it counts
     /// the held grants.
     pub fn stats(&self) -> ClientStats {
-        let mut stats = self.events.stats.clone();
+        let mut stats = self.out.events.stats.clone();
         stats.in_flight = self.pending.len() as u64;
-        stats.acquires_in_flight = self.acquires_in_flight as u64;
-        stats.acquires_queued = self.queue.len() as u64;
-        stats.releases_queued = self.lane.len() as u64;
-        stats.renewals_queued = self.renewals.len() as u64;
-        stats.acquires_open = self.open_acquires as u64;
-        stats.releases_open = self.open_releases as u64;
-        stats.held = self
-            .holds
-            .iter()
-            .filter(|(_, hold)| hold.held().is_some())
-            .count() as u64;
+        stats.acquires_in_flight = self.pending.acquires() as u64;
+        stats.acquires_queued = self.acquires.queued() as u64;
+        stats.releases_queued = self.holds.lane_len() as u64;
+        stats.renewals_queued = self.holds.renewals_len() as u64;
+        stats.acquires_open = self.acquires.open() as u64;
+        stats.releases_open = self.holds.releases_open() as u64;
+        stats.held = self.holds.held_count() as u64;
         stats
     }
 
@@ -442,7 +418,7 @@ impl Client {
     /// lost, or issued by another client). It may lie in the past: an
     /// expired grant is still the holder's to release.
     pub fn valid_until(&self, grant: &Grant) -> Option<Time> {
-        self.current_valid_until(grant)
+        self.holds.valid_until(grant)
     }
 
     /// Releases a grant this client handed out, by its exact token. The
@@ -457,14 +433,24 @@ impl Client {
     /// [`Error::ForeignGrant`]. A grant past its `expires_by` ends `Lapsed`
     /// at once: the server has already freed it.
     pub fn release(&mut self, now: Time, grant: &Grant) -> Result<OpId, Error> {
-        self.step(now, |client| client.submit_release(grant))
+        self.step(now, |client| {
+            client.unfinished()?;
+            let op = with_fx!(client, fx => client.holds.release(&mut fx, grant))?;
+            client.wake();
+            Ok(op)
+        })
     }
 
     /// Releases a raw `(key, token)` whose lease this client never saw (a
     /// grant from an earlier process, say). It keeps trying until
     /// [`Config::release_horizon`] from now.
     pub fn release_token(&mut self, now: Time, key: Key, token: u64) -> Result<OpId, Error> {
-        self.step(now, |client| client.submit_release_token(key, token))
+        self.step(now, |client| {
+            client.unfinished()?;
+            let op = with_fx!(client, fx => client.holds.release_token(&mut fx, key, token))?;
+            client.wake();
+            Ok(op)
+        })
     }
 
     /// Cancels an operation.
@@ -493,7 +479,14 @@ impl Client {
     /// one past its [`Grant::expires_by`] needs nothing and is accepted. A
     /// grant another client issued is [`Error::ForeignGrant`].
     pub fn undeliverable(&mut self, now: Time, grant: &Grant) -> Result<(), Error> {
-        self.step(now, |client| client.hand_back(grant))
+        self.step(now, |client| {
+            // Once shut down the connection is gone for good: lease expiry
+            // frees the grant.
+            client.unfinished()?;
+            with_fx!(client, fx => client.holds.undeliverable(&mut fx, grant))?;
+            client.wake();
+            Ok(())
+        })
     }
 
     /// Shuts down within `budget`: new acquires are refused; queued acquires
@@ -512,14 +505,14 @@ impl Client {
     /// The transport of `conn` is connected: the handshake starts.
     pub fn handle_connected(&mut self, now: Time, conn: ConnId) {
         self.step(now, |client| {
-            if matches!(client.link.current(conn), Some(Phase::Connecting { .. })) {
-                client.on_connected();
-            }
+            let cap = client.holds.lease_cap(client.now);
+            with_fx!(client, fx => client.link.connected(&mut fx, conn, cap));
         });
     }
 
-    /// Connecting `conn` failed. The client backs off, and forgets the
-    /// leader hint if that is where it was connecting.
+    /// Connecting `conn` failed. The round goes on with its next address,
+    /// or the client backs off; it forgets the leader hint if that is where
+    /// it was connecting.
     pub fn handle_connect_failed(&mut self, now: Time, conn: ConnId) {
         self.step(now, |client| match client.link.current(conn) {
             Some(Phase::Connecting { .. }) => client.close(CloseReason::ConnectFailed),
@@ -529,9 +522,8 @@ impl Client {
     }
 
     /// The TLS handshake of the connect attempt `conn` failed, for the
-    /// reason `detail` (closed as [`CloseReason::Tls`]): the client backs
-    /// off as for a failed connect, and forgets the leader hint if that is
-    /// where it was connecting.
+    /// reason `detail` (closed as [`CloseReason::Tls`]): as for a failed
+    /// connect.
     pub fn handle_tls_failed(&mut self, now: Time, conn: ConnId, detail: Name) {
         self.step(now, |client| match client.link.current(conn) {
             Some(Phase::Connecting { .. }) => client.close(CloseReason::Tls(detail)),
@@ -577,25 +569,19 @@ impl Client {
     /// The next thing the driver must do: connect, send or close.
     #[must_use]
     pub fn poll_action(&mut self) -> Option<Action> {
-        if let Some(action) = self.actions.pop_front() {
+        if let Some(action) = self.out.actions.pop_front() {
             return Some(action);
         }
-        let LinkState::Up { conn, phase } = &self.link.state else {
-            return None;
-        };
-        let conn = conn.id;
-        match *phase {
-            Phase::Handshaking { .. } => self.fill_hello(),
-            Phase::Ready { window, .. } => self.fill_window(window),
-            Phase::Connecting { .. } => return None,
-        }
-        self.take_send(conn)
+        let conn = self.link.connection()?;
+        self.fill_window();
+        let data = self.out.send.take()?;
+        Some(Action::Send { conn, data })
     }
 
     /// The next outcome or notice for the embedder.
     #[must_use]
     pub fn poll_event(&mut self) -> Option<Event> {
-        self.events.pop_front()
+        self.out.events.pop_front()
     }
 
     /// When the driver must call [`handle_timeout`](Client::handle_timeout)
@@ -606,7 +592,7 @@ impl Client {
     /// drained. `None` is not a reason to stop driving an unfinished client.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Time> {
-        if !self.actions.is_empty() || !self.events.is_empty() || self.can_send() {
+        if !self.out.actions.is_empty() || !self.out.events.is_empty() || self.can_send() {
             return Some(self.now);
         }
         self.next_timer().map(|(at, _)| at)
@@ -616,32 +602,17 @@ impl Client {
 
     /// The connection the core is using or opening, if any.
     pub fn connection(&self) -> Option<ConnId> {
-        match &self.link.state {
-            LinkState::Up { conn, .. } => Some(conn.id),
-            _ => None,
-        }
+        self.link.connection()
     }
 
     /// The window of the current connection, once `W` arrived.
     pub fn window(&self) -> Option<u64> {
-        match &self.link.state {
-            LinkState::Up {
-                phase: Phase::Ready { window, .. },
-                ..
-            } => Some(*window),
-            _ => None,
-        }
+        self.link.window()
     }
 
     /// The node id of the current connection, once `W` arrived.
     pub fn node(&self) -> Option<&Name> {
-        match &self.link.state {
-            LinkState::Up {
-                phase: Phase::Ready { node, .. },
-                ..
-            } => Some(node),
-            _ => None,
-        }
+        self.link.node()
     }
 
     /// The leader hint in use, if any.
@@ -654,21 +625,21 @@ impl Client {
     pub fn in_flight(&self) -> InFlight {
         InFlight {
             requests: self.pending.len(),
-            acquires: self.acquires_in_flight,
+            acquires: self.pending.acquires(),
         }
     }
 
     /// Operations open: acquires, and the embedder's releases.
     pub fn open_operations(&self) -> OpenOperations {
         OpenOperations {
-            acquires: self.open_acquires,
-            releases: self.open_releases,
+            acquires: self.acquires.open(),
+            releases: self.holds.releases_open(),
         }
     }
 
     /// Whether the client has shut down for good.
     pub fn is_finished(&self) -> bool {
-        matches!(self.link.state, LinkState::Finished)
+        self.link.is_finished()
     }
 
     /// The configuration.
@@ -681,7 +652,332 @@ impl Client {
         self.now
     }
 
-    // ----- time -----------------------------------------------------------
+    // ----- routing commands -------------------------------------------------
+
+    /// Refuses a command once the client has shut down.
+    fn unfinished(&self) -> Result<(), Error> {
+        match self.is_finished() {
+            true => Err(Error::Finished),
+            false => Ok(()),
+        }
+    }
+
+    /// [`Client::acquire`], and [`Client::acquire_renewing`] with `renew`.
+    fn submit_acquire(
+        &mut self,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+    ) -> Result<OpId, Error> {
+        self.unfinished()?;
+        if self.shutdown.is_some() {
+            return Err(Error::ShuttingDown);
+        }
+        let refused = self.link.misconfigured();
+        with_fx!(self, fx => self.acquires.submit(&mut fx, key, owner, wait, lease, renew, refused))
+    }
+
+    /// [`Client::auto_renew`] (`on`) and [`Client::stop_renewing`].
+    fn set_auto_renew(
+        &mut self,
+        grant: &Grant,
+        on: bool,
+        limit: Option<Duration>,
+    ) -> Result<(), Error> {
+        self.unfinished()?;
+        let shutting = self.shutdown.is_some();
+        with_fx!(self, fx => self.holds.auto_renew(&mut fx, grant, on, limit, shutting))
+    }
+
+    /// [`Client::cancel`]: an acquire in flight is cancelled under the
+    /// cancel policy; a release ignores cancellation.
+    fn cancel_op(&mut self, op: OpId) -> Result<(), Error> {
+        match with_fx!(self, fx => self.acquires.cancel(&mut fx, op)) {
+            Ok(None) => Ok(()),
+            Ok(Some(id)) => {
+                match self.config.cancel {
+                    CancelPolicy::Close => self.close(CloseReason::Cancel),
+                    CancelPolicy::KeepWaiter => self.abandon(op, id),
+                }
+                Ok(())
+            }
+            // A release ignores cancellation: it is always settled.
+            Err(_) if self.holds.is_release(op) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Ends the acquire `op`, in flight as request `id`, Indeterminate at
+    /// once, its answer still claimed: an abandoned waiter.
+    fn abandon(&mut self, op: OpId, id: u64) {
+        if let Some((OpKind::Acquire, handle)) = op.parts() {
+            let waiter = with_fx!(self, fx => self.acquires.abandon(&mut fx, handle));
+            self.pending.abandon(id, waiter);
+        }
+    }
+
+    /// A release is waiting: while shutting down with no connection
+    /// planned, one is made.
+    fn wake(&mut self) {
+        if self.holds.lane_len() > 0 {
+            let cap = self.holds.lease_cap(self.now);
+            with_fx!(self, fx => self.link.wake(&mut fx, cap));
+        }
+    }
+
+    // ----- reading ----------------------------------------------------------
+
+    /// Reads frames from the bytes of the current connection, `conn`, until
+    /// they run out or one closes the connection. A framing error, an
+    /// unknown kind, a bad pairing or an over-long line is a violation: the
+    /// answer cannot be correlated, so the connection is done.
+    fn read(&mut self, conn: ConnId, data: &[u8]) {
+        let mut reader = mem::take(&mut self.reader);
+        let mut input = data;
+        'read: loop {
+            // Good lines that lie whole in `input` are read where they are;
+            // anything else goes through the reader, which buffers a line
+            // cut by the end of `input` and tells which rule a bad one
+            // breaks.
+            let frames = reader.leading_frames(&mut input);
+            if !frames.is_empty() {
+                for frame in frames.iter() {
+                    if let Err(reason) = self.on_frame(frame) {
+                        self.close(reason);
+                        break 'read;
+                    }
+                }
+                continue;
+            }
+            let verdict = match reader.next_line(&mut input) {
+                Some(line) => line
+                    .and_then(ServerFrame::parse)
+                    .map_err(|e: FrameError| CloseReason::Protocol(Violation::Framing(e)))
+                    .and_then(|frame| self.on_frame(frame)),
+                None => break,
+            };
+            if let Err(reason) = verdict {
+                self.close(reason);
+                break;
+            }
+        }
+        if self.link.current(conn).is_none() {
+            // The connection closed: keep the buffer's memory, not its bytes.
+            reader.reset();
+        }
+        self.reader = reader;
+    }
+
+    /// A frame: a notice for the link, or an answer. `Err` closes the
+    /// connection.
+    fn on_frame(&mut self, frame: ServerFrame<'_>) -> Result<(), CloseReason> {
+        let answer = match frame {
+            ServerFrame::Answer(answer) => Some(answer),
+            _ => None,
+        };
+        let verdict = with_fx!(self, fx => self.link.notice(&mut fx, frame));
+        match (answer, verdict) {
+            (Some(answer), Ok(())) => self.on_answer(answer),
+            (Some(answer), Err(reason)) => {
+                // Before `W`: nothing was sent, so none can be due.
+                self.stray_answer(&answer);
+                Err(reason)
+            }
+            (None, verdict) => verdict,
+        }
+    }
+
+    /// An answer: matched by id, op and key in the pending table, then
+    /// handed to the part whose request it answers. `Err` closes the
+    /// connection: the session no longer agrees with the server.
+    fn on_answer(&mut self, answer: Answer<'_>) -> Result<(), CloseReason> {
+        let holds = &self.holds;
+        let expect = match self.pending.claim(&answer, |owner| match owner {
+            Owner::Renewal(grant) => !holds.awaits_renewal(grant),
+            _ => false,
+        }) {
+            Ok(expect) => expect,
+            Err(violation) => {
+                self.stray_answer(&answer);
+                return Err(CloseReason::Protocol(violation));
+            }
+        };
+        let Expect { owner, key, .. } = expect;
+        with_fx!(self, fx => match (owner, answer.kind) {
+            (Owner::Acquire { acquire: waiter, abandoned: true }, kind) => {
+                // An abandoned waiter's answer is claimed; its grant goes
+                // back by exact token, unless the embedder holds it.
+                self.acquires.waiter_done(waiter);
+                if let AnswerKind::Granted { token, lease_ms, .. } = kind {
+                    if !self.holds.knows(&key, token) && !self.pending.releases(&key, token) {
+                        self.holds.orphan(&mut fx, key, token, lease_ms);
+                    }
+                }
+            }
+            (Owner::Acquire { acquire, .. }, AnswerKind::Granted { token, lease_ms, waited_ms }) => {
+                let granted = self.acquires.granted(acquire);
+                let waited = waited_ms.unwrap_or(0);
+                let outcome = match self.holds.hold(&mut fx, key, token, lease_ms, waited, granted) {
+                    Some(grant) => Outcome::Granted(grant),
+                    // No record can be kept: lease expiry settles it.
+                    None => Outcome::Indeterminate {
+                        settles_by: fx.now.saturating_add_millis(lease_ms.get()).saturating_add(fx.config.settle_margin),
+                    },
+                };
+                self.acquires.end(&mut fx, acquire, outcome);
+            }
+            (Owner::Acquire { acquire, .. }, AnswerKind::TimedOut) => {
+                let outcome = Outcome::TimedOut { sent: true, cause: None };
+                self.acquires.end(&mut fx, acquire, outcome);
+            }
+            (Owner::Acquire { acquire, .. }, _) => {
+                self.acquires.busy(&mut fx, &mut self.rng, acquire, key);
+            }
+            (Owner::Release(release), kind) => {
+                let released = kind == AnswerKind::Released;
+                self.holds.release_answer(&mut fx, release, key, released);
+            }
+            (Owner::Renewal(grant), kind) => self.holds.renewal_answer(&mut fx, grant, kind),
+        });
+        Ok(())
+    }
+
+    /// An answer no request in flight claims. If it is a `G` for a grant the
+    /// embedder was not given, and no release of it is under way, that
+    /// grant is released by its exact token: a grant the embedder holds is
+    /// never released behind its back.
+    fn stray_answer(&mut self, answer: &Answer<'_>) {
+        if let AnswerKind::Granted {
+            token, lease_ms, ..
+        }
+        | AnswerKind::Renewed { token, lease_ms } = answer.kind
+        {
+            let key = Key::from(answer.key);
+            if !self.holds.knows(&key, token) && !self.pending.releases(&key, token) {
+                with_fx!(self, fx => self.holds.orphan(&mut fx, key, token, lease_ms));
+            }
+        }
+    }
+
+    // ----- sending ----------------------------------------------------------
+
+    /// Whether a request, or the hello, can go out now.
+    fn can_send(&self) -> bool {
+        if self.link.hello_due() {
+            return true;
+        }
+        let Some(window) = self.link.window() else {
+            return false;
+        };
+        let free_slot = (self.pending.len() as u64) < window;
+        let acquire_slot = (self.pending.acquires() as u64) < self.acquire_limit(window);
+        free_slot
+            && (self.holds.lane_len() > 0
+                || self.holds.renewals_len() > 0
+                || (self.acquires.queued() > 0 && acquire_slot))
+    }
+
+    /// How many acquires may be in flight with this window: all but the
+    /// reserved slots.
+    fn acquire_limit(&self, window: u64) -> u64 {
+        window.saturating_sub(u64::from(self.config.reserved))
+    }
+
+    /// Encodes what may go out now (PROTOCOL.md section 5, "The reserved
+    /// release lane"): the hello; on a ready connection releases first,
+    /// then renewals, into any free slot of the window; then acquires, never
+    /// into the reserved slots, so a window full of acquires waiting for
+    /// key K still has room for the release of K. Each request is
+    /// registered in the pending table as its bytes are made: from the
+    /// moment they are handed out it counts as sent.
+    fn fill_window(&mut self) {
+        with_fx!(self, fx => self.link.send_hello(&mut fx));
+        let Some(window) = self.link.window() else {
+            return;
+        };
+        let limit = self.acquire_limit(window);
+        let pending = &mut self.pending;
+        with_fx!(self, fx => {
+            while (pending.len() as u64) < window {
+                match self.holds.send_release(&mut fx, pending.next_id()) {
+                    Some(expect) => drop(pending.register(expect)),
+                    None => break,
+                }
+            }
+            while (pending.len() as u64) < window {
+                match self.holds.send_renewal(&mut fx, pending.next_id()) {
+                    Some(expect) => drop(pending.register(expect)),
+                    None => break,
+                }
+            }
+            while (pending.len() as u64) < window && (pending.acquires() as u64) < limit {
+                match self.acquires.send_next(&mut fx, pending.next_id()) {
+                    Some(expect) => drop(pending.register(expect)),
+                    None => break,
+                }
+            }
+        });
+    }
+
+    // ----- closing ----------------------------------------------------------
+
+    /// Closes the connection (or abandons the connect attempt) for `reason`
+    /// and applies "any close" to the requests on it, then the link goes on
+    /// with the round at once, or waits before the next one.
+    fn close(&mut self, reason: CloseReason) {
+        let Some(closed) = with_fx!(self, fx => self.link.close(&mut fx, &reason)) else {
+            return;
+        };
+        self.reader.reset();
+        self.settle(&reason);
+        if self.finishing {
+            return;
+        }
+        let cap = self.holds.lease_cap(self.now);
+        let quiet = self.shutdown.is_some() && !self.has_work_to_drain();
+        let refused = with_fx!(self, fx => self.link.after_close(&mut fx, &mut self.rng, cap, closed, &reason, quiet));
+        if let Some(cause) = refused {
+            with_fx!(self, fx => self.acquires.refused(&mut fx, &cause));
+        }
+    }
+
+    /// Any close: sent acquires end Indeterminate and are never sent again;
+    /// abandoned waiters are dropped (lease expiry settles them); sent
+    /// releases and renewals go back to the front of the lane, in their
+    /// order; unsent requests stay queued for the next connection.
+    fn settle(&mut self, reason: &CloseReason) {
+        let in_flight = self.pending.drain();
+        let (finishing, shutting) = (self.finishing, self.shutdown.is_some());
+        with_fx!(self, fx => {
+            let mut again = Vec::new();
+            for expect in in_flight {
+                match expect.owner {
+                    Owner::Acquire { acquire, abandoned: false } => {
+                        self.acquires.in_doubt(&mut fx, acquire, reason);
+                    }
+                    // Lease expiry settles an abandoned waiter's grant.
+                    Owner::Acquire { acquire: waiter, abandoned: true } => {
+                        self.acquires.waiter_done(waiter);
+                    }
+                    _ => again.push(expect),
+                }
+            }
+            // Back to the front of their queues: the last sent first.
+            for expect in again.into_iter().rev() {
+                match expect.owner {
+                    Owner::Release(release) => {
+                        self.holds.requeue_release(&mut fx, release, expect.key, finishing);
+                    }
+                    Owner::Renewal(grant) => self.holds.requeue_renewal(&mut fx, grant, shutting),
+                    Owner::Acquire { .. } => {}
+                }
+            }
+        });
+    }
+
+    // ----- time -------------------------------------------------------------
 
     /// The earliest deadline, and what it belongs to. Deadlines that tie
     /// come in the order of [`Due`].
@@ -703,38 +999,24 @@ impl Client {
         next
     }
 
-    /// The earliest timer due at or before `target`, if one is: what
-    /// [`Client::next_timer`] gives, when it is due, found without ordering
-    /// the timers when none is.
-    #[inline]
-    fn next_due(&mut self, target: Time) -> Option<(Time, Due)> {
-        let due = |at: Option<Time>| at.is_some_and(|at| at <= target);
-        let any = self.acquires.due_by(target)
-            | self.holds.due_by(target)
-            | due(self.link.deadline())
-            | due(self.shutdown);
-        match any {
-            true => self.next_timer().filter(|&(at, _)| at <= target),
-            false => None,
-        }
-    }
-
     /// Fires everything due at or before `now`, in deadline order, each at
     /// its own time.
     fn advance(&mut self, now: Time) {
         let target = now.max(self.now);
-        while let Some((at, due)) = self.next_due(target) {
+        while let Some((at, due)) = self.next_timer().filter(|&(at, _)| at <= target) {
             self.now = self.now.max(at);
             match due {
                 Due::Acquire => {
-                    let acquire = self.acquires.pop_due(at).expect("due");
-                    self.fire_acquire(acquire);
+                    let cause = self.link.last_end();
+                    with_fx!(self, fx => self.acquires.fire(&mut fx, at, cause));
                 }
-                Due::Hold => {
-                    let hold = self.holds.pop_due(at).expect("due");
-                    self.fire_hold(hold);
+                Due::Hold => with_fx!(self, fx => self.holds.fire(&mut fx, at)),
+                Due::Link => {
+                    let cap = self.holds.lease_cap(self.now);
+                    if let Some(reason) = with_fx!(self, fx => self.link.fire(&mut fx, cap)) {
+                        self.close(reason);
+                    }
                 }
-                Due::Link => self.fire_link(),
                 Due::Shutdown => self.finish_shutdown(),
             }
             self.check_shutdown();
@@ -742,7 +1024,28 @@ impl Client {
         self.now = target;
     }
 
-    // ----- shutting down --------------------------------------------------
+    // ----- shutting down ----------------------------------------------------
+
+    /// [`Client::shutdown`].
+    fn start_shutdown(&mut self, budget: Duration) -> Result<(), Error> {
+        if self.shutdown.is_some() || self.is_finished() {
+            return Err(Error::ShuttingDown);
+        }
+        self.shutdown = Some(self.now.saturating_add(budget));
+        let keep_waiter = self.config.cancel == CancelPolicy::KeepWaiter;
+        let mut abandoned = Vec::new();
+        let in_flight = with_fx!(self, fx => {
+            self.holds.stop_renewals(&mut fx);
+            self.acquires.shut(&mut fx, keep_waiter, &mut abandoned)
+        });
+        for (id, waiter) in abandoned {
+            self.pending.abandon(id, waiter);
+        }
+        if in_flight {
+            self.close(CloseReason::Cancel);
+        }
+        Ok(())
+    }
 
     /// Finishes a shutdown whose work is done, or whose budget is spent.
     fn check_shutdown(&mut self) {
@@ -757,7 +1060,7 @@ impl Client {
 
     /// Whether a shutting-down client still needs a connection.
     fn has_work_to_drain(&self) -> bool {
-        self.lane.len() > 0 || self.pending.len() > 0
+        self.holds.lane_len() > 0 || self.pending.len() > 0
     }
 
     /// Ends the shutdown, drained or not: closes, lapses every release still
@@ -765,25 +1068,14 @@ impl Client {
     fn finish_shutdown(&mut self) {
         self.finishing = true;
         self.close(CloseReason::Shutdown);
-        for hold in self.holds.handles() {
-            match self.holds.get(hold) {
-                Some(Hold::Release(_)) => self.end_release(hold, ReleaseResult::Lapsed),
-                // Not released behind the embedder's back.
-                _ => drop(self.holds.remove(hold)),
-            }
-        }
-        for acquire in self.acquires.handles() {
+        with_fx!(self, fx => {
+            self.holds.finish(&mut fx);
             // Acquires end when the shutdown starts or at the close; should
             // one remain, it was never handed out.
-            self.end_acquire(acquire, Outcome::Cancelled);
-        }
-        self.link.state = LinkState::Finished;
-        self.events.push_back(Event::ShutdownComplete);
-    }
-
-    /// Queues the outcome of an operation.
-    fn emit(&mut self, op: OpId, outcome: Outcome) {
-        self.events.push_back(Event::Outcome { op, outcome });
+            self.acquires.cancel_all(&mut fx);
+        });
+        self.link.finish();
+        self.out.events.push_back(Event::ShutdownComplete);
     }
 }
 
@@ -795,7 +1087,7 @@ impl core::fmt::Debug for Client {
             .field("window", &self.window())
             .field("in_flight", &self.in_flight())
             .field("open", &self.open_operations())
-            .field("queued", &(self.queue.len(), self.lane.len()))
+            .field("queued", &(self.acquires.queued(), self.holds.lane_len()))
             .finish_non_exhaustive()
     }
 }

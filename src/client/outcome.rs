@@ -35,7 +35,7 @@ pub(crate) enum OpKind {
 }
 
 /// Where an [`OpId`] keeps its kind: the two bits above a slot number
-/// (slabs never hold 2^30 entries: each takes tens of bytes).
+/// (a table never holds more than 2^30 records: `store::MAX_RECORDS`).
 const KIND_SHIFT: u32 = 30;
 
 impl OpId {
@@ -46,7 +46,6 @@ impl OpId {
             OpKind::Release => 1,
             OpKind::Grant => 2,
         };
-        debug_assert!(handle.slot() < 1 << KIND_SHIFT);
         OpId(u64::from(handle.gen()) << 32 | kind << KIND_SHIFT | u64::from(handle.slot()))
     }
 

@@ -9,7 +9,6 @@
 use std::collections::VecDeque;
 
 use super::outcome::{BackoffCause, CloseReason, Event, Outcome, ReleaseResult};
-use super::store::give_back;
 
 /// Counts by how an acquire ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -330,11 +329,13 @@ impl Told {
         self.queue.push_back(event);
     }
 
-    /// The next event; a burst's memory goes back once all are taken.
+    /// The next event; a burst's memory goes back once all are taken,
+    /// but for what steady traffic needs between two polls.
     pub(crate) fn pop_front(&mut self) -> Option<Event> {
+        const KEPT: usize = 4096;
         let event = self.queue.pop_front();
-        if self.queue.is_empty() {
-            give_back(&mut self.queue);
+        if self.queue.is_empty() && self.queue.capacity() > KEPT {
+            self.queue.shrink_to(KEPT);
         }
         event
     }

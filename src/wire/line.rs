@@ -154,9 +154,7 @@ impl LineReader {
     }
 }
 
-/// How many frames [`LineReader::leading_frames`] reads at once: enough
-/// that what handling them reads can be read ahead for all of them
-/// together.
+/// How many frames [`LineReader::leading_frames`] reads at once.
 pub(crate) const BATCH: usize = 16;
 
 /// Frames read where they lay at the front of some input, in order.
@@ -174,16 +172,6 @@ impl<'a> Frames<'a> {
     /// The frames, in order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = ServerFrame<'a>> + '_ {
         self.frames[..self.len].iter().copied()
-    }
-
-    /// The ids of the answers among them, in order.
-    pub(crate) fn answer_ids(&self) -> impl Iterator<Item = u64> + '_ {
-        self.frames[..self.len]
-            .iter()
-            .filter_map(|frame| match frame {
-                ServerFrame::Answer(answer) => Some(answer.id),
-                _ => None,
-            })
     }
 }
 

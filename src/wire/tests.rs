@@ -470,11 +470,6 @@ fn frames_read_a_batch_at_a_time_are_the_lines_read_one_at_a_time() {
                         let frames = reader.leading_frames(&mut input);
                         if !frames.is_empty() {
                             assert!(frames.iter().count() <= super::line::BATCH);
-                            let ids: Vec<u64> = frames.answer_ids().collect();
-                            let answers = frames
-                                .iter()
-                                .filter(|f| matches!(f, ServerFrame::Answer(_)));
-                            assert_eq!(ids.len(), answers.count());
                             got.extend(frames.iter().map(|f| Ok(f.to_string())));
                             continue;
                         }

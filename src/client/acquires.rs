@@ -1,0 +1,399 @@
+//! The acquires (PROTOCOL.md section 5): taken, queued until a connection
+//! can send them, sent with what is left of their wait budget, retried
+//! after `B` with backoff inside that budget, cancelled or abandoned,
+//! timed out, and ended, each in exactly one outcome given in one place,
+//! [`Acquires::end`].
+//!
+//! An acquire's record lives from its submission to its outcome. While an
+//! attempt is in flight its key travels with the request (in the pending
+//! table) and comes back with the answer. Its one timer means what its
+//! [`Phase`] says: the last moment it may wait for a connection, the end
+//! of a `B` backoff, or the answer deadline of the attempt in flight. An
+//! acquire abandoned in flight has its outcome at once, and leaves behind
+//! only its attempt's answer deadline, as a *waiter*: an answer that late
+//! means the connection is unwell, whoever still waits for it.
+
+use core::num::NonZeroU64;
+use core::time::Duration;
+
+use super::link::jittered;
+use super::outcome::{CloseReason, Error, OpId, OpKind, Outcome};
+use super::store::{Handle, Queue, Table};
+use super::{pending, BusyPolicy, Fx};
+use crate::names::{Key, Name};
+use crate::rng::Rng;
+use crate::time::{duration_millis, millis, Time};
+use crate::wire::ClientFrame;
+
+struct Acquire {
+    /// `None` while an attempt is in flight: the request carries it.
+    key: Option<Key>,
+    owner: Name,
+    lease_ms: NonZeroU64,
+    /// The end of the wait budget, across all attempts.
+    budget_end: Time,
+    /// When the latest attempt was handed out.
+    sent_at: Time,
+    /// Attempts handed out so far: each after the first followed a `B`.
+    sent: u32,
+    phase: Phase,
+    /// Renew the grant automatically, for at most this long once granted.
+    renew: Option<Duration>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Waiting to be sent (its first attempt, or one after a `B`), with
+    /// its ticket in the queue; its timer is the last moment it may wait.
+    Queued { ticket: u32 },
+    /// Answered `B`; its timer starts the next attempt.
+    Backoff,
+    /// An attempt is in flight as request `id`; its timer is the answer
+    /// deadline.
+    Sent { id: u64 },
+}
+
+impl Acquire {
+    /// The `wait_ms` of the attempt sent at `sent_at`: what is left of the
+    /// budget, at least 0.
+    fn wire_wait_ms(&self) -> u64 {
+        self.budget_end.millis_since(self.sent_at)
+    }
+
+    /// When lease expiry settles it, given up at `now` while in flight:
+    /// plus `wait_ms`, plus `lease_ms`, plus the margin for network delay
+    /// and clock drift.
+    fn settles_by(&self, now: Time, margin: Duration) -> Time {
+        now.saturating_add_millis(self.wire_wait_ms())
+            .saturating_add_millis(self.lease_ms.get())
+            .saturating_add(margin)
+    }
+}
+
+/// What a granted acquire hands on to the grant it becomes.
+pub(crate) struct Granted {
+    pub(crate) sent_at: Time,
+    pub(crate) lease_ms: NonZeroU64,
+    pub(crate) renew: Option<Duration>,
+}
+
+/// Every acquire that has not ended, the queue of those waiting for a
+/// connection, and the answer deadlines of abandoned attempts.
+#[derive(Default)]
+pub(crate) struct Acquires {
+    table: Table<Acquire>,
+    queue: Queue,
+    /// Abandoned attempts in flight: each only a timer, its answer
+    /// deadline.
+    waiters: Table<()>,
+}
+
+impl Acquires {
+    /// Takes an acquire of `key` for `lease`, waiting at most `wait` in all
+    /// (`renew`: renewed automatically once granted, for at most that
+    /// long). It waits for a connection at most `max(wait, queue_grace)`.
+    /// Refused when every server refuses the client (`refused`: why), when
+    /// the lease is under a millisecond, or when the client's own capacity
+    /// is full.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn submit(
+        &mut self,
+        fx: &mut Fx<'_>,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        renew: Option<Duration>,
+        refused: Option<&CloseReason>,
+    ) -> Result<OpId, Error> {
+        if let Some(cause) = refused {
+            return Err(Error::Misconfigured(cause.clone()));
+        }
+        let lease_ms = NonZeroU64::new(duration_millis(lease)).ok_or(Error::ZeroLease)?;
+        if self.table.len() >= fx.config.max_acquires {
+            return Err(Error::Busy);
+        }
+        let budget_end = fx.now.saturating_add(wait);
+        // A try-lock submitted before the connection is up is still tried.
+        let last_moment = budget_end.max(fx.now.saturating_add(fx.config.queue_grace));
+        let handle = self
+            .table
+            .insert(Acquire {
+                key: Some(key),
+                owner,
+                lease_ms,
+                budget_end,
+                sent_at: Time::ZERO,
+                sent: 0,
+                phase: Phase::Backoff,
+                renew,
+            })
+            .ok_or(Error::Busy)?;
+        fx.events.stats.acquires_started += 1;
+        self.enqueue(handle, last_moment);
+        Ok(OpId::of(OpKind::Acquire, handle))
+    }
+
+    /// How many have not ended.
+    pub(crate) fn open(&self) -> usize {
+        self.table.len()
+    }
+
+    /// How many wait for a connection.
+    pub(crate) fn queued(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Puts an acquire in the queue, to wait for a connection until `last`.
+    fn enqueue(&mut self, handle: Handle, last: Time) {
+        let ticket = self.queue.push_back(handle);
+        if let Some(acquire) = self.table.get_mut(handle) {
+            acquire.phase = Phase::Queued { ticket };
+        }
+        self.table.set_timer(handle, last);
+    }
+
+    fn is_queued(table: &Table<Acquire>, handle: Handle, ticket: u32) -> bool {
+        table
+            .get(handle)
+            .is_some_and(|a| a.phase == Phase::Queued { ticket })
+    }
+
+    /// Sends the first queued acquire as request `id`, its `wait_ms` what
+    /// is left of its budget, its answer deadline armed: its [`Expect`],
+    /// to register as `id`. `None` when none is queued.
+    ///
+    /// [`Expect`]: pending::Expect
+    pub(crate) fn send_next(&mut self, fx: &mut Fx<'_>, id: u64) -> Option<pending::Expect> {
+        let table = &self.table;
+        let handle = self.queue.pop(|h, t| Acquires::is_queued(table, h, t))?;
+        let acquire = self
+            .table
+            .get_mut(handle)
+            .expect("queued acquires are stored");
+        let key = acquire.key.take().expect("a queued acquire has its key");
+        acquire.phase = Phase::Sent { id };
+        acquire.sent_at = fx.now;
+        acquire.sent += 1;
+        let wait_ms = acquire.wire_wait_ms();
+        ClientFrame::Acquire {
+            id,
+            key: key.to_wire(),
+            owner: acquire.owner.to_wire(),
+            wait_ms,
+            lease_ms: acquire.lease_ms,
+        }
+        .encode(fx.send);
+        let deadline = fx
+            .now
+            .saturating_add_millis(wait_ms)
+            .saturating_add(fx.config.answer_grace);
+        let lease_ms = acquire.lease_ms;
+        self.table.set_timer(handle, deadline);
+        Some(pending::acquire(handle, key, wait_ms, lease_ms))
+    }
+
+    /// `G` to the attempt in flight: what the grant needs of it. Its
+    /// outcome follows, with the grant, through [`Acquires::end`].
+    pub(crate) fn granted(&self, handle: Handle) -> Granted {
+        let acquire = self.table.get(handle).expect("an acquire in flight");
+        Granted {
+            sent_at: acquire.sent_at,
+            lease_ms: acquire.lease_ms,
+            renew: acquire.renew,
+        }
+    }
+
+    /// `B`: the attempt was refused before it was queued, so trying again
+    /// is safe, with a new id after a jittered backoff, while the budget
+    /// still fits an attempt; else Busy. `key` comes back with the answer.
+    pub(crate) fn busy(&mut self, fx: &mut Fx<'_>, rng: &mut Rng, handle: Handle, key: Key) {
+        let acquire = self.table.get_mut(handle).expect("an acquire in flight");
+        acquire.key = Some(key);
+        let retry_at = match fx.config.busy {
+            BusyPolicy::Retry => {
+                // The n-th `B` in a row, from 0.
+                let step = fx.config.backoff.busy.step(acquire.sent - 1);
+                Some(fx.now.saturating_add(jittered(step, rng)))
+            }
+            BusyPolicy::FailFast => None,
+        };
+        match retry_at {
+            Some(at) if acquire.budget_end.saturating_duration_since(at) >= millis(1) => {
+                acquire.phase = Phase::Backoff;
+                self.table.set_timer(handle, at);
+                fx.events.push_back(super::Event::Backoff {
+                    cause: super::BackoffCause::Busy,
+                    until: at,
+                });
+            }
+            _ => self.end(fx, handle, Outcome::Busy),
+        }
+    }
+
+    /// Cancel: one none of whose bytes went out ends Cancelled (nothing
+    /// was asked); one in flight is left to the caller's cancel policy, and
+    /// `Ok(Some(id))` names its request. An acquire that has ended (or
+    /// never was) is unknown.
+    pub(crate) fn cancel(&mut self, fx: &mut Fx<'_>, op: OpId) -> Result<Option<u64>, Error> {
+        let unknown = Error::UnknownOperation(op);
+        let Some((OpKind::Acquire, handle)) = op.parts() else {
+            return Err(unknown);
+        };
+        match self.table.get(handle).map(|a| a.phase) {
+            Some(Phase::Queued { .. } | Phase::Backoff) => {
+                self.end(fx, handle, Outcome::Cancelled);
+                Ok(None)
+            }
+            Some(Phase::Sent { id }) => Ok(Some(id)),
+            None => Err(unknown),
+        }
+    }
+
+    /// Ends an acquire in flight Indeterminate at once, its request left
+    /// in flight (`KeepWaiter`, or a shutdown): a waiter keeps its answer
+    /// deadline. The caller hands the waiter to the pending table, which
+    /// still claims the answer. `None` if no waiter can be kept (the table
+    /// is full): its answer is then claimed with no deadline.
+    pub(crate) fn abandon(&mut self, fx: &mut Fx<'_>, handle: Handle) -> Option<Handle> {
+        let acquire = self.table.get(handle)?;
+        let settles_by = acquire.settles_by(fx.now, fx.config.settle_margin);
+        let deadline = self.table.timer(handle);
+        fx.events.stats.count_indeterminate(None);
+        self.end(fx, handle, Outcome::Indeterminate { settles_by });
+        let waiter = self.waiters.insert(())?;
+        if let Some(deadline) = deadline {
+            self.waiters.set_timer(waiter, deadline);
+        }
+        Some(waiter)
+    }
+
+    /// The abandoned attempt `waiter` was answered, or its connection
+    /// closed.
+    pub(crate) fn waiter_done(&mut self, waiter: Handle) {
+        self.waiters.remove(waiter);
+    }
+
+    /// The connection closed with an attempt in flight: Indeterminate,
+    /// never sent again (invariant 3).
+    pub(crate) fn in_doubt(&mut self, fx: &mut Fx<'_>, handle: Handle, reason: &CloseReason) {
+        let Some(acquire) = self.table.get(handle) else {
+            return;
+        };
+        let settles_by = acquire.settles_by(fx.now, fx.config.settle_margin);
+        fx.events.stats.count_indeterminate(Some(reason));
+        self.end(fx, handle, Outcome::Indeterminate { settles_by });
+    }
+
+    /// A shutdown starts: the queued and backing-off acquires end
+    /// Cancelled; those in flight, under `keep_waiter`, are abandoned
+    /// (each waiter with its request id, for the pending table), else left
+    /// for the caller to close on. In slot order, one outcome each. Whether
+    /// any was in flight.
+    pub(crate) fn shut(
+        &mut self,
+        fx: &mut Fx<'_>,
+        keep_waiter: bool,
+        abandoned: &mut Vec<(u64, Option<Handle>)>,
+    ) -> bool {
+        let mut in_flight = false;
+        for handle in self.table.handles() {
+            match self.table.get(handle).map(|a| a.phase) {
+                Some(Phase::Sent { id }) if keep_waiter => {
+                    let waiter = self.abandon(fx, handle);
+                    abandoned.push((id, waiter));
+                }
+                Some(Phase::Sent { .. }) => in_flight = true,
+                Some(_) => self.end(fx, handle, Outcome::Cancelled),
+                None => {}
+            }
+        }
+        in_flight
+    }
+
+    /// The shutdown ends: an acquire still open was never handed out (those
+    /// in flight ended at the close); it ends Cancelled.
+    pub(crate) fn cancel_all(&mut self, fx: &mut Fx<'_>) {
+        for handle in self.table.handles() {
+            self.end(fx, handle, Outcome::Cancelled);
+        }
+    }
+
+    /// Every acquire waiting for a connection (queued, or backing off
+    /// after `B`) ends now, none of its bytes sent since: every server
+    /// refused the client (misconfigured), with `cause`.
+    pub(crate) fn refused(&mut self, fx: &mut Fx<'_>, cause: &CloseReason) {
+        for handle in self.table.handles() {
+            if matches!(
+                self.table.get(handle).map(|a| a.phase),
+                Some(Phase::Queued { .. } | Phase::Backoff)
+            ) {
+                self.unsent(fx, handle, Some(cause.clone()));
+            }
+        }
+    }
+
+    /// Ends an acquire that waits for a connection and cannot be sent:
+    /// TimedOut, never sent, with `cause`; or Busy if its earlier attempts
+    /// were all refused with `B`.
+    fn unsent(&mut self, fx: &mut Fx<'_>, handle: Handle, cause: Option<CloseReason>) {
+        let outcome = match self.table.get(handle).map_or(0, |a| a.sent) {
+            0 => Outcome::TimedOut { sent: false, cause },
+            _ => Outcome::Busy,
+        };
+        self.end(fx, handle, outcome);
+    }
+
+    /// The earliest timer.
+    pub(crate) fn next_deadline(&self) -> Option<Time> {
+        match (self.table.next_deadline(), self.waiters.next_deadline()) {
+            (Some(a), Some(w)) => Some(a.min(w)),
+            (a, w) => a.or(w),
+        }
+    }
+
+    /// Fires the earliest timer if it is due at `at`: the last moment to
+    /// wait for a connection (ends it, with `cause`: why the latest
+    /// connection attempt ended), the end of a `B` backoff (queued again),
+    /// or an answer deadline (the connection is unwell: `fx.close`).
+    pub(crate) fn fire(&mut self, fx: &mut Fx<'_>, at: Time, cause: Option<&CloseReason>) {
+        if let Some(waiter) = self.waiters.pop_due(at) {
+            // An abandoned attempt's answer that late: as for any.
+            self.waiters.remove(waiter);
+            fx.close = Some(CloseReason::AnswerTimeout);
+            return;
+        }
+        let Some(handle) = self.table.pop_due(at) else {
+            return;
+        };
+        let acquire = self
+            .table
+            .get_mut(handle)
+            .expect("a timer's record is stored");
+        match acquire.phase {
+            Phase::Queued { .. } => self.unsent(fx, handle, cause.cloned()),
+            Phase::Backoff => {
+                let budget_end = acquire.budget_end;
+                self.enqueue(handle, budget_end);
+            }
+            // An answer that late: the connection or the server is unwell.
+            Phase::Sent { .. } => fx.close = Some(CloseReason::AnswerTimeout),
+        }
+    }
+
+    /// Ends an acquire with `outcome` and forgets it: the one place an
+    /// acquire's outcome is given.
+    pub(crate) fn end(&mut self, fx: &mut Fx<'_>, handle: Handle, outcome: Outcome) {
+        let Some(acquire) = self.table.remove(handle) else {
+            return;
+        };
+        if let Phase::Queued { .. } = acquire.phase {
+            let table = &self.table;
+            self.queue.left(|h, t| Acquires::is_queued(table, h, t));
+        }
+        fx.events.push_back(super::Event::Outcome {
+            op: OpId::of(OpKind::Acquire, handle),
+            outcome,
+        });
+    }
+}

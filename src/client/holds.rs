@@ -1,0 +1,1039 @@
+//! The grants the embedder holds, and what becomes of them (PROTOCOL.md
+//! section 5: "The reserved release lane", "Renewal", and the rows on a
+//! Granted outcome the embedder cannot take and on answers nobody claims):
+//! renewal, jeopardy and expiry; releases by exact token, the embedder's
+//! and the client's own for orphaned grants, each ended in one place,
+//! [`Holds::end_release`].
+//!
+//! A grant keeps one record from the moment the embedder holds it to the
+//! end of its release: held (its timer the next moment something is due:
+//! a renewal, a jeopardy, its expiry, its renewal's answer grace, its
+//! `expires_by`), then a release under way (its timer the release's
+//! deadline, or the answer grace of an attempt in flight). A release of a
+//! raw `(key, token)`, or of an orphaned grant, starts as a release. While
+//! a release is in flight its key travels with the request.
+
+use core::num::NonZeroU64;
+use core::time::Duration;
+
+use super::link::LEASE_CAP_FLOOR;
+use super::outcome::{
+    CloseReason, Error, Event, Grant, Issuer, OpId, OpKind, Outcome, ReleaseResult,
+};
+use super::store::{Handle, Queue, Table};
+use super::{pending, Fx};
+use crate::names::Key;
+use crate::time::{duration_millis, millis, Time};
+use crate::wire::{AnswerKind, ClientFrame};
+
+/// A grant handed to the embedder and not yet released or handed back.
+struct Held {
+    key: Key,
+    token: u64,
+    /// Until when the embedder may count on the grant: what the `G` that
+    /// proves most proves (invariant 7).
+    valid_until: Time,
+    /// The lease that `G` gave: renewal's schedule counts in thirds of it.
+    lease_ms: NonZeroU64,
+    /// When the server has certainly freed it: the latest of every answer's
+    /// arrival, and every renewal's send time, plus the lease plus the
+    /// margin. Its release's deadline.
+    expires_by: Time,
+    /// What a renewal asks for: the acquire's lease, or the embedder's.
+    renew_lease_ms: NonZeroU64,
+    /// Renewed automatically until this moment (`Time::MAX`: with no
+    /// limit); `None`: only when the embedder asks.
+    auto_until: Option<Time>,
+    renewal: Renewal,
+    /// The embedder was told LeaseJeopardy since the last renewal.
+    jeopardy: bool,
+    /// `valid_until` has passed: the embedder was told LeaseExpired.
+    expired: bool,
+}
+
+/// Where a held grant's renewal is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Renewal {
+    /// None is asked for.
+    Idle,
+    /// Waiting in the lane with its ticket, asking for `lease_ms`; `auto`:
+    /// the schedule asked for it, not the embedder.
+    Queued {
+        lease_ms: NonZeroU64,
+        auto: bool,
+        ticket: u32,
+    },
+    /// In flight since `sent_at`, asking for `lease_ms`.
+    Sent {
+        sent_at: Time,
+        lease_ms: NonZeroU64,
+        auto: bool,
+    },
+}
+
+/// A release: the embedder's, or one the client issued for an orphaned
+/// grant.
+struct Release {
+    /// `None` while an attempt is in flight: the request carries it.
+    key: Option<Key>,
+    token: u64,
+    /// No new attempt starts at or after this; its timer while queued.
+    until: Time,
+    attempts: u32,
+    /// Its ticket while it waits in the lane; `None` while an attempt is in
+    /// flight (its timer then the answer grace), or before it joins.
+    queued: Option<u32>,
+    /// Issued by the client for a grant nobody can take: it ends in a
+    /// notice, not an outcome.
+    orphan: bool,
+}
+
+enum Hold {
+    Held(Held),
+    Release(Release),
+    /// A grant whose renewal was answered `N`: gone on the server, and kept
+    /// until its `expires_by` only so that a release of it ends NotHeld at
+    /// once, without a request, where a release of a grant released before
+    /// is misuse.
+    Lost {
+        key: Key,
+        token: u64,
+    },
+}
+
+/// What is due for a held grant at a moment, as [`Held::tend`] finds it.
+#[derive(Default)]
+struct Due {
+    /// Its renewal's answer is past the answer grace: close.
+    unwell: bool,
+    expired: bool,
+    jeopardy: bool,
+    /// Its renewal by the schedule went into the lane.
+    queued: bool,
+    /// A renewal waiting in the lane was dropped.
+    dropped: bool,
+    /// The server has certainly freed it: the record goes.
+    gone: bool,
+}
+
+impl Held {
+    /// `thirds` thirds of the grant's lease, in whole nanoseconds rounded
+    /// down. Each is computed on its own: twice a rounded third can be a
+    /// nanosecond short of two thirds rounded (200 ms is 66,666,666 ns
+    /// twice, but 133,333,333 ns as two thirds).
+    fn thirds(&self, thirds: u64) -> u64 {
+        let nanos = u128::from(self.lease_ms.get()) * 1_000_000 * u128::from(thirds) / 3;
+        u64::try_from(nanos).unwrap_or(u64::MAX)
+    }
+
+    /// When an automatically renewed grant is renewed: once less than two
+    /// thirds of its lease is left before `valid_until`.
+    fn renew_at(&self) -> Time {
+        self.valid_until.saturating_sub_nanos(self.thirds(2))
+    }
+
+    /// When it is in jeopardy: once less than a third of its lease is left.
+    fn jeopardy_at(&self) -> Time {
+        self.valid_until.saturating_sub_nanos(self.thirds(1))
+    }
+
+    /// Whether the client keeps renewing it: it is renewed automatically,
+    /// or a renewal of it is queued or in flight, and it has not expired.
+    /// Such a grant caps every wait of the link.
+    fn keeps_renewing(&self) -> bool {
+        !self.expired && (self.auto_until.is_some() || self.renewal != Renewal::Idle)
+    }
+
+    /// The next moment something is due for it.
+    fn next_moment(&self, answer_grace: Duration) -> Time {
+        let mut at = Time::MAX;
+        if let Renewal::Sent { sent_at, .. } = self.renewal {
+            at = at.min(sent_at.saturating_add(answer_grace));
+        }
+        if self.expired {
+            // The record goes once the server has certainly freed the
+            // grant, unless a renewal in flight still waits for its answer.
+            if !matches!(self.renewal, Renewal::Sent { .. }) {
+                at = at.min(self.expires_by);
+            }
+            return at;
+        }
+        at = at.min(self.valid_until);
+        if let Some(until) = self.auto_until {
+            at = at.min(until);
+            if !self.jeopardy {
+                at = at.min(self.jeopardy_at());
+            }
+            if self.renewal == Renewal::Idle {
+                at = at.min(self.renew_at());
+            }
+        }
+        at
+    }
+
+    /// Does what is due at `now`, in order: its renewal's answer grace
+    /// (then nothing else: the close puts the renewal back and tends it
+    /// again), its expiry (renewal stops), the end of its automatic
+    /// renewal, its jeopardy, its renewal by the schedule, and once expired
+    /// and certainly freed, its record going.
+    fn tend(&mut self, now: Time, answer_grace: Duration) -> Due {
+        let mut due = Due::default();
+        if let Renewal::Sent { sent_at, .. } = self.renewal {
+            if now >= sent_at.saturating_add(answer_grace) {
+                due.unwell = true;
+                return due;
+            }
+        }
+        if !self.expired && now >= self.valid_until {
+            self.expired = true;
+            self.auto_until = None;
+            due.expired = true;
+            if matches!(self.renewal, Renewal::Queued { .. }) {
+                self.renewal = Renewal::Idle;
+                due.dropped = true;
+            }
+        }
+        if self.auto_until.is_some_and(|until| now >= until) {
+            // No renewal by the schedule after the limit.
+            self.auto_until = None;
+            if let Renewal::Queued { auto: true, .. } = self.renewal {
+                self.renewal = Renewal::Idle;
+                due.dropped = true;
+            }
+        }
+        if self.auto_until.is_some() {
+            if !self.jeopardy && now >= self.jeopardy_at() {
+                self.jeopardy = true;
+                due.jeopardy = true;
+            }
+            if self.renewal == Renewal::Idle && now >= self.renew_at() {
+                // Queued by the caller, who hands out its ticket.
+                due.queued = true;
+            }
+        }
+        due.gone =
+            self.expired && now >= self.expires_by && !matches!(self.renewal, Renewal::Sent { .. });
+        due
+    }
+}
+
+/// When the server has certainly freed a grant whose lease of `lease_ms`
+/// started no earlier than `from`: that plus the lease plus the margin.
+fn expiry(from: Time, lease_ms: NonZeroU64, margin: Duration) -> Time {
+    from.saturating_add_millis(lease_ms.get())
+        .saturating_add(margin)
+}
+
+/// The grants held and the releases under way, with the release lane and
+/// the renewals waiting to be sent.
+pub(crate) struct Holds {
+    table: Table<Hold>,
+    /// Releases waiting to be sent.
+    lane: Queue,
+    /// Renewals waiting to be sent, after releases and before acquires.
+    renewals: Queue,
+    /// The embedder's releases that have not ended.
+    releases_open: usize,
+    /// What the grants this client issues carry, so that it knows them.
+    issuer: Issuer,
+}
+
+impl Default for Holds {
+    fn default() -> Holds {
+        Holds {
+            table: Table::default(),
+            lane: Queue::default(),
+            renewals: Queue::default(),
+            releases_open: 0,
+            issuer: Issuer::new(),
+        }
+    }
+}
+
+impl Holds {
+    fn held(&self, handle: Handle) -> Option<&Held> {
+        match self.table.get(handle) {
+            Some(Hold::Held(held)) => Some(held),
+            _ => None,
+        }
+    }
+
+    fn held_mut(&mut self, handle: Handle) -> Option<&mut Held> {
+        match self.table.get_mut(handle) {
+            Some(Hold::Held(held)) => Some(held),
+            _ => None,
+        }
+    }
+
+    fn is_queued_release(table: &Table<Hold>, handle: Handle, ticket: u32) -> bool {
+        matches!(table.get(handle), Some(Hold::Release(r)) if r.queued == Some(ticket))
+    }
+
+    fn is_queued_renewal(table: &Table<Hold>, handle: Handle, ticket: u32) -> bool {
+        matches!(table.get(handle), Some(Hold::Held(h))
+            if matches!(h.renewal, Renewal::Queued { ticket: t, .. } if t == ticket))
+    }
+
+    /// Queues a renewal of the held grant `handle` asking for `lease_ms`.
+    fn queue_renewal(&mut self, handle: Handle, lease_ms: NonZeroU64, auto: bool, front: bool) {
+        let ticket = match front {
+            true => self.renewals.push_front(handle),
+            false => self.renewals.push_back(handle),
+        };
+        if let Some(held) = self.held_mut(handle) {
+            held.renewal = Renewal::Queued {
+                lease_ms,
+                auto,
+                ticket,
+            };
+        }
+    }
+
+    /// A renewal waiting in the lane stopped waiting (not by being sent).
+    fn renewal_left(&mut self) {
+        let table = &self.table;
+        self.renewals
+            .left(|h, t| Holds::is_queued_renewal(table, h, t));
+    }
+
+    /// A release waiting in the lane stopped waiting (not by being sent).
+    fn release_left(&mut self) {
+        let table = &self.table;
+        self.lane.left(|h, t| Holds::is_queued_release(table, h, t));
+    }
+
+    // ----- grants ---------------------------------------------------------
+
+    /// An acquire in flight since `sent_at` is granted: the embedder holds
+    /// the grant from now on, until `valid_until` (the attempt's send time,
+    /// plus how long it waited in the key's queue, plus the lease) as far
+    /// as it can tell; renewed automatically for `renew` if its acquire
+    /// asked for it. `None` if no record can be kept (the table is full):
+    /// lease expiry then settles the grant.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn hold(
+        &mut self,
+        fx: &mut Fx<'_>,
+        key: Key,
+        token: u64,
+        lease_ms: NonZeroU64,
+        waited_ms: u64,
+        granted: super::acquires::Granted,
+    ) -> Option<Grant> {
+        fx.events.stats.grant_wait.record(waited_ms);
+        let expires_by = expiry(fx.now, lease_ms, fx.config.settle_margin);
+        let valid_until = granted
+            .sent_at
+            .saturating_add_millis(waited_ms)
+            .saturating_add_millis(lease_ms.get());
+        let handle = self.table.insert(Hold::Held(Held {
+            key: key.clone(),
+            token,
+            valid_until,
+            lease_ms,
+            expires_by,
+            renew_lease_ms: granted.lease_ms,
+            auto_until: granted.renew.map(|limit| fx.now.saturating_add(limit)),
+            renewal: Renewal::Idle,
+            jeopardy: false,
+            expired: false,
+        }))?;
+        // Its first renewal, jeopardy or expiry may be due at once.
+        self.tend(fx, handle);
+        Some(Grant {
+            key,
+            token,
+            lease: millis(lease_ms.get()),
+            valid_until,
+            expires_by,
+            handle: OpId::of(OpKind::Grant, handle),
+            issuer: self.issuer,
+        })
+    }
+
+    /// The record of `grant`, if this client still has one that is the
+    /// embedder's (held, or lost): `Err` for a grant another client issued.
+    fn find(&self, grant: &Grant) -> Result<Option<Handle>, Error> {
+        if !grant.issuer.is(self.issuer) {
+            return Err(Error::ForeignGrant {
+                key: grant.key.clone(),
+                token: grant.token,
+            });
+        }
+        let Some((OpKind::Grant, handle)) = grant.handle.parts() else {
+            return Ok(None);
+        };
+        Ok(match self.table.get(handle) {
+            Some(Hold::Held(h)) if h.key == grant.key && h.token == grant.token => Some(handle),
+            Some(Hold::Lost { key, token }) if *key == grant.key && *token == grant.token => {
+                Some(handle)
+            }
+            _ => None,
+        })
+    }
+
+    /// [`Client::valid_until`](super::Client::valid_until).
+    pub(crate) fn valid_until(&self, grant: &Grant) -> Option<Time> {
+        let handle = self.find(grant).ok()??;
+        self.held(handle).map(|held| held.valid_until)
+    }
+
+    /// Whether `(key, token)` is a grant the embedder holds, or one whose
+    /// release is queued: one the client must not release behind the
+    /// embedder's back, or twice. (Releases in flight carry their key
+    /// with their request; the caller asks the pending table of those.)
+    /// A scan: this only runs for an answer nobody claims.
+    pub(crate) fn knows(&self, key: &Key, token: u64) -> bool {
+        self.table.iter().any(|(_, hold)| match hold {
+            Hold::Held(h) => h.token == token && h.key == *key,
+            Hold::Release(r) => r.token == token && r.key.as_ref() == Some(key),
+            Hold::Lost { key: k, token: t } => *t == token && k == key,
+        })
+    }
+
+    /// How many grants the embedder holds.
+    pub(crate) fn held_count(&self) -> usize {
+        self.table
+            .iter()
+            .filter(|(_, hold)| matches!(hold, Hold::Held(_)))
+            .count()
+    }
+
+    /// What a held lease allows any wait of the link to last (PROTOCOL.md
+    /// section 5, "A held lease shortens the wait"): while a grant is
+    /// renewed automatically, or has a renewal queued or in flight, a
+    /// quarter of what is left until the earliest such `valid_until`, and
+    /// never less than 100 ms. A scan: it runs once per connection attempt.
+    pub(crate) fn lease_cap(&self, now: Time) -> Option<Duration> {
+        let earliest = self
+            .table
+            .iter()
+            .filter_map(|(_, hold)| match hold {
+                Hold::Held(held) if held.keeps_renewing() => Some(held.valid_until),
+                _ => None,
+            })
+            .min()?;
+        Some((earliest.saturating_duration_since(now) / 4).max(LEASE_CAP_FLOOR))
+    }
+
+    // ----- renewal ----------------------------------------------------------
+
+    /// The held grant `grant` names, for a renewal command: refused while
+    /// shutting down, for a grant this client does not hold (released,
+    /// handed back, lost), and for one that has expired.
+    fn renewable(&self, grant: &Grant, shutting_down: bool) -> Result<Handle, Error> {
+        if shutting_down {
+            return Err(Error::ShuttingDown);
+        }
+        let handle = self.find(grant)?.ok_or_else(|| not_held(grant))?;
+        match self.held(handle) {
+            Some(held) if held.expired => Err(Error::LeaseExpired {
+                key: grant.key.clone(),
+                token: grant.token,
+            }),
+            Some(_) => Ok(handle),
+            None => Err(not_held(grant)),
+        }
+    }
+
+    /// [`Client::renew`](super::Client::renew): one renewal, asking for
+    /// `lease` (default: the acquire's lease). With one already queued or
+    /// in flight, nothing more is asked: at most one renewal of a grant is
+    /// in flight.
+    pub(crate) fn renew(
+        &mut self,
+        fx: &mut Fx<'_>,
+        grant: &Grant,
+        lease: Option<Duration>,
+        shutting_down: bool,
+    ) -> Result<(), Error> {
+        let handle = self.renewable(grant, shutting_down)?;
+        let lease_ms = match lease {
+            Some(lease) => NonZeroU64::new(duration_millis(lease)).ok_or(Error::ZeroLease)?,
+            None => self.held(handle).expect("renewable").renew_lease_ms,
+        };
+        if self.held(handle).expect("renewable").renewal == Renewal::Idle {
+            self.queue_renewal(handle, lease_ms, false, false);
+            self.tend(fx, handle);
+        }
+        Ok(())
+    }
+
+    /// [`Client::auto_renew`](super::Client::auto_renew) and
+    /// [`Client::stop_renewing`](super::Client::stop_renewing): renewed
+    /// automatically from now on, for at most `limit` (`None`: with no
+    /// limit), or, with `on` false, no longer (a queued automatic renewal
+    /// is dropped).
+    pub(crate) fn auto_renew(
+        &mut self,
+        fx: &mut Fx<'_>,
+        grant: &Grant,
+        on: bool,
+        limit: Option<Duration>,
+        shutting_down: bool,
+    ) -> Result<(), Error> {
+        let handle = self.renewable(grant, shutting_down)?;
+        let until = limit.map_or(Time::MAX, |limit| fx.now.saturating_add(limit));
+        let held = self.held_mut(handle).expect("renewable");
+        held.auto_until = on.then_some(until);
+        if !on {
+            if let Renewal::Queued { auto: true, .. } = held.renewal {
+                held.renewal = Renewal::Idle;
+                self.renewal_left();
+            }
+        }
+        self.tend(fx, handle);
+        Ok(())
+    }
+
+    /// Does what is due for the held grant `handle` now (see
+    /// [`Held::tend`]): the notices, the lane, and its timer armed at its
+    /// next moment, or its record gone.
+    fn tend(&mut self, fx: &mut Fx<'_>, handle: Handle) {
+        let Some(held) = self.held_mut(handle) else {
+            return;
+        };
+        let next = held.next_moment(fx.config.answer_grace);
+        if fx.now < next {
+            // Nothing is due before its next moment (a fresh grant, most
+            // often): only its timer is armed.
+            self.table.set_timer(handle, next);
+            return;
+        }
+        let due = held.tend(fx.now, fx.config.answer_grace);
+        if due.unwell {
+            // As for a release: the connection or the server is unwell. The
+            // close puts the renewal back, and tends the grant.
+            fx.close = Some(CloseReason::AnswerTimeout);
+            return;
+        }
+        let grant = OpId::of(OpKind::Grant, handle);
+        let (key, token, valid_until) = (held.key.clone(), held.token, held.valid_until);
+        if due.expired {
+            let key = key.clone();
+            fx.events
+                .push_back(Event::LeaseExpired { grant, key, token });
+        }
+        if due.jeopardy {
+            fx.events.push_back(Event::LeaseJeopardy {
+                grant,
+                key,
+                token,
+                valid_until,
+            });
+        }
+        if due.dropped {
+            self.renewal_left();
+        }
+        if due.queued {
+            let lease_ms = self.held(handle).expect("tended").renew_lease_ms;
+            self.queue_renewal(handle, lease_ms, true, false);
+        }
+        if due.gone {
+            self.table.remove(handle);
+        } else if let Some(held) = self.held(handle) {
+            let next = held.next_moment(fx.config.answer_grace);
+            self.table.set_timer(handle, next);
+        }
+    }
+
+    /// Sends the first renewal waiting in the lane as request `id`, with
+    /// its answer grace armed: its [`Expect`](pending::Expect). The grant's
+    /// `expires_by` moves to what the renewal could give. A renewal whose
+    /// grant's `valid_until` has passed is not sent: the grant is no
+    /// longer renewed. `None` when none waits.
+    pub(crate) fn send_renewal(&mut self, fx: &mut Fx<'_>, id: u64) -> Option<pending::Expect> {
+        loop {
+            let table = &self.table;
+            let handle = self
+                .renewals
+                .pop(|h, t| Holds::is_queued_renewal(table, h, t))?;
+            let held = self
+                .held_mut(handle)
+                .expect("queued renewals are of held grants");
+            let Renewal::Queued { lease_ms, auto, .. } = held.renewal else {
+                unreachable!("popped as queued");
+            };
+            if fx.now >= held.valid_until {
+                held.renewal = Renewal::Idle;
+                self.tend(fx, handle);
+                continue;
+            }
+            fx.events.stats.renewals.sent += 1;
+            held.renewal = Renewal::Sent {
+                sent_at: fx.now,
+                lease_ms,
+                auto,
+            };
+            let margin = fx.config.settle_margin;
+            held.expires_by = held.expires_by.max(expiry(fx.now, lease_ms, margin));
+            ClientFrame::Renew {
+                id,
+                key: held.key.to_wire(),
+                token: held.token,
+                lease_ms,
+            }
+            .encode(fx.send);
+            let expect = pending::renewal(handle, held.key.clone(), held.token, lease_ms);
+            self.tend(fx, handle);
+            return Some(expect);
+        }
+    }
+
+    /// Whether the held grant `handle` waits for a renewal's answer (one
+    /// given up, or expired and renewed no more since, does not).
+    pub(crate) fn awaits_renewal(&self, handle: Handle) -> bool {
+        self.held(handle)
+            .is_some_and(|held| matches!(held.renewal, Renewal::Sent { .. }))
+    }
+
+    /// A renewal's answer, matched by id, op and key, for the record
+    /// `handle`: for a held grant, `G` extends it (never past what the `G`
+    /// proves: the renewal's send time plus the lease it gave) and `N`
+    /// means it is lost. For a grant that is being released, has expired,
+    /// or is gone, the answer is claimed and changes nothing but when the
+    /// server has certainly freed it.
+    pub(crate) fn renewal_answer(&mut self, fx: &mut Fx<'_>, handle: Handle, kind: AnswerKind) {
+        let margin = fx.config.settle_margin;
+        let now = fx.now;
+        let Some(held) = self.held_mut(handle) else {
+            return;
+        };
+        let Renewal::Sent { sent_at, .. } = held.renewal else {
+            // Asked again since (the answer is of an attempt a close put
+            // back, and that one is queued again): it changes nothing.
+            return;
+        };
+        held.renewal = Renewal::Idle;
+        match kind {
+            AnswerKind::Renewed { lease_ms, .. } => {
+                held.expires_by = held.expires_by.max(expiry(now, lease_ms, margin));
+                if !held.expired {
+                    let proven = sent_at.saturating_add_millis(lease_ms.get());
+                    if proven > held.valid_until {
+                        held.valid_until = proven;
+                        held.lease_ms = lease_ms;
+                    }
+                    held.jeopardy = false;
+                    fx.events.push_back(Event::Renewed {
+                        grant: OpId::of(OpKind::Grant, handle),
+                        key: held.key.clone(),
+                        token: held.token,
+                        valid_until: held.valid_until,
+                    });
+                }
+                self.tend(fx, handle);
+            }
+            _ => self.lose(fx, handle),
+        }
+    }
+
+    /// `N` to a renewal: the grant is gone. The embedder is told LeaseLost;
+    /// a release of it ends NotHeld at once, until its `expires_by`.
+    fn lose(&mut self, fx: &mut Fx<'_>, handle: Handle) {
+        let Some(Hold::Held(held)) = self.table.get_mut(handle) else {
+            return;
+        };
+        let (key, token, expires_by) = (held.key.clone(), held.token, held.expires_by);
+        fx.events.push_back(Event::LeaseLost {
+            grant: OpId::of(OpKind::Grant, handle),
+            key: key.clone(),
+            token,
+        });
+        if fx.now >= expires_by {
+            self.table.remove(handle);
+        } else {
+            *self.table.get_mut(handle).expect("held") = Hold::Lost { key, token };
+            self.table.set_timer(handle, expires_by);
+        }
+    }
+
+    /// A renewal in flight at a close: back to the front of the lane while
+    /// its grant is held and its `valid_until` has not passed, unless the
+    /// client is shutting down (which stops every renewal).
+    pub(crate) fn requeue_renewal(&mut self, fx: &mut Fx<'_>, handle: Handle, shutting_down: bool) {
+        let now = fx.now;
+        let Some(held) = self.held_mut(handle) else {
+            return;
+        };
+        let Renewal::Sent { lease_ms, auto, .. } = held.renewal else {
+            return;
+        };
+        let allowed = !auto || held.auto_until.is_some_and(|until| now < until);
+        held.renewal = Renewal::Idle;
+        if !held.expired && now < held.valid_until && !shutting_down && allowed {
+            self.queue_renewal(handle, lease_ms, auto, true);
+        }
+        self.tend(fx, handle);
+    }
+
+    /// Shutting down stops every renewal: automatic renewal ends, and
+    /// renewals not yet sent are dropped.
+    pub(crate) fn stop_renewals(&mut self, fx: &mut Fx<'_>) {
+        for handle in self.table.handles() {
+            let Some(held) = self.held_mut(handle) else {
+                continue;
+            };
+            held.auto_until = None;
+            if matches!(held.renewal, Renewal::Queued { .. }) {
+                held.renewal = Renewal::Idle;
+                self.renewal_left();
+            }
+            self.tend(fx, handle);
+        }
+    }
+
+    // ----- releases ---------------------------------------------------------
+
+    /// [`Client::release`](super::Client::release). A grant already freed
+    /// by lease expiry ends Lapsed at once, and one lost NotHeld at once,
+    /// without a request.
+    pub(crate) fn release(&mut self, fx: &mut Fx<'_>, grant: &Grant) -> Result<OpId, Error> {
+        let Some(handle) = self.find(grant)? else {
+            if fx.now < grant.expires_by {
+                return Err(not_held(grant));
+            }
+            // Freed by lease expiry already: nothing to ask.
+            return Ok(self.release_at_once(fx, grant, ReleaseResult::Lapsed));
+        };
+        if let Some(Hold::Lost { .. }) = self.table.get(handle) {
+            // Its renewal was answered `N`: gone, and nothing to ask.
+            self.table.remove(handle);
+            return Ok(self.release_at_once(fx, grant, ReleaseResult::NotHeld));
+        }
+        if self.releases_open >= fx.config.max_releases {
+            return Err(Error::Busy);
+        }
+        // The grant becomes its release, in place, and its renewal stops:
+        // one not sent yet is dropped; one in flight is still claimed, by
+        // its request, and changes nothing.
+        let Some(Hold::Held(held)) = self.table.get(handle) else {
+            unreachable!("found held");
+        };
+        let left = held.valid_until.millis_since(fx.now);
+        fx.events.stats.lease_left_at_release.record(left);
+        let queued_renewal = matches!(held.renewal, Renewal::Queued { .. });
+        let release = Release {
+            key: Some(held.key.clone()),
+            token: held.token,
+            until: held.expires_by,
+            attempts: 0,
+            queued: None,
+            orphan: false,
+        };
+        *self.table.get_mut(handle).expect("found") = Hold::Release(release);
+        self.releases_open += 1;
+        fx.events.stats.releases_started += 1;
+        if queued_renewal {
+            self.renewal_left();
+        }
+        self.enter_lane(fx, handle);
+        Ok(OpId::of(OpKind::Release, handle))
+    }
+
+    /// A release of `grant` that ends at once with `result`, without a
+    /// request: counted, and given its outcome.
+    fn release_at_once(&mut self, fx: &mut Fx<'_>, grant: &Grant, result: ReleaseResult) -> OpId {
+        fx.events.stats.releases_started += 1;
+        let outcome = match result {
+            ReleaseResult::NotHeld => Outcome::NotHeld,
+            _ => Outcome::Lapsed,
+        };
+        // It still gets an id of its own, for its outcome: a record that
+        // never waits, ended at once.
+        let release = Release {
+            key: Some(grant.key.clone()),
+            token: grant.token,
+            until: fx.now,
+            attempts: 0,
+            queued: None,
+            orphan: false,
+        };
+        match self.table.insert(Hold::Release(release)) {
+            Some(handle) => {
+                self.releases_open += 1;
+                self.end_release(fx, handle, result);
+                OpId::of(OpKind::Release, handle)
+            }
+            None => {
+                // No room for even that: the outcome goes under an id no
+                // record will ever have.
+                let op = OpId::of(OpKind::Release, Handle::from_parts(0, u32::MAX));
+                fx.events.push_back(Event::Outcome { op, outcome });
+                op
+            }
+        }
+    }
+
+    /// [`Client::release_token`](super::Client::release_token): a raw
+    /// `(key, token)` whose lease this client never saw, tried until the
+    /// release horizon.
+    pub(crate) fn release_token(
+        &mut self,
+        fx: &mut Fx<'_>,
+        key: Key,
+        token: u64,
+    ) -> Result<OpId, Error> {
+        if self.releases_open >= fx.config.max_releases {
+            return Err(Error::Busy);
+        }
+        let until = fx.now.saturating_add(fx.config.release_horizon);
+        let handle = self
+            .queue_release(fx, key, token, until, false)
+            .ok_or(Error::Busy)?;
+        self.releases_open += 1;
+        fx.events.stats.releases_started += 1;
+        Ok(OpId::of(OpKind::Release, handle))
+    }
+
+    /// Stores a release, its deadline armed, at the back of the lane.
+    fn queue_release(
+        &mut self,
+        fx: &mut Fx<'_>,
+        key: Key,
+        token: u64,
+        until: Time,
+        orphan: bool,
+    ) -> Option<Handle> {
+        let handle = self.table.insert(Hold::Release(Release {
+            key: Some(key),
+            token,
+            until,
+            attempts: 0,
+            queued: None,
+            orphan,
+        }))?;
+        self.enter_lane(fx, handle);
+        Some(handle)
+    }
+
+    /// Puts the release `handle` at the back of the lane with its deadline
+    /// armed; one past its deadline (an expired grant whose renewal allowed
+    /// no more) ends Lapsed at once.
+    fn enter_lane(&mut self, fx: &mut Fx<'_>, handle: Handle) {
+        let Some(Hold::Release(release)) = self.table.get(handle) else {
+            return;
+        };
+        let until = release.until;
+        if fx.now >= until {
+            self.end_release(fx, handle, ReleaseResult::Lapsed);
+            return;
+        }
+        self.table.set_timer(handle, until);
+        let ticket = self.lane.push_back(handle);
+        if let Some(Hold::Release(release)) = self.table.get_mut(handle) {
+            release.queued = Some(ticket);
+        }
+    }
+
+    /// Puts an exact-token release of a grant nobody can take into the
+    /// lane, unless its lease has run out (the server freed it already):
+    /// an undeliverable outcome, an abandoned waiter's `G`, or a `G` no
+    /// pending request claimed (the caller checked that nobody holds it).
+    pub(crate) fn orphan(&mut self, fx: &mut Fx<'_>, key: Key, token: u64, lease_ms: NonZeroU64) {
+        let until = expiry(fx.now, lease_ms, fx.config.settle_margin);
+        self.orphan_until(fx, key, token, until);
+    }
+
+    fn orphan_until(&mut self, fx: &mut Fx<'_>, key: Key, token: u64, until: Time) {
+        if fx.now >= until {
+            return;
+        }
+        fx.events.push_back(Event::OrphanRelease {
+            key: key.clone(),
+            token,
+        });
+        // A table too full for it leaves the grant to lease expiry.
+        let _ = self.queue_release(fx, key, token, until, true);
+    }
+
+    /// [`Client::undeliverable`](super::Client::undeliverable): the
+    /// embedder hands a grant back; it is released by exact token (a lost
+    /// one has nothing to release).
+    pub(crate) fn undeliverable(&mut self, fx: &mut Fx<'_>, grant: &Grant) -> Result<(), Error> {
+        match self.find(grant)? {
+            Some(handle) => {
+                let hold = self.table.remove(handle).expect("found");
+                if let Hold::Held(held) = hold {
+                    if matches!(held.renewal, Renewal::Queued { .. }) {
+                        self.renewal_left();
+                    }
+                    self.orphan_until(fx, held.key, held.token, held.expires_by);
+                }
+                Ok(())
+            }
+            None if fx.now >= grant.expires_by => Ok(()),
+            None => Err(not_held(grant)),
+        }
+    }
+
+    /// Sends the next attempt of the first release waiting in the lane as
+    /// request `id`, with its answer grace armed: its
+    /// [`Expect`](pending::Expect). `None` when none waits.
+    pub(crate) fn send_release(&mut self, fx: &mut Fx<'_>, id: u64) -> Option<pending::Expect> {
+        let table = &self.table;
+        let handle = self
+            .lane
+            .pop(|h, t| Holds::is_queued_release(table, h, t))?;
+        let Some(Hold::Release(release)) = self.table.get_mut(handle) else {
+            unreachable!("popped as queued");
+        };
+        // Its deadline fired before any send could get here, and only
+        // releases with attempts left enter the lane.
+        debug_assert!(fx.now < release.until);
+        let key = release.key.take().expect("a queued release has its key");
+        release.queued = None;
+        release.attempts += 1;
+        ClientFrame::Release {
+            id,
+            key: key.to_wire(),
+            token: release.token,
+        }
+        .encode(fx.send);
+        let token = release.token;
+        self.table
+            .set_timer(handle, fx.now.saturating_add(fx.config.answer_grace));
+        Some(pending::release(handle, key, token))
+    }
+
+    /// `D` or `N` matched to a release in flight; `key` comes back with it.
+    pub(crate) fn release_answer(
+        &mut self,
+        fx: &mut Fx<'_>,
+        handle: Handle,
+        key: Key,
+        released: bool,
+    ) {
+        if let Some(Hold::Release(release)) = self.table.get_mut(handle) {
+            release.key = Some(key);
+        }
+        // After an earlier lost attempt too, `N` says the grant is gone.
+        let result = match released {
+            true => ReleaseResult::Released,
+            false => ReleaseResult::NotHeld,
+        };
+        self.end_release(fx, handle, result);
+    }
+
+    /// A release in flight at a close (`key` back from its request): back
+    /// to the front of the lane, or ended Lapsed if no further attempt may
+    /// start: after its deadline, past its attempts, or when the shutdown
+    /// is ending.
+    pub(crate) fn requeue_release(
+        &mut self,
+        fx: &mut Fx<'_>,
+        handle: Handle,
+        key: Key,
+        finishing: bool,
+    ) {
+        let Some(Hold::Release(release)) = self.table.get_mut(handle) else {
+            return;
+        };
+        release.key = Some(key);
+        let until = release.until;
+        if fx.now >= until || release.attempts >= fx.config.release_attempts || finishing {
+            self.end_release(fx, handle, ReleaseResult::Lapsed);
+            return;
+        }
+        let ticket = self.lane.push_front(handle);
+        if let Some(Hold::Release(release)) = self.table.get_mut(handle) {
+            release.queued = Some(ticket);
+        }
+        self.table.set_timer(handle, until);
+    }
+
+    /// Ends a release: an outcome for the embedder's, a notice for the
+    /// client's own. The one place a release ends.
+    pub(crate) fn end_release(&mut self, fx: &mut Fx<'_>, handle: Handle, result: ReleaseResult) {
+        let Some(Hold::Release(release)) = self.table.remove(handle) else {
+            return;
+        };
+        if release.queued.is_some() {
+            self.release_left();
+        }
+        if release.orphan {
+            let key = release.key.expect("an ended release has its key back");
+            fx.events.push_back(Event::OrphanSettled {
+                key,
+                token: release.token,
+                result,
+            });
+        } else {
+            self.releases_open -= 1;
+            let outcome = match result {
+                ReleaseResult::Released => Outcome::Released,
+                ReleaseResult::NotHeld => Outcome::NotHeld,
+                ReleaseResult::Lapsed => Outcome::Lapsed,
+            };
+            fx.events.push_back(Event::Outcome {
+                op: OpId::of(OpKind::Release, handle),
+                outcome,
+            });
+        }
+    }
+
+    /// Whether `op` is a release under way (cancelling it changes
+    /// nothing: a release is always settled).
+    pub(crate) fn is_release(&self, op: OpId) -> bool {
+        matches!(op.parts(), Some((OpKind::Release, h)) if matches!(self.table.get(h), Some(Hold::Release(_))))
+    }
+
+    // ----- time, and the end ------------------------------------------------
+
+    /// The earliest timer.
+    pub(crate) fn next_deadline(&self) -> Option<Time> {
+        self.table.next_deadline()
+    }
+
+    /// Fires the earliest timer if it is due at `at`: what is due for a
+    /// held grant, a lost grant's `expires_by`, a queued release's deadline
+    /// (Lapsed), or a sent release's answer grace (`fx.close`).
+    pub(crate) fn fire(&mut self, fx: &mut Fx<'_>, at: Time) {
+        let Some(handle) = self.table.pop_due(at) else {
+            return;
+        };
+        match self.table.get(handle) {
+            Some(Hold::Held(_)) => self.tend(fx, handle),
+            Some(Hold::Lost { .. }) => drop(self.table.remove(handle)),
+            Some(Hold::Release(release)) if release.queued.is_none() => {
+                fx.close = Some(CloseReason::AnswerTimeout);
+            }
+            Some(Hold::Release(_)) => self.end_release(fx, handle, ReleaseResult::Lapsed),
+            None => {}
+        }
+    }
+
+    /// The shutdown ends: every release still open lapses, and the held
+    /// grants are forgotten (never released behind the embedder's back).
+    pub(crate) fn finish(&mut self, fx: &mut Fx<'_>) {
+        for handle in self.table.handles() {
+            match self.table.get(handle) {
+                Some(Hold::Release(_)) => self.end_release(fx, handle, ReleaseResult::Lapsed),
+                _ => drop(self.table.remove(handle)),
+            }
+        }
+    }
+
+    /// The embedder's releases that have not ended.
+    pub(crate) fn releases_open(&self) -> usize {
+        self.releases_open
+    }
+
+    /// Releases waiting in the lane.
+    pub(crate) fn lane_len(&self) -> usize {
+        self.lane.len()
+    }
+
+    /// Renewals waiting to be sent.
+    pub(crate) fn renewals_len(&self) -> usize {
+        self.renewals.len()
+    }
+}
+
+/// The error for a grant the embedder no longer holds.
+fn not_held(grant: &Grant) -> Error {
+    Error::GrantNotHeld {
+        key: grant.key.clone(),
+        token: grant.token,
+    }
+}
