@@ -3,6 +3,7 @@
 //! `tests/server_model.rs`.
 
 use super::*;
+use crate::names::Name;
 
 fn server() -> Server {
     let mut config = Config::new(Name::new("n1").unwrap());
