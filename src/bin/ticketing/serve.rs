@@ -158,10 +158,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         config.role = Role::NoLeader;
         return serve_in_cluster(config, &args.listen, tls, node, args.metrics_listen, stop).await;
     }
-    let max_lease = config.max_lease;
     let origin = Instant::now();
     let mut core = Server::new(config, Time::ZERO)?;
-    let (state, epochs) = begin_term(&mut core, origin, args.state_dir, max_lease).await?;
+    let (state, epochs) = begin_term(&mut core, origin, args.state_dir).await?;
     if let Some(until) = core.grace_until() {
         let ends = origin + Duration::from_nanos(until.as_nanos());
         eprintln!(
@@ -263,7 +262,6 @@ async fn begin_term(
     core: &mut Server,
     origin: Instant,
     state_dir: Option<PathBuf>,
-    max_lease: Duration,
 ) -> Result<(Option<StateDir>, Box<dyn Epochs>), Box<dyn Error>> {
     let Some(dir) = state_dir else {
         let term = Term::stateless(unix_now());
@@ -279,28 +277,19 @@ async fn begin_term(
         return Ok((None, Box::new(WallClock)));
     };
     let state = StateDir::open(dir)?;
-    let previous = state.read_epoch()?;
-    let table = match state.take_table()? {
-        Some(Ok(image)) => Some(image),
-        Some(Err(e)) => {
-            eprintln!(
-                "{}: unreadable ({e}): a recovery grace instead",
-                state.table_path().display()
-            );
-            None
-        }
-        None => None,
-    };
-    let (term, record) = Term::next(previous.as_ref(), table, unix_now(), max_lease);
-    state.write_epoch(&record)?;
+    let config = core.config();
+    let next = state.next_term(unix_now(), config.max_lease, config.grace_margin)?;
+    if let Some(refused) = &next.refused_table {
+        let then = match next.term {
+            Term::Recovered { .. } => ": a recovery grace instead",
+            _ => "",
+        };
+        eprintln!("{refused}: unreadable, not used{then}");
+    }
     // The leases and the grace count from now, when the time stopped was
     // measured: never from earlier.
-    core.begin_term(since(origin), term)?;
-    let epochs = KeptEpochs {
-        dir: state.clone(),
-        max_lease_ms: record.max_lease_ms,
-        failed: None,
-    };
+    core.begin_term(since(origin), next.term)?;
+    let epochs = KeptEpochs::new(state.clone(), next.record.max_lease_ms);
     Ok((Some(state), Box::new(epochs)))
 }
 
