@@ -1,20 +1,24 @@
 //! `ticketing serve`: the reference server until SIGINT or SIGTERM.
 
 use std::error::Error;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Args as ClapArgs, ValueEnum};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use ticketing::cluster::{self, ClusterConfig, ClusterEpochs, Notice};
-use ticketing::serve::TlsListener;
+use ticketing::serve::{ServerHandle, TlsListener};
 use ticketing::server::{Config, EpochSource, Role, Server, Term};
-use ticketing::state::{unix_now, Epochs, KeptEpochs, StateDir, WallClock};
+use ticketing::state::{unix_now, Epochs, Keeping, KeptEpochs, StateDir, WallClock};
 use ticketing::tls::{Identity, ServerTls};
 use ticketing::{Endpoint, Name, Time};
 use tokio::net::TcpListener;
 
 use crate::common::{Secret, CREDENTIAL_ENV};
+use crate::scrape;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum RoleArg {
@@ -108,9 +112,11 @@ pub struct Args {
     /// (etcd counts whole seconds: rounded up).
     #[arg(long, value_name = "N", default_value_t = 5_000)]
     election_ttl_ms: u64,
-    /// Serve the server's counters at ADDR in the Prometheus text format.
+    /// Serve the server's counters at http://ADDR/metrics in the
+    /// Prometheus text format. Keep it private: it shows how busy the
+    /// server is.
     #[arg(long, value_name = "ADDR")]
-    metrics_listen: Option<std::net::SocketAddr>,
+    metrics_listen: Option<SocketAddr>,
 }
 
 impl Args {
@@ -150,17 +156,19 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     // The handlers are in place before `listening on` is printed: a signal
     // sent as soon as that line is seen must stop the server cleanly.
     let stop = stop_signal()?;
+    let prometheus = serve_metrics(args.metrics_listen).await?;
     if let (Some(cluster), Some(advertise)) = (args.cluster.clone(), args.advertise.clone()) {
         let mut node = ClusterConfig::new(args.etcd.clone(), cluster, advertise);
         node.election_ttl = Duration::from_millis(args.election_ttl_ms);
         node.max_lease = config.max_lease;
         node.grace_margin = config.grace_margin;
         config.role = Role::NoLeader;
-        return serve_in_cluster(config, &args.listen, tls, node, args.metrics_listen, stop).await;
+        return serve_in_cluster(config, &args.listen, tls, node, prometheus, stop).await;
     }
     let origin = Instant::now();
+    let news = Arc::new(EpochNews::default());
     let mut core = Server::new(config, Time::ZERO)?;
-    let (state, epochs) = begin_term(&mut core, origin, args.state_dir).await?;
+    let (state, epochs) = begin_term(&mut core, origin, args.state_dir, &news).await?;
     if let Some(until) = core.grace_until() {
         let ends = origin + Duration::from_nanos(until.as_nanos());
         eprintln!(
@@ -172,20 +180,11 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             eprintln!("recovery grace over: granting");
         });
     }
-    let listener = TcpListener::bind(&args.listen).await?;
-    let handle = match tls {
-        Some(tls) => ticketing::serve::spawn_with_epochs(
-            TlsListener::new(listener, tls),
-            core,
-            origin,
-            epochs,
-        )?,
-        None => ticketing::serve::spawn_with_epochs(listener, core, origin, epochs)?,
-    };
-    eprintln!("listening on {}", handle.local_addr());
+    let (handle, addr) = bind_and_serve(&args.listen, core, tls, origin, epochs).await?;
+    eprintln!("listening on {addr}");
     tokio::select! {
         () = stop => {}
-        () = publish_metrics(&handle, args.metrics_listen) => {}
+        () = watch(&handle, prometheus, &news) => {}
     }
     let mut core = handle.stop().await?;
     if let Some(state) = state {
@@ -196,6 +195,29 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Binds `listen` and serves `core` there (over TLS with `tls`), its
+/// epochs from `epochs`.
+async fn bind_and_serve(
+    listen: &str,
+    core: Server,
+    tls: Option<ServerTls>,
+    origin: Instant,
+    epochs: Box<dyn Epochs>,
+) -> Result<(ServerHandle, SocketAddr), Box<dyn Error>> {
+    let listener = TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let handle = match tls {
+        Some(tls) => ticketing::serve::spawn_with_epochs(
+            TlsListener::new(listener, tls),
+            core,
+            origin,
+            epochs,
+        )?,
+        None => ticketing::serve::spawn_with_epochs(listener, core, origin, epochs)?,
+    };
+    Ok((handle, addr))
+}
+
 /// A node of a cluster on etcd: it serves as etcd says (PROTOCOL.md 4.2)
 /// until a signal, or until it cannot go on.
 async fn serve_in_cluster(
@@ -203,25 +225,15 @@ async fn serve_in_cluster(
     listen: &str,
     tls: Option<ServerTls>,
     node: ClusterConfig,
-    metrics_listen: Option<std::net::SocketAddr>,
+    prometheus: Option<PrometheusHandle>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<ExitCode, Box<dyn Error>> {
     let core = Server::new(config, Time::ZERO)?;
     let epochs = ClusterEpochs::new();
-    let listener = TcpListener::bind(listen).await?;
     let origin = Instant::now();
-    let handle = match tls {
-        Some(tls) => ticketing::serve::spawn_with_epochs(
-            TlsListener::new(listener, tls),
-            core,
-            origin,
-            Box::new(epochs.clone()),
-        )?,
-        None => {
-            ticketing::serve::spawn_with_epochs(listener, core, origin, Box::new(epochs.clone()))?
-        }
-    };
-    eprintln!("listening on {}", handle.local_addr());
+    let epochs_box = Box::new(epochs.clone());
+    let (handle, addr) = bind_and_serve(listen, core, tls, origin, epochs_box).await?;
+    eprintln!("listening on {addr}");
     let name = node.cluster.clone();
     let notify = |notice| match notice {
         Notice::Leading { epoch, grace } => {
@@ -244,9 +256,10 @@ async fn serve_in_cluster(
     };
     // A signal hands the leadership over at once: the node stops granting
     // and gives up its election key before the server stops.
+    let no_news = EpochNews::default();
     let failed = tokio::select! {
         stopped = cluster::run_until(&handle, &node, &epochs, notify, stop) => stopped.err(),
-        () = publish_metrics(&handle, metrics_listen) => None,
+        () = watch(&handle, prometheus, &no_news) => None,
     };
     handle.stop().await?;
     match failed {
@@ -257,11 +270,13 @@ async fn serve_in_cluster(
 
 /// Begins the server's first term (PROTOCOL.md 4.1): from the state
 /// directory if there is one (its epoch kept before any grant, its table
-/// taken once), else from the clock; and where its later epochs come from.
+/// taken once), else from the clock; and where its later epochs come from
+/// (their failures noted in `news`).
 async fn begin_term(
     core: &mut Server,
     origin: Instant,
     state_dir: Option<PathBuf>,
+    news: &Arc<EpochNews>,
 ) -> Result<(Option<StateDir>, Box<dyn Epochs>), Box<dyn Error>> {
     let Some(dir) = state_dir else {
         let term = Term::stateless(unix_now());
@@ -289,7 +304,9 @@ async fn begin_term(
     // The leases and the grace count from now, when the time stopped was
     // measured: never from earlier.
     core.begin_term(since(origin), next.term)?;
-    let epochs = KeptEpochs::new(state.clone(), next.record.max_lease_ms);
+    let news = Arc::clone(news);
+    let epochs = KeptEpochs::new(state.clone(), next.record.max_lease_ms)
+        .watch(move |keeping| news.note(&keeping));
     Ok((Some(state), Box::new(epochs)))
 }
 
@@ -329,29 +346,136 @@ fn secret() -> u128 {
     (half(0) << 64) | half(1)
 }
 
-/// With `listen`, serves the core's counters there in the Prometheus text
-/// format, refreshed every second, for as long as it is polled; without,
-/// never ends.
-async fn publish_metrics(
-    handle: &ticketing::serve::ServerHandle,
-    listen: Option<std::net::SocketAddr>,
-) {
+/// With `listen`, a Prometheus recorder installed and its text served
+/// there (`scrape`); `None` without.
+async fn serve_metrics(
+    listen: Option<SocketAddr>,
+) -> Result<Option<PrometheusHandle>, Box<dyn Error>> {
     let Some(addr) = listen else {
-        return std::future::pending().await;
+        return Ok(None);
     };
-    if let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-    {
-        eprintln!("cannot serve metrics on {addr}: {e}");
-        return std::future::pending().await;
-    }
-    eprintln!("metrics on {addr}");
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    let recorder = prometheus.clone();
+    tokio::spawn(scrape::serve(listener, move || recorder.render()));
+    eprintln!("metrics on {bound}");
+    Ok(Some(prometheus))
+}
+
+/// How often something that keeps going wrong is said on stderr, at most.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// Every second, for as long as it is polled and the server runs: the
+/// server's counters published for Prometheus (with a recorder), and on
+/// stderr, each at most once every [`REPORT_EVERY`], handshakes refused
+/// for a wrong credential and epochs that could not be kept.
+async fn watch(handle: &ServerHandle, prometheus: Option<PrometheusHandle>, news: &EpochNews) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut refused = Report::default();
+    let mut unkept = Report::default();
     loop {
-        if let Ok(stats) = handle.stats().await {
-            ticketing::metrics::record_server(&stats);
-        }
         tick.tick().await;
+        let Ok(stats) = handle.stats().await else {
+            // The server task has ended: stopping says why.
+            return;
+        };
+        let epochs = news.take();
+        if prometheus.is_some() {
+            ticketing::metrics::record_server(&stats);
+            ticketing::metrics::record_epoch_write_failures(epochs.failures);
+        }
+        if let Some(prometheus) = &prometheus {
+            prometheus.run_upkeep();
+        }
+        let now = Instant::now();
+        if let Some(new) = refused.due(stats.auth_failures, now) {
+            eprintln!(
+                "handshakes refused for a wrong credential: {new} since the last report, {} in all",
+                stats.auth_failures
+            );
+        }
+        if let Some(new) = unkept.due(epochs.failures, now) {
+            let error = epochs.last_error.as_deref().unwrap_or("unknown");
+            eprintln!(
+                "cannot keep the next epoch, so nothing is granted until it can ({new} more failed tries, {} in a row): {error}",
+                epochs.in_a_row
+            );
+        }
+        if let Some(failures) = epochs.recovered {
+            eprintln!("the next epoch is kept after {failures} failed tries: granting");
+        }
+    }
+}
+
+/// A count said on stderr as it grows, at most once every
+/// [`REPORT_EVERY`].
+#[derive(Default)]
+struct Report {
+    said: u64,
+    next: Option<Instant>,
+}
+
+impl Report {
+    /// How much `total` grew since it was last said, if it grew and may
+    /// be said at `now`.
+    fn due(&mut self, total: u64, now: Instant) -> Option<u64> {
+        if total <= self.said || self.next.is_some_and(|next| now < next) {
+            return None;
+        }
+        let new = total - self.said;
+        self.said = total;
+        self.next = Some(now + REPORT_EVERY);
+        Some(new)
+    }
+}
+
+/// What the state directory's epochs came to, noted on the server's task
+/// ([`KeptEpochs::watch`]) and said by [`watch`].
+#[derive(Default)]
+struct EpochNews(Mutex<EpochTrouble>);
+
+/// The news so far.
+#[derive(Default, Clone)]
+struct EpochTrouble {
+    /// Tries that failed, in all.
+    failures: u64,
+    /// Tries that failed since the latest epoch kept.
+    in_a_row: u64,
+    /// Why the latest one failed.
+    last_error: Option<String>,
+    /// Kept after that many failed tries, since the last look.
+    recovered: Option<u64>,
+}
+
+impl EpochNews {
+    fn note(&self, keeping: &Keeping<'_>) {
+        let mut news = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match keeping {
+            Keeping::Failed {
+                error, failures, ..
+            } => {
+                news.failures += 1;
+                news.in_a_row = *failures;
+                news.last_error = Some(error.to_string());
+            }
+            Keeping::Recovered { failures, .. } => {
+                news.in_a_row = 0;
+                news.recovered = Some(*failures);
+            }
+            _ => {}
+        }
+    }
+
+    /// The news, the recovery taken (it is said once).
+    fn take(&self) -> EpochTrouble {
+        let mut news = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = news.clone();
+        news.recovered = None;
+        seen
     }
 }
