@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args as ClapArgs, ValueEnum};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
-use ticketing::cluster::{self, ClusterConfig, ClusterEpochs, Notice};
+use ticketing::cluster::{self, check_cluster_name, ClusterConfig, ClusterEpochs, Notice};
 use ticketing::serve::{ServerHandle, TlsListener};
 use ticketing::server::{Config, EpochSource, Role, Server, Term};
 use ticketing::state::{unix_now, Epochs, Keeping, KeptEpochs, StateDir, WallClock};
@@ -101,8 +101,8 @@ pub struct Args {
         conflicts_with = "state_dir"
     )]
     etcd: Vec<String>,
-    /// The cluster's name in etcd.
-    #[arg(long, value_name = "NAME", requires = "etcd")]
+    /// The cluster's name in etcd: an atom without '/'.
+    #[arg(long, value_name = "NAME", requires = "etcd", value_parser = cluster_name)]
     cluster: Option<String>,
     /// The address clients reach this node at: its election value, and what
     /// `M` names it by.
@@ -117,6 +117,13 @@ pub struct Args {
     /// server is.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<SocketAddr>,
+}
+
+/// A cluster name as `--cluster` takes it (the library's rule).
+fn cluster_name(name: &str) -> Result<String, String> {
+    check_cluster_name(name)
+        .map(|()| name.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 impl Args {
@@ -196,7 +203,8 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
 }
 
 /// Binds `listen` and serves `core` there (over TLS with `tls`), its
-/// epochs from `epochs`.
+/// epochs from `epochs`; says first what the address and the options
+/// leave open.
 async fn bind_and_serve(
     listen: &str,
     core: Server,
@@ -206,6 +214,7 @@ async fn bind_and_serve(
 ) -> Result<(ServerHandle, SocketAddr), Box<dyn Error>> {
     let listener = TcpListener::bind(listen).await?;
     let addr = listener.local_addr()?;
+    warn_if_exposed(addr, core.config().credential.is_some(), tls.is_some());
     let handle = match tls {
         Some(tls) => ticketing::serve::spawn_with_epochs(
             TlsListener::new(listener, tls),
@@ -216,6 +225,21 @@ async fn bind_and_serve(
         None => ticketing::serve::spawn_with_epochs(listener, core, origin, epochs)?,
     };
     Ok((handle, addr))
+}
+
+/// Says on stderr, for a server that others can reach (any address but a
+/// loopback one), what its options leave open: with no credential, anyone
+/// who reaches the port can take and release every lock; with one but no
+/// TLS, the credential crosses the network in the clear.
+fn warn_if_exposed(addr: SocketAddr, credential: bool, tls: bool) {
+    if addr.ip().is_loopback() {
+        return;
+    }
+    if !credential {
+        eprintln!("ticketing: warning: listening on {addr} with no --credential: anyone who can reach it can take and release any lock (README.md, Security model)");
+    } else if !tls {
+        eprintln!("ticketing: warning: --credential without --tls-cert on {addr}: the credential crosses the network in the clear");
+    }
 }
 
 /// A node of a cluster on etcd: it serves as etcd says (PROTOCOL.md 4.2)
