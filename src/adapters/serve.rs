@@ -24,8 +24,10 @@
 //!   spins nor stops serving the connections it has.
 //!
 //! Connections come from a [`Listener`]: a tokio `TcpListener`, or (feature
-//! `tls`) a `TlsListener` that speaks TLS on each, its handshake bounded by
-//! the core's handshake timeout.
+//! `tls`) a `TlsListener` that speaks TLS on each and hands it over once
+//! its handshake is done: the handshakes run on threads of their own, at
+//! most so many at once, each bounded by the core's handshake timeout, so
+//! that their crypto never delays the answers of this task.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -48,7 +50,7 @@ use crate::adapters::driver::lock;
 use crate::adapters::reply::register;
 use crate::adapters::state::{Epochs, WallClock, EPOCH_RETRY};
 #[cfg(feature = "tls")]
-pub use crate::adapters::tls::serve::{TlsListener, TlsServerStream};
+pub use crate::adapters::tls::serve::{HandshakeLimits, TlsListener, TlsServerStream};
 use crate::names::Endpoint;
 use crate::server::{Action, ConnId, LockTable, Role, Server, ServerStats, Term, TermError};
 use crate::time::Time;
@@ -193,6 +195,15 @@ pub trait Listener: Send + 'static {
 
     /// The address it listens on.
     fn local_addr(&self) -> io::Result<SocketAddr>;
+
+    /// The server core's handshake timeout
+    /// ([`Config::handshake_timeout`](crate::server::Config::handshake_timeout)),
+    /// told by [`spawn`] before the first accept: a listener with a
+    /// handshake of its own to do before it hands a connection over (TLS)
+    /// bounds it by this too. Nothing by default.
+    fn set_handshake_timeout(&mut self, timeout: Duration) {
+        let _ = timeout;
+    }
 }
 
 /// Plain TCP, with `TCP_NODELAY` set.
@@ -231,12 +242,13 @@ pub fn spawn_with_origin<L: Listener>(
 /// from `epochs`: a state directory keeps each before it is used. While
 /// it fails, nothing is granted and it is tried again on every turn.
 pub fn spawn_with_epochs<L: Listener>(
-    listener: L,
+    mut listener: L,
     server: Server,
     origin: Instant,
     epochs: Box<dyn Epochs>,
 ) -> io::Result<ServerHandle> {
     let addr = Listener::local_addr(&listener)?;
+    listener.set_handshake_timeout(server.config().handshake_timeout);
     let (control, rx) = mpsc::unbounded_channel();
     let task = ::tokio::spawn(run(listener, server, rx, origin, epochs));
     Ok(ServerHandle {
