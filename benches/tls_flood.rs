@@ -22,7 +22,7 @@
 //!
 //! ```text
 //! tls_flood --addr 127.0.0.1:PORT --tls-ca FILE [--secs 5] [--flooders 4] [--rounds 2]
-//!           [--label NAME]
+//!           [--first-round 1] [--label NAME]
 //! ```
 //!
 //! Without `--addr` (as under a plain `cargo bench`) it only says how to run
@@ -48,6 +48,7 @@ struct Opts {
     secs: f64,
     flooders: usize,
     rounds: usize,
+    first_round: usize,
     label: String,
 }
 
@@ -58,6 +59,7 @@ fn parse_args() -> Opts {
         secs: 5.0,
         flooders: 4,
         rounds: 2,
+        first_round: 1,
         label: "ticketing".into(),
     };
     let mut args = std::env::args().skip(1);
@@ -73,6 +75,7 @@ fn parse_args() -> Opts {
             "--secs" => o.secs = v.parse().expect("--secs"),
             "--flooders" => o.flooders = v.parse().expect("--flooders"),
             "--rounds" => o.rounds = v.parse().expect("--rounds"),
+            "--first-round" => o.first_round = v.parse().expect("--first-round"),
             "--label" => o.label = v,
             other => panic!("unknown argument {other}"),
         }
@@ -203,7 +206,7 @@ fn main() {
     let mut measured = Measured::connect(&config, &addr);
     let every = Duration::from_millis(1);
     let window = Duration::from_secs_f64(o.secs);
-    for round in 1..=o.rounds {
+    for round in o.first_round..o.first_round + o.rounds {
         for phase in ["quiet", "flood"] {
             let stop = Arc::new(AtomicBool::new(false));
             let answered = Arc::new(AtomicU64::new(0));
@@ -215,7 +218,11 @@ fn main() {
                 })
                 .collect();
             // Let the flood reach its pace before measuring.
-            thread::sleep(Duration::from_millis(if flooders.is_empty() { 0 } else { 500 }));
+            thread::sleep(Duration::from_millis(if flooders.is_empty() {
+                0
+            } else {
+                500
+            }));
             let counted_from = answered.load(Ordering::Relaxed);
             let start = Instant::now();
             let mut samples = Vec::new();

@@ -52,23 +52,25 @@ printf 'subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digital
 openssl x509 -req -in "$WORK/server.csr" -CA "$WORK/ca.pem" -CAkey "$WORK/ca.key" \
   -CAcreateserial -days 2 -extfile "$WORK/server.ext" -out "$WORK/server.pem" 2>/dev/null
 
-# Runs one round against the binary $1, labelled $2.
+# Runs round $3 against the binary $1, labelled $2.
 round() {
-  local bin="$1" label="$2" port
+  local bin="$1" label="$2" log="$WORK/serve-$2-$3.log" port
   port=$(free_port)
   "$bin" serve --listen "127.0.0.1:$port" --tls-cert "$WORK/server.pem" \
-    --tls-key "$WORK/server.key" 2>"$WORK/serve-$label.log" &
+    --tls-key "$WORK/server.key" 2>"$log" &
   SERVE_PID=$!
-  for _ in $(seq 100); do grep -q "listening on" "$WORK/serve-$label.log" && break; sleep 0.05; done
+  for _ in $(seq 100); do grep -q "listening on" "$log" && break; sleep 0.05; done
+  grep -q "listening on" "$log" || { echo "the $label server did not start:" >&2; cat "$log" >&2; exit 1; }
   "$FLOOD_BIN" --addr "127.0.0.1:$port" --tls-ca "$WORK/ca.pem" --secs "$SECS" \
-    --flooders "$FLOODERS" --rounds 1 --label "$label" | tee -a "$WORK/results"
+    --flooders "$FLOODERS" --rounds 1 --first-round "$3" --label "$label" \
+    | tee -a "$WORK/results"
   stop_pid "$SERVE_PID"; SERVE_PID=""
 }
 
 for r in $(seq "$ROUNDS"); do
   echo "== round $r of $ROUNDS"
-  round "$BIN" new
-  [[ -n "$OLD_BIN" ]] && round "$OLD_BIN" old
+  round "$BIN" new "$r"
+  if [[ -n "$OLD_BIN" ]]; then round "$OLD_BIN" old "$r"; fi
 done
 
 echo "== p50 / p99 round trip in µs, and handshakes/s answered, per build and phase"
