@@ -20,16 +20,17 @@
 //!   ([`StateError::Held`]).
 //! - **Private.** The directory is made `0700` and every file `0600`,
 //!   whatever the umask: the table lists every key and token. A directory
-//!   that others may read or write is tightened to `0700` when this user
-//!   owns it, and refused otherwise ([`StateError::Exposed`]).
+//!   that others may get into (any permission bit for its group or
+//!   others) is tightened to `0700` when this user owns it, and refused
+//!   otherwise ([`StateError::Exposed`]).
 //! - **Nothing followed, nothing unbounded.** Temporaries are created
 //!   anew (`O_EXCL`), so a link planted in their place is never written
 //!   through; the temporaries a failed write (a full disk) left are
 //!   removed when the directory is opened. A state file that is not a
-//!   regular file (a link, a FIFO, a device) is refused unopened for
-//!   reading, and no read takes more than the file may hold: an epoch
-//!   record's [`EpochRecord::MAX_ENCODED_LEN`], a table's
-//!   [`MAX_TABLE_LEN`].
+//!   regular file (a link, a FIFO, a device) is refused without a byte
+//!   read from it (opening a FIFO does not wait for a writer), and no
+//!   read takes more than the file may hold: an epoch record's
+//!   [`EpochRecord::MAX_ENCODED_LEN`], a table's [`MAX_TABLE_LEN`].
 //!
 //! On platforms other than Unix the lock and the permissions are not
 //! enforced.
@@ -113,9 +114,9 @@ pub enum StateError {
         /// The most bytes it may hold.
         max: u64,
     },
-    /// The directory may be read or written by others, and another user
-    /// owns it, so it cannot be made private.
-    #[error("{path}: others may read or write it (mode {mode:04o}) and another user (uid {owner}) owns it, so it cannot be made private; refusing to keep locks there")]
+    /// Others may get into the directory, and another user owns it, so it
+    /// cannot be made private.
+    #[error("{path}: others may get into it (mode {mode:04o}) and another user (uid {owner}) owns it, so it cannot be made private; refusing to keep locks there")]
     Exposed {
         /// The directory.
         path: PathBuf,
@@ -151,8 +152,8 @@ pub struct NextTerm {
 impl StateDir {
     /// The directory `dir`, made (`0700`) if it does not exist, and held
     /// by this process: refused if another process holds it, or if others
-    /// may read or write it and another user owns it. Temporaries a
-    /// failed write left behind are removed.
+    /// may get into it and another user owns it. Temporaries a failed
+    /// write left behind are removed.
     pub fn open(dir: impl Into<PathBuf>) -> Result<StateDir, StateError> {
         let dir = dir.into();
         sys::make_private(&dir)?;
@@ -358,7 +359,7 @@ mod sys {
 
     use super::{StateError, LOCK_FILE};
 
-    /// Owner only.
+    /// The directory's mode and its files': this user's alone.
     const PRIVATE_DIR: u32 = 0o700;
     const PRIVATE_FILE: u32 = 0o600;
     /// The bits that let others in.
