@@ -503,3 +503,52 @@ impl EpochNews {
         seen
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_growing_count_is_said_at_once_then_at_most_once_every_report_every() {
+        let mut report = Report::default();
+        let start = Instant::now();
+        assert_eq!(report.due(0, start), None, "nothing to say");
+        assert_eq!(report.due(3, start), Some(3), "the first, at once");
+        let soon = start + REPORT_EVERY / 2;
+        assert_eq!(report.due(9, soon), None, "too soon");
+        let later = start + REPORT_EVERY;
+        assert_eq!(report.due(9, later), Some(6), "what grew meanwhile");
+        assert_eq!(report.due(9, later + REPORT_EVERY), None, "no growth");
+        assert_eq!(report.due(10, later + REPORT_EVERY), Some(1));
+    }
+
+    #[test]
+    fn epoch_news_counts_every_failure_and_tells_a_recovery_once() {
+        let news = EpochNews::default();
+        let error = ticketing::state::StateError::NotRegular {
+            path: PathBuf::from("/state/epoch"),
+        };
+        for failures in 1..=3 {
+            news.note(&Keeping::Failed {
+                epoch: 7,
+                error: &error,
+                failures,
+            });
+        }
+        let seen = news.take();
+        assert_eq!((seen.failures, seen.in_a_row, seen.recovered), (3, 3, None));
+        assert!(seen
+            .last_error
+            .is_some_and(|e| e.starts_with("/state/epoch: ")));
+        news.note(&Keeping::Recovered {
+            epoch: 7,
+            failures: 3,
+        });
+        let seen = news.take();
+        assert_eq!(
+            (seen.failures, seen.in_a_row, seen.recovered),
+            (3, 0, Some(3))
+        );
+        assert_eq!(news.take().recovered, None, "said once");
+    }
+}
