@@ -35,6 +35,13 @@
 //!
 //! etcd counts leases in whole seconds: the election TTL is rounded up to
 //! one, and the TTL etcd answers is the one the certainty counts with.
+//!
+//! A cluster's name is an atom without `/` ([`check_cluster_name`]), so
+//! that the prefixes of two clusters never nest: were `a/leader` a name,
+//! its election would run inside cluster `a`'s, and `a`'s nodes would
+//! follow (and, once it stopped, wait for) a leader of the other cluster.
+//! The key layout stays as it is: a new one would split the nodes of a
+//! rolling upgrade into two elections.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -59,6 +66,8 @@ pub struct ClusterConfig {
     /// etcd's client URLs (`http://host:port`).
     pub endpoints: Vec<String>,
     /// The cluster's name: its keys in etcd are under `ticketing/<name>/`.
+    /// An atom without `/` ([`check_cluster_name`]); [`run`] and
+    /// [`run_until`] refuse any other at once.
     pub cluster: String,
     /// The address clients reach this node at: its election value, and what
     /// the other nodes' `M` names.
@@ -189,10 +198,29 @@ pub enum Notice {
     },
 }
 
+/// Checks that `name` may name a cluster: an atom (1 to 250 printable
+/// ASCII bytes, no space) without `/`, so that no cluster's keys in etcd
+/// lie under another's.
+pub fn check_cluster_name(name: &str) -> Result<(), ClusterError> {
+    if crate::wire::Atom::new(name).is_err() || name.contains('/') {
+        return Err(ClusterError::BadName {
+            name: name.to_owned(),
+        });
+    }
+    Ok(())
+}
+
 /// What stops a node.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum ClusterError {
+    /// The cluster's name is not an atom without `/`
+    /// ([`check_cluster_name`]).
+    #[error("cluster name {name:?}: a name is 1 to 250 printable ASCII bytes with no space and no '/' (its keys in etcd are under ticketing/<name>/, and a '/' would put one cluster inside another's election)")]
+    BadName {
+        /// The name given.
+        name: String,
+    },
     /// The epoch record in etcd exists but is not valid: no epoch is
     /// guessed, since a guess could be smaller than the one lost.
     #[error("{key} in etcd: not a valid epoch record ({source}); refusing to guess an epoch")]
@@ -233,8 +261,10 @@ impl From<std::io::Error> for End {
 }
 
 /// Runs the node for `handle`'s server until the server stops or the
-/// epoch in etcd cannot be read. The server should start in a role that
-/// does not lead ([`Role::NoLeader`]); `notify` hears what happens.
+/// epoch in etcd cannot be read (at once, for a name that is not a
+/// cluster's: [`ClusterError::BadName`]). The server should start in a
+/// role that does not lead ([`Role::NoLeader`]); `notify` hears what
+/// happens.
 ///
 /// Dropping this future leaves the node's election key in etcd until its
 /// lease runs out (up to the election TTL, in which no other node can
@@ -245,6 +275,9 @@ pub async fn run(
     epochs: &ClusterEpochs,
     notify: impl FnMut(Notice) + Send,
 ) -> ClusterError {
+    if let Err(e) = check_cluster_name(&config.cluster) {
+        return e;
+    }
     Node::new(handle, config, epochs).run(notify).await
 }
 
@@ -260,6 +293,7 @@ pub async fn run_until(
     mut notify: impl FnMut(Notice) + Send,
     stop: impl Future<Output = ()>,
 ) -> Result<(), ClusterError> {
+    check_cluster_name(&config.cluster)?;
     let node = Node::new(handle, config, epochs);
     tokio::select! {
         e = node.run(&mut notify) => return Err(e),
@@ -729,6 +763,22 @@ async fn keep_alive(
                 extend(sent, granted);
             }
             _ => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cluster_name_is_an_atom_without_a_slash() {
+        for good in ["a", "a-leader", "locks.prod", "x".repeat(250).as_str()] {
+            assert!(check_cluster_name(good).is_ok(), "{good:?}");
+        }
+        for bad in ["a/leader", "a/", "/", "", "a b", "é", &"x".repeat(251)] {
+            let error = check_cluster_name(bad).expect_err(bad);
+            assert!(error.to_string().contains(&format!("{bad:?}")), "{error}");
         }
     }
 }

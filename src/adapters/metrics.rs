@@ -129,11 +129,19 @@ pub fn record_server(stats: &ServerStats) {
     counter!("ticketing_server_reclaims_total").absolute(stats.reclaims);
     counter!("ticketing_server_expiries_total").absolute(stats.expiries);
     counter!("ticketing_server_accepted_total").absolute(stats.accepted);
+    counter!("ticketing_server_auth_failures_total").absolute(stats.auth_failures);
     gauge!("ticketing_server_connections").set(stats.connections as f64);
     gauge!("ticketing_server_waiters").set(stats.waiters as f64);
     gauge!("ticketing_server_waiters_max").set(stats.max_waiters as f64);
     gauge!("ticketing_server_epoch").set(stats.epoch as f64);
     gauge!("ticketing_server_in_grace").set(if stats.in_grace { 1.0 } else { 0.0 });
+}
+
+/// Publishes how many times a server with a state directory failed to keep
+/// the epoch of a new term (`ticketing::state::KeptEpochs`), under
+/// `ticketing_server_epoch_write_failures_total`.
+pub fn record_epoch_write_failures(total: u64) {
+    counter!("ticketing_server_epoch_write_failures_total").absolute(total);
 }
 
 /// A histogram as its count, sum, and one gauge per non-empty bucket.

@@ -24,8 +24,10 @@
 //!   spins nor stops serving the connections it has.
 //!
 //! Connections come from a [`Listener`]: a tokio `TcpListener`, or (feature
-//! `tls`) a `TlsListener` that speaks TLS on each, its handshake bounded by
-//! the core's handshake timeout.
+//! `tls`) a `TlsListener` that speaks TLS on each and hands it over once
+//! its handshake is done: the handshakes run on threads of their own, at
+//! most so many at once, each bounded by the core's handshake timeout, so
+//! that their crypto never delays the answers of this task.
 
 use std::collections::{HashMap, VecDeque};
 use std::future::{poll_fn, Future};
@@ -46,9 +48,9 @@ use bytes::Bytes;
 
 use crate::adapters::driver::lock;
 use crate::adapters::reply::register;
-use crate::adapters::state::{Epochs, WallClock};
+use crate::adapters::state::{Epochs, WallClock, EPOCH_RETRY};
 #[cfg(feature = "tls")]
-pub use crate::adapters::tls::serve::{TlsListener, TlsServerStream};
+pub use crate::adapters::tls::serve::{HandshakeLimits, TlsListener, TlsServerStream};
 use crate::names::Endpoint;
 use crate::server::{Action, ConnId, LockTable, Role, Server, ServerStats, Term, TermError};
 use crate::time::Time;
@@ -193,6 +195,15 @@ pub trait Listener: Send + 'static {
 
     /// The address it listens on.
     fn local_addr(&self) -> io::Result<SocketAddr>;
+
+    /// The server core's handshake timeout
+    /// ([`Config::handshake_timeout`](crate::server::Config::handshake_timeout)),
+    /// told by [`spawn`] before the first accept: a listener with a
+    /// handshake of its own to do before it hands a connection over (TLS)
+    /// bounds it by this too. Nothing by default.
+    fn set_handshake_timeout(&mut self, timeout: Duration) {
+        let _ = timeout;
+    }
 }
 
 /// Plain TCP, with `TCP_NODELAY` set.
@@ -231,12 +242,13 @@ pub fn spawn_with_origin<L: Listener>(
 /// from `epochs`: a state directory keeps each before it is used. While
 /// it fails, nothing is granted and it is tried again on every turn.
 pub fn spawn_with_epochs<L: Listener>(
-    listener: L,
+    mut listener: L,
     server: Server,
     origin: Instant,
     epochs: Box<dyn Epochs>,
 ) -> io::Result<ServerHandle> {
     let addr = Listener::local_addr(&listener)?;
+    listener.set_handshake_timeout(server.config().handshake_timeout);
     let (control, rx) = mpsc::unbounded_channel();
     let task = ::tokio::spawn(run(listener, server, rx, origin, epochs));
     Ok(ServerHandle {
@@ -497,6 +509,10 @@ struct Serving<L: Listener> {
     epochs: Box<dyn Epochs>,
     /// The core asked for the epoch after this one and has not got it.
     wanted_epoch: Option<u64>,
+    /// While it waits for one: when to ask `epochs` again if nothing else
+    /// wakes the task first.
+    epoch_retry: Pin<Box<Sleep>>,
+    epoch_retry_armed: bool,
 }
 
 impl<L: Listener> Serving<L> {
@@ -586,6 +602,11 @@ impl<L: Listener> Serving<L> {
             self.armed = None;
             self.server.handle_timeout(self.now());
             self.answer();
+            progress = true;
+        }
+        if self.epoch_retry_armed && self.epoch_retry.as_mut().poll(cx).is_ready() {
+            // The next pass asks for the epoch again.
+            self.epoch_retry_armed = false;
             progress = true;
         }
         Some(progress)
@@ -708,14 +729,27 @@ impl<L: Listener> Serving<L> {
         self.give_epoch();
     }
 
+    /// Asks `epochs` for the epoch the core waits for; if it is not
+    /// there yet, asks again on every pass, and after [`EPOCH_RETRY`] at
+    /// the latest.
     fn give_epoch(&mut self) {
         let Some(after) = self.wanted_epoch else {
             return;
         };
-        if let Some(epoch) = self.epochs.next(after) {
-            self.wanted_epoch = None;
-            // Refused only for an epoch past 2109.
-            let _ = self.server.begin_epoch(self.now(), epoch);
+        match self.epochs.next(after) {
+            Some(epoch) => {
+                self.wanted_epoch = None;
+                // Refused only for an epoch past 2109.
+                let _ = self.server.begin_epoch(self.now(), epoch);
+            }
+            None if !self.epoch_retry_armed => {
+                let now = ::tokio::time::Instant::now();
+                // A tenth of a second later: it cannot overflow.
+                let at = now.checked_add(EPOCH_RETRY).unwrap_or(now);
+                self.epoch_retry.as_mut().reset(at);
+                self.epoch_retry_armed = true;
+            }
+            None => {}
         }
     }
 
@@ -783,7 +817,100 @@ async fn run<L: Listener>(
         accept_backoff: ACCEPT_BACKOFF_MIN,
         epochs,
         wanted_epoch: None,
+        epoch_retry: Box::pin(::tokio::time::sleep_until(start.into())),
+        epoch_retry_armed: false,
     };
     poll_fn(|cx| serving.poll(cx)).await;
     serving.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use ::tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+    use super::*;
+    use crate::adapters::state::{Keeping, KeptEpochs, StateDir};
+    use crate::names::Name;
+    use crate::server::{epoch_of, Config, EpochSource, TERM_GRANTS};
+
+    /// A term about to reach `n = 2^22` whose next epoch cannot be kept:
+    /// the server says so (through the watcher) and tries again with no
+    /// other input to wake it, grants nothing meanwhile, and grants the
+    /// waiting acquire under the new epoch once it can keep it.
+    #[::tokio::test]
+    async fn an_epoch_that_cannot_be_kept_is_told_and_tried_again_until_it_is() {
+        let dir = std::env::temp_dir().join(format!("ticketing-serve-roll-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let state = StateDir::open(&dir).expect("a state directory");
+        // In the way of the record's rename, whoever runs the test.
+        let blocker = state.epoch_path();
+        std::fs::create_dir_all(blocker.join("in-the-way")).expect("a blocker");
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&told);
+        let epochs = KeptEpochs::new(state, 60_000).watch(move |keeping| {
+            let line = match keeping {
+                Keeping::Failed { error, .. } => format!("failed: {error}"),
+                Keeping::Recovered { failures, .. } => format!("kept after {failures}"),
+            };
+            seen.lock().expect("not poisoned").push(line);
+        });
+        let mut config = Config::new(Name::new("n1").expect("a name"));
+        config.epochs = EpochSource::Driver;
+        let mut core = Server::new(config, Time::ZERO).expect("a server");
+        core.begin_term(Time::ZERO, Term::First { epoch: 40 })
+            .expect("a term");
+        core.set_term_count(TERM_GRANTS - 1);
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let handle =
+            spawn_with_epochs(listener, core, Instant::now(), Box::new(epochs)).expect("serving");
+
+        let stream = TcpStream::connect(handle.local_addr())
+            .await
+            .expect("connect");
+        let (read, mut write) = stream.into_split();
+        let mut lines = BufReader::new(read).lines();
+        write
+            .write_all(b"H 2 t -\nA 1 k o 30000 1000\n")
+            .await
+            .expect("send");
+        let welcome = lines.next_line().await.expect("read");
+        assert!(welcome.is_some_and(|w| w.starts_with("W ")));
+
+        // Tried again and again with no other input: the retry timer.
+        let failures = || {
+            let told = told.lock().expect("not poisoned");
+            told.iter().filter(|l| l.starts_with("failed: ")).count()
+        };
+        let patience = Instant::now() + Duration::from_secs(10);
+        while failures() < 3 {
+            assert!(
+                Instant::now() < patience,
+                "{:?}",
+                told.lock().expect("lock")
+            );
+            ::tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(
+            told.lock().expect("lock")[0].contains(&*blocker.to_string_lossy()),
+            "the failure names the file"
+        );
+        assert_eq!(handle.stats().await.expect("stats").grants, 0);
+
+        std::fs::remove_dir_all(&blocker).expect("out of the way");
+        let grant = ::tokio::time::timeout(Duration::from_secs(10), lines.next_line())
+            .await
+            .expect("granted once the epoch is kept")
+            .expect("read")
+            .expect("a line");
+        let fields: Vec<&str> = grant.split(' ').collect();
+        assert_eq!(fields[..4], ["G", "1", "A", "k"], "{grant}");
+        let token: u64 = fields[4].parse().expect("a token");
+        assert!(epoch_of(token) > 40, "{grant}");
+        let last = told.lock().expect("lock").last().cloned();
+        assert!(last.is_some_and(|l| l.starts_with("kept after ")));
+        handle.stop().await.expect("stopped");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

@@ -9,19 +9,43 @@
 //!   removed (durably) when the next start takes it, so that it is used
 //!   once.
 //!
-//! Which term begins from them is the core's rule ([`Term::next`]); this
-//! module only reads, writes and syncs.
+//! Which term begins from them is the core's rule ([`Term::next`], with
+//! [`TableImage::check`]); this module only reads, writes and syncs, and
+//! keeps the directory to one server and its owner:
+//!
+//! - **One server.** [`StateDir::open`] locks the file `lock` in the
+//!   directory (`flock`, exclusive) for as long as the [`StateDir`] or a
+//!   clone of it lives: two servers granting from one directory would
+//!   grant one key twice, so a second one is refused
+//!   ([`StateError::Held`]).
+//! - **Private.** The directory is made `0700` and every file `0600`,
+//!   whatever the umask: the table lists every key and token. A directory
+//!   that others may get into (any permission bit for its group or
+//!   others) is tightened to `0700` when this user owns it, and refused
+//!   otherwise ([`StateError::Exposed`]).
+//! - **Nothing followed, nothing unbounded.** Temporaries are created
+//!   anew (`O_EXCL`), so a link planted in their place is never written
+//!   through; the temporaries a failed write (a full disk) left are
+//!   removed when the directory is opened. A state file that is not a
+//!   regular file (a link, a FIFO, a device) is refused without a byte
+//!   read from it (opening a FIFO does not wait for a writer), and no
+//!   read takes more than the file may hold: an epoch record's
+//!   [`EpochRecord::MAX_ENCODED_LEN`], a table's [`MAX_TABLE_LEN`].
+//!
+//! On platforms other than Unix the lock and the permissions are not
+//! enforced.
 //!
 //! [`Term::next`]: crate::server::Term::next
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use thiserror::Error;
 
-use crate::server::{next_epoch, EpochRecord, ImageError, TableImage};
+use crate::server::{next_epoch, EpochRecord, ImageError, TableImage, Term};
 
 /// The epoch record's file name in the directory.
 pub const EPOCH_FILE: &str = "epoch";
@@ -29,7 +53,16 @@ pub const EPOCH_FILE: &str = "epoch";
 /// The table's file name in the directory.
 pub const TABLE_FILE: &str = "table";
 
-/// What went wrong with a state directory.
+/// The name of the file a server locks to hold the directory.
+pub const LOCK_FILE: &str = "lock";
+
+/// The largest table a start reads: 256 MiB, a million grants of the
+/// longest keys. A larger one is refused unread ([`StateError::TooLarge`])
+/// and the start takes a recovery grace instead, which is always safe.
+pub const MAX_TABLE_LEN: u64 = 256 << 20;
+
+/// What went wrong with a state directory. Each names its file or
+/// directory.
 #[derive(Debug, Error)]
 #[non_exhaustive]
 pub enum StateError {
@@ -51,23 +84,88 @@ pub enum StateError {
         /// Why it is not valid.
         source: ImageError,
     },
+    /// The table exists but cannot be used: torn, malformed, or out of
+    /// range for the epoch record ([`TableImage::check`]).
+    #[error("{path}: {source}")]
+    BadTable {
+        /// The file.
+        path: PathBuf,
+        /// Why it cannot be used.
+        source: ImageError,
+    },
+    /// Another process (another `ticketing serve`) holds the directory.
+    #[error("{path}: another server holds this state directory (its file `lock` is locked); two servers on one directory would grant one key twice")]
+    Held {
+        /// The directory.
+        path: PathBuf,
+    },
+    /// A state file is not a regular file (a symbolic link, a FIFO, a
+    /// device): it is not opened for reading, nor written through.
+    #[error("{path}: not a regular file; refusing to read it")]
+    NotRegular {
+        /// The file.
+        path: PathBuf,
+    },
+    /// A state file is larger than what it may hold.
+    #[error("{path}: larger than {max} bytes, the most it may hold; refusing to read it")]
+    TooLarge {
+        /// The file.
+        path: PathBuf,
+        /// The most bytes it may hold.
+        max: u64,
+    },
+    /// Others may get into the directory, and another user owns it, so it
+    /// cannot be made private.
+    #[error("{path}: others may get into it (mode {mode:04o}) and another user (uid {owner}) owns it, so it cannot be made private; refusing to keep locks there")]
+    Exposed {
+        /// The directory.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+        /// Its owner.
+        owner: u32,
+    },
 }
 
-/// A state directory.
+/// A state directory, held by this process while it (or a clone) lives.
 #[derive(Debug, Clone)]
 pub struct StateDir {
     dir: PathBuf,
+    /// The open lock file: the directory is held while it is open.
+    _lock: Arc<File>,
+}
+
+/// The term a start begins from its state directory
+/// ([`StateDir::next_term`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct NextTerm {
+    /// The term to begin.
+    pub term: Term,
+    /// Its epoch record, kept durably before the term was handed out.
+    pub record: EpochRecord,
+    /// A table that was there and could not be used, and why: the term
+    /// then begins without it (with a recovery grace, after a term).
+    pub refused_table: Option<StateError>,
 }
 
 impl StateDir {
-    /// The directory `dir`, made if it does not exist.
+    /// The directory `dir`, made (`0700`) if it does not exist, and held
+    /// by this process: refused if another process holds it, or if others
+    /// may get into it and another user owns it. Temporaries a failed
+    /// write left behind are removed.
     pub fn open(dir: impl Into<PathBuf>) -> Result<StateDir, StateError> {
         let dir = dir.into();
-        fs::create_dir_all(&dir).map_err(|source| StateError::Io {
-            path: dir.clone(),
-            source,
-        })?;
-        Ok(StateDir { dir })
+        sys::make_private(&dir)?;
+        let lock = sys::lock(&dir)?;
+        let state = StateDir {
+            dir,
+            _lock: Arc::new(lock),
+        };
+        for name in [EPOCH_FILE, TABLE_FILE] {
+            remove_if_there(&state.tmp_path(name))?;
+        }
+        Ok(state)
     }
 
     /// The path of the epoch file.
@@ -80,11 +178,17 @@ impl StateDir {
         self.dir.join(TABLE_FILE)
     }
 
+    fn tmp_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.tmp"))
+    }
+
     /// The epoch record, `None` if the directory never had a term; an
-    /// epoch file that cannot be read is [`StateError::BadEpoch`].
+    /// epoch file that cannot be read is [`StateError::BadEpoch`] (or
+    /// [`StateError::NotRegular`], [`StateError::TooLarge`]).
     pub fn read_epoch(&self) -> Result<Option<EpochRecord>, StateError> {
         let path = self.epoch_path();
-        let Some(bytes) = read_if_there(&path)? else {
+        let max = EpochRecord::MAX_ENCODED_LEN as u64;
+        let Some(bytes) = read_if_there(&path, max)? else {
             return Ok(None);
         };
         EpochRecord::decode(&bytes)
@@ -99,18 +203,25 @@ impl StateDir {
 
     /// Takes the table a clean stop wrote, if there is one, and removes
     /// the file (durably) so that it is used once: `Some(Err(_))` for one
-    /// that is torn or truncated (a grace, then).
-    pub fn take_table(&self) -> Result<Option<Result<TableImage, ImageError>>, StateError> {
+    /// that cannot be used (torn, truncated, not a regular file, too
+    /// large: a grace, then). `Err` if it could not even be looked at.
+    pub fn take_table(&self) -> Result<Option<Result<TableImage, StateError>>, StateError> {
         let path = self.table_path();
-        let Some(bytes) = read_if_there(&path)? else {
-            return Ok(None);
+        let read = match read_if_there(&path, MAX_TABLE_LEN) {
+            Ok(None) => return Ok(None),
+            Ok(Some(bytes)) => TableImage::decode(&bytes).map_err(|source| StateError::BadTable {
+                path: path.clone(),
+                source,
+            }),
+            Err(e @ (StateError::NotRegular { .. } | StateError::TooLarge { .. })) => Err(e),
+            Err(e) => return Err(e),
         };
         fs::remove_file(&path).map_err(|source| StateError::Io {
             path: path.clone(),
             source,
         })?;
         self.sync_dir()?;
-        Ok(Some(TableImage::decode(&bytes)))
+        Ok(Some(read))
     }
 
     /// Keeps `image` durably.
@@ -118,26 +229,63 @@ impl StateDir {
         self.write_durably(TABLE_FILE, &image.encode())
     }
 
-    /// Writes `name` whole or not at all: a temporary file, written and
-    /// synced, renamed over `name`, then the directory synced so that the
-    /// rename is kept.
-    fn write_durably(&self, name: &str, bytes: &[u8]) -> Result<(), StateError> {
-        let tmp = self.dir.join(format!("{name}.tmp"));
-        let io = |path: &Path| {
-            let path = path.to_path_buf();
-            move |source| StateError::Io { path, source }
+    /// The term a start at `now` (the wall clock, since 1970) begins from
+    /// this directory (PROTOCOL.md 4.1), by the core's rule
+    /// ([`Term::next`]): the epoch after the one kept, with the table a
+    /// clean stop left if it is intact and in range for the epoch record
+    /// ([`TableImage::check`], with `grace_margin`), else a recovery grace
+    /// after any earlier term. Its epoch record (with `max_lease`, the
+    /// longest lease this start gives) is kept before it is returned.
+    pub fn next_term(
+        &self,
+        now: Duration,
+        max_lease: Duration,
+        grace_margin: Duration,
+    ) -> Result<NextTerm, StateError> {
+        let previous = self.read_epoch()?;
+        let (table, refused_table) = match self.take_table()? {
+            None => (None, None),
+            Some(Err(refused)) => (None, Some(refused)),
+            Some(Ok(image)) => match previous.map(|p| image.check(&p, grace_margin)) {
+                Some(Err(source)) => {
+                    let path = self.table_path();
+                    (None, Some(StateError::BadTable { path, source }))
+                }
+                // Without a record there is nothing to check it against,
+                // and no earlier term to give a grace for.
+                Some(Ok(())) | None => (Some(image), None),
+            },
         };
-        let mut file = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)
-            .map_err(io(&tmp))?;
-        file.write_all(bytes).map_err(io(&tmp))?;
-        file.sync_all().map_err(io(&tmp))?;
-        drop(file);
+        let (term, record) = Term::next(previous.as_ref(), table, now, max_lease);
+        self.write_epoch(&record)?;
+        Ok(NextTerm {
+            term,
+            record,
+            refused_table,
+        })
+    }
+
+    /// Writes `name` whole or not at all: a temporary file made anew
+    /// (never through a link planted in its place), written and synced,
+    /// renamed over `name`, then the directory synced so that the rename
+    /// is kept. A temporary left by a failed write is removed first, and
+    /// one this write leaves is removed when it fails.
+    fn write_durably(&self, name: &str, bytes: &[u8]) -> Result<(), StateError> {
+        let tmp = self.tmp_path(name);
+        remove_if_there(&tmp)?;
+        let written = sys::create_private(&tmp).and_then(|mut file| {
+            file.write_all(bytes)?;
+            file.sync_all()
+        });
+        if let Err(source) = written {
+            let _ = fs::remove_file(&tmp);
+            return Err(StateError::Io { path: tmp, source });
+        }
         let path = self.dir.join(name);
-        fs::rename(&tmp, &path).map_err(io(&path))?;
+        if let Err(source) = fs::rename(&tmp, &path) {
+            let _ = fs::remove_file(&tmp);
+            return Err(StateError::Io { path, source });
+        }
         self.sync_dir()
     }
 
@@ -151,15 +299,179 @@ impl StateDir {
     }
 }
 
-/// The contents of `path`, `None` if there is no such file.
-fn read_if_there(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
-    match fs::read(path) {
-        Ok(bytes) => Ok(Some(bytes)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+/// The contents of `path`, `None` if there is no such file; a file that
+/// is not a regular one, or that holds more than `max` bytes, is refused
+/// unread.
+fn read_if_there(path: &Path, max: u64) -> Result<Option<Vec<u8>>, StateError> {
+    let io = |source| StateError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = match sys::open_regular(path) {
+        Ok(Some(file)) => file,
+        Ok(None) => {
+            return Err(StateError::NotRegular {
+                path: path.to_path_buf(),
+            })
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(io(e)),
+    };
+    let too_large = || StateError::TooLarge {
+        path: path.to_path_buf(),
+        max,
+    };
+    if file.metadata().map_err(io)?.len() > max {
+        return Err(too_large());
+    }
+    // Bounded even if the file grows meanwhile.
+    let mut bytes = Vec::new();
+    file.take(max.saturating_add(1))
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() as u64 > max {
+        return Err(too_large());
+    }
+    Ok(Some(bytes))
+}
+
+/// Removes the file (or link) at `path` if there is one.
+fn remove_if_there(path: &Path) -> Result<(), StateError> {
+    match fs::remove_file(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
         Err(source) => Err(StateError::Io {
             path: path.to_path_buf(),
             source,
         }),
+    }
+}
+
+/// What the operating system is asked for: Unix, with rustix.
+#[cfg(unix)]
+mod sys {
+    use std::fs::{self, DirBuilder, File};
+    use std::io;
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    use std::path::Path;
+
+    use rustix::fs::{FlockOperation, Mode, OFlags};
+
+    use super::{StateError, LOCK_FILE};
+
+    /// The directory's mode and its files': this user's alone.
+    const PRIVATE_DIR: u32 = 0o700;
+    const PRIVATE_FILE: u32 = 0o600;
+    /// The bits that let others in.
+    const OTHERS: u32 = 0o077;
+
+    fn io_error(path: &Path) -> impl FnOnce(io::Error) -> StateError + '_ {
+        move |source| StateError::Io {
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+
+    /// Makes `dir` (and its parents) `0700` if it is not there; tightens
+    /// it to `0700` if others may get in and this user owns it; refuses
+    /// it if others may get in and another user owns it.
+    pub(super) fn make_private(dir: &Path) -> Result<(), StateError> {
+        DirBuilder::new()
+            .recursive(true)
+            .mode(PRIVATE_DIR)
+            .create(dir)
+            .map_err(io_error(dir))?;
+        let meta = fs::metadata(dir).map_err(io_error(dir))?;
+        let mode = meta.mode() & 0o7777;
+        if mode & OTHERS == 0 {
+            return Ok(());
+        }
+        if meta.uid() != rustix::process::geteuid().as_raw() {
+            return Err(StateError::Exposed {
+                path: dir.to_path_buf(),
+                mode,
+                owner: meta.uid(),
+            });
+        }
+        // Made under a lax umask, or by hand: this user's, so tightened.
+        fs::set_permissions(dir, fs::Permissions::from_mode(PRIVATE_DIR)).map_err(io_error(dir))
+    }
+
+    /// Opens and locks the lock file of `dir`, for as long as the file
+    /// is open.
+    pub(super) fn lock(dir: &Path) -> Result<File, StateError> {
+        let path = dir.join(LOCK_FILE);
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(&path, flags, Mode::from_raw_mode(PRIVATE_FILE))
+            .map_err(|e| io_error(&path)(e.into()))?;
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(File::from(fd)),
+            Err(rustix::io::Errno::WOULDBLOCK) => Err(StateError::Held {
+                path: dir.to_path_buf(),
+            }),
+            Err(e) => Err(io_error(&path)(e.into())),
+        }
+    }
+
+    /// Opens `path` for reading if it is a regular file; `Ok(None)` if it
+    /// is something else. Links are not followed, and a FIFO does not
+    /// block the open.
+    pub(super) fn open_regular(path: &Path) -> io::Result<Option<File>> {
+        let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let file = match rustix::fs::open(path, flags, Mode::empty()) {
+            Ok(fd) => File::from(fd),
+            // What O_NOFOLLOW says of a link.
+            Err(rustix::io::Errno::LOOP) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(file.metadata()?.is_file().then_some(file))
+    }
+
+    /// Creates `path` anew (never through what is there, a link
+    /// included), `0600` whatever the umask, for writing.
+    pub(super) fn create_private(path: &Path) -> io::Result<File> {
+        let flags =
+            OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::open(path, flags, Mode::from_raw_mode(PRIVATE_FILE))?;
+        // The umask may have taken bits off, never added any: exact now.
+        rustix::fs::fchmod(&fd, Mode::from_raw_mode(PRIVATE_FILE))?;
+        Ok(File::from(fd))
+    }
+}
+
+/// What the operating system is asked for elsewhere: the files alone,
+/// with neither the lock nor the permissions.
+#[cfg(not(unix))]
+mod sys {
+    use std::fs::{self, File, OpenOptions};
+    use std::io;
+    use std::path::Path;
+
+    use super::StateError;
+
+    pub(super) fn make_private(dir: &Path) -> Result<(), StateError> {
+        fs::create_dir_all(dir).map_err(|source| StateError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })
+    }
+
+    pub(super) fn lock(dir: &Path) -> Result<File, StateError> {
+        File::open(dir).map_err(|source| StateError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })
+    }
+
+    pub(super) fn open_regular(path: &Path) -> io::Result<Option<File>> {
+        if !fs::symlink_metadata(path)?.is_file() {
+            return Ok(None);
+        }
+        File::open(path).map(Some)
+    }
+
+    pub(super) fn create_private(path: &Path) -> io::Result<File> {
+        OpenOptions::new().write(true).create_new(true).open(path)
     }
 }
 
@@ -170,9 +482,15 @@ fn read_if_there(path: &Path) -> Result<Option<Vec<u8>>, StateError> {
 pub trait Epochs: Send + 'static {
     /// The epoch after `after`, once it may be used; `None` while it may
     /// not yet (it is being kept, or keeping it failed): the server asks
-    /// again on a later turn and grants nothing meanwhile.
+    /// again on every later turn (at least every [`EPOCH_RETRY`] while it
+    /// waits) and grants nothing meanwhile. It may ask often: an
+    /// implementation whose tries cost I/O spaces them out itself.
     fn next(&mut self, after: u64) -> Option<u64>;
 }
+
+/// How often a server that waits for an epoch asks again, at least, and
+/// how often [`KeptEpochs`] tries again to keep one after a failure.
+pub const EPOCH_RETRY: Duration = Duration::from_millis(100);
 
 /// The epochs of a server that keeps no state: from the wall clock.
 #[derive(Debug, Clone, Copy, Default)]
@@ -186,19 +504,84 @@ impl Epochs for WallClock {
 
 /// The epochs of a server with a state directory: each kept durably
 /// before it is used, with the greatest lease of the term's record.
-#[derive(Debug)]
+///
+/// A term about to reach `n = 2^22` needs one (PROTOCOL.md 4.1). If it
+/// cannot be kept (a full disk, a directory made read-only), the server
+/// grants nothing until it can: it is tried again every [`EPOCH_RETRY`],
+/// and every failure, and the success that ends them, is told to the
+/// watcher given to [`KeptEpochs::watch`] (`ticketing serve` says so on
+/// stderr and counts them).
 pub struct KeptEpochs {
-    /// The directory.
-    pub dir: StateDir,
-    /// The greatest lease a grant of the term, or one still live from
-    /// before it, may have.
-    pub max_lease_ms: u64,
-    /// Why the latest epoch could not be kept, if it could not.
-    pub failed: Option<StateError>,
+    dir: StateDir,
+    max_lease_ms: u64,
+    /// Tries that failed since the latest epoch kept.
+    failures: u64,
+    /// No try before then, after a failure.
+    retry_at: Option<Instant>,
+    watch: Box<dyn FnMut(Keeping<'_>) + Send>,
+}
+
+/// What came of keeping an epoch, as [`KeptEpochs`] tells its watcher.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Keeping<'a> {
+    /// `epoch` could not be kept: nothing is granted until a later try
+    /// keeps one.
+    Failed {
+        /// The epoch that was to be kept.
+        epoch: u64,
+        /// Why it could not be.
+        error: &'a StateError,
+        /// Tries failed in a row, this one included.
+        failures: u64,
+    },
+    /// `epoch` was kept after tries that failed: the server grants again.
+    Recovered {
+        /// The epoch kept.
+        epoch: u64,
+        /// The tries that failed before.
+        failures: u64,
+    },
+}
+
+impl KeptEpochs {
+    /// The epochs of `dir`, each kept with `max_lease_ms` (the greatest
+    /// lease a grant of the term, or one still live from before it, may
+    /// have: the record's of the term that began).
+    pub fn new(dir: StateDir, max_lease_ms: u64) -> KeptEpochs {
+        KeptEpochs {
+            dir,
+            max_lease_ms,
+            failures: 0,
+            retry_at: None,
+            watch: Box::new(|_| {}),
+        }
+    }
+
+    /// Tells `watch` what comes of each try that fails, and of the one
+    /// that works after them. It is called on the server's task: it
+    /// should only take note, never block.
+    pub fn watch(mut self, watch: impl FnMut(Keeping<'_>) + Send + 'static) -> KeptEpochs {
+        self.watch = Box::new(watch);
+        self
+    }
+}
+
+impl std::fmt::Debug for KeptEpochs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KeptEpochs")
+            .field("dir", &self.dir)
+            .field("max_lease_ms", &self.max_lease_ms)
+            .field("failures", &self.failures)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Epochs for KeptEpochs {
     fn next(&mut self, after: u64) -> Option<u64> {
+        if self.retry_at.is_some_and(|at| Instant::now() < at) {
+            return None;
+        }
         let epoch = next_epoch(after, unix_now());
         let record = EpochRecord {
             epoch,
@@ -206,11 +589,21 @@ impl Epochs for KeptEpochs {
         };
         match self.dir.write_epoch(&record) {
             Ok(()) => {
-                self.failed = None;
+                if self.failures > 0 {
+                    let failures = std::mem::take(&mut self.failures);
+                    (self.watch)(Keeping::Recovered { epoch, failures });
+                }
+                self.retry_at = None;
                 Some(epoch)
             }
-            Err(e) => {
-                self.failed = Some(e);
+            Err(error) => {
+                self.failures += 1;
+                self.retry_at = Instant::now().checked_add(EPOCH_RETRY);
+                (self.watch)(Keeping::Failed {
+                    epoch,
+                    error: &error,
+                    failures: self.failures,
+                });
                 None
             }
         }
@@ -270,12 +663,76 @@ mod tests {
             grants: Vec::new(),
         };
         state.write_table(&image).unwrap();
-        assert_eq!(state.take_table().unwrap(), Some(Ok(image.clone())));
+        assert!(matches!(state.take_table().unwrap(), Some(Ok(taken)) if taken == image));
         assert!(state.take_table().unwrap().is_none(), "used once");
         let bytes = image.encode();
         fs::write(state.table_path(), &bytes[..bytes.len() - 3]).unwrap();
-        assert!(matches!(state.take_table().unwrap(), Some(Err(_))));
+        assert!(matches!(
+            state.take_table().unwrap(),
+            Some(Err(StateError::BadTable { .. }))
+        ));
         assert!(!state.table_path().exists());
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_directory_is_held_by_one_state_dir_and_its_clones() {
+        let dir = scratch("held");
+        let state = StateDir::open(&dir).unwrap();
+        let clone = state.clone();
+        drop(state);
+        let err = StateDir::open(&dir).unwrap_err();
+        assert!(matches!(err, StateError::Held { .. }), "{err}");
+        assert!(err.to_string().contains(&*dir.to_string_lossy()), "{err}");
+        drop(clone);
+        StateDir::open(&dir).expect("free once every clone is gone");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn every_failure_to_keep_an_epoch_is_told_and_so_is_the_end_of_them() {
+        use std::sync::Mutex;
+
+        let dir = scratch("kept");
+        let state = StateDir::open(&dir).unwrap();
+        // A directory where the record goes: the rename over it fails,
+        // whoever runs the test (root included).
+        fs::create_dir_all(state.epoch_path().join("in-the-way")).unwrap();
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let seen = Arc::clone(&told);
+        let mut epochs = KeptEpochs::new(state.clone(), 5_000).watch(move |keeping| {
+            let line = match keeping {
+                Keeping::Failed {
+                    error, failures, ..
+                } => format!("failed {failures}: {error}"),
+                Keeping::Recovered { epoch, failures } => {
+                    format!("kept {epoch} after {failures}")
+                }
+            };
+            seen.lock().unwrap().push(line);
+        });
+        assert_eq!(epochs.next(7), None);
+        assert_eq!(epochs.next(7), None, "too soon to try again");
+        std::thread::sleep(EPOCH_RETRY);
+        assert_eq!(epochs.next(7), None);
+        {
+            let told = told.lock().unwrap();
+            assert_eq!(told.len(), 2, "{told:?}");
+            let epoch = state.epoch_path();
+            assert!(told[0].starts_with("failed 1: "), "{told:?}");
+            assert!(told[1].starts_with("failed 2: "), "{told:?}");
+            assert!(told[1].contains(&*epoch.to_string_lossy()), "{told:?}");
+        }
+        fs::remove_dir_all(state.epoch_path()).unwrap();
+        std::thread::sleep(EPOCH_RETRY);
+        let epoch = epochs.next(7).expect("kept now");
+        assert!(epoch > 7);
+        assert_eq!(
+            told.lock().unwrap().last().unwrap(),
+            &format!("kept {epoch} after 2")
+        );
+        let record = state.read_epoch().unwrap().unwrap();
+        assert_eq!((record.epoch, record.max_lease_ms), (epoch, 5_000));
         fs::remove_dir_all(dir).unwrap();
     }
 }

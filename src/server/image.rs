@@ -12,10 +12,14 @@ use core::time::Duration;
 use siphasher::sip::SipHasher13;
 use thiserror::Error;
 
+use super::term::epoch_of;
 use crate::names::Key;
 
 /// The first line of an epoch record.
 const EPOCH_MAGIC: &str = "ticketing-epoch 1";
+
+/// The most digits a `u64` takes in decimal.
+const U64_DIGITS: usize = 20;
 
 /// The first line of a table image.
 const TABLE_MAGIC: &str = "ticketing-table 1";
@@ -33,6 +37,13 @@ pub struct EpochRecord {
 }
 
 impl EpochRecord {
+    /// The most bytes an encoded record takes (both numbers at `u64::MAX`):
+    /// a driver reads no more than this of a file that should hold one.
+    pub const MAX_ENCODED_LEN: usize = (EPOCH_MAGIC.len() + 1)
+        + ("epoch ".len() + U64_DIGITS + 1)
+        + ("max_lease_ms ".len() + U64_DIGITS + 1)
+        + SUM_LINE_LEN;
+
     /// The record as bytes, checksum last.
     pub fn encode(&self) -> Vec<u8> {
         let mut body = String::new();
@@ -152,6 +163,65 @@ impl TableImage {
             grants,
         })
     }
+
+    /// Whether the image's numbers are within what the term that wrote it
+    /// could have given, by the epoch `record` kept beside it (PROTOCOL.md
+    /// 4.1): of the record's epoch, no token of a later one, no lease
+    /// (nor greatest lease) beyond the record's greatest, and no more grace
+    /// left than a crash would cost now (that lease plus `grace_margin`).
+    ///
+    /// The bound is the record's, not the configuration of the start that
+    /// reads it: a server restarted with a shorter longest lease still
+    /// takes the table its longer leases were granted under. A table out
+    /// of range is not used (the term begins with a recovery grace, which
+    /// is always safe): its grants could outlive every grace to come, or
+    /// its tokens outrank every token to come.
+    pub fn check(&self, record: &EpochRecord, grace_margin: Duration) -> Result<(), ImageError> {
+        let max_ms = record.max_lease_ms;
+        let beyond = |range| Err(ImageError::OutOfRange(range));
+        if self.epoch > record.epoch {
+            return beyond(OutOfRange::EpochAhead {
+                epoch: self.epoch,
+                record: record.epoch,
+            });
+        }
+        if self.epoch < record.epoch {
+            return beyond(OutOfRange::Stale {
+                epoch: self.epoch,
+                record: record.epoch,
+            });
+        }
+        if self.max_lease_ms > max_ms {
+            return beyond(OutOfRange::MaxLease {
+                lease_ms: self.max_lease_ms,
+                max_ms,
+            });
+        }
+        let grace_max_ms = max_ms.saturating_add(crate::time::duration_millis(grace_margin));
+        if self.grace_ms > grace_max_ms {
+            return beyond(OutOfRange::Grace {
+                grace_ms: self.grace_ms,
+                max_ms: grace_max_ms,
+            });
+        }
+        for g in &self.grants {
+            if epoch_of(g.token) > self.epoch {
+                return beyond(OutOfRange::TokenAhead {
+                    key: g.key.clone(),
+                    epoch: epoch_of(g.token),
+                    table: self.epoch,
+                });
+            }
+            if g.remaining_ms > max_ms {
+                return beyond(OutOfRange::Lease {
+                    key: g.key.clone(),
+                    lease_ms: g.remaining_ms,
+                    max_ms,
+                });
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Why bytes are not an intact record or image.
@@ -170,6 +240,71 @@ pub enum ImageError {
         /// The line, counting from 1.
         line: usize,
     },
+    /// Intact, but its numbers are out of range for the epoch record kept
+    /// beside it ([`TableImage::check`]).
+    #[error("out of range: {0}")]
+    OutOfRange(OutOfRange),
+}
+
+/// A number of a [`TableImage`] that the term which wrote it could not
+/// have given, by the epoch record kept beside it ([`TableImage::check`]).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
+pub enum OutOfRange {
+    /// The table is of an epoch the record never reached.
+    #[error("the table's epoch {epoch} is ahead of the epoch record's {record}")]
+    EpochAhead {
+        /// The table's epoch.
+        epoch: u64,
+        /// The record's.
+        record: u64,
+    },
+    /// The table is of an epoch before the record's: a later term began
+    /// without it, so its grants are no longer the latest word.
+    #[error("the table's epoch {epoch} is older than the epoch record's {record} (stale)")]
+    Stale {
+        /// The table's epoch.
+        epoch: u64,
+        /// The record's.
+        record: u64,
+    },
+    /// A grant's token is of an epoch after the table's.
+    #[error("the token of {key} is of epoch {epoch}, ahead of the table's {table}")]
+    TokenAhead {
+        /// The key.
+        key: Key,
+        /// The token's epoch.
+        epoch: u64,
+        /// The table's.
+        table: u64,
+    },
+    /// A grant has more lease left than the greatest lease kept with the
+    /// epoch.
+    #[error("{key} has a lease of {lease_ms} ms left, beyond the {max_ms} ms kept with the epoch")]
+    Lease {
+        /// The key.
+        key: Key,
+        /// The lease left.
+        lease_ms: u64,
+        /// The greatest lease kept with the epoch.
+        max_ms: u64,
+    },
+    /// The table's greatest lease is beyond the one kept with the epoch.
+    #[error("a greatest lease of {lease_ms} ms, beyond the {max_ms} ms kept with the epoch")]
+    MaxLease {
+        /// The table's greatest lease.
+        lease_ms: u64,
+        /// The greatest lease kept with the epoch.
+        max_ms: u64,
+    },
+    /// More of a recovery grace left than a crash would cost now.
+    #[error("a grace of {grace_ms} ms left, beyond the {max_ms} ms a crash would cost")]
+    Grace {
+        /// The grace left.
+        grace_ms: u64,
+        /// The greatest lease kept with the epoch plus the margin.
+        max_ms: u64,
+    },
 }
 
 /// The checksum of `body`: SipHash-1-3 under a fixed key. It guards
@@ -179,6 +314,9 @@ fn checksum(body: &[u8]) -> u64 {
     h.write(body);
     h.finish()
 }
+
+/// The length of the checksum line: `sum `, 16 hex digits, `\n`.
+const SUM_LINE_LEN: usize = "sum ".len() + 16 + 1;
 
 /// `body` followed by its checksum line.
 fn seal(mut body: String) -> Vec<u8> {
@@ -340,6 +478,93 @@ mod tests {
             Err(ImageError::Malformed { line: 1 }),
             "a table is not an epoch record"
         );
+    }
+
+    #[test]
+    fn the_longest_epoch_record_is_its_bound() {
+        let longest = EpochRecord {
+            epoch: u64::MAX,
+            max_lease_ms: u64::MAX,
+        };
+        assert_eq!(longest.encode().len(), EpochRecord::MAX_ENCODED_LEN);
+        let short = EpochRecord {
+            epoch: 0,
+            max_lease_ms: 0,
+        };
+        assert!(short.encode().len() < EpochRecord::MAX_ENCODED_LEN);
+    }
+
+    #[test]
+    fn a_table_is_checked_against_the_record_kept_beside_it() {
+        let margin = Duration::from_millis(1_000);
+        let epoch = 1_700_000_000_000;
+        let i = TableImage {
+            grants: vec![
+                ImageGrant {
+                    key: Key::new("a").unwrap(),
+                    token: (epoch - 5) << 22 | 9,
+                    remaining_ms: 10,
+                },
+                ImageGrant {
+                    key: Key::new("b").unwrap(),
+                    token: epoch << 22 | 3,
+                    remaining_ms: 60_000,
+                },
+            ],
+            ..image()
+        };
+        // The record's greatest lease bounds the table, not the table's own.
+        let record = EpochRecord {
+            epoch,
+            max_lease_ms: 60_000,
+        };
+        assert_eq!(i.check(&record, margin), Ok(()));
+        let out = |image: &TableImage, record: &EpochRecord| match image.check(record, margin) {
+            Err(ImageError::OutOfRange(range)) => range,
+            other => panic!("in range: {other:?}"),
+        };
+        let mut long = i.clone();
+        long.grants[0].remaining_ms = 60_001;
+        assert_eq!(
+            out(&long, &record),
+            OutOfRange::Lease {
+                key: Key::new("a").unwrap(),
+                lease_ms: 60_001,
+                max_ms: 60_000
+            }
+        );
+        assert!(ImageError::OutOfRange(out(&long, &record))
+            .to_string()
+            .contains("60001 ms"));
+        let mut wide = i.clone();
+        wide.max_lease_ms = 60_001;
+        assert!(matches!(out(&wide, &record), OutOfRange::MaxLease { .. }));
+        // A grace of at most what a crash would cost now.
+        let mut grace = i.clone();
+        grace.grace_ms = 61_000;
+        assert_eq!(grace.check(&record, margin), Ok(()));
+        grace.grace_ms = 61_001;
+        assert!(matches!(
+            out(&grace, &record),
+            OutOfRange::Grace { max_ms: 61_000, .. }
+        ));
+        // Epochs: the record's, and no token of a later one.
+        let behind = EpochRecord {
+            epoch: epoch - 1,
+            ..record
+        };
+        assert!(matches!(out(&i, &behind), OutOfRange::EpochAhead { .. }));
+        let later = EpochRecord {
+            epoch: epoch + 1,
+            ..record
+        };
+        assert!(matches!(out(&i, &later), OutOfRange::Stale { .. }));
+        let mut token = i.clone();
+        token.grants[1].token = (epoch + 1) << 22 | 1;
+        assert!(matches!(
+            out(&token, &record),
+            OutOfRange::TokenAhead { .. }
+        ));
     }
 
     #[test]

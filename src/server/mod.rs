@@ -7,6 +7,7 @@
 //! | `term.rs` | [`Term`], [`EpochSource`], [`TermError`]: how a term begins, `token = epoch * 2^22 + n` |
 //! | `image.rs` | [`EpochRecord`], [`TableImage`]: what a server keeps, with a checksum |
 //! | `config.rs` | [`Config`] and [`Role`] |
+//! | `credential.rs` | the required credential, compared in a time that depends on neither side |
 //! | `action.rs` | [`Action`] and [`ConnId`] |
 //!
 //! Where each rule of section 4 lives:
@@ -25,7 +26,8 @@
 //!    [`Server::announce_leader`]; a leader that grants only while its
 //!    leadership is certain (section 4.2): [`Server::lead_until`], fired
 //!    by `Server::advance` before anything else at its time;
-//! 8. credentials: `Server::on_hello`;
+//! 8. credentials: `Server::on_hello`, compared by `credential.rs`;
+//!    refusals counted ([`ServerStats::auth_failures`]);
 //! 9. renewal (`X`): `LockTable::renew`; refused on version 1 connections
 //!    by `Server::on_request` (the version is kept per connection from its
 //!    `H`, [`VERSIONS`]);
@@ -52,6 +54,7 @@
 
 mod action;
 mod config;
+mod credential;
 mod image;
 mod stats;
 mod table;
@@ -65,7 +68,7 @@ use bytes::BytesMut;
 
 pub use action::{Action, ConnId};
 pub use config::{Config, ConfigError, Role};
-pub use image::{EpochRecord, ImageError, ImageGrant, TableImage};
+pub use image::{EpochRecord, ImageError, ImageGrant, OutOfRange, TableImage};
 pub use stats::ServerStats;
 pub use table::{Holder, LockTable};
 pub use term::{
@@ -75,8 +78,9 @@ pub use term::{
 
 use core::time::Duration;
 
+use self::credential::Credential;
 use self::table::{Acquired, Limits, Renewal, Reply};
-use crate::names::{Endpoint, Name};
+use crate::names::Endpoint;
 use crate::time::Time;
 use crate::wire::{Answer, AnswerKind, Atom, ClientFrame, LineReader, ServerFrame, Window};
 
@@ -284,6 +288,8 @@ enum Pending {
 /// ```
 pub struct Server {
     config: Config,
+    /// `config.credential`, as it is compared.
+    credential: Option<Credential>,
     role: Role,
     hint: Option<Endpoint>,
     now: Time,
@@ -308,6 +314,7 @@ impl Server {
     pub fn new(config: Config, now: Time) -> Result<Server, ConfigError> {
         config.validate()?;
         Ok(Server {
+            credential: config.credential.as_ref().map(Credential::new),
             role: config.role.clone(),
             hint: config.leader_hint.clone(),
             table: LockTable::with_hash_key(config.hash_key, config.epochs),
@@ -597,6 +604,13 @@ impl Server {
         }
     }
 
+    /// Sets the term's counter, as if `n` grants had been made: for the
+    /// tests of drivers that must see a term reach `n = 2^22`.
+    #[cfg(test)]
+    pub(crate) fn set_term_count(&mut self, n: u64) {
+        self.table.set_count(n);
+    }
+
     /// The epoch of the current term.
     pub fn epoch(&self) -> u64 {
         self.table.epoch()
@@ -880,8 +894,9 @@ impl Server {
             2 => Version::V2,
             _ => return Err(Farewell::Error(Reason::UnsupportedVersion)),
         };
-        if let Some(required) = &self.config.credential {
-            if !same_secret(required, credential) {
+        if let Some(required) = &self.credential {
+            if !required.admits(credential.as_bytes()) {
+                self.stats.auth_failures += 1;
                 return Err(Farewell::Error(Reason::AuthFailed));
             }
         }
@@ -1090,15 +1105,6 @@ impl Server {
             self.close(conn, Some(Farewell::Error(Reason::NotActive)));
         }
     }
-}
-
-/// Compares a credential without stopping at the first difference.
-fn same_secret(required: &Name, offered: Atom<'_>) -> bool {
-    let (a, b) = (required.as_bytes(), offered.as_bytes());
-    if a.len() != b.len() {
-        return false;
-    }
-    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 impl core::fmt::Debug for Server {

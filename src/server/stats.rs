@@ -26,6 +26,9 @@ pub struct ServerStats {
     pub expiries: u64,
     /// Connections accepted.
     pub accepted: u64,
+    /// Handshakes refused for a wrong credential, or none, where one is
+    /// required (rule 8): guesses, or a client configured wrong.
+    pub auth_failures: u64,
     /// Now: connections open.
     pub connections: u64,
     /// Now: acquires waiting in a key's queue.

@@ -3,6 +3,7 @@
 //! `tests/server_model.rs`.
 
 use super::*;
+use crate::names::Name;
 
 fn server() -> Server {
     let mut config = Config::new(Name::new("n1").unwrap());
@@ -179,4 +180,27 @@ fn a_driver_that_gives_epochs_is_asked_and_nothing_is_granted_meanwhile() {
         drain(&mut s),
         [send(a, &format!("G 3 A z {second} 50 0\n"))]
     );
+}
+
+#[test]
+fn handshakes_refused_for_their_credential_are_counted() {
+    let mut config = Config::new(Name::new("n1").unwrap());
+    config.credential = Some(Name::new("open-sesame").unwrap());
+    let mut s = Server::new(config, Time::ZERO).unwrap();
+    for (offered, refused) in [("guess", true), ("-", true), ("open-sesame", false)] {
+        let conn = s.handle_accept(Time::ZERO);
+        s.handle_bytes(Time::ZERO, conn, format!("H 2 c {offered}\n").as_bytes());
+        let said = drain(&mut s);
+        assert_eq!(
+            said.first() == Some(&send(conn, "E auth_failed\n")),
+            refused,
+            "{offered}: {said:?}"
+        );
+    }
+    assert_eq!(s.stats().auth_failures, 2);
+    // A server that asks for no credential refuses none.
+    let mut open = server();
+    let conn = open.handle_accept(Time::ZERO);
+    open.handle_bytes(Time::ZERO, conn, b"H 2 c anything\n");
+    assert_eq!(open.stats().auth_failures, 0);
 }

@@ -6,6 +6,7 @@ mod common;
 mod demo;
 mod input;
 mod run;
+mod scrape;
 mod serve;
 mod sim;
 

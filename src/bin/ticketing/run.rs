@@ -4,7 +4,8 @@
 //! The grant is renewed automatically while the child runs (unless
 //! `--no-renew`; for at most `--max-hold-ms` of holding if given), so a
 //! command may run as long as it needs and a `ticketing run` that dies
-//! frees the key within one lease.
+//! frees the key within one lease. The child gets `TICKETING_KEY` and
+//! `TICKETING_TOKEN`, and not `TICKETING_CREDENTIAL`.
 //!
 //! Exit statuses: the child's (128 + the signal if a signal ended it); 75
 //! when the lock was not acquired (timed out, busy) or the acquire is
@@ -27,7 +28,7 @@ use ticketing::{Key, Name};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::common::{spawn_client, ClientOptions};
+use crate::common::{spawn_client, ClientOptions, CREDENTIAL_ENV};
 
 /// Options of `ticketing run` (CLI.md).
 #[derive(ClapArgs)]
@@ -171,8 +172,12 @@ async fn supervise(
     sigterm: &mut tokio::signal::unix::Signal,
 ) -> u8 {
     let key = lease.grant().key().clone();
+    // The credential is for talking to the lock service, which this
+    // process does for the command: the command, and whatever it runs or
+    // logs its environment to, does not get it.
     let mut child = match Command::new(&command[0])
         .args(&command[1..])
+        .env_remove(CREDENTIAL_ENV)
         .env("TICKETING_KEY", key.as_str())
         .env("TICKETING_TOKEN", lease.token().to_string())
         .spawn()

@@ -1,20 +1,24 @@
 //! `ticketing serve`: the reference server until SIGINT or SIGTERM.
 
 use std::error::Error;
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Args as ClapArgs, ValueEnum};
-use ticketing::cluster::{self, ClusterConfig, ClusterEpochs, Notice};
-use ticketing::serve::TlsListener;
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use ticketing::cluster::{self, check_cluster_name, ClusterConfig, ClusterEpochs, Notice};
+use ticketing::serve::{ServerHandle, TlsListener};
 use ticketing::server::{Config, EpochSource, Role, Server, Term};
-use ticketing::state::{unix_now, Epochs, KeptEpochs, StateDir, WallClock};
+use ticketing::state::{unix_now, Epochs, Keeping, KeptEpochs, StateDir, WallClock};
 use ticketing::tls::{Identity, ServerTls};
 use ticketing::{Endpoint, Name, Time};
 use tokio::net::TcpListener;
 
 use crate::common::{Secret, CREDENTIAL_ENV};
+use crate::scrape;
 
 #[derive(Clone, Copy, ValueEnum)]
 enum RoleArg {
@@ -97,8 +101,8 @@ pub struct Args {
         conflicts_with = "state_dir"
     )]
     etcd: Vec<String>,
-    /// The cluster's name in etcd.
-    #[arg(long, value_name = "NAME", requires = "etcd")]
+    /// The cluster's name in etcd: an atom without '/'.
+    #[arg(long, value_name = "NAME", requires = "etcd", value_parser = cluster_name)]
     cluster: Option<String>,
     /// The address clients reach this node at: its election value, and what
     /// `M` names it by.
@@ -108,9 +112,18 @@ pub struct Args {
     /// (etcd counts whole seconds: rounded up).
     #[arg(long, value_name = "N", default_value_t = 5_000)]
     election_ttl_ms: u64,
-    /// Serve the server's counters at ADDR in the Prometheus text format.
+    /// Serve the server's counters at http://ADDR/metrics in the
+    /// Prometheus text format. Keep it private: it shows how busy the
+    /// server is.
     #[arg(long, value_name = "ADDR")]
-    metrics_listen: Option<std::net::SocketAddr>,
+    metrics_listen: Option<SocketAddr>,
+}
+
+/// A cluster name as `--cluster` takes it (the library's rule).
+fn cluster_name(name: &str) -> Result<String, String> {
+    check_cluster_name(name)
+        .map(|()| name.to_owned())
+        .map_err(|e| e.to_string())
 }
 
 impl Args {
@@ -150,18 +163,19 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     // The handlers are in place before `listening on` is printed: a signal
     // sent as soon as that line is seen must stop the server cleanly.
     let stop = stop_signal()?;
+    let prometheus = serve_metrics(args.metrics_listen).await?;
     if let (Some(cluster), Some(advertise)) = (args.cluster.clone(), args.advertise.clone()) {
         let mut node = ClusterConfig::new(args.etcd.clone(), cluster, advertise);
         node.election_ttl = Duration::from_millis(args.election_ttl_ms);
         node.max_lease = config.max_lease;
         node.grace_margin = config.grace_margin;
         config.role = Role::NoLeader;
-        return serve_in_cluster(config, &args.listen, tls, node, args.metrics_listen, stop).await;
+        return serve_in_cluster(config, &args.listen, tls, node, prometheus, stop).await;
     }
-    let max_lease = config.max_lease;
     let origin = Instant::now();
+    let news = Arc::new(EpochNews::default());
     let mut core = Server::new(config, Time::ZERO)?;
-    let (state, epochs) = begin_term(&mut core, origin, args.state_dir, max_lease).await?;
+    let (state, epochs) = begin_term(&mut core, origin, args.state_dir, &news).await?;
     if let Some(until) = core.grace_until() {
         let ends = origin + Duration::from_nanos(until.as_nanos());
         eprintln!(
@@ -173,20 +187,11 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             eprintln!("recovery grace over: granting");
         });
     }
-    let listener = TcpListener::bind(&args.listen).await?;
-    let handle = match tls {
-        Some(tls) => ticketing::serve::spawn_with_epochs(
-            TlsListener::new(listener, tls),
-            core,
-            origin,
-            epochs,
-        )?,
-        None => ticketing::serve::spawn_with_epochs(listener, core, origin, epochs)?,
-    };
-    eprintln!("listening on {}", handle.local_addr());
+    let (handle, addr) = bind_and_serve(&args.listen, core, tls, origin, epochs).await?;
+    eprintln!("listening on {addr}");
     tokio::select! {
         () = stop => {}
-        () = publish_metrics(&handle, args.metrics_listen) => {}
+        () = watch(&handle, prometheus, &news) => {}
     }
     let mut core = handle.stop().await?;
     if let Some(state) = state {
@@ -197,6 +202,46 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Binds `listen` and serves `core` there (over TLS with `tls`), its
+/// epochs from `epochs`; says first what the address and the options
+/// leave open.
+async fn bind_and_serve(
+    listen: &str,
+    core: Server,
+    tls: Option<ServerTls>,
+    origin: Instant,
+    epochs: Box<dyn Epochs>,
+) -> Result<(ServerHandle, SocketAddr), Box<dyn Error>> {
+    let listener = TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    warn_if_exposed(addr, core.config().credential.is_some(), tls.is_some());
+    let handle = match tls {
+        Some(tls) => ticketing::serve::spawn_with_epochs(
+            TlsListener::new(listener, tls),
+            core,
+            origin,
+            epochs,
+        )?,
+        None => ticketing::serve::spawn_with_epochs(listener, core, origin, epochs)?,
+    };
+    Ok((handle, addr))
+}
+
+/// Says on stderr, for a server that others can reach (any address but a
+/// loopback one), what its options leave open: with no credential, anyone
+/// who reaches the port can take and release every lock; with one but no
+/// TLS, the credential crosses the network in the clear.
+fn warn_if_exposed(addr: SocketAddr, credential: bool, tls: bool) {
+    if addr.ip().is_loopback() {
+        return;
+    }
+    if !credential {
+        eprintln!("ticketing: warning: listening on {addr} with no --credential: anyone who can reach it can take and release any lock (README.md, Security model)");
+    } else if !tls {
+        eprintln!("ticketing: warning: --credential without --tls-cert on {addr}: the credential crosses the network in the clear");
+    }
+}
+
 /// A node of a cluster on etcd: it serves as etcd says (PROTOCOL.md 4.2)
 /// until a signal, or until it cannot go on.
 async fn serve_in_cluster(
@@ -204,25 +249,15 @@ async fn serve_in_cluster(
     listen: &str,
     tls: Option<ServerTls>,
     node: ClusterConfig,
-    metrics_listen: Option<std::net::SocketAddr>,
+    prometheus: Option<PrometheusHandle>,
     stop: impl std::future::Future<Output = ()>,
 ) -> Result<ExitCode, Box<dyn Error>> {
     let core = Server::new(config, Time::ZERO)?;
     let epochs = ClusterEpochs::new();
-    let listener = TcpListener::bind(listen).await?;
     let origin = Instant::now();
-    let handle = match tls {
-        Some(tls) => ticketing::serve::spawn_with_epochs(
-            TlsListener::new(listener, tls),
-            core,
-            origin,
-            Box::new(epochs.clone()),
-        )?,
-        None => {
-            ticketing::serve::spawn_with_epochs(listener, core, origin, Box::new(epochs.clone()))?
-        }
-    };
-    eprintln!("listening on {}", handle.local_addr());
+    let epochs_box = Box::new(epochs.clone());
+    let (handle, addr) = bind_and_serve(listen, core, tls, origin, epochs_box).await?;
+    eprintln!("listening on {addr}");
     let name = node.cluster.clone();
     let notify = |notice| match notice {
         Notice::Leading { epoch, grace } => {
@@ -245,9 +280,10 @@ async fn serve_in_cluster(
     };
     // A signal hands the leadership over at once: the node stops granting
     // and gives up its election key before the server stops.
+    let no_news = EpochNews::default();
     let failed = tokio::select! {
         stopped = cluster::run_until(&handle, &node, &epochs, notify, stop) => stopped.err(),
-        () = publish_metrics(&handle, metrics_listen) => None,
+        () = watch(&handle, prometheus, &no_news) => None,
     };
     handle.stop().await?;
     match failed {
@@ -258,12 +294,13 @@ async fn serve_in_cluster(
 
 /// Begins the server's first term (PROTOCOL.md 4.1): from the state
 /// directory if there is one (its epoch kept before any grant, its table
-/// taken once), else from the clock; and where its later epochs come from.
+/// taken once), else from the clock; and where its later epochs come from
+/// (their failures noted in `news`).
 async fn begin_term(
     core: &mut Server,
     origin: Instant,
     state_dir: Option<PathBuf>,
-    max_lease: Duration,
+    news: &Arc<EpochNews>,
 ) -> Result<(Option<StateDir>, Box<dyn Epochs>), Box<dyn Error>> {
     let Some(dir) = state_dir else {
         let term = Term::stateless(unix_now());
@@ -279,28 +316,21 @@ async fn begin_term(
         return Ok((None, Box::new(WallClock)));
     };
     let state = StateDir::open(dir)?;
-    let previous = state.read_epoch()?;
-    let table = match state.take_table()? {
-        Some(Ok(image)) => Some(image),
-        Some(Err(e)) => {
-            eprintln!(
-                "{}: unreadable ({e}): a recovery grace instead",
-                state.table_path().display()
-            );
-            None
-        }
-        None => None,
-    };
-    let (term, record) = Term::next(previous.as_ref(), table, unix_now(), max_lease);
-    state.write_epoch(&record)?;
+    let config = core.config();
+    let next = state.next_term(unix_now(), config.max_lease, config.grace_margin)?;
+    if let Some(refused) = &next.refused_table {
+        let then = match next.term {
+            Term::Recovered { .. } => ": a recovery grace instead",
+            _ => "",
+        };
+        eprintln!("{refused}: unreadable, not used{then}");
+    }
     // The leases and the grace count from now, when the time stopped was
     // measured: never from earlier.
-    core.begin_term(since(origin), term)?;
-    let epochs = KeptEpochs {
-        dir: state.clone(),
-        max_lease_ms: record.max_lease_ms,
-        failed: None,
-    };
+    core.begin_term(since(origin), next.term)?;
+    let news = Arc::clone(news);
+    let epochs = KeptEpochs::new(state.clone(), next.record.max_lease_ms)
+        .watch(move |keeping| news.note(&keeping));
     Ok((Some(state), Box::new(epochs)))
 }
 
@@ -340,29 +370,185 @@ fn secret() -> u128 {
     (half(0) << 64) | half(1)
 }
 
-/// With `listen`, serves the core's counters there in the Prometheus text
-/// format, refreshed every second, for as long as it is polled; without,
-/// never ends.
-async fn publish_metrics(
-    handle: &ticketing::serve::ServerHandle,
-    listen: Option<std::net::SocketAddr>,
-) {
+/// With `listen`, a Prometheus recorder installed and its text served
+/// there (`scrape`); `None` without.
+async fn serve_metrics(
+    listen: Option<SocketAddr>,
+) -> Result<Option<PrometheusHandle>, Box<dyn Error>> {
     let Some(addr) = listen else {
-        return std::future::pending().await;
+        return Ok(None);
     };
-    if let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
-        .with_http_listener(addr)
-        .install()
-    {
-        eprintln!("cannot serve metrics on {addr}: {e}");
-        return std::future::pending().await;
-    }
-    eprintln!("metrics on {addr}");
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    let bound = listener.local_addr()?;
+    let prometheus = PrometheusBuilder::new()
+        .install_recorder()
+        .map_err(|e| format!("--metrics-listen {addr}: {e}"))?;
+    let recorder = prometheus.clone();
+    tokio::spawn(scrape::serve(listener, move || recorder.render()));
+    eprintln!("metrics on {bound}");
+    Ok(Some(prometheus))
+}
+
+/// How often something that keeps going wrong is said on stderr, at most.
+const REPORT_EVERY: Duration = Duration::from_secs(10);
+
+/// Every second, for as long as it is polled and the server runs: the
+/// server's counters published for Prometheus (with a recorder), and on
+/// stderr, each at most once every [`REPORT_EVERY`], handshakes refused
+/// for a wrong credential and epochs that could not be kept.
+async fn watch(handle: &ServerHandle, prometheus: Option<PrometheusHandle>, news: &EpochNews) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
+    let mut refused = Report::default();
+    let mut unkept = Report::default();
     loop {
-        if let Ok(stats) = handle.stats().await {
-            ticketing::metrics::record_server(&stats);
-        }
         tick.tick().await;
+        let Ok(stats) = handle.stats().await else {
+            // The server task has ended: stopping says why.
+            return;
+        };
+        let epochs = news.take();
+        if prometheus.is_some() {
+            ticketing::metrics::record_server(&stats);
+            ticketing::metrics::record_epoch_write_failures(epochs.failures);
+        }
+        if let Some(prometheus) = &prometheus {
+            prometheus.run_upkeep();
+        }
+        let now = Instant::now();
+        if let Some(new) = refused.due(stats.auth_failures, now) {
+            eprintln!(
+                "handshakes refused for a wrong credential: {new} since the last report, {} in all",
+                stats.auth_failures
+            );
+        }
+        if let Some(new) = unkept.due(epochs.failures, now) {
+            let error = epochs.last_error.as_deref().unwrap_or("unknown");
+            eprintln!(
+                "cannot keep the next epoch, so nothing is granted until it can ({new} more failed tries, {} in a row): {error}",
+                epochs.in_a_row
+            );
+        }
+        if let Some(failures) = epochs.recovered {
+            eprintln!("the next epoch is kept after {failures} failed tries: granting");
+        }
+    }
+}
+
+/// A count said on stderr as it grows, at most once every
+/// [`REPORT_EVERY`].
+#[derive(Default)]
+struct Report {
+    said: u64,
+    next: Option<Instant>,
+}
+
+impl Report {
+    /// How much `total` grew since it was last said, if it grew and may
+    /// be said at `now`.
+    fn due(&mut self, total: u64, now: Instant) -> Option<u64> {
+        if total <= self.said || self.next.is_some_and(|next| now < next) {
+            return None;
+        }
+        let new = total - self.said;
+        self.said = total;
+        self.next = Some(now + REPORT_EVERY);
+        Some(new)
+    }
+}
+
+/// What the state directory's epochs came to, noted on the server's task
+/// ([`KeptEpochs::watch`]) and said by [`watch`].
+#[derive(Default)]
+struct EpochNews(Mutex<EpochTrouble>);
+
+/// The news so far.
+#[derive(Default, Clone)]
+struct EpochTrouble {
+    /// Tries that failed, in all.
+    failures: u64,
+    /// Tries that failed since the latest epoch kept.
+    in_a_row: u64,
+    /// Why the latest one failed.
+    last_error: Option<String>,
+    /// Kept after that many failed tries, since the last look.
+    recovered: Option<u64>,
+}
+
+impl EpochNews {
+    fn note(&self, keeping: &Keeping<'_>) {
+        let mut news = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        match keeping {
+            Keeping::Failed {
+                error, failures, ..
+            } => {
+                news.failures += 1;
+                news.in_a_row = *failures;
+                news.last_error = Some(error.to_string());
+            }
+            Keeping::Recovered { failures, .. } => {
+                news.in_a_row = 0;
+                news.recovered = Some(*failures);
+            }
+            _ => {}
+        }
+    }
+
+    /// The news, the recovery taken (it is said once).
+    fn take(&self) -> EpochTrouble {
+        let mut news = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let seen = news.clone();
+        news.recovered = None;
+        seen
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_growing_count_is_said_at_once_then_at_most_once_every_report_every() {
+        let mut report = Report::default();
+        let start = Instant::now();
+        assert_eq!(report.due(0, start), None, "nothing to say");
+        assert_eq!(report.due(3, start), Some(3), "the first, at once");
+        let soon = start + REPORT_EVERY / 2;
+        assert_eq!(report.due(9, soon), None, "too soon");
+        let later = start + REPORT_EVERY;
+        assert_eq!(report.due(9, later), Some(6), "what grew meanwhile");
+        assert_eq!(report.due(9, later + REPORT_EVERY), None, "no growth");
+        assert_eq!(report.due(10, later + REPORT_EVERY), Some(1));
+    }
+
+    #[test]
+    fn epoch_news_counts_every_failure_and_tells_a_recovery_once() {
+        let news = EpochNews::default();
+        let error = ticketing::state::StateError::NotRegular {
+            path: PathBuf::from("/state/epoch"),
+        };
+        for failures in 1..=3 {
+            news.note(&Keeping::Failed {
+                epoch: 7,
+                error: &error,
+                failures,
+            });
+        }
+        let seen = news.take();
+        assert_eq!((seen.failures, seen.in_a_row, seen.recovered), (3, 3, None));
+        assert!(seen
+            .last_error
+            .is_some_and(|e| e.starts_with("/state/epoch: ")));
+        news.note(&Keeping::Recovered {
+            epoch: 7,
+            failures: 3,
+        });
+        let seen = news.take();
+        assert_eq!(
+            (seen.failures, seen.in_a_row, seen.recovered),
+            (3, 0, Some(3))
+        );
+        assert_eq!(news.take().recovered, None, "said once");
     }
 }
