@@ -2,10 +2,10 @@
 //! as they come ..."): a `release-grant`, `renew` or `auto-renew` waits for
 //! the acquire it names, and is dropped with an `error` object carrying its
 //! tag if that acquire is not granted; the end of input waits for every
-//! outcome and every renewal's answer before it shuts the client down.
-//! Each script is written in one
-//! piece and its input closed at once, as `printf ... | ticketing client`
-//! does: the end of input comes before the connection is up.
+//! outcome and every renewal's answer before it shuts the client down;
+//! SIGINT and SIGTERM shut it down at once. Each script is written in one
+//! piece and its input closed at once, as `printf ... | ticketing
+//! client` does: the end of input comes before the connection is up.
 
 mod cli;
 mod pki;
@@ -14,12 +14,17 @@ use std::io::{BufRead, BufReader, Write};
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::thread;
+use std::time::{Duration, Instant};
 
 use cli::{dead_endpoint, Client, Serve};
+use nix::sys::signal::Signal;
 use pki::Ca;
 use serde_json::Value;
 use ticketing::client::Config;
 use ticketing::{Endpoint, Name};
+
+/// The budget of the shutdown at the end of input or on a signal (CLI.md).
+const STOP_BUDGET: Duration = Duration::from_millis(5000);
 
 /// Runs `script` through a client of `endpoints`, its input closed at once;
 /// every line it printed (`done` the last, exit status 0: checked).
@@ -371,6 +376,53 @@ fn the_end_of_input_waits_for_the_answer_to_a_renewal() {
         "{}",
         show(&all)
     );
+}
+
+/// How a test stops a client in the middle of its script.
+#[derive(Clone, Copy, Debug)]
+enum Stop {
+    Signal(Signal),
+    Line,
+}
+
+#[test]
+fn a_signal_or_a_shutdown_line_stops_the_script_at_once() {
+    let serve = Serve::start(&[]);
+    let stops = [
+        Stop::Signal(Signal::SIGTERM),
+        Stop::Signal(Signal::SIGINT),
+        Stop::Line,
+    ];
+    for (i, stop) in stops.into_iter().enumerate() {
+        // Keys of its own: the grants still held at the end stay held.
+        let (k, m) = (format!("k{i}"), format!("m{i}"));
+        let mut c = Client::start(&[&serve.addr], &[]);
+        c.send(&format!("acquire a1 {k} o 0 30000"));
+        c.granted("a1", &k);
+        // Waits 60 s for the key, and the line after it for a2. The
+        // try-lock after them is answered once both lines were read.
+        c.send(&format!("acquire a2 {k} o 60000 5000"));
+        c.send("release-grant r2 a2");
+        c.send(&format!("acquire m {m} o 0 1000"));
+        c.granted("m", &m);
+        let asked = Instant::now();
+        match stop {
+            Stop::Signal(signal) => cli::signal(c.pid(), signal),
+            Stop::Line => c.send("shutdown 5000"),
+        }
+        let rest = c.finish_without_closing_stdin();
+        let took = asked.elapsed();
+        eprintln!("{stop:?}: done and exit {took:?} after");
+        assert!(took < STOP_BUDGET, "{stop:?}: {took:?}");
+        let a2 = outcome_of(&rest, "a2");
+        assert!(
+            a2["outcome"] == "cancelled" || a2["outcome"] == "indeterminate",
+            "{stop:?}: {a2}"
+        );
+        let dropped = find(&rest, |v| v["type"] == "error");
+        assert_eq!(dropped.len(), 1, "{stop:?}: {}", show(&rest));
+        assert_eq!(dropped[0]["tag"], "r2", "{stop:?}: {}", dropped[0]);
+    }
 }
 
 #[test]

@@ -21,6 +21,7 @@ use ticketing::client::{self as core, CloseReason, Event, Grant, OpId, Outcome, 
 use ticketing::tokio::{Canceller, Handle, RequestError};
 use ticketing::{Key, Name, Time};
 use tokio::io::BufReader;
+use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
 use crate::common::{client_config, spawn_configured, ClientOptions};
@@ -270,11 +271,15 @@ enum Report {
 /// The shutdown under way.
 type Shutdown = Pin<Box<dyn Future<Output = Result<(), RequestError>> + Send>>;
 
-/// Budget of the shutdown that ends a run at the end of input (CLI.md:
-/// "then does `shutdown 5000`").
+/// Budget of the shutdown that ends a run at the end of input, or on
+/// SIGINT or SIGTERM (CLI.md: "then does `shutdown 5000`").
 const STOP_BUDGET: Duration = Duration::from_millis(5000);
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
+    // The signals are ours before the client starts: from then on, SIGINT
+    // and SIGTERM stop it cleanly instead of killing the process.
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
     let config = client_config(&args.client)?;
     let max_waiting = config.max_acquires;
     let (handle, mut notices) = spawn_configured(&args.client, config)?;
@@ -291,7 +296,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     // Each line is read whatever it holds, keeping at most `MAX_LINE` bytes
     // of it: a bad line is an error to print, never the end of the input.
     let mut input = Lines::new(BufReader::new(tokio::io::stdin()));
-    // Lines are read until the end of input or a `shutdown` line.
+    // Lines are read until the end of input, a `shutdown` line or a signal.
     let mut reading = true;
     // The shutdown asked for (its budget), and once started, under way.
     let mut stop: Option<Duration> = None;
@@ -306,6 +311,8 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             biased;
             Some(event) = notices.recv() => session.notice(event),
             Some(report) = reported.recv() => session.report(report),
+            Some(()) = sigint.recv(), if stop.is_none() => stop = Some(STOP_BUDGET),
+            Some(()) = sigterm.recv(), if stop.is_none() => stop = Some(STOP_BUDGET),
             result = async { stopping.as_mut().expect("guarded").await }, if stopping.is_some() => {
                 if let Err(e) = result {
                     error(None, format!("shutdown: {e}"));
