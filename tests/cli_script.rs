@@ -441,3 +441,15 @@ fn an_acquire_a_misconfigured_client_refuses_times_out_unsent_with_the_cause() {
     assert_eq!(e["message"], "acquire \"a\" was not granted: timed_out");
     c.finish();
 }
+
+/// `ticketing demo` (CLI.md) refuses options it cannot run with, as a bad
+/// command line (exit status 2), where it used to panic mid-run.
+#[test]
+fn demo_options_it_cannot_run_with_are_refused() {
+    for bad in ["--secs=-1", "--secs=NaN", "--secs=1e30", "--keys=0"] {
+        let f = cli::ticketing(&["demo", bad], cli::WAIT);
+        assert_eq!(f.code, Some(2), "{bad}: {}\n{}", f.stdout, f.stderr);
+        assert!(f.stderr.contains("invalid value"), "{bad}: {}", f.stderr);
+        assert!(!f.stderr.contains("panicked"), "{bad}: {}", f.stderr);
+    }
+}
