@@ -1,8 +1,13 @@
 //! `ticketing client`: a line-oriented driver of the client core, like
 //! `redis-cli` for scripts. Commands on standard input, one JSON object a
 //! line on standard output (CLI.md).
+//!
+//! A script runs as written: a line that needs an acquire's grant waits for
+//! that acquire's outcome, and the end of input waits for every outcome
+//! before the client shuts down. The session only orders the commands and
+//! prints; every rule of the protocol is the core's.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::error::Error;
 use std::future::Future;
 use std::io::Write;
@@ -12,13 +17,14 @@ use std::time::Duration;
 
 use clap::Args as ClapArgs;
 use serde_json::{json, Value};
-use ticketing::client::{self as core, Event, Grant, OpId, Outcome, ReleaseResult};
+use ticketing::client::{self as core, CloseReason, Event, Grant, OpId, Outcome, ReleaseResult};
 use ticketing::tokio::{Canceller, Handle, RequestError};
 use ticketing::{Key, Name, Time};
 use tokio::io::BufReader;
+use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
-use crate::common::{spawn_client, ClientOptions};
+use crate::common::{client_config, spawn_configured, ClientOptions};
 use crate::input::{self, quote, Lines};
 
 /// Options of `ticketing client` (CLI.md).
@@ -69,13 +75,6 @@ enum Line {
         budget: Duration,
     },
 }
-
-/// The shutdown under way.
-type Shutdown = Pin<Box<dyn Future<Output = Result<(), RequestError>> + Send>>;
-
-/// Budget of the shutdown at end of input (CLI.md: "end of input means:
-/// shutdown 5000").
-const END_OF_INPUT_BUDGET: Duration = Duration::from_millis(5000);
 
 fn parse(line: &str) -> Result<Option<Line>, String> {
     let line = line.trim();
@@ -209,180 +208,525 @@ fn switch(word: &str, name: &str) -> Option<Result<Option<Duration>, String>> {
 
 /// What the session knows of a tag.
 enum Tagged {
-    /// An acquire under way.
-    Acquiring(Canceller),
+    /// An acquire under way, and the lines that wait for its outcome, in
+    /// the order they came.
+    Acquiring {
+        canceller: Canceller,
+        waiting: Vec<FollowUp>,
+    },
     /// An acquire that was granted; the grant, until released or abandoned.
     Granted(Option<Grant>),
-    /// Anything else (a release, an acquire that ended otherwise).
-    Done,
+    /// An acquire that ended otherwise: how (`timed_out`, ...), for the
+    /// lines that name it later.
+    NotGranted(String),
+    /// A release (`release` or `release-grant`).
+    Release,
 }
 
-/// An operation's end, reported back to the session.
-struct Done {
-    tag: String,
-    op: &'static str,
-    key: Key,
-    result: Result<Outcome, RequestError>,
+/// A line that needs the grant of the acquire it names. It waits for that
+/// acquire's outcome (CLI.md), so that a script runs as written however
+/// long the acquire takes.
+enum FollowUp {
+    ReleaseGrant { tag: String },
+    Renew { lease: Option<Duration> },
+    AutoRenew { on: Option<Option<Duration>> },
 }
+
+impl FollowUp {
+    /// The tag of the `error` object that drops it (CLI.md): a release's
+    /// own, a renewal's the acquire's.
+    fn tag<'a>(&'a self, acquire: &'a str) -> &'a str {
+        match self {
+            FollowUp::ReleaseGrant { tag } => tag,
+            FollowUp::Renew { .. } | FollowUp::AutoRenew { .. } => acquire,
+        }
+    }
+}
+
+/// What a task of the session reports back to it.
+enum Report {
+    /// An operation ended.
+    Ended {
+        tag: String,
+        op: &'static str,
+        key: Key,
+        result: Result<Outcome, RequestError>,
+    },
+    /// The renewal a `renew` line asked for was queued (its answer comes
+    /// as a notice), or refused.
+    Renew {
+        acquire: String,
+        grant: OpId,
+        result: Result<(), RequestError>,
+    },
+    /// An `auto-renew` line was taken, or refused.
+    AutoRenew {
+        acquire: String,
+        result: Result<(), RequestError>,
+    },
+    /// A `stats` line's counters (boxed: they outweigh the rest).
+    Stats(Result<Box<core::ClientStats>, RequestError>),
+}
+
+/// The shutdown under way.
+type Shutdown = Pin<Box<dyn Future<Output = Result<(), RequestError>> + Send>>;
+
+/// Budget of the shutdown that ends a run at the end of input, or on
+/// SIGINT or SIGTERM (CLI.md: "then does `shutdown 5000`").
+const STOP_BUDGET: Duration = Duration::from_millis(5000);
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
-    let (handle, mut notices) = spawn_client(&args.client)?;
-    let (done_tx, mut done_rx) = mpsc::unbounded_channel::<Done>();
-    let mut tags: HashMap<String, Tagged> = HashMap::new();
-    // The tags of the acquires whose grants the renewal notices name.
-    let mut renewals = Renewals::default();
-    let mut open = 0usize;
+    // The signals are ours before the client starts: from then on, SIGINT
+    // and SIGTERM stop it cleanly instead of killing the process.
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let config = client_config(&args.client)?;
+    let max_waiting = config.max_acquires;
+    let (handle, mut notices) = spawn_configured(&args.client, config)?;
+    let (reports, mut reported) = mpsc::unbounded_channel();
+    let mut session = Session {
+        handle,
+        tags: HashMap::new(),
+        renewals: Renewals::default(),
+        reports,
+        open: 0,
+        waiting: 0,
+        max_waiting,
+    };
     // Each line is read whatever it holds, keeping at most `MAX_LINE` bytes
     // of it: a bad line is an error to print, never the end of the input.
     let mut input = Lines::new(BufReader::new(tokio::io::stdin()));
-    let mut shutdown: Option<Duration> = None;
+    // Lines are read until the end of input, a `shutdown` line or a signal.
+    let mut reading = true;
+    // The shutdown asked for (its budget), and once started, under way.
+    let mut stop: Option<Duration> = None;
+    let mut stopping: Option<Shutdown> = None;
 
-    // The session: commands until a shutdown (or end of input), then the
-    // shutdown itself, with outcomes and notices printed as they come.
-    let mut shutting_down: Option<Shutdown> = None;
     loop {
         tokio::select! {
             // Notices first: the core emits a close before the outcomes it
-            // causes, and the output keeps that order.
+            // causes, and the output keeps that order. And a renewal's
+            // answer that was out before a `renew` line's renewal was
+            // queued is never taken for that renewal's.
             biased;
-            Some(event) = notices.recv() => renewals.notice(event, handle.now()),
-            line = input.next(), if shutdown.is_none() => match line {
-                Ok(Some(input::Line::Bad(message))) => {
-                    emit(json!({"type": "error", "message": message}));
-                }
-                Ok(Some(input::Line::Text(line))) => match parse(&line) {
-                    Ok(None) => {}
-                    Ok(Some(Line::Shutdown { budget })) => shutdown = Some(budget),
-                    Ok(Some(command)) => {
-                        if let Err(message) = start(command, &handle, &mut tags, &done_tx, &mut open) {
-                            emit(json!({"type": "error", "message": message}));
-                        }
-                    }
-                    Err(message) => emit(json!({"type": "error", "message": message})),
-                },
-                Ok(None) | Err(_) => shutdown = Some(END_OF_INPUT_BUDGET),
-            },
-            Some(done) = done_rx.recv() => {
-                open -= 1;
-                if let Some((grant, tag)) = finish(done, &handle, &mut tags) {
-                    renewals.granted(grant, tag, handle.now());
-                }
-            }
-            result = async { shutting_down.as_mut().expect("guarded").await }, if shutting_down.is_some() => {
+            Some(event) = notices.recv() => session.notice(event),
+            Some(report) = reported.recv() => session.report(report),
+            Some(()) = sigint.recv(), if stop.is_none() => stop = Some(STOP_BUDGET),
+            Some(()) = sigterm.recv(), if stop.is_none() => stop = Some(STOP_BUDGET),
+            result = async { stopping.as_mut().expect("guarded").await }, if stopping.is_some() => {
                 if let Err(e) = result {
-                    emit(json!({"type": "error", "message": format!("shutdown: {e}")}));
+                    error(None, format!("shutdown: {e}"));
                 }
                 break;
             }
+            line = input.next(), if reading && stop.is_none() => match line {
+                Ok(Some(input::Line::Bad(message))) => error(None, message),
+                Ok(Some(input::Line::Text(line))) => match parse(&line) {
+                    Ok(None) => {}
+                    Ok(Some(command)) => stop = session.command(command),
+                    Err(message) => error(None, message),
+                },
+                Ok(None) | Err(_) => reading = false,
+            },
         }
-        if let (Some(budget), None) = (shutdown, &shutting_down) {
-            shutting_down = Some(Box::pin(handle.shutdown(budget)));
+        if stopping.is_none() {
+            // End of input is not a cancel: the shutdown waits until every
+            // operation has its outcome and every renewal asked for has
+            // its answer, each of which comes in bounded time.
+            if !reading && stop.is_none() && session.settled() {
+                stop = Some(STOP_BUDGET);
+            }
+            if let Some(budget) = stop {
+                stopping = Some(Box::pin(session.handle.shutdown(budget)));
+            }
         }
     }
-    // Every operation has its outcome once the shutdown is done.
-    while open > 0 {
-        let Some(done) = done_rx.recv().await else {
+    // Every operation has its outcome once the shutdown is done: what is
+    // still to print comes now, notices first.
+    loop {
+        while let Some(event) = notices.try_recv() {
+            session.notice(event);
+        }
+        if session.open == 0 {
+            break;
+        }
+        let Some(report) = reported.recv().await else {
             break;
         };
-        open -= 1;
-        if let Some((grant, tag)) = finish(done, &handle, &mut tags) {
-            renewals.granted(grant, tag, handle.now());
-        }
-    }
-    while let Some(event) = notices.try_recv() {
-        renewals.notice(event, handle.now());
+        session.report(report);
     }
     emit(json!({"type": "done"}));
     Ok(ExitCode::SUCCESS)
 }
 
-/// Starts the operation of one command line.
-fn start(
-    command: Line,
-    handle: &Handle,
-    tags: &mut HashMap<String, Tagged>,
-    done: &mpsc::UnboundedSender<Done>,
-    open: &mut usize,
-) -> Result<(), String> {
-    let fresh = |tags: &HashMap<String, Tagged>, tag: &str| {
-        if tags.contains_key(tag) {
-            Err(format!("tag {} is already used", quote(tag)))
-        } else {
-            Ok(())
-        }
-    };
-    match command {
-        Line::Acquire {
-            tag,
-            key,
-            owner,
-            wait,
-            lease,
-            renew,
-        } => {
-            fresh(tags, &tag)?;
-            let acquire = match renew {
-                None => handle.acquire(key.clone(), owner, wait, lease),
-                Some(limit) => handle.acquire_renewing(key.clone(), owner, wait, lease, limit),
-            };
-            tags.insert(tag.clone(), Tagged::Acquiring(acquire.canceller()));
-            spawn_op(done, open, tag, "acquire", key, acquire);
-        }
-        // A release is queued by the call itself, here and now, so that it
-        // is in the client before a shutdown on a later line (or the end of
-        // input) is; queued from the spawned task, it could come after it
-        // and be refused.
-        Line::Release { tag, key, token } => {
-            fresh(tags, &tag)?;
-            tags.insert(tag.clone(), Tagged::Done);
-            let release = handle.release_token(key.clone(), token);
-            spawn_op(done, open, tag, "release", key, release);
-        }
-        Line::ReleaseGrant { tag, acquire } => {
-            fresh(tags, &tag)?;
-            let grant = take_grant(tags, &acquire)?;
-            tags.insert(tag.clone(), Tagged::Done);
-            let key = grant.key().clone();
-            let release = handle.release(&grant);
-            spawn_op(done, open, tag, "release", key, release);
-        }
-        Line::Cancel { tag } => match tags.get(&tag) {
-            Some(Tagged::Acquiring(canceller)) => canceller.cancel(),
-            // A release ignores cancellation; an ended acquire has nothing
-            // left to cancel.
-            Some(_) => {}
-            None => return Err(format!("no operation tagged {}", quote(&tag))),
-        },
-        Line::Abandon { tag } => {
-            let grant = take_grant(tags, &tag)?;
-            handle
-                .undeliverable(grant)
-                .map_err(|e| format!("abandon {}: {e}", quote(&tag)))?;
-        }
-        Line::Renew { acquire, lease } => {
-            let grant = held_grant(tags, &acquire)?;
-            report_refusal(
-                format!("renew {}", quote(&acquire)),
-                handle.renew(&grant, lease),
-            );
-        }
-        Line::AutoRenew { acquire, on } => {
-            let grant = held_grant(tags, &acquire)?;
-            let request = handle.auto_renew(&grant, on.is_some(), on.flatten());
-            report_refusal(format!("auto-renew {}", quote(&acquire)), request);
-        }
-        Line::Stats => {
-            let stats = handle.stats();
-            tokio::spawn(async move {
-                match stats.await {
-                    Ok(stats) => emit(stats_line(&stats)),
-                    Err(e) => emit(json!({"type": "error", "message": format!("stats: {e}")})),
-                }
-            });
-        }
-        Line::Shutdown { .. } => unreachable!("handled by the session"),
+/// A run's state: what each tag stands for, and what is still to come.
+struct Session {
+    handle: Handle,
+    tags: HashMap<String, Tagged>,
+    renewals: Renewals,
+    reports: mpsc::UnboundedSender<Report>,
+    /// Tasks started whose report has not come back.
+    open: usize,
+    /// Lines that wait for an acquire's outcome, and how many may: as many
+    /// as the client takes acquires. One more is dropped at once, so that
+    /// a script cannot make the session hold more than the client does.
+    waiting: usize,
+    max_waiting: usize,
+}
+
+impl Session {
+    /// Nothing more to wait for before the shutdown at the end of input:
+    /// every operation has its outcome (so no line waits either), and
+    /// every renewal that a `renew` line asked for has its answer.
+    fn settled(&self) -> bool {
+        self.open == 0 && self.renewals.awaited.is_empty()
     }
-    Ok(())
+
+    /// Runs one command line, or, for `shutdown`, returns its budget.
+    fn command(&mut self, command: Line) -> Option<Duration> {
+        match command {
+            Line::Acquire {
+                tag,
+                key,
+                owner,
+                wait,
+                lease,
+                renew,
+            } => {
+                if self.fresh(&tag) {
+                    let acquire = match renew {
+                        None => self.handle.acquire(key.clone(), owner, wait, lease),
+                        Some(limit) => {
+                            self.handle
+                                .acquire_renewing(key.clone(), owner, wait, lease, limit)
+                        }
+                    };
+                    let canceller = acquire.canceller();
+                    let waiting = Vec::new();
+                    self.tags
+                        .insert(tag.clone(), Tagged::Acquiring { canceller, waiting });
+                    self.spawn_op(tag, "acquire", key, acquire);
+                }
+            }
+            // A release is queued by the call itself, here and now, so that
+            // it is in the client before a shutdown on a later line is;
+            // queued from the spawned task, it could come after it and be
+            // refused.
+            Line::Release { tag, key, token } => {
+                if self.fresh(&tag) {
+                    self.tags.insert(tag.clone(), Tagged::Release);
+                    let release = self.handle.release_token(key.clone(), token);
+                    self.spawn_op(tag, "release", key, release);
+                }
+            }
+            Line::ReleaseGrant { tag, acquire } => {
+                if self.fresh(&tag) {
+                    self.tags.insert(tag.clone(), Tagged::Release);
+                    self.follow_up(acquire, FollowUp::ReleaseGrant { tag });
+                }
+            }
+            Line::Renew { acquire, lease } => self.follow_up(acquire, FollowUp::Renew { lease }),
+            Line::AutoRenew { acquire, on } => {
+                self.follow_up(acquire, FollowUp::AutoRenew { on });
+            }
+            Line::Cancel { tag } => match self.tags.get(&tag) {
+                Some(Tagged::Acquiring { canceller, .. }) => canceller.cancel(),
+                // A release ignores cancellation; an ended acquire has
+                // nothing left to cancel.
+                Some(_) => {}
+                None => error(None, format!("no operation tagged {}", quote(&tag))),
+            },
+            Line::Abandon { tag } => self.abandon(&tag),
+            Line::Stats => {
+                let stats = self.handle.stats();
+                self.spawn(async move { Report::Stats(stats.await.map(Box::new)) });
+            }
+            Line::Shutdown { budget } => return Some(budget),
+        }
+        None
+    }
+
+    /// Whether `tag` is new to the run; if not, says so.
+    fn fresh(&self, tag: &str) -> bool {
+        let fresh = !self.tags.contains_key(tag);
+        if !fresh {
+            error(None, format!("tag {} is already used", quote(tag)));
+        }
+        fresh
+    }
+
+    /// A line that needs the grant of acquire `acquire`: run at once if it
+    /// was granted, kept until its outcome if it has none yet, and dropped
+    /// otherwise, with an `error` object carrying its tag.
+    fn follow_up(&mut self, acquire: String, line: FollowUp) {
+        match self.tags.get_mut(&acquire) {
+            Some(Tagged::Acquiring { waiting, .. }) if self.waiting < self.max_waiting => {
+                waiting.push(line);
+                self.waiting += 1;
+            }
+            Some(Tagged::Acquiring { .. }) => error(
+                Some(line.tag(&acquire)),
+                format!(
+                    "acquire {} has no outcome yet, and {} lines already wait for acquires (as many as the client takes)",
+                    quote(&acquire),
+                    self.waiting
+                ),
+            ),
+            Some(Tagged::Granted(held)) => {
+                let grant = match line {
+                    FollowUp::ReleaseGrant { .. } => held.take(),
+                    FollowUp::Renew { .. } | FollowUp::AutoRenew { .. } => held.clone(),
+                };
+                match grant {
+                    Some(grant) => self.go_ahead(acquire, line, grant),
+                    None => {
+                        let message = no_grant(&acquire, self.tags.get(&acquire));
+                        error(Some(line.tag(&acquire)), message);
+                    }
+                }
+            }
+            other => {
+                let message = no_grant(&acquire, other.map(|state| &*state));
+                error(Some(line.tag(&acquire)), message);
+            }
+        }
+    }
+
+    /// Runs a line that needs the grant of acquire `acquire`, `grant`.
+    fn go_ahead(&mut self, acquire: String, line: FollowUp, grant: Grant) {
+        match line {
+            FollowUp::ReleaseGrant { tag } => {
+                // No renewal of a grant being released is answered.
+                self.renewals.given_up(grant.id());
+                let key = grant.key().clone();
+                let release = self.handle.release(&grant);
+                self.spawn_op(tag, "release", key, release);
+            }
+            FollowUp::Renew { lease } => {
+                let request = self.handle.renew(&grant, lease);
+                let grant = grant.id();
+                self.spawn(async move {
+                    let result = request.await;
+                    Report::Renew {
+                        acquire,
+                        grant,
+                        result,
+                    }
+                });
+            }
+            FollowUp::AutoRenew { on } => {
+                let request = self.handle.auto_renew(&grant, on.is_some(), on.flatten());
+                self.spawn(async move {
+                    let result = request.await;
+                    Report::AutoRenew { acquire, result }
+                });
+            }
+        }
+    }
+
+    /// `abandon TAG`: hands the grant of acquire `tag` back to the client.
+    fn abandon(&mut self, tag: &str) {
+        let grant = match self.tags.get_mut(tag) {
+            Some(Tagged::Granted(held)) => held.take(),
+            _ => None,
+        };
+        let Some(grant) = grant else {
+            return error(None, no_grant(tag, self.tags.get(tag)));
+        };
+        self.renewals.given_up(grant.id());
+        if let Err(e) = self.handle.undeliverable(grant) {
+            error(None, format!("abandon {}: {e}", quote(tag)));
+        }
+    }
+
+    /// What a task reported.
+    fn report(&mut self, report: Report) {
+        self.open -= 1;
+        match report {
+            Report::Ended {
+                tag,
+                op,
+                key,
+                result,
+            } => self.ended(tag, op, &key, result),
+            Report::Renew {
+                acquire,
+                grant,
+                result: Ok(()),
+            } => {
+                // Queued: the grant's next renewal notice answers it,
+                // unless the grant was given up meanwhile.
+                let held = matches!(
+                    self.tags.get(&acquire),
+                    Some(Tagged::Granted(Some(held))) if held.id() == grant
+                );
+                if held {
+                    self.renewals.await_answer(grant);
+                }
+            }
+            Report::Renew {
+                acquire,
+                result: Err(e),
+                ..
+            } => error(Some(&acquire), format!("renew {}: {e}", quote(&acquire))),
+            Report::AutoRenew { acquire, result } => {
+                if let Err(e) = result {
+                    error(
+                        Some(&acquire),
+                        format!("auto-renew {}: {e}", quote(&acquire)),
+                    );
+                }
+            }
+            Report::Stats(Ok(stats)) => emit(stats_line(&stats)),
+            Report::Stats(Err(e)) => error(None, format!("stats: {e}")),
+        }
+    }
+
+    /// Prints an operation's outcome; for an acquire, then runs or drops
+    /// the lines that waited for it, in their order.
+    fn ended(
+        &mut self,
+        tag: String,
+        op: &'static str,
+        key: &Key,
+        result: Result<Outcome, RequestError>,
+    ) {
+        let head = json!({"type": "outcome", "tag": tag, "op": op, "key": key.as_str()});
+        let (line, state) = match result {
+            Ok(Outcome::Granted(grant)) => {
+                let fields = json!({
+                    "outcome": "granted",
+                    "token": grant.token(),
+                    "lease_ms": u64::try_from(grant.lease().as_millis()).unwrap_or(u64::MAX),
+                });
+                (merge(head, fields), Tagged::Granted(Some(grant)))
+            }
+            Ok(Outcome::TimedOut { sent, cause }) => (
+                merge(head, timed_out(sent, cause.as_ref())),
+                not_granted("timed_out"),
+            ),
+            // A client that every server refused takes no acquire until one
+            // accepts it. To the script that acquire timed out unsent, as
+            // those queued when the refusals came did, for the same cause.
+            Err(RequestError::Refused(core::Error::Misconfigured(cause))) => (
+                merge(head, timed_out(false, Some(&cause))),
+                not_granted("timed_out"),
+            ),
+            Ok(Outcome::Busy) | Err(RequestError::Refused(core::Error::Busy)) => {
+                (merge(head, json!({"outcome": "busy"})), not_granted("busy"))
+            }
+            Ok(Outcome::Cancelled) => (
+                merge(head, json!({"outcome": "cancelled"})),
+                not_granted("cancelled"),
+            ),
+            Ok(Outcome::Indeterminate { settles_by }) => {
+                let fields = json!({
+                    "outcome": "indeterminate",
+                    "settled_within_ms": millis_until(settles_by, self.handle.now()),
+                });
+                (merge(head, fields), not_granted("indeterminate"))
+            }
+            Ok(Outcome::Released) => (merge(head, json!({"outcome": "released"})), Tagged::Release),
+            Ok(Outcome::NotHeld) => (merge(head, json!({"outcome": "not_held"})), Tagged::Release),
+            Ok(Outcome::Lapsed) => (merge(head, json!({"outcome": "lapsed"})), Tagged::Release),
+            Ok(other) => {
+                let outcome = format!("{other:?}");
+                (
+                    merge(head, json!({"outcome": outcome})),
+                    Tagged::NotGranted(outcome),
+                )
+            }
+            Err(e) => {
+                let message = e.to_string();
+                let line = json!({"type": "error", "tag": tag, "message": message});
+                (line, Tagged::NotGranted(message))
+            }
+        };
+        emit(line);
+        let waiting = match self.tags.get_mut(&tag) {
+            Some(Tagged::Acquiring { waiting, .. }) => std::mem::take(waiting),
+            // A release's outcome: its tag stays a release's.
+            _ => return,
+        };
+        if let Tagged::Granted(Some(grant)) = &state {
+            self.renewals
+                .granted(grant.id(), tag.clone(), self.handle.now());
+        }
+        self.tags.insert(tag.clone(), state);
+        self.waiting -= waiting.len();
+        for line in waiting {
+            self.follow_up(tag.clone(), line);
+        }
+    }
+
+    fn notice(&mut self, event: Event) {
+        self.renewals.notice(event, self.handle.now());
+    }
+
+    /// Starts a task whose report the session waits for.
+    fn spawn(&mut self, task: impl Future<Output = Report> + Send + 'static) {
+        self.open += 1;
+        let reports = self.reports.clone();
+        tokio::spawn(async move {
+            let _ = reports.send(task.await);
+        });
+    }
+
+    fn spawn_op(
+        &mut self,
+        tag: String,
+        op: &'static str,
+        key: Key,
+        future: impl Future<Output = Result<Outcome, RequestError>> + Send + 'static,
+    ) {
+        self.spawn(async move {
+            let result = future.await;
+            Report::Ended {
+                tag,
+                op,
+                key,
+                result,
+            }
+        });
+    }
+}
+
+/// The state of an acquire that ended without a grant: `how` it ended.
+fn not_granted(how: &str) -> Tagged {
+    Tagged::NotGranted(how.to_owned())
+}
+
+/// The fields of a `timed_out` outcome: `cause`, why its last connection
+/// attempt failed, for one that was never sent (CLI.md).
+fn timed_out(sent: bool, cause: Option<&CloseReason>) -> Value {
+    match cause {
+        Some(cause) => json!({"outcome": "timed_out", "sent": sent, "cause": cause.to_string()}),
+        None => json!({"outcome": "timed_out", "sent": sent}),
+    }
+}
+
+/// Why a line that needs the grant of acquire `tag`, whose state is
+/// `state` (`None`: an unknown tag), cannot have it.
+fn no_grant(tag: &str, state: Option<&Tagged>) -> String {
+    let tag = quote(tag);
+    match state {
+        None => format!("no acquire tagged {tag}"),
+        Some(Tagged::Granted(_)) => {
+            format!("the grant of {tag} was already released or abandoned")
+        }
+        Some(Tagged::Acquiring { .. }) => format!("acquire {tag} has no outcome yet"),
+        Some(Tagged::NotGranted(how)) => format!("acquire {tag} was not granted: {how}"),
+        Some(Tagged::Release) => format!("{tag} is a release, not an acquire"),
+    }
+}
+
+/// Prints an `error` object, with the tag of the line it drops if any.
+fn error(tag: Option<&str>, message: impl std::fmt::Display) {
+    let message = message.to_string();
+    emit(match tag {
+        Some(tag) => json!({"type": "error", "tag": tag, "message": message}),
+        None => json!({"type": "error", "message": message}),
+    });
 }
 
 /// The `stats` object (CLI.md; README.md lists its fields).
@@ -456,132 +800,26 @@ fn stats_line(s: &core::ClientStats) -> Value {
     })
 }
 
-/// The grant of acquire `tag`, while held.
-fn held_grant(tags: &HashMap<String, Tagged>, tag: &str) -> Result<Grant, String> {
-    match tags.get(tag) {
-        Some(Tagged::Granted(Some(grant))) => Ok(grant.clone()),
-        Some(Tagged::Granted(None)) => Err(format!(
-            "the grant of {} was already released or abandoned",
-            quote(tag)
-        )),
-        Some(Tagged::Acquiring(_)) => Err(format!("acquire {} has no outcome yet", quote(tag))),
-        Some(Tagged::Done) => Err(format!("{} holds no grant", quote(tag))),
-        None => Err(format!("no operation tagged {}", quote(tag))),
-    }
-}
-
-/// Prints an `error` object if the core refuses `request`.
-fn report_refusal(
-    what: String,
-    request: impl Future<Output = Result<(), RequestError>> + Send + 'static,
-) {
-    tokio::spawn(async move {
-        if let Err(e) = request.await {
-            emit(json!({"type": "error", "message": format!("{what}: {e}")}));
-        }
-    });
-}
-
-fn take_grant(tags: &mut HashMap<String, Tagged>, tag: &str) -> Result<Grant, String> {
-    match tags.get_mut(tag) {
-        Some(Tagged::Granted(grant)) => grant.take().ok_or_else(|| {
-            format!(
-                "the grant of {} was already released or abandoned",
-                quote(tag)
-            )
-        }),
-        Some(Tagged::Acquiring(_)) => Err(format!("acquire {} has no outcome yet", quote(tag))),
-        Some(Tagged::Done) => Err(format!("{} holds no grant", quote(tag))),
-        None => Err(format!("no operation tagged {}", quote(tag))),
-    }
-}
-
-fn spawn_op(
-    done: &mpsc::UnboundedSender<Done>,
-    open: &mut usize,
-    tag: String,
-    op: &'static str,
-    key: Key,
-    future: impl std::future::Future<Output = Result<Outcome, RequestError>> + Send + 'static,
-) {
-    *open += 1;
-    let done = done.clone();
-    tokio::spawn(async move {
-        let result = future.await;
-        let _ = done.send(Done {
-            tag,
-            op,
-            key,
-            result,
-        });
-    });
-}
-
-/// Prints an operation's outcome and remembers a grant; a grant's id and
-/// the tag of its acquire.
-fn finish(
-    done: Done,
-    handle: &Handle,
-    tags: &mut HashMap<String, Tagged>,
-) -> Option<(OpId, String)> {
-    let Done {
-        tag,
-        op,
-        key,
-        result,
-    } = done;
-    let mut line = json!({"type": "outcome", "tag": tag, "op": op, "key": key.as_str()});
-    let fields = match result {
-        Ok(Outcome::Granted(grant)) => {
-            let fields = json!({
-                "outcome": "granted",
-                "token": grant.token(),
-                "lease_ms": u64::try_from(grant.lease().as_millis()).unwrap_or(u64::MAX),
-            });
-            let id = grant.id();
-            tags.insert(tag.clone(), Tagged::Granted(Some(grant)));
-            emit(merge(line, fields));
-            return Some((id, tag));
-        }
-        Ok(Outcome::TimedOut { sent, cause }) => match cause {
-            Some(cause) => {
-                json!({"outcome": "timed_out", "sent": sent, "cause": cause.to_string()})
-            }
-            None => json!({"outcome": "timed_out", "sent": sent}),
-        },
-        Ok(Outcome::Busy) | Err(RequestError::Refused(core::Error::Busy)) => {
-            json!({"outcome": "busy"})
-        }
-        Ok(Outcome::Cancelled) => json!({"outcome": "cancelled"}),
-        Ok(Outcome::Indeterminate { settles_by }) => json!({
-            "outcome": "indeterminate",
-            "settled_within_ms": millis_until(settles_by, handle.now()),
-        }),
-        Ok(Outcome::Released) => json!({"outcome": "released"}),
-        Ok(Outcome::NotHeld) => json!({"outcome": "not_held"}),
-        Ok(Outcome::Lapsed) => json!({"outcome": "lapsed"}),
-        Ok(other) => json!({"outcome": format!("{other:?}")}),
-        Err(e) => {
-            tags.insert(tag.clone(), Tagged::Done);
-            line = json!({"type": "error", "tag": tag, "message": e.to_string()});
-            emit(line);
-            return None;
-        }
-    };
-    if matches!(tags.get(&tag), Some(Tagged::Acquiring(_))) {
-        tags.insert(tag, Tagged::Done);
-    }
-    emit(merge(line, fields));
-    None
-}
-
 /// The renewal notices name a grant by its id; the output names it by the
 /// tag of its acquire. A notice that comes before its grant's outcome (a
 /// grant in jeopardy at once) waits for it.
+///
+/// It also keeps the renewals that `renew` lines asked for until their
+/// answers come, for the end of input to wait for them. [`Handle::renew`]
+/// resolves once the renewal is queued, and the answer comes later as the
+/// grant's next `Renewed`, `LeaseLost` or `LeaseExpired`: a grant lost or
+/// expired has nothing more to wait for. If another renewal of the grant
+/// (automatic, or another line's) was answered between the queueing and
+/// its report here, the next answer is waited for: at the latest the
+/// grant's expiry.
 #[derive(Default)]
 struct Renewals {
     tags: HashMap<OpId, String>,
     early: Vec<Event>,
+    /// Grants with a renewal asked by a `renew` line, not yet answered.
+    awaited: HashSet<OpId>,
+    /// Grants lost or expired: no renewal of theirs is answered any more.
+    over: HashSet<OpId>,
 }
 
 impl Renewals {
@@ -591,6 +829,19 @@ impl Renewals {
         for event in early {
             self.notice(event, now);
         }
+    }
+
+    /// A renewal of `grant` was queued: its answer is to come.
+    fn await_answer(&mut self, grant: OpId) {
+        if !self.over.contains(&grant) {
+            self.awaited.insert(grant);
+        }
+    }
+
+    /// `grant` is being released or was handed back: its renewals are
+    /// answered no more.
+    fn given_up(&mut self, grant: OpId) {
+        self.awaited.remove(&grant);
     }
 
     fn notice(&mut self, event: Event, now: Time) {
@@ -611,6 +862,18 @@ impl Renewals {
             Event::LeaseExpired { grant, key, token } => (grant, "lease_expired", key, token, None),
             _ => return notice(&event),
         };
+        // Renewed, LeaseLost and LeaseExpired answer the grant's renewal;
+        // after either of the last two, none is answered any more.
+        match name {
+            "renewed" => {
+                self.awaited.remove(grant);
+            }
+            "lease_lost" | "lease_expired" => {
+                self.awaited.remove(grant);
+                self.over.insert(*grant);
+            }
+            _ => {}
+        }
         let Some(tag) = self.tags.get(grant) else {
             self.early.push(event);
             return;

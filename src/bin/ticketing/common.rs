@@ -112,7 +112,15 @@ impl TlsOptions {
 /// Starts the client of the options on the current runtime, over TLS if
 /// asked: its handle and its notices.
 pub fn spawn_client(o: &ClientOptions) -> Result<(Handle, Notices), Box<dyn Error>> {
-    let config = client_config(o)?;
+    spawn_configured(o, client_config(o)?)
+}
+
+/// As [`spawn_client`], with the configuration made by [`client_config`]
+/// (for a caller that needs to know it too).
+pub fn spawn_configured(
+    o: &ClientOptions,
+    config: Config,
+) -> Result<(Handle, Notices), Box<dyn Error>> {
     let tls = o.tls.client_tls()?;
     if config.credential.is_some() && tls.is_none() {
         eprintln!("ticketing: warning: --credential without --tls-ca: the credential crosses the network in the clear");
@@ -162,7 +170,7 @@ impl TypedValueParser for Secret {
 }
 
 /// The client core's configuration from the options.
-fn client_config(o: &ClientOptions) -> Result<Config, Box<dyn Error>> {
+pub fn client_config(o: &ClientOptions) -> Result<Config, Box<dyn Error>> {
     let mut config = Config::new(o.endpoints.iter().cloned(), o.client_id.clone());
     config.allow = o.allow.clone();
     config.credential = o.credential.clone();

@@ -32,20 +32,29 @@ const MAX_LEASE: Duration = Duration::from_millis(1_500);
 #[derive(ClapArgs)]
 pub struct Args {
     /// How long the clients run, in seconds.
-    #[arg(long, default_value_t = 5.0)]
-    secs: f64,
+    #[arg(long, value_name = "SECS", default_value = "5", value_parser = seconds)]
+    secs: Duration,
     /// Client connections.
     #[arg(long, default_value_t = 8)]
     clients: usize,
     /// Tasks sharing each connection.
     #[arg(long, default_value_t = 4)]
     tasks: usize,
-    /// Keys they contend for.
-    #[arg(long, default_value_t = 4)]
-    keys: usize,
+    /// Keys they contend for (at least 1).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..))]
+    keys: u64,
     /// Seed of the workload and of the clients' jitter.
     #[arg(long, default_value_t = 2026)]
     seed: u64,
+}
+
+/// A number of seconds, fractions allowed, as a duration: refused (rather
+/// than a panic later) if negative, not finite, or too long to represent.
+fn seconds(s: &str) -> Result<Duration, String> {
+    s.parse::<f64>()
+        .ok()
+        .and_then(|secs| Duration::try_from_secs_f64(secs).ok())
+        .ok_or_else(|| format!("{s:?} is not a number of seconds, at least 0"))
 }
 
 /// The storage the locks protect: per key, the highest fencing token it
@@ -155,6 +164,7 @@ impl World {
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     let origin = Instant::now();
+    let secs = args.secs.as_secs_f64();
     let (listener_a, listener_b) = (
         TcpListener::bind("127.0.0.1:0").await?,
         TcpListener::bind("127.0.0.1:0").await?,
@@ -187,7 +197,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     println!("ticketing demo: node-a {addr_a} leads, node-b {addr_b} follows");
     println!(
         "{} clients x {} tasks on {} keys for {:.1} s; every grant writes to a fenced resource",
-        args.clients, args.tasks, args.keys, args.secs
+        args.clients, args.tasks, args.keys, secs
     );
 
     let world = Arc::new(World {
@@ -200,7 +210,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             .map(|i| Key::new(format!("key-{i}")))
             .collect::<Result<_, _>>()?,
     );
-    let stop_at = Instant::now() + Duration::from_secs_f64(args.secs);
+    let stop_at = Instant::now()
+        .checked_add(args.secs)
+        .ok_or("--secs is too long a run")?;
     let mut handles = Vec::new();
     let mut workers = Vec::new();
     let mut listeners = Vec::new();
@@ -253,12 +265,12 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     while Instant::now() < stop_at {
         tokio::time::sleep(Duration::from_millis(500)).await;
         let elapsed = started.elapsed().as_secs_f64();
-        if !cut && elapsed >= args.secs / 5.0 {
+        if !cut && elapsed >= secs / 5.0 {
             cut = true;
             server_a.drop_connections();
             println!("[{elapsed:4.1}s] every connection to node-a cut mid-flight");
         }
-        if !moved && elapsed >= 2.0 * args.secs / 5.0 {
+        if !moved && elapsed >= 2.0 * secs / 5.0 {
             moved = true;
             server_b.set_role(Role::NotActive);
             server_a.set_role(Role::Follower {
@@ -269,7 +281,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             server_b.set_role(Role::Leader);
             println!("[{elapsed:4.1}s] leadership moved to node-b, lock table carried over");
         }
-        if moved && !crashed && elapsed >= args.secs / 2.0 {
+        if moved && !crashed && elapsed >= secs / 2.0 {
             crashed = true;
             // node-b's clients lose it at once, and its table is lost with
             // it: node-a leads from a term of a later epoch, with a grace.
@@ -488,12 +500,13 @@ fn report(stats: &Stats, orphans: &BTreeMap<&'static str, u64>) {
         "orphans released by exact token              {orphan_total:>8}   ({})",
         detail.join(", ")
     );
+    // The report ends with the number of violations (CLI.md), after them.
     let violations = stats.violations.lock().expect("stats");
+    for v in violations.iter() {
+        println!("violation: {v}");
+    }
     println!(
         "violations                                   {:>8}",
         violations.len()
     );
-    for v in violations.iter() {
-        println!("  {v}");
-    }
 }

@@ -59,6 +59,12 @@ fn main() -> ExitCode {
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Sim(args) => runtime.block_on(sim::run(args)),
     };
+    // Nothing a subcommand starts is left to finish once it returns, but a
+    // read of standard input may still be under way: `client` stopped by a
+    // signal or a `shutdown` line while its input stays open. tokio reads
+    // it on a blocking thread that nothing interrupts, and dropping the
+    // runtime would wait for that read.
+    runtime.shutdown_background();
     match result {
         Ok(code) => code,
         Err(e) => {
