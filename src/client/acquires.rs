@@ -139,6 +139,12 @@ impl Acquires {
         self.table.len()
     }
 
+    /// How many abandoned attempts still wait for their answer.
+    #[cfg(test)]
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+
     /// How many wait for a connection.
     pub(crate) fn queued(&self) -> usize {
         self.queue.len()

@@ -1091,3 +1091,45 @@ impl core::fmt::Debug for Client {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod leftovers {
+    use super::*;
+
+    /// An acquire renewed automatically once granted, abandoned under
+    /// `KeepWaiter` while in flight, whose connection then closes before
+    /// its answer: nothing of it may stay behind. (Before the parts owned
+    /// their state, the renewal it asked for stayed in a map for good.)
+    #[test]
+    fn an_abandoned_renewing_acquire_whose_connection_closes_leaves_nothing_behind() {
+        let mut config = Config::new([Endpoint::new("a:1").unwrap()], Name::new("c").unwrap());
+        config.cancel = CancelPolicy::KeepWaiter;
+        let now = Time::ZERO;
+        let mut c = Client::new(config, now).unwrap();
+        let conn = c.connection().unwrap();
+        c.handle_connected(now, conn);
+        while c.poll_action().is_some() {}
+        c.handle_bytes(now, conn, b"W n 8\n");
+        let op = c
+            .acquire_renewing(
+                now,
+                Key::new("k").unwrap(),
+                Name::new("o").unwrap(),
+                Duration::from_secs(5),
+                Duration::from_secs(30),
+                None,
+            )
+            .unwrap();
+        while c.poll_action().is_some() {}
+        c.cancel(now, op).unwrap();
+        assert_eq!((c.acquires.open(), c.acquires.waiting()), (0, 1));
+        c.handle_transport_closed(now, conn, TransportEnd::Eof);
+        while c.poll_action().is_some() {}
+        while c.poll_event().is_some() {}
+        assert_eq!(
+            (c.acquires.open(), c.acquires.waiting(), c.pending.len()),
+            (0, 0, 0),
+            "nothing of the abandoned acquire stays behind"
+        );
+    }
+}

@@ -423,3 +423,297 @@ impl LineBuf for SendBuffer {
         (&mut self.out[start..start + n], Some(&mut self.digits))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeMap, VecDeque};
+
+    use super::*;
+    use crate::rng::Rng;
+
+    /// Every heap entry is below its children and names a slot that knows
+    /// its index; every armed slot is in the heap; the count is right.
+    fn assert_sound<T>(table: &Table<T>) {
+        for (index, &(at, slot)) in table.heap.iter().enumerate() {
+            assert_eq!(table.slots[slot as usize].timer, index as u32);
+            assert!(table.slots[slot as usize].value.is_some());
+            if index > 0 {
+                assert!(table.heap[(index - 1) / 2] <= (at, slot), "a heap");
+            }
+        }
+        let armed = table.slots.iter().filter(|s| s.timer != NONE).count();
+        assert_eq!(armed, table.heap.len());
+        let stored = table.slots.iter().filter(|s| s.value.is_some()).count();
+        assert_eq!(stored, table.len());
+    }
+
+    /// Random inserts, removals, lookups, timers set, moved, cleared and
+    /// fired, compared step by step with a `BTreeMap` of records and their
+    /// deadlines: the same records, the same earliest deadline, and timers
+    /// due at one moment fired in slot order.
+    #[test]
+    fn a_table_and_its_timers_behave_like_a_map() {
+        for seed in 0..30 {
+            let mut rng = Rng::new(seed);
+            let mut table: Table<u64> = Table::default();
+            let mut model: BTreeMap<Handle, (u64, Option<Time>)> = BTreeMap::new();
+            let mut gone: Vec<Handle> = Vec::new();
+            let pick = |rng: &mut Rng, model: &BTreeMap<Handle, (u64, Option<Time>)>| {
+                let n = model.len() as u64;
+                (n > 0).then(|| *model.keys().nth(rng.up_to(n - 1) as usize).unwrap())
+            };
+            let mut now = Time::ZERO;
+            for step in 0..3_000u64 {
+                // Deadlines from a small range, so that they tie.
+                let at = Time::from_millis(now.as_millis() + rng.up_to(50));
+                match rng.up_to(9) {
+                    0..=2 => {
+                        let handle = table.insert(step).expect("room");
+                        assert!(
+                            !gone.contains(&handle),
+                            "a handle is never handed out twice"
+                        );
+                        model.insert(handle, (step, None));
+                    }
+                    3 => {
+                        if let Some(h) = pick(&mut rng, &model) {
+                            assert_eq!(table.remove(h), Some(model.remove(&h).unwrap().0));
+                            gone.push(h);
+                        }
+                    }
+                    4 | 5 => {
+                        if let Some(h) = pick(&mut rng, &model) {
+                            table.set_timer(h, at);
+                            model.get_mut(&h).unwrap().1 = Some(at);
+                        }
+                    }
+                    6 => {
+                        if let Some(h) = pick(&mut rng, &model) {
+                            table.clear_timer(h);
+                            model.get_mut(&h).unwrap().1 = None;
+                        }
+                    }
+                    7 => {
+                        now = now.saturating_add_millis(rng.up_to(20));
+                        // Due ones fire in (deadline, slot) order.
+                        let mut due: Vec<(Time, u32, Handle)> = model
+                            .iter()
+                            .filter_map(|(&h, &(_, at))| {
+                                at.filter(|&at| at <= now).map(|at| (at, h.slot(), h))
+                            })
+                            .collect();
+                        due.sort();
+                        for (_, _, want) in due {
+                            assert_eq!(table.pop_due(now), Some(want));
+                            model.get_mut(&want).unwrap().1 = None;
+                        }
+                        assert_eq!(table.pop_due(now), None);
+                    }
+                    _ => {
+                        // Handles of records that are gone reach nothing.
+                        if let Some(&h) = gone.last() {
+                            assert_eq!(table.get(h), None);
+                            table.set_timer(h, at);
+                            assert_eq!(table.timer(h), None);
+                            assert_eq!(table.remove(h), None);
+                        }
+                    }
+                }
+                let earliest = model.values().filter_map(|&(_, at)| at).min();
+                assert_eq!(table.next_deadline(), earliest, "seed {seed} step {step}");
+                for (&h, &(value, at)) in &model {
+                    assert_eq!(table.get(h), Some(&value));
+                    assert_eq!(table.timer(h), at);
+                }
+                assert_eq!(table.len(), model.len());
+                assert_sound(&table);
+            }
+        }
+    }
+
+    /// Random pushes at both ends, pops, and records leaving or waiting
+    /// again under a new ticket, compared with a `VecDeque` that removes
+    /// at once; a queue holds at most about twice what waits in it.
+    #[test]
+    fn a_queue_behaves_like_one_that_removes_at_once() {
+        let mut rng = Rng::new(5);
+        let mut queue = Queue::default();
+        // What waits, and the ticket each record waits with.
+        let mut model: VecDeque<Handle> = VecDeque::new();
+        let mut tickets: BTreeMap<Handle, u32> = BTreeMap::new();
+        let mut next = 0u32;
+        for step in 0..50_000u32 {
+            let waits = |t: &BTreeMap<Handle, u32>| {
+                let t = t.clone();
+                move |h: Handle, ticket: u32| t.get(&h) == Some(&ticket)
+            };
+            match rng.up_to(9) {
+                0..=2 => {
+                    let h = Handle::from_parts(next % 500, next / 500);
+                    next += 1;
+                    tickets.insert(h, queue.push_back(h));
+                    model.push_back(h);
+                }
+                3 => {
+                    let h = Handle::from_parts(next % 500, next / 500);
+                    next += 1;
+                    tickets.insert(h, queue.push_front(h));
+                    model.push_front(h);
+                }
+                4 | 5 => {
+                    let got = queue.pop(waits(&tickets));
+                    assert_eq!(got, model.pop_front(), "step {step}");
+                    if let Some(h) = got {
+                        tickets.remove(&h);
+                    }
+                }
+                6 | 7 if !model.is_empty() => {
+                    // A record leaves early.
+                    let at = rng.up_to(model.len() as u64 - 1) as usize;
+                    let h = model.remove(at).unwrap();
+                    tickets.remove(&h);
+                    queue.left(waits(&tickets));
+                }
+                _ if !model.is_empty() => {
+                    // One leaves, then waits again at the back: its old
+                    // entry must not send it early.
+                    let at = rng.up_to(model.len() as u64 - 1) as usize;
+                    let h = model.remove(at).unwrap();
+                    tickets.remove(&h);
+                    queue.left(waits(&tickets));
+                    tickets.insert(h, queue.push_back(h));
+                    model.push_back(h);
+                }
+                _ => {}
+            }
+            assert_eq!(queue.len(), model.len(), "step {step}");
+            assert!(queue.entries.len() <= 2 * model.len() + 2 * SWEEP_ABOVE + 2);
+        }
+    }
+
+    #[test]
+    fn frames_encoded_into_the_send_buffer_are_canonical() {
+        use crate::wire::{Atom, ClientFrame};
+        use core::num::NonZeroU64;
+        let mut rng = Rng::new(21);
+        let mut out = SendBuffer::default();
+        let mut expected = Vec::new();
+        let mut sent = Vec::new();
+        let mut id = 0u64;
+        let (key, owner) = (Atom::new("lock/7").unwrap(), Atom::new("me").unwrap());
+        let starts = [0, 8, 9, 98, 99_999_990, 999_999_995, u64::MAX - 30];
+        for step in 0..20_000u64 {
+            id = match rng.up_to(40) {
+                0 => starts[rng.up_to(starts.len() as u64 - 1) as usize],
+                1 => rng.up_to(u64::MAX),
+                _ => id.wrapping_add(1),
+            };
+            let number = match rng.up_to(3) {
+                0 => 60_000,
+                1 => step % 20,
+                _ => rng.up_to(u64::MAX) >> rng.up_to(63),
+            };
+            let lease = NonZeroU64::new(number.max(1)).unwrap();
+            let frame = match rng.up_to(2) {
+                0 => ClientFrame::Acquire {
+                    id,
+                    key,
+                    owner,
+                    wait_ms: number,
+                    lease_ms: lease,
+                },
+                1 => ClientFrame::Release {
+                    id,
+                    key,
+                    token: number,
+                },
+                _ => ClientFrame::Renew {
+                    id,
+                    key,
+                    token: step,
+                    lease_ms: lease,
+                },
+            };
+            frame.encode(&mut out);
+            let text = match frame {
+                ClientFrame::Acquire { .. } => format!("A {id} lock/7 me {number} {lease}\n"),
+                ClientFrame::Release { .. } => format!("R {id} lock/7 {number}\n"),
+                _ => format!("X {id} lock/7 {step} {lease}\n"),
+            };
+            expected.extend_from_slice(text.as_bytes());
+            if rng.chance(1, 50) {
+                sent.extend_from_slice(&out.take().unwrap());
+            }
+        }
+        sent.extend_from_slice(&out.take().unwrap_or_default());
+        assert_eq!(out.take(), None);
+        assert!(sent == expected, "the bytes differ");
+    }
+
+    /// Makes room for `n` bytes at the end of `out` and writes `byte` over it.
+    fn write(out: &mut impl LineBuf, n: usize, byte: u8) {
+        out.grow(n).fill(byte);
+    }
+
+    /// Room made with `grow` or `grow_with_digits` and written over, some
+    /// of it truncated, and sends taken now and then: the send buffer
+    /// holds, and hands out, what a `Vec<u8>` does.
+    #[test]
+    fn a_send_buffer_holds_what_a_vec_does() {
+        let mut rng = Rng::new(23);
+        let mut out = SendBuffer::default();
+        let mut model: Vec<u8> = Vec::new();
+        for step in 0..20_000u64 {
+            let byte = step as u8;
+            match rng.up_to(9) {
+                0..=6 => {
+                    // Mostly a frame's worth, now and then more than the
+                    // room made at once.
+                    let most = if rng.chance(1, 50) { 3 * ROOM_STEP } else { 60 };
+                    let n = rng.up_to(most as u64) as usize;
+                    if rng.chance(1, 2) {
+                        write(&mut out, n, byte);
+                    } else {
+                        out.grow_with_digits(n).0.fill(byte);
+                    }
+                    write(&mut model, n, byte);
+                }
+                7 | 8 => {
+                    let len = rng.up_to(model.len() as u64 + 5) as usize;
+                    out.truncate(len);
+                    LineBuf::truncate(&mut model, len);
+                }
+                _ => {
+                    let sent = out.take();
+                    assert_eq!(sent.as_deref(), (!model.is_empty()).then_some(&model[..]));
+                    model.clear();
+                }
+            }
+            assert_eq!(out.filled(), model.len(), "step {step}");
+        }
+    }
+
+    /// An empty send buffer makes room for many frames at once, and goes
+    /// on sharing that memory with the sends taken from it; one that a
+    /// burst made large is let go with its send, which then holds that
+    /// memory alone, and the buffer starts small again.
+    #[test]
+    fn a_send_buffer_lets_a_burst_go_with_its_send() {
+        let mut out = SendBuffer::default();
+        write(&mut out, 100, b'a');
+        assert!(out.out.capacity() >= SEND_BUFFER_ROOM);
+        let small = out.take().unwrap();
+        assert!(
+            !small.is_unique(),
+            "the buffer keeps the rest of its memory"
+        );
+        for _ in 0..1_000 {
+            write(&mut out, 1_000, b'b');
+        }
+        assert!(out.out.capacity() > SEND_BUFFER_KEPT);
+        let burst = out.take().unwrap();
+        assert!(burst.is_unique(), "the burst's memory goes with it");
+        write(&mut out, 100, b'c');
+        assert!(out.out.capacity() <= SEND_BUFFER_KEPT);
+    }
+}
