@@ -4,30 +4,29 @@
 //! timed out, and ended, each in exactly one outcome given in one place,
 //! [`Acquires::end`].
 //!
-//! An acquire's record lives from its submission to its outcome. While an
-//! attempt is in flight its key travels with the request (in the pending
-//! table) and comes back with the answer. Its one timer means what its
-//! [`Phase`] says: the last moment it may wait for a connection, the end
-//! of a `B` backoff, or the answer deadline of the attempt in flight. An
-//! acquire abandoned in flight has its outcome at once, and leaves behind
-//! only its attempt's answer deadline, as a *waiter*: an answer that late
-//! means the connection is unwell, whoever still waits for it.
+//! An acquire's record lives from its submission to its outcome; its one
+//! timer means what its [`Phase`] says: the last moment it may wait for a
+//! connection, the end of a `B` backoff, or the answer deadline of the
+//! attempt in flight. An acquire abandoned in flight has its outcome at
+//! once, and leaves behind a *waiter*: what its attempt's answer must
+//! match, and its answer deadline (an answer that late means the
+//! connection is unwell, whoever still waits for it).
 
 use core::num::NonZeroU64;
 use core::time::Duration;
 
 use super::link::jittered;
 use super::outcome::{CloseReason, Error, OpId, OpKind, Outcome};
+use super::pending::Expected;
 use super::store::{Handle, Queue, Table};
-use super::{pending, BusyPolicy, Fx};
+use super::{BusyPolicy, Fx};
 use crate::names::{Key, Name};
 use crate::rng::Rng;
 use crate::time::{duration_millis, millis, Time};
-use crate::wire::ClientFrame;
+use crate::wire::{ClientFrame, Op};
 
 struct Acquire {
-    /// `None` while an attempt is in flight: the request carries it.
-    key: Option<Key>,
+    key: Key,
     owner: Name,
     lease_ms: NonZeroU64,
     /// The end of the wait budget, across all attempts.
@@ -37,8 +36,20 @@ struct Acquire {
     /// Attempts handed out so far: each after the first followed a `B`.
     sent: u32,
     phase: Phase,
-    /// Renew the grant automatically, for at most this long once granted.
-    renew: Option<Duration>,
+    /// Renew the grant automatically, for at most this many nanoseconds
+    /// once granted ([`NO_RENEWAL`]: not automatically).
+    renew: u64,
+}
+
+/// An [`Acquire`]'s `renew` when it asked for no automatic renewal.
+const NO_RENEWAL: u64 = u64::MAX;
+
+/// What is left of an acquire abandoned in flight: what its attempt's
+/// answer must match.
+struct Waiter {
+    key: Key,
+    lease_ms: NonZeroU64,
+    wait_ms: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,6 +83,7 @@ impl Acquire {
 
 /// What a granted acquire hands on to the grant it becomes.
 pub(crate) struct Granted {
+    pub(crate) key: Key,
     pub(crate) sent_at: Time,
     pub(crate) lease_ms: NonZeroU64,
     pub(crate) renew: Option<Duration>,
@@ -83,9 +95,8 @@ pub(crate) struct Granted {
 pub(crate) struct Acquires {
     table: Table<Acquire>,
     queue: Queue,
-    /// Abandoned attempts in flight: each only a timer, its answer
-    /// deadline.
-    waiters: Table<()>,
+    /// Abandoned attempts in flight, each with its answer deadline.
+    waiters: Table<Waiter>,
 }
 
 impl Acquires {
@@ -119,14 +130,16 @@ impl Acquires {
         let handle = self
             .table
             .insert(Acquire {
-                key: Some(key),
+                key,
                 owner,
                 lease_ms,
                 budget_end,
                 sent_at: Time::ZERO,
                 sent: 0,
                 phase: Phase::Backoff,
-                renew,
+                renew: renew.map_or(NO_RENEWAL, |limit| {
+                    u64::try_from(limit.as_nanos()).unwrap_or(NO_RENEWAL - 1)
+                }),
             })
             .ok_or(Error::Busy)?;
         fx.events.stats.acquires_started += 1;
@@ -166,25 +179,22 @@ impl Acquires {
     }
 
     /// Sends the first queued acquire as request `id`, its `wait_ms` what
-    /// is left of its budget, its answer deadline armed: its [`Expect`],
-    /// to register as `id`. `None` when none is queued.
-    ///
-    /// [`Expect`]: pending::Expect
-    pub(crate) fn send_next(&mut self, fx: &mut Fx<'_>, id: u64) -> Option<pending::Expect> {
+    /// is left of its budget, its answer deadline armed: the acquire, to
+    /// register as `id`. `None` when none is queued.
+    pub(crate) fn send_next(&mut self, fx: &mut Fx<'_>, id: u64) -> Option<Handle> {
         let table = &self.table;
         let handle = self.queue.pop(|h, t| Acquires::is_queued(table, h, t))?;
         let acquire = self
             .table
             .get_mut(handle)
             .expect("queued acquires are stored");
-        let key = acquire.key.take().expect("a queued acquire has its key");
         acquire.phase = Phase::Sent { id };
         acquire.sent_at = fx.now;
         acquire.sent += 1;
         let wait_ms = acquire.wire_wait_ms();
         ClientFrame::Acquire {
             id,
-            key: key.to_wire(),
+            key: acquire.key.to_wire(),
             owner: acquire.owner.to_wire(),
             wait_ms,
             lease_ms: acquire.lease_ms,
@@ -194,9 +204,32 @@ impl Acquires {
             .now
             .saturating_add_millis(wait_ms)
             .saturating_add(fx.config.answer_grace);
-        let lease_ms = acquire.lease_ms;
         self.table.set_timer(handle, deadline);
-        Some(pending::acquire(handle, key, wait_ms, lease_ms))
+        Some(handle)
+    }
+
+    /// What the answer to the attempt in flight of `handle` must match.
+    pub(crate) fn expected(&self, handle: Handle) -> Expected<'_> {
+        let acquire = self.table.get(handle).expect("an acquire in flight");
+        Expected {
+            op: Op::Acquire,
+            key: &acquire.key,
+            lease_ms: acquire.lease_ms.get(),
+            wait_ms: acquire.wire_wait_ms(),
+            token: 0,
+        }
+    }
+
+    /// What the answer to the abandoned attempt `waiter` must match.
+    pub(crate) fn waiter_expected(&self, waiter: Handle) -> Expected<'_> {
+        let w = self.waiters.get(waiter).expect("a waiter in flight");
+        Expected {
+            op: Op::Acquire,
+            key: &w.key,
+            lease_ms: w.lease_ms.get(),
+            wait_ms: w.wait_ms,
+            token: 0,
+        }
     }
 
     /// `G` to the attempt in flight: what the grant needs of it. Its
@@ -204,18 +237,18 @@ impl Acquires {
     pub(crate) fn granted(&self, handle: Handle) -> Granted {
         let acquire = self.table.get(handle).expect("an acquire in flight");
         Granted {
+            key: acquire.key.clone(),
             sent_at: acquire.sent_at,
             lease_ms: acquire.lease_ms,
-            renew: acquire.renew,
+            renew: (acquire.renew != NO_RENEWAL).then(|| Duration::from_nanos(acquire.renew)),
         }
     }
 
     /// `B`: the attempt was refused before it was queued, so trying again
     /// is safe, with a new id after a jittered backoff, while the budget
-    /// still fits an attempt; else Busy. `key` comes back with the answer.
-    pub(crate) fn busy(&mut self, fx: &mut Fx<'_>, rng: &mut Rng, handle: Handle, key: Key) {
+    /// still fits an attempt; else Busy.
+    pub(crate) fn busy(&mut self, fx: &mut Fx<'_>, rng: &mut Rng, handle: Handle) {
         let acquire = self.table.get_mut(handle).expect("an acquire in flight");
-        acquire.key = Some(key);
         let retry_at = match fx.config.busy {
             BusyPolicy::Retry => {
                 // The n-th `B` in a row, from 0.
@@ -257,21 +290,32 @@ impl Acquires {
     }
 
     /// Ends an acquire in flight Indeterminate at once, its request left
-    /// in flight (`KeepWaiter`, or a shutdown): a waiter keeps its answer
-    /// deadline. The caller hands the waiter to the pending table, which
-    /// still claims the answer. `None` if no waiter can be kept (the table
-    /// is full): its answer is then claimed with no deadline.
+    /// in flight (`KeepWaiter`, or a shutdown): a waiter keeps what its
+    /// answer must match and its answer deadline, and the caller hands it
+    /// to the pending table, which still claims the answer. `None`, and
+    /// the acquire untouched, if no waiter can be kept (the table is full):
+    /// the caller then closes instead.
     pub(crate) fn abandon(&mut self, fx: &mut Fx<'_>, handle: Handle) -> Option<Handle> {
         let acquire = self.table.get(handle)?;
         let settles_by = acquire.settles_by(fx.now, fx.config.settle_margin);
+        let waiter = Waiter {
+            key: acquire.key.clone(),
+            lease_ms: acquire.lease_ms,
+            wait_ms: acquire.wire_wait_ms(),
+        };
         let deadline = self.table.timer(handle);
-        fx.events.stats.count_indeterminate(None);
-        self.end(fx, handle, Outcome::Indeterminate { settles_by });
-        let waiter = self.waiters.insert(())?;
+        let waiter = self.waiters.insert(waiter)?;
         if let Some(deadline) = deadline {
             self.waiters.set_timer(waiter, deadline);
         }
+        fx.events.stats.count_indeterminate(None);
+        self.end(fx, handle, Outcome::Indeterminate { settles_by });
         Some(waiter)
+    }
+
+    /// The key of the abandoned attempt `waiter`'s acquire.
+    pub(crate) fn waiter_key(&self, waiter: Handle) -> Option<&Key> {
+        self.waiters.get(waiter).map(|w| &w.key)
     }
 
     /// The abandoned attempt `waiter` was answered, or its connection

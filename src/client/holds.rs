@@ -10,8 +10,7 @@
 //! a renewal, a jeopardy, its expiry, its renewal's answer grace, its
 //! `expires_by`), then a release under way (its timer the release's
 //! deadline, or the answer grace of an attempt in flight). A release of a
-//! raw `(key, token)`, or of an orphaned grant, starts as a release. While
-//! a release is in flight its key travels with the request.
+//! raw `(key, token)`, or of an orphaned grant, starts as a release.
 
 use core::num::NonZeroU64;
 use core::time::Duration;
@@ -20,11 +19,12 @@ use super::link::LEASE_CAP_FLOOR;
 use super::outcome::{
     CloseReason, Error, Event, Grant, Issuer, OpId, OpKind, Outcome, ReleaseResult,
 };
+use super::pending::Expected;
 use super::store::{Handle, Queue, Table};
-use super::{pending, Fx};
+use super::Fx;
 use crate::names::Key;
 use crate::time::{duration_millis, millis, Time};
-use crate::wire::{AnswerKind, ClientFrame};
+use crate::wire::{AnswerKind, ClientFrame, Op};
 
 /// A grant handed to the embedder and not yet released or handed back.
 struct Held {
@@ -74,8 +74,7 @@ enum Renewal {
 /// A release: the embedder's, or one the client issued for an orphaned
 /// grant.
 struct Release {
-    /// `None` while an attempt is in flight: the request carries it.
-    key: Option<Key>,
+    key: Key,
     token: u64,
     /// No new attempt starts at or after this; its timer while queued.
     until: Time,
@@ -310,16 +309,15 @@ impl Holds {
     /// as it can tell; renewed automatically for `renew` if its acquire
     /// asked for it. `None` if no record can be kept (the table is full):
     /// lease expiry then settles the grant.
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn hold(
         &mut self,
         fx: &mut Fx<'_>,
-        key: Key,
         token: u64,
         lease_ms: NonZeroU64,
         waited_ms: u64,
         granted: super::acquires::Granted,
     ) -> Option<Grant> {
+        let key = granted.key;
         fx.events.stats.grant_wait.record(waited_ms);
         let expires_by = expiry(fx.now, lease_ms, fx.config.settle_margin);
         let valid_until = granted
@@ -379,14 +377,13 @@ impl Holds {
     }
 
     /// Whether `(key, token)` is a grant the embedder holds, or one whose
-    /// release is queued: one the client must not release behind the
-    /// embedder's back, or twice. (Releases in flight carry their key
-    /// with their request; the caller asks the pending table of those.)
-    /// A scan: this only runs for an answer nobody claims.
+    /// release is under way: one the client must not release behind the
+    /// embedder's back, or twice. A scan: this only runs for an answer
+    /// nobody claims.
     pub(crate) fn knows(&self, key: &Key, token: u64) -> bool {
         self.table.iter().any(|(_, hold)| match hold {
             Hold::Held(h) => h.token == token && h.key == *key,
-            Hold::Release(r) => r.token == token && r.key.as_ref() == Some(key),
+            Hold::Release(r) => r.token == token && r.key == *key,
             Hold::Lost { key: k, token: t } => *t == token && k == key,
         })
     }
@@ -538,11 +535,16 @@ impl Holds {
     }
 
     /// Sends the first renewal waiting in the lane as request `id`, with
-    /// its answer grace armed: its [`Expect`](pending::Expect). The grant's
-    /// `expires_by` moves to what the renewal could give. A renewal whose
-    /// grant's `valid_until` has passed is not sent: the grant is no
-    /// longer renewed. `None` when none waits.
-    pub(crate) fn send_renewal(&mut self, fx: &mut Fx<'_>, id: u64) -> Option<pending::Expect> {
+    /// its answer grace armed: the grant, its key and token and the lease
+    /// asked, to register as `id`. The grant's `expires_by` moves to what
+    /// the renewal could give. A renewal whose grant's `valid_until` has
+    /// passed is not sent: the grant is no longer renewed. `None` when none
+    /// waits.
+    pub(crate) fn send_renewal(
+        &mut self,
+        fx: &mut Fx<'_>,
+        id: u64,
+    ) -> Option<(Handle, Key, u64, NonZeroU64)> {
         loop {
             let table = &self.table;
             let handle = self
@@ -574,9 +576,9 @@ impl Holds {
                 lease_ms,
             }
             .encode(fx.send);
-            let expect = pending::renewal(handle, held.key.clone(), held.token, lease_ms);
+            let sent = (handle, held.key.clone(), held.token, lease_ms);
             self.tend(fx, handle);
-            return Some(expect);
+            return Some(sent);
         }
     }
 
@@ -714,7 +716,7 @@ impl Holds {
         fx.events.stats.lease_left_at_release.record(left);
         let queued_renewal = matches!(held.renewal, Renewal::Queued { .. });
         let release = Release {
-            key: Some(held.key.clone()),
+            key: held.key.clone(),
             token: held.token,
             until: held.expires_by,
             attempts: 0,
@@ -742,7 +744,7 @@ impl Holds {
         // It still gets an id of its own, for its outcome: a record that
         // never waits, ended at once.
         let release = Release {
-            key: Some(grant.key.clone()),
+            key: grant.key.clone(),
             token: grant.token,
             until: fx.now,
             attempts: 0,
@@ -796,7 +798,7 @@ impl Holds {
         orphan: bool,
     ) -> Option<Handle> {
         let handle = self.table.insert(Hold::Release(Release {
-            key: Some(key),
+            key,
             token,
             until,
             attempts: 0,
@@ -868,9 +870,9 @@ impl Holds {
     }
 
     /// Sends the next attempt of the first release waiting in the lane as
-    /// request `id`, with its answer grace armed: its
-    /// [`Expect`](pending::Expect). `None` when none waits.
-    pub(crate) fn send_release(&mut self, fx: &mut Fx<'_>, id: u64) -> Option<pending::Expect> {
+    /// request `id`, with its answer grace armed: the release, to register
+    /// as `id`. `None` when none waits.
+    pub(crate) fn send_release(&mut self, fx: &mut Fx<'_>, id: u64) -> Option<Handle> {
         let table = &self.table;
         let handle = self
             .lane
@@ -881,32 +883,35 @@ impl Holds {
         // Its deadline fired before any send could get here, and only
         // releases with attempts left enter the lane.
         debug_assert!(fx.now < release.until);
-        let key = release.key.take().expect("a queued release has its key");
         release.queued = None;
         release.attempts += 1;
         ClientFrame::Release {
             id,
-            key: key.to_wire(),
+            key: release.key.to_wire(),
             token: release.token,
         }
         .encode(fx.send);
-        let token = release.token;
         self.table
             .set_timer(handle, fx.now.saturating_add(fx.config.answer_grace));
-        Some(pending::release(handle, key, token))
+        Some(handle)
     }
 
-    /// `D` or `N` matched to a release in flight; `key` comes back with it.
-    pub(crate) fn release_answer(
-        &mut self,
-        fx: &mut Fx<'_>,
-        handle: Handle,
-        key: Key,
-        released: bool,
-    ) {
-        if let Some(Hold::Release(release)) = self.table.get_mut(handle) {
-            release.key = Some(key);
+    /// What the answer to the release `handle` in flight must match.
+    pub(crate) fn release_expected(&self, handle: Handle) -> Expected<'_> {
+        let Some(Hold::Release(release)) = self.table.get(handle) else {
+            unreachable!("a release in flight is stored");
+        };
+        Expected {
+            op: Op::Release,
+            key: &release.key,
+            lease_ms: u64::MAX,
+            wait_ms: 0,
+            token: release.token,
         }
+    }
+
+    /// `D` or `N` matched to a release in flight.
+    pub(crate) fn release_answer(&mut self, fx: &mut Fx<'_>, handle: Handle, released: bool) {
         // After an earlier lost attempt too, `N` says the grant is gone.
         let result = match released {
             true => ReleaseResult::Released,
@@ -915,21 +920,13 @@ impl Holds {
         self.end_release(fx, handle, result);
     }
 
-    /// A release in flight at a close (`key` back from its request): back
-    /// to the front of the lane, or ended Lapsed if no further attempt may
-    /// start: after its deadline, past its attempts, or when the shutdown
-    /// is ending.
-    pub(crate) fn requeue_release(
-        &mut self,
-        fx: &mut Fx<'_>,
-        handle: Handle,
-        key: Key,
-        finishing: bool,
-    ) {
+    /// A release in flight at a close: back to the front of the lane, or
+    /// ended Lapsed if no further attempt may start: after its deadline,
+    /// past its attempts, or when the shutdown is ending.
+    pub(crate) fn requeue_release(&mut self, fx: &mut Fx<'_>, handle: Handle, finishing: bool) {
         let Some(Hold::Release(release)) = self.table.get_mut(handle) else {
             return;
         };
-        release.key = Some(key);
         let until = release.until;
         if fx.now >= until || release.attempts >= fx.config.release_attempts || finishing {
             self.end_release(fx, handle, ReleaseResult::Lapsed);
@@ -952,9 +949,8 @@ impl Holds {
             self.release_left();
         }
         if release.orphan {
-            let key = release.key.expect("an ended release has its key back");
             fx.events.push_back(Event::OrphanSettled {
-                key,
+                key: release.key,
                 token: release.token,
                 result,
             });

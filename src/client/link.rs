@@ -487,12 +487,10 @@ impl Link {
         fx.events.push_back(Event::Connecting { addr });
     }
 
-    /// A connection is wanted while none is planned (a release to send
-    /// while shutting down): connects now.
-    pub(crate) fn wake(&mut self, fx: &mut Fx<'_>, cap: Option<Duration>) {
-        if let LinkState::Down { until: Time::MAX } = self.state {
-            self.connect(fx, cap);
-        }
+    /// Whether no connection is planned: down for good while shutting
+    /// down, until something is to be sent.
+    pub(crate) fn is_idle(&self) -> bool {
+        matches!(self.state, LinkState::Down { until: Time::MAX })
     }
 
     /// The link's deadline passed: the wait before a round ended (a new

@@ -89,8 +89,9 @@ use self::acquires::Acquires;
 use self::holds::Holds;
 use self::link::{Link, Phase};
 use self::outcome::OpKind;
-use self::pending::{Expect, Owner, Pending};
+use self::pending::{Claimed, Expected, Owner, Owners, Pending};
 use self::stats::Told;
+use self::store::Handle;
 use self::store::SendBuffer;
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
@@ -713,17 +714,20 @@ impl Client {
     /// once, its answer still claimed: an abandoned waiter.
     fn abandon(&mut self, op: OpId, id: u64) {
         if let Some((OpKind::Acquire, handle)) = op.parts() {
-            let waiter = with_fx!(self, fx => self.acquires.abandon(&mut fx, handle));
-            self.pending.abandon(id, waiter);
+            match with_fx!(self, fx => self.acquires.abandon(&mut fx, handle)) {
+                Some(waiter) => self.pending.abandon(id, waiter),
+                // No waiter could be kept: as under the close policy.
+                None => self.close(CloseReason::Cancel),
+            }
         }
     }
 
     /// A release is waiting: while shutting down with no connection
     /// planned, one is made.
     fn wake(&mut self) {
-        if self.holds.lane_len() > 0 {
+        if self.holds.lane_len() > 0 && self.link.is_idle() {
             let cap = self.holds.lease_cap(self.now);
-            with_fx!(self, fx => self.link.wake(&mut fx, cap));
+            with_fx!(self, fx => self.link.connect(&mut fx, cap));
         }
     }
 
@@ -793,53 +797,57 @@ impl Client {
     /// handed to the part whose request it answers. `Err` closes the
     /// connection: the session no longer agrees with the server.
     fn on_answer(&mut self, answer: Answer<'_>) -> Result<(), CloseReason> {
-        let holds = &self.holds;
-        let expect = match self.pending.claim(&answer, |owner| match owner {
-            Owner::Renewal(grant) => !holds.awaits_renewal(grant),
-            _ => false,
-        }) {
-            Ok(expect) => expect,
+        let parts = Parts {
+            acquires: &self.acquires,
+            holds: &self.holds,
+        };
+        let claimed = match self.pending.claim(&answer, &parts) {
+            Ok(claimed) => claimed,
             Err(violation) => {
                 self.stray_answer(&answer);
                 return Err(CloseReason::Protocol(violation));
             }
         };
-        let Expect { owner, key, .. } = expect;
-        with_fx!(self, fx => match (owner, answer.kind) {
-            (Owner::Acquire { acquire: waiter, abandoned: true }, kind) => {
+        with_fx!(self, fx => match (claimed, answer.kind) {
+            (Claimed::Waiter(waiter), kind) => {
                 // An abandoned waiter's answer is claimed; its grant goes
                 // back by exact token, unless the embedder holds it.
+                let key = self.acquires.waiter_key(waiter).cloned();
                 self.acquires.waiter_done(waiter);
-                if let AnswerKind::Granted { token, lease_ms, .. } = kind {
-                    if !self.holds.knows(&key, token) && !self.pending.releases(&key, token) {
+                if let (Some(key), AnswerKind::Granted { token, lease_ms, .. }) = (key, kind) {
+                    if !self.holds.knows(&key, token) {
                         self.holds.orphan(&mut fx, key, token, lease_ms);
                     }
                 }
             }
-            (Owner::Acquire { acquire, .. }, AnswerKind::Granted { token, lease_ms, waited_ms }) => {
+            (Claimed::Acquire(acquire), AnswerKind::Granted { token, lease_ms, waited_ms }) => {
                 let granted = self.acquires.granted(acquire);
                 let waited = waited_ms.unwrap_or(0);
-                let outcome = match self.holds.hold(&mut fx, key, token, lease_ms, waited, granted) {
+                let outcome = match self.holds.hold(&mut fx, token, lease_ms, waited, granted) {
                     Some(grant) => Outcome::Granted(grant),
                     // No record can be kept: lease expiry settles it.
                     None => Outcome::Indeterminate {
-                        settles_by: fx.now.saturating_add_millis(lease_ms.get()).saturating_add(fx.config.settle_margin),
+                        settles_by: fx
+                            .now
+                            .saturating_add_millis(lease_ms.get())
+                            .saturating_add(fx.config.settle_margin),
                     },
                 };
                 self.acquires.end(&mut fx, acquire, outcome);
             }
-            (Owner::Acquire { acquire, .. }, AnswerKind::TimedOut) => {
-                let outcome = Outcome::TimedOut { sent: true, cause: None };
+            (Claimed::Acquire(acquire), AnswerKind::TimedOut) => {
+                let outcome = Outcome::TimedOut {
+                    sent: true,
+                    cause: None,
+                };
                 self.acquires.end(&mut fx, acquire, outcome);
             }
-            (Owner::Acquire { acquire, .. }, _) => {
-                self.acquires.busy(&mut fx, &mut self.rng, acquire, key);
-            }
-            (Owner::Release(release), kind) => {
+            (Claimed::Acquire(acquire), _) => self.acquires.busy(&mut fx, &mut self.rng, acquire),
+            (Claimed::Release(release), kind) => {
                 let released = kind == AnswerKind::Released;
-                self.holds.release_answer(&mut fx, release, key, released);
+                self.holds.release_answer(&mut fx, release, released);
             }
-            (Owner::Renewal(grant), kind) => self.holds.renewal_answer(&mut fx, grant, kind),
+            (Claimed::Renewal(grant), kind) => self.holds.renewal_answer(&mut fx, grant, kind),
         });
         Ok(())
     }
@@ -855,7 +863,7 @@ impl Client {
         | AnswerKind::Renewed { token, lease_ms } = answer.kind
         {
             let key = Key::from(answer.key);
-            if !self.holds.knows(&key, token) && !self.pending.releases(&key, token) {
+            if !self.holds.knows(&key, token) {
                 with_fx!(self, fx => self.holds.orphan(&mut fx, key, token, lease_ms));
             }
         }
@@ -902,19 +910,21 @@ impl Client {
         with_fx!(self, fx => {
             while (pending.len() as u64) < window {
                 match self.holds.send_release(&mut fx, pending.next_id()) {
-                    Some(expect) => drop(pending.register(expect)),
+                    Some(release) => pending.register(Owner::Release(release)),
                     None => break,
                 }
             }
             while (pending.len() as u64) < window {
                 match self.holds.send_renewal(&mut fx, pending.next_id()) {
-                    Some(expect) => drop(pending.register(expect)),
+                    Some((grant, key, token, lease_ms)) => {
+                        pending.register_renewal(grant, key, token, lease_ms);
+                    }
                     None => break,
                 }
             }
             while (pending.len() as u64) < window && (pending.acquires() as u64) < limit {
                 match self.acquires.send_next(&mut fx, pending.next_id()) {
-                    Some(expect) => drop(pending.register(expect)),
+                    Some(acquire) => pending.register(Owner::Acquire(acquire)),
                     None => break,
                 }
             }
@@ -952,26 +962,22 @@ impl Client {
         let (finishing, shutting) = (self.finishing, self.shutdown.is_some());
         with_fx!(self, fx => {
             let mut again = Vec::new();
-            for expect in in_flight {
-                match expect.owner {
-                    Owner::Acquire { acquire, abandoned: false } => {
-                        self.acquires.in_doubt(&mut fx, acquire, reason);
-                    }
+            for claimed in in_flight {
+                match claimed {
+                    Claimed::Acquire(acquire) => self.acquires.in_doubt(&mut fx, acquire, reason),
                     // Lease expiry settles an abandoned waiter's grant.
-                    Owner::Acquire { acquire: waiter, abandoned: true } => {
-                        self.acquires.waiter_done(waiter);
-                    }
-                    _ => again.push(expect),
+                    Claimed::Waiter(waiter) => self.acquires.waiter_done(waiter),
+                    other => again.push(other),
                 }
             }
             // Back to the front of their queues: the last sent first.
-            for expect in again.into_iter().rev() {
-                match expect.owner {
-                    Owner::Release(release) => {
-                        self.holds.requeue_release(&mut fx, release, expect.key, finishing);
+            for claimed in again.into_iter().rev() {
+                match claimed {
+                    Claimed::Release(release) => {
+                        self.holds.requeue_release(&mut fx, release, finishing);
                     }
-                    Owner::Renewal(grant) => self.holds.requeue_renewal(&mut fx, grant, shutting),
-                    Owner::Acquire { .. } => {}
+                    Claimed::Renewal(grant) => self.holds.requeue_renewal(&mut fx, grant, shutting),
+                    Claimed::Acquire(_) | Claimed::Waiter(_) => {}
                 }
             }
         });
@@ -1038,8 +1044,12 @@ impl Client {
             self.holds.stop_renewals(&mut fx);
             self.acquires.shut(&mut fx, keep_waiter, &mut abandoned)
         });
+        let mut in_flight = in_flight;
         for (id, waiter) in abandoned {
-            self.pending.abandon(id, waiter);
+            match waiter {
+                Some(waiter) => self.pending.abandon(id, waiter),
+                None => in_flight = true,
+            }
         }
         if in_flight {
             self.close(CloseReason::Cancel);
@@ -1076,6 +1086,27 @@ impl Client {
         });
         self.link.finish();
         self.out.events.push_back(Event::ShutdownComplete);
+    }
+}
+
+/// The parts the pending table asks what an answer must match.
+struct Parts<'a> {
+    acquires: &'a Acquires,
+    holds: &'a Holds,
+}
+
+impl Owners for Parts<'_> {
+    fn expected(&self, owner: Owner) -> Expected<'_> {
+        match owner {
+            Owner::Acquire(acquire) => self.acquires.expected(acquire),
+            Owner::Waiter(waiter) => self.acquires.waiter_expected(waiter),
+            Owner::Release(release) => self.holds.release_expected(release),
+            Owner::Renewal(_) => unreachable!("the pending table keeps a renewal's"),
+        }
+    }
+
+    fn awaits_renewal(&self, grant: Handle) -> bool {
+        self.holds.awaits_renewal(grant)
     }
 }
 

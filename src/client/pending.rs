@@ -1,14 +1,16 @@
-//! The requests in flight on the connection, by id, each with what its
-//! answer must match (PROTOCOL.md section 5: "matching an answer", "when
-//! to register", "an answer whose id no pending request holds", "an
-//! answer whose id is pending but op or key differ", the `waited_ms` row).
+//! The requests in flight on the connection, by id (PROTOCOL.md section
+//! 5: "matching an answer", "when to register", "an answer whose id no
+//! pending request holds", "an answer whose id is pending but op or key
+//! differ", the `waited_ms` row).
 //!
-//! An entry is registered before its request's bytes exist, and carries
-//! everything its answer is checked against: the op, the key, and what the
-//! answer may not exceed or must repeat. So the operation it belongs to may
-//! end, and its record go, while the request is still in flight: the
-//! answer is still claimed here, and handed to an owner that may no longer
-//! know it.
+//! An entry is registered before its request's bytes exist, and names
+//! whose request it is. An acquire's and a release's records live as long
+//! as their request is in flight (an acquire abandoned in flight leaves a
+//! waiter that does), so what their answer must match is read from them.
+//! A renewal's grant may be released, handed back or expire while its
+//! renewal is in flight: what its answer must match (the key, the token,
+//! the lease asked) is kept here, so the grant's record can go the moment
+//! the embedder gives it up, and the answer is still claimed.
 
 use core::num::NonZeroU64;
 
@@ -18,57 +20,48 @@ use crate::hash::IdMap;
 use crate::names::Key;
 use crate::wire::{Answer, AnswerKind, Op};
 
-/// Whose request it is: the part and the record that sent it.
+/// Whose request is in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Owner {
-    /// An attempt of the acquire `Handle`; once its operation ended while
-    /// it was in flight (cancelled under `KeepWaiter`, shut down),
-    /// `abandoned`, and the handle is its waiter's: its answer is claimed,
-    /// and a grant it brings released.
-    Acquire { acquire: Handle, abandoned: bool },
+    /// An attempt of the acquire `Handle`.
+    Acquire(Handle),
+    /// An attempt of an acquire whose operation ended while it was in
+    /// flight (cancelled under `KeepWaiter`, shut down): its waiter keeps
+    /// what its answer must match and its answer deadline; its answer is
+    /// claimed, and a grant it brings released.
+    Waiter(Handle),
     /// An attempt of the release `Handle`.
     Release(Handle),
-    /// A renewal of the held grant `Handle`.
-    Renewal(Handle),
+    /// A renewal, kept here as the `n`-th renewal in flight.
+    Renewal(u32),
 }
 
-/// What the answer to a request in flight must say.
-#[derive(Debug)]
-pub(crate) struct Expect {
-    pub(crate) owner: Owner,
-    /// The key the request named (an acquire's and a release's travel with
-    /// their request while it is in flight, and come back with its answer).
-    pub(crate) key: Key,
-    /// The token: of a release or a renewal (an acquire's is 0).
-    pub(crate) token: u64,
-    /// The lease asked: of an acquire or a renewal (a release's is 0).
+/// What the answer to a request must say: its op and key, and what it may
+/// not exceed or must repeat.
+pub(crate) struct Expected<'a> {
+    pub(crate) op: Op,
+    pub(crate) key: &'a Key,
+    /// The lease asked: a `G` may give no more (`u64::MAX`: any).
     pub(crate) lease_ms: u64,
-    /// The `wait_ms` sent: of an acquire.
+    /// The `wait_ms` sent: a `G` to an acquire may say it waited no more.
     pub(crate) wait_ms: u64,
+    /// The token a renewal's `G` must repeat.
+    pub(crate) token: u64,
 }
 
-impl Expect {
-    /// The op its answer must name.
-    fn op(&self) -> Op {
-        match self.owner {
-            Owner::Acquire { .. } => Op::Acquire,
-            Owner::Release(_) => Op::Release,
-            Owner::Renewal(_) => Op::Renew,
-        }
-    }
-
+impl Expected<'_> {
     /// Why `answer` cannot be this request's, if it cannot: another op or
-    /// key, a longer lease than asked (`leased`: when the lease matters),
-    /// a `G` to an acquire that does not say how long it waited or says it
-    /// waited longer than it was sent with, a renewal answered for another
-    /// token.
-    fn refuses(&self, id: u64, answer: &Answer<'_>, leased: bool) -> Option<Violation> {
-        if self.op() != answer.op() || !self.key.is(answer.key.as_bytes()) {
+    /// key, a longer lease than asked, a `G` to an acquire that does not
+    /// say how long it waited or says it waited longer than it was sent
+    /// with, a renewal answered for another token.
+    fn refuses(&self, answer: &Answer<'_>) -> Option<Violation> {
+        let id = answer.id;
+        if self.op != answer.op() || !self.key.is(answer.key.as_bytes()) {
             return Some(Violation::Mismatch { id });
         }
         match answer.kind {
             AnswerKind::Granted { lease_ms, .. } | AnswerKind::Renewed { lease_ms, .. }
-                if leased && lease_ms.get() > self.lease_ms =>
+                if lease_ms.get() > self.lease_ms =>
             {
                 Some(Violation::LeaseAboveAsked { id })
             }
@@ -87,12 +80,35 @@ impl Expect {
     }
 }
 
+/// What the parts that own requests tell the pending table of them.
+pub(crate) trait Owners {
+    /// What the answer to `owner`'s request must match (never asked of a
+    /// renewal).
+    fn expected(&self, owner: Owner) -> Expected<'_>;
+    /// Whether the held grant `grant` still waits for its renewal's answer:
+    /// a renewal of a grant given up, or expired since, is claimed and
+    /// changes nothing, whatever lease it gives.
+    fn awaits_renewal(&self, grant: Handle) -> bool;
+}
+
+/// A renewal in flight: what its answer must match.
+struct Renewal {
+    grant: Handle,
+    key: Key,
+    token: u64,
+    lease_ms: NonZeroU64,
+}
+
 /// The requests in flight.
 pub(crate) struct Pending {
-    entries: IdMap<u64, Expect>,
+    entries: IdMap<u64, Owner>,
+    /// The renewals in flight, by the number their entry holds.
+    renewals: Vec<Option<Renewal>>,
+    /// Numbers of `renewals` that are free.
+    free: Vec<u32>,
     /// The id of the next request: one more than the last, never reused.
     next_id: u64,
-    /// How many of the entries are acquires.
+    /// How many of the entries are acquires (waiters included).
     acquires: usize,
 }
 
@@ -100,10 +116,22 @@ impl Default for Pending {
     fn default() -> Pending {
         Pending {
             entries: IdMap::default(),
+            renewals: Vec::new(),
+            free: Vec::new(),
             next_id: 1,
             acquires: 0,
         }
     }
+}
+
+/// An answer matched to its request: whose it was (a renewal's, by the
+/// grant it renews).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Claimed {
+    Acquire(Handle),
+    Waiter(Handle),
+    Release(Handle),
+    Renewal(Handle),
 }
 
 impl Pending {
@@ -112,78 +140,122 @@ impl Pending {
         self.next_id
     }
 
-    /// Registers the next request, with what its answer must match; its
-    /// id is [`Pending::next_id`]'s.
-    pub(crate) fn register(&mut self, expect: Expect) -> u64 {
+    /// Registers the next request, `owner`'s, under the id
+    /// [`Pending::next_id`] said.
+    pub(crate) fn register(&mut self, owner: Owner) {
         let id = self.next_id;
         self.next_id = self.next_id.wrapping_add(1);
-        self.insert(id, expect);
-        id
-    }
-
-    fn insert(&mut self, id: u64, expect: Expect) {
-        if matches!(expect.owner, Owner::Acquire { .. }) {
+        if matches!(owner, Owner::Acquire(_) | Owner::Waiter(_)) {
             self.acquires += 1;
         }
-        self.entries.insert(id, expect);
+        self.entries.insert(id, owner);
     }
 
-    /// Matches an answer by id, op and key, never by order: the entry it
-    /// answers, taken out; else the violation, and the entry (if any) stays
-    /// in flight, to be treated as sent and unanswered by the close. The
-    /// lease a `G` gives is held to what was asked unless `claimed_only`
-    /// says its owner no longer waits for it (a renewal of a grant given
-    /// up: its answer changes nothing).
+    /// Registers the next request, a renewal of the held grant `grant` by
+    /// its `(key, token)`, asking for `lease_ms`.
+    pub(crate) fn register_renewal(
+        &mut self,
+        grant: Handle,
+        key: Key,
+        token: u64,
+        lease_ms: NonZeroU64,
+    ) {
+        let renewal = Some(Renewal {
+            grant,
+            key,
+            token,
+            lease_ms,
+        });
+        let n = match self.free.pop() {
+            Some(n) => {
+                self.renewals[n as usize] = renewal;
+                n
+            }
+            None => {
+                self.renewals.push(renewal);
+                (self.renewals.len() - 1) as u32
+            }
+        };
+        self.register(Owner::Renewal(n))
+    }
+
+    /// Takes the renewal `n` out.
+    fn take_renewal(&mut self, n: u32) -> Option<Renewal> {
+        let renewal = self.renewals.get_mut(n as usize)?.take()?;
+        self.free.push(n);
+        Some(renewal)
+    }
+
+    /// Whose the entry is, the renewal's grant for a renewal.
+    fn claimed(&mut self, owner: Owner) -> Option<Claimed> {
+        Some(match owner {
+            Owner::Acquire(h) => Claimed::Acquire(h),
+            Owner::Waiter(h) => Claimed::Waiter(h),
+            Owner::Release(h) => Claimed::Release(h),
+            Owner::Renewal(n) => Claimed::Renewal(self.take_renewal(n)?.grant),
+        })
+    }
+
+    /// Matches an answer by id, op and key, never by order: whose request
+    /// it answers, taken out; else the violation, and the entry (if any)
+    /// stays in flight, to be treated as sent and unanswered by the close.
     pub(crate) fn claim(
         &mut self,
         answer: &Answer<'_>,
-        claimed_only: impl Fn(Owner) -> bool,
-    ) -> Result<Expect, Violation> {
+        owners: &impl Owners,
+    ) -> Result<Claimed, Violation> {
         let id = answer.id;
-        let Some(expect) = self.entries.get(&id) else {
+        let Some(&owner) = self.entries.get(&id) else {
             // Never sent, or already answered.
             return Err(Violation::UnknownId { id });
         };
-        if let Some(violation) = expect.refuses(id, answer, !claimed_only(expect.owner)) {
+        let refused = match owner {
+            Owner::Renewal(n) => {
+                let r = self.renewals[n as usize]
+                    .as_ref()
+                    .expect("a renewal in flight");
+                let lease_ms = match owners.awaits_renewal(r.grant) {
+                    true => r.lease_ms.get(),
+                    false => u64::MAX,
+                };
+                let expected = Expected {
+                    op: Op::Renew,
+                    key: &r.key,
+                    lease_ms,
+                    wait_ms: 0,
+                    token: r.token,
+                };
+                expected.refuses(answer)
+            }
+            _ => owners.expected(owner).refuses(answer),
+        };
+        if let Some(violation) = refused {
             return Err(violation);
         }
-        let expect = self.entries.remove(&id).expect("just found");
-        if matches!(expect.owner, Owner::Acquire { .. }) {
+        self.entries.remove(&id);
+        if matches!(owner, Owner::Acquire(_) | Owner::Waiter(_)) {
             self.acquires -= 1;
         }
-        Ok(expect)
+        Ok(self.claimed(owner).expect("a renewal in flight"))
     }
 
     /// The acquire in flight as `id` ended (its outcome was given), and
-    /// `waiter`, if one could be kept, keeps its answer deadline: its
-    /// answer is still claimed, and a grant it brings released.
-    pub(crate) fn abandon(&mut self, id: u64, waiter: Option<Handle>) {
-        if let Some(Expect {
-            owner: Owner::Acquire { acquire, abandoned },
-            ..
-        }) = self.entries.get_mut(&id)
-        {
-            // Without a waiter (none could be kept) no record answers to
-            // the handle: the answer is still claimed.
-            *acquire = waiter.unwrap_or(Handle::from_parts(u32::MAX, u32::MAX));
-            *abandoned = true;
+    /// `waiter` keeps what its answer must match and its deadline.
+    pub(crate) fn abandon(&mut self, id: u64, waiter: Handle) {
+        if let Some(owner @ Owner::Acquire(_)) = self.entries.get_mut(&id) {
+            *owner = Owner::Waiter(waiter);
         }
     }
 
     /// Every entry, taken out, in the order their requests were sent: the
     /// connection closed.
-    pub(crate) fn drain(&mut self) -> Vec<Expect> {
-        let mut all: Vec<(u64, Expect)> = self.entries.drain().collect();
+    pub(crate) fn drain(&mut self) -> Vec<Claimed> {
+        let mut all: Vec<(u64, Owner)> = self.entries.drain().collect();
         all.sort_unstable_by_key(|&(id, _)| id);
         self.acquires = 0;
-        all.into_iter().map(|(_, expect)| expect).collect()
-    }
-
-    /// Whether a release of `(key, token)` is in flight.
-    pub(crate) fn releases(&self, key: &Key, token: u64) -> bool {
-        self.entries
-            .values()
-            .any(|e| matches!(e.owner, Owner::Release(_)) && e.token == token && e.key == *key)
+        all.into_iter()
+            .filter_map(|(_, owner)| self.claimed(owner))
+            .collect()
     }
 
     /// Requests in flight.
@@ -194,41 +266,5 @@ impl Pending {
     /// Acquires among them.
     pub(crate) fn acquires(&self) -> usize {
         self.acquires
-    }
-}
-
-/// An acquire's [`Expect`]: no token; the lease asked and the wait sent.
-pub(crate) fn acquire(acquire: Handle, key: Key, wait_ms: u64, lease_ms: NonZeroU64) -> Expect {
-    Expect {
-        owner: Owner::Acquire {
-            acquire,
-            abandoned: false,
-        },
-        key,
-        token: 0,
-        lease_ms: lease_ms.get(),
-        wait_ms,
-    }
-}
-
-/// A release's [`Expect`]: its token, any lease (a `G` is a bad pairing).
-pub(crate) fn release(release: Handle, key: Key, token: u64) -> Expect {
-    Expect {
-        owner: Owner::Release(release),
-        key,
-        token,
-        lease_ms: u64::MAX,
-        wait_ms: 0,
-    }
-}
-
-/// A renewal's [`Expect`]: its token and the lease asked.
-pub(crate) fn renewal(grant: Handle, key: Key, token: u64, lease_ms: NonZeroU64) -> Expect {
-    Expect {
-        owner: Owner::Renewal(grant),
-        key,
-        token,
-        lease_ms: lease_ms.get(),
-        wait_ms: 0,
     }
 }

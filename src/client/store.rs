@@ -64,6 +64,15 @@ struct Slot<T> {
     timer: u32,
 }
 
+/// Makes room for one more in `v`, an eighth more at a time: a table is
+/// never much larger than what it holds (doubling would leave up to half of
+/// it unused, for as long as it lives).
+fn grow<T>(v: &mut Vec<T>) {
+    if v.len() == v.capacity() {
+        v.reserve_exact(v.len() / 8 + 16);
+    }
+}
+
 /// Records of type `T`, each with at most one timer.
 pub(crate) struct Table<T> {
     slots: Vec<Slot<T>>,
@@ -91,6 +100,7 @@ impl<T> Table<T> {
         let slot = match self.free.pop() {
             Some(slot) => slot,
             None if self.slots.len() < MAX_RECORDS => {
+                grow(&mut self.slots);
                 self.slots.push(Slot {
                     value: None,
                     gen: 0,
@@ -170,6 +180,7 @@ impl<T> Table<T> {
         };
         let index = match slot.timer {
             NONE => {
+                grow(&mut self.heap);
                 self.heap.push((at, handle.slot));
                 self.heap.len() - 1
             }
