@@ -89,6 +89,12 @@ fn a_thousand_seeds_under_every_fault_break_no_check() {
         "{report}"
     );
     assert!(report.events > 100 * SWEEP, "{report}");
+    // Leader changes are counted here too; faults may cost a holder its
+    // grant (a partition, a refused credential, a lease shorter than the
+    // outage), but many keep theirs.
+    let f = report.failovers;
+    assert!(f.leader_changes > SWEEP && f.kept > 1_000, "{report}");
+    assert!(f.kept + f.lost + f.given_up <= f.holders, "{report}");
 }
 
 #[test]
@@ -355,6 +361,7 @@ mod command_line {
             "faults injected: ",
             "latency ",
             "auth_refused ",
+            "leader changes: ",
             "violations: 0",
             "trace hash: 0x",
             "events per second: ",

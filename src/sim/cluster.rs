@@ -60,6 +60,9 @@ pub(super) enum Effect {
     },
     /// A fault happened.
     Fault(FaultKind),
+    /// The leader stopped leading (it crashed or vanished, moved, or
+    /// stepped down): a leader change.
+    LeaderChange,
     /// The lock table was lost: no server holds its grants any more.
     TableLost,
     /// A line for the log.
@@ -380,6 +383,7 @@ impl Cluster {
         self.drain(old, out);
         self.transit = Some(table);
         self.leader = None;
+        out.push(Effect::LeaderChange);
     }
 
     /// No node leads: the others are told, and a leader is elected after a
@@ -415,6 +419,7 @@ impl Cluster {
                 self.transit = Some(table);
             }
             self.leader = None;
+            out.push(Effect::LeaderChange);
             self.leaderless(now, out);
         }
         drop(server);

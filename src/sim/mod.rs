@@ -12,6 +12,7 @@
 //! | `cluster.rs` | the server nodes: crashes and restarts, leadership moving with the lock table, hints, `not_active` windows, refused credentials |
 //! | `workload.rs` | what the embedders do: acquire (a third of the time renewing automatically), hold, write, renew (by hand, or automatically, asked later and maybe stopped), release, cancel, abandon, let a lease lapse, shut down |
 //! | `check.rs` | the global checks and the ground truth they use |
+//! | `failover.rs` | what leader changes cost the holders that renew ([`Failovers`]) |
 //!
 //! # One seeded run
 //!
@@ -124,6 +125,7 @@
 mod check;
 mod cluster;
 mod driven;
+mod failover;
 mod net;
 #[cfg(feature = "sabotage")]
 mod sabotage;
@@ -581,6 +583,50 @@ impl Checked {
     }
 }
 
+/// Leader changes, and what they cost the holders that renew: whether a
+/// grant renewed automatically outlives the leader that granted it
+/// (PROTOCOL.md 4.2). Under faults, partitions, refused credentials and
+/// leases shorter than an outage may legitimately cost some.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Failovers {
+    /// Times a leader stopped leading: it crashed or vanished, moved, or
+    /// stepped down. (A leader whose server core is replaced, to refuse
+    /// the credential for a while, leads on: no change.)
+    pub leader_changes: u64,
+    /// Grants held at a change, valid and renewed automatically (within
+    /// their limit), counted once per change.
+    pub holders: u64,
+    /// Of those, kept across the change: a leader renewed the grant after
+    /// the change, and its holder was told `Renewed` before the grant's
+    /// `valid_until` passed, with no `LeaseLost` or `LeaseExpired` before.
+    pub kept: u64,
+    /// Of those, lost: `LeaseLost`, or `LeaseExpired` while its automatic
+    /// renewal was still on.
+    pub lost: u64,
+    /// Of those, given up first by the holder: released, handed back, its
+    /// automatic renewal stopped or past its limit, or its client shut
+    /// down. (The rest were still waiting when a violation ended the run.)
+    pub given_up: u64,
+    /// Of the grants kept, the least time that was left before one's
+    /// `valid_until` when its holder was told `Renewed`: how close a
+    /// holder came to losing its grant.
+    pub least_left: Option<Duration>,
+}
+
+impl Failovers {
+    fn add(&mut self, o: &Failovers) {
+        self.leader_changes += o.leader_changes;
+        self.holders += o.holders;
+        self.kept += o.kept;
+        self.lost += o.lost;
+        self.given_up += o.given_up;
+        self.least_left = match (self.least_left, o.least_left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 /// What one run, or many, did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -599,6 +645,9 @@ pub struct Report {
     pub writes: Writes,
     /// What the global checks looked at.
     pub checked: Checked,
+    /// Leader changes, and whether the holders that renew kept their
+    /// grants across them.
+    pub failovers: Failovers,
     /// Violations found (at most one per seed: a violation ends its run).
     pub violations: Vec<Violation>,
     /// The trace hash: of one run (from [`run`]), or of every seed with its
@@ -619,6 +668,7 @@ impl Report {
         self.faults.add(&other.faults);
         self.writes.add(&other.writes);
         self.checked.add(&other.checked);
+        self.failovers.add(&other.failovers);
         self.violations.extend(other.violations);
         self.log.extend(other.log);
     }
@@ -656,6 +706,20 @@ impl fmt::Display for Report {
             "checked: {} valid grants and {} renewals for mutual exclusion, {} grants of Indeterminate acquires, {} releases that had to free a grant",
             self.checked.holds, self.checked.renewals, self.checked.settle_watches, self.checked.release_watches
         )?;
+        let fo = &self.failovers;
+        write!(
+            f,
+            "leader changes: {}, with {} renewing holders of a valid grant: {} kept it, {} lost it, {} gave it up first",
+            fo.leader_changes, fo.holders, fo.kept, fo.lost, fo.given_up
+        )?;
+        match fo.least_left {
+            Some(left) => writeln!(
+                f,
+                "; the closest kept it {:.2} s before it ran out",
+                left.as_secs_f64()
+            )?,
+            None => writeln!(f)?,
+        }
         writeln!(f, "faults injected: {}", self.faults.total())?;
         let kinds: Vec<String> = FaultKind::ALL
             .iter()

@@ -4,7 +4,8 @@
 //! Every seed is a whole run (client cores, a cluster of server cores, a
 //! simulated network with faults, checks after every step). The report
 //! gives seeds, events, operations by outcome, faults injected by kind,
-//! violations, the trace hash, and events per second (wall clock: the only
+//! leader changes and how many renewing holders kept their grants across
+//! them, violations, the trace hash, and events per second (wall clock: the only
 //! clock read, here, outside the simulation). A violation prints its seed,
 //! what broke, and one command that replays it; the exit status is then 1.
 
