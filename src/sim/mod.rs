@@ -9,8 +9,8 @@
 //! | `driven.rs` | the client a slot drives: a core, or a bad client around one |
 //! | `sabotage.rs` | the bad clients, one per `Sabotage` (feature `sabotage`) |
 //! | `net.rs` | connections: latency, answers split into chunks, resets, refusals, partitions |
-//! | `cluster.rs` | the server nodes: crashes and restarts, leadership moving with the lock table, hints, `not_active` windows, refused credentials |
-//! | `workload.rs` | what the embedders do: acquire (a third of the time renewing automatically), hold, write, renew (by hand, or automatically, asked later and maybe stopped), release, cancel, abandon, let a lease lapse, shut down |
+//! | `cluster.rs` | the server nodes: crashes and restarts, leadership moving with the lock table, hints, `not_active` windows, refused credentials; in [`Scenario::LeaderCrash`], the leader's crashes and the elections after them |
+//! | `workload.rs` | what the embedders do: acquire (a third of the time renewing automatically), hold, write, renew (by hand, or automatically, asked later and maybe stopped), release, cancel, abandon, let a lease lapse, shut down; in [`Scenario::LeaderCrash`], hold keys of their own, renewed, beside light traffic |
 //! | `check.rs` | the global checks and the ground truth they use |
 //! | `failover.rs` | what leader changes cost the holders that renew ([`Failovers`]) |
 //!
@@ -34,16 +34,17 @@
 //!
 //! # The faults
 //!
-//! Each with a rate drawn from the seed (see [`FaultKind`]): latency spikes;
-//! writes split into random chunks; connection resets; connect refusals;
-//! node crashes (loud, or silent: the node's connections go dead) and
-//! restarts; partitions between a client and one node or all of them
-//! (short ones delay the bytes, long ones cut the connections); leadership
-//! moving, the old leader sending `M <new>` or `E no_leader` or just
-//! vanishing, with the lock table and the token counter carried to the new
-//! leader as a correctly replicated service would, or (half the times a
-//! leader crashes) lost with it, the next leader then beginning a term of
-//! a later epoch with a recovery grace (PROTOCOL.md 4.1); `L` hints, some naming
+//! In the default scenario, [`Scenario::Mixed`], each with a rate drawn
+//! from the seed (see [`FaultKind`]): latency spikes; writes split into
+//! random chunks; connection resets; connect refusals; node crashes (loud,
+//! or silent: the node's connections go dead) and restarts; partitions
+//! between a client and one node or all of them (short ones delay the
+//! bytes, long ones cut the connections); leadership moving, the old
+//! leader sending `M <new>` or `E no_leader` or just vanishing, with the
+//! lock table and the token counter carried to the new leader as a
+//! correctly replicated service would, or (half the times a leader
+//! crashes) lost with it, the next leader then beginning a term of a later
+//! epoch with a recovery grace (PROTOCOL.md 4.1); `L` hints, some naming
 //! an impostor outside every allowlist; windows of `E not_active`;
 //! credentials refused for a while; and `B` answers under tight queue
 //! limits.
@@ -52,6 +53,32 @@
 //! delivered at all arrives within 800 ms of being written (less than the
 //! clients' settle margin of 1 s); a partition longer than that cuts the
 //! connections instead.
+//!
+//! # The leader-crash scenario
+//!
+//! [`Scenario::LeaderCrash`] (`ticketing sim --scenario leader-crash`)
+//! shows the promise of PROTOCOL.md 4.2: a holder that renews keeps its
+//! grant when the leader dies. No fault is drawn. Each client holds one or
+//! two keys of its own from the start until it shuts down, renewed
+//! automatically with no limit, with a lease of at least three election
+//! TTLs (7.5 to 15 s); beside them, now and then, a plain acquire of a
+//! shared key. The clients have the default timeouts and backoffs, and at
+//! least two nodes as endpoints. During [`SimConfig::fault_time`] the
+//! leader crashes loudly (its connections are reset, as a process killed
+//! with SIGKILL would have them), several times, spaced out: the
+//! followers still name it (`M <crashed leader>`) for an election TTL
+//! drawn per crash (1 to 2.5 s), as etcd names a leader until its lease
+//! runs out; then another node leads, handed the lock table, or half the
+//! time beginning a term without it, with a recovery grace in which the
+//! holders reclaim their grants by renewing them (PROTOCOL.md 4.1). The
+//! crashed node restarts 0.3 to 1.5 s after that election, and the next
+//! crash comes 1 to 3 s after the restart.
+//!
+//! [`Report::failovers`] counts, in every scenario, the leader changes and
+//! the renewing holders of a valid grant at each: how many kept it (a
+//! leader renewed it after the change, and the holder was told so before
+//! it ran out), lost it, or gave it up first. `tests/sim.rs` asserts that
+//! every holder keeps its grant in this scenario.
 //!
 //! # The checks, after every step
 //!
@@ -101,9 +128,9 @@
 //! resends an acquire after a close, fills the reserved slots, drops the
 //! orphan release, takes hints from any address, or counts a renewed
 //! grant's validity from the arrival of the renewal's `G` instead of its
-//! send time (`sabotage.rs` says how each works). The checks see what the bad client does on the simulated
-//! wire and what it tells the workload, never what it shows the core, and
-//! hold it to the configuration the seed drew. One sabotage breaks a rule
+//! send time (`sabotage.rs` says how each works). The checks see what the bad
+//! client does on the simulated wire and what it tells the workload, never
+//! what it shows the core, and hold it to the configuration the seed drew. One sabotage breaks a rule
 //! of the server's instead, with honest clients: `no-grace` starts the term
 //! of a leader elected after the lock table was lost as if it had been
 //! handed the table, with no recovery grace. `tests/sim.rs` shows each one
@@ -147,17 +174,21 @@ pub use sabotage::{Sabotage, UnknownSabotage};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SimConfig {
+    /// What happens to the cluster, and what the clients do (default
+    /// [`Scenario::Mixed`]).
+    pub scenario: Scenario,
     /// Client cores (default 4).
     pub clients: usize,
     /// Server nodes in the cluster (default 3).
     pub nodes: usize,
     /// How long the workload runs with faults (default 10 s of virtual
-    /// time).
+    /// time); in [`Scenario::LeaderCrash`], how long leaders crash.
     pub fault_time: Duration,
     /// How long the workload goes on after faults stop, before the clients
     /// shut down (default 15 s).
     pub calm_time: Duration,
-    /// Whether faults are injected at all (default `true`).
+    /// Whether faults are injected at all (default `true`); in
+    /// [`Scenario::LeaderCrash`], whether leaders crash.
     pub faults: bool,
     /// Keep a readable log of the run in [`Report::log`] (default `false`).
     pub trace: bool,
@@ -175,6 +206,7 @@ pub struct SimConfig {
 impl Default for SimConfig {
     fn default() -> SimConfig {
         SimConfig {
+            scenario: Scenario::default(),
             clients: 4,
             nodes: 3,
             fault_time: Duration::from_secs(10),
@@ -194,6 +226,9 @@ impl SimConfig {
     pub fn cli_args(&self) -> String {
         let default = SimConfig::default();
         let mut args = String::new();
+        if self.scenario != default.scenario {
+            args.push_str(&format!(" --scenario {}", self.scenario));
+        }
         if self.clients != default.clients {
             args.push_str(&format!(" --clients {}", self.clients));
         }
@@ -219,6 +254,73 @@ impl SimConfig {
         args
     }
 }
+
+/// What a run does to the cluster, and what its clients do
+/// ([`SimConfig::scenario`], `ticketing sim --scenario NAME`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Scenario {
+    /// Every kind of fault, each at a rate the seed draws, under a workload
+    /// of every kind of operation (see the module documentation).
+    #[default]
+    Mixed,
+    /// No random fault: the leader crashes loudly, several times, spaced
+    /// out, under clients that hold keys of their own and renew them
+    /// automatically, with light traffic beside them. Until the crashed
+    /// leader's election key expires, the followers still name it (`M`),
+    /// as etcd does (PROTOCOL.md 4.2); then another node leads, with the
+    /// lock table handed over, or half the time lost (a recovery grace,
+    /// PROTOCOL.md 4.1). [`Report::failovers`] tells whether the holders
+    /// kept their grants.
+    LeaderCrash,
+}
+
+impl Scenario {
+    /// Every scenario.
+    pub const ALL: [Scenario; 2] = [Scenario::Mixed, Scenario::LeaderCrash];
+
+    /// Its name on the command line (`ticketing sim --scenario NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Mixed => "mixed",
+            Scenario::LeaderCrash => "leader-crash",
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl core::str::FromStr for Scenario {
+    type Err = UnknownScenario;
+
+    fn from_str(name: &str) -> Result<Scenario, UnknownScenario> {
+        Scenario::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| UnknownScenario(name.to_owned()))
+    }
+}
+
+/// A name that is no [`Scenario`]'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownScenario(String);
+
+impl fmt::Display for UnknownScenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown scenario {:?}; one of: ", self.0)?;
+        for (i, s) in Scenario::ALL.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{s}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for UnknownScenario {}
 
 /// A uniform draw in `lo..=hi` milliseconds.
 fn millis_between(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
@@ -585,8 +687,10 @@ impl Checked {
 
 /// Leader changes, and what they cost the holders that renew: whether a
 /// grant renewed automatically outlives the leader that granted it
-/// (PROTOCOL.md 4.2). Under faults, partitions, refused credentials and
-/// leases shorter than an outage may legitimately cost some.
+/// (PROTOCOL.md 4.2). Counted in every scenario; in
+/// [`Scenario::LeaderCrash`] every holder should keep its grant, while in
+/// [`Scenario::Mixed`] partitions, refused credentials and leases shorter
+/// than an outage may legitimately cost some.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Failovers {
     /// Times a leader stopped leading: it crashed or vanished, moved, or

@@ -169,18 +169,24 @@ impl World {
         let mut rng = Rng::new(seed);
         let params = Params::draw(&mut rng, config);
         let now = Time::ZERO;
-        let cluster = Cluster::new(&params.server, config, Rng::new(rng.next_u64()), now);
         let faults_end = if config.faults {
             now.saturating_add(config.fault_time)
         } else {
             now
         };
+        let (cluster, planned) = Cluster::new(
+            &params.server,
+            config,
+            Rng::new(rng.next_u64()),
+            now,
+            faults_end,
+        );
         let work_end = now
             .saturating_add(config.fault_time)
             .saturating_add(config.calm_time);
         let (workload, first) = Workload::new(
             Rng::new(rng.next_u64()),
-            params.keys.clone(),
+            &params,
             config.clients,
             now,
             work_end,
@@ -255,6 +261,7 @@ impl World {
         for (at, ev) in first {
             world.schedule(at, Ev::Workload(ev));
         }
+        world.cluster_effects(planned);
         if config.faults {
             for (kind, mean) in world.params.fault_means.clone() {
                 if let Some(mean) = mean {
@@ -854,6 +861,7 @@ impl World {
                 workload::Ev::Zombie { client, token, .. } => (12, *client as u64, *token),
                 workload::Ev::Shutdown { client } => (13, *client as u64, 0),
                 workload::Ev::Renew { client, no, .. } => (19, *client as u64, *no),
+                workload::Ev::Hold { client, no } => (22, *client as u64, *no),
             },
             Ev::Fault(kind) => (14, kind.index() as u64, 0),
             Ev::Cluster(ev) => match ev {
@@ -861,6 +869,8 @@ impl World {
                 cluster::Ev::Activate { node, life } => (16, *node as u64, *life),
                 cluster::Ev::FixCredential { node, life } => (17, *node as u64, *life),
                 cluster::Ev::Elect => (18, 0, 0),
+                cluster::Ev::CrashLeader => (20, 0, 0),
+                cluster::Ev::KeyExpired { node } => (21, *node as u64, 0),
             },
         };
         self.trace.write_u64(self.now.as_nanos());

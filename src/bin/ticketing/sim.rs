@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use clap::Args as ClapArgs;
 #[cfg(feature = "sabotage")]
 use ticketing::sim::Sabotage;
-use ticketing::sim::{self, SimConfig};
+use ticketing::sim::{self, Scenario, SimConfig};
 
 /// Options of `ticketing sim`.
 #[derive(ClapArgs)]
@@ -34,6 +34,10 @@ pub struct Args {
     /// report, trace hash included, does not depend on it.
     #[arg(long)]
     jobs: Option<usize>,
+    /// What happens: mixed (every kind of fault) or leader-crash (the
+    /// leader crashes, again and again, under holders that renew).
+    #[arg(long, default_value_t = Scenario::Mixed)]
+    scenario: Scenario,
     /// Client cores per run.
     #[arg(long, default_value_t = 4)]
     clients: usize,
@@ -64,6 +68,7 @@ pub struct Args {
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     let mut config = SimConfig::default();
+    config.scenario = args.scenario;
     config.clients = args.clients;
     config.nodes = args.nodes.max(1);
     config.fault_time = Duration::from_millis(args.fault_ms);
