@@ -78,7 +78,9 @@
 //! the renewing holders of a valid grant at each: how many kept it (a
 //! leader renewed it after the change, and the holder was told so before
 //! it ran out), lost it, or gave it up first. `tests/sim.rs` asserts that
-//! every holder keeps its grant in this scenario.
+//! every holder keeps its grant in this scenario, and shows that a client
+//! that follows stale hints (the sabotage `stale-hints`) is caught in it
+//! at once.
 //!
 //! # The checks, after every step
 //!
@@ -126,17 +128,18 @@
 //! client that misbehaves the way a buggy one would, between the core and
 //! the network or the workload. It matches answers by arrival order,
 //! resends an acquire after a close, fills the reserved slots, drops the
-//! orphan release, takes hints from any address, or counts a renewed
-//! grant's validity from the arrival of the renewal's `G` instead of its
-//! send time (`sabotage.rs` says how each works). The checks see what the bad
+//! orphan release, takes hints from any address, follows a hint to an
+//! address that failed a moment ago, or counts a renewed grant's validity
+//! from the arrival of the renewal's `G` instead of its send time
+//! (`sabotage.rs` says how each works). The checks see what the bad
 //! client does on the simulated wire and what it tells the workload, never
-//! what it shows the core, and hold it to the configuration the seed drew. One sabotage breaks a rule
-//! of the server's instead, with honest clients: `no-grace` starts the term
-//! of a leader elected after the lock table was lost as if it had been
-//! handed the table, with no recovery grace. `tests/sim.rs` shows each one
-//! caught, and within how many seeds; a hidden
-//! `SimConfig::forget_lock_table` does the same for the global checks, with
-//! a cluster whose new leader starts with an empty table.
+//! what it shows the core, and hold it to the configuration the seed drew.
+//! One sabotage breaks a rule of the server's instead, with honest
+//! clients: `no-grace` starts the term of a leader elected after the lock
+//! table was lost as if it had been handed the table, with no recovery
+//! grace. `tests/sim.rs` shows each one caught, and within how many seeds;
+//! a hidden `SimConfig::forget_lock_table` does the same for the global
+//! checks, with a cluster whose new leader starts with an empty table.
 //!
 //! ```
 //! use ticketing::sim::{self, SimConfig};

@@ -55,8 +55,9 @@ pub struct Args {
     no_faults: bool,
     /// Break one rule on purpose, to see the checks catch it:
     /// match-by-arrival, resend-after-close, use-reserved-slot,
-    /// drop-orphan-release, any-hint, valid-until-from-arrival (the
-    /// clients' rules), or no-grace (the server's).
+    /// drop-orphan-release, any-hint, stale-hints,
+    /// valid-until-from-arrival (the clients' rules), or no-grace (the
+    /// server's).
     #[cfg(feature = "sabotage")]
     #[arg(long)]
     sabotage: Option<Sabotage>,
