@@ -3,6 +3,13 @@
 //! a correctly replicated service would; and the impostor, a server outside
 //! every allowlist that `L` hints sometimes name.
 //!
+//! In [`Scenario::LeaderCrash`] the cluster plans its own faults: the
+//! leader crashes loudly, the followers name it (`M`) until its election
+//! key expires an election TTL later, as etcd does (PROTOCOL.md 4.2), then
+//! another node is elected; the crashed node restarts a while later, and
+//! the next leader crashes a while after that, until the end of the crash
+//! window.
+//!
 //! At any moment the cluster's lock table is in exactly one place: the
 //! leader's server core, or "in transit" while no node leads (taken from
 //! the old leader with [`Server::take_lock_table`], installed into the new
@@ -17,7 +24,7 @@
 use core::time::Duration;
 
 use super::net::Target;
-use super::{millis_between, FaultKind, SimConfig};
+use super::{millis_between, FaultKind, Scenario, SimConfig};
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
 use crate::server::{Action, Config, Holder, LockTable, Role, Server, Term};
@@ -25,6 +32,12 @@ use crate::time::Time;
 
 /// The index the impostor goes by where nodes are numbered.
 pub(super) const IMPOSTOR: usize = usize::MAX;
+
+/// In [`Scenario::LeaderCrash`], how long after a leader crashes its
+/// election key expires, drawn per crash, in milliseconds: an election TTL
+/// (etcd lets the key go when the lease runs out, up to a TTL after the
+/// last keep-alive).
+pub(super) const ELECTION_TTL_MS: (u64, u64) = (1_000, 2_500);
 
 /// Something the cluster has scheduled for itself.
 #[derive(Debug)]
@@ -37,6 +50,11 @@ pub(super) enum Ev {
     FixCredential { node: usize, life: u64 },
     /// The cluster elects a leader, if it has none.
     Elect,
+    /// The leader crashes ([`Scenario::LeaderCrash`]).
+    CrashLeader,
+    /// The election key of `node`, a leader that crashed, expires with its
+    /// etcd lease: another node is elected ([`Scenario::LeaderCrash`]).
+    KeyExpired { node: usize },
 }
 
 /// What the world must do for the cluster, in order.
@@ -60,6 +78,9 @@ pub(super) enum Effect {
     },
     /// A fault happened.
     Fault(FaultKind),
+    /// The leader stopped leading (it crashed or vanished, moved, or
+    /// stepped down): a leader change.
+    LeaderChange,
     /// The lock table was lost: no server holds its grants any more.
     TableLost,
     /// A line for the log.
@@ -107,6 +128,12 @@ pub(super) struct Cluster {
     /// The sabotage `no-grace`: that term begins as if it had the table.
     #[cfg(feature = "sabotage")]
     no_grace: bool,
+    scenario: Scenario,
+    /// A leader that crashed and that etcd still names: its election key
+    /// has not expired ([`Scenario::LeaderCrash`]).
+    named: Option<usize>,
+    /// No leader crashes from then on ([`Scenario::LeaderCrash`]).
+    crashes_end: Time,
     template: Config,
     rng: Rng,
     /// A new leader starts with an empty table (the broken cluster of the
@@ -118,8 +145,15 @@ pub(super) struct Cluster {
 
 impl Cluster {
     /// `sim.nodes` nodes (at least one) made from `template`; the first
-    /// leads.
-    pub(super) fn new(template: &Config, sim: &SimConfig, rng: Rng, now: Time) -> Cluster {
+    /// leads. Faults the cluster plans itself end at `faults_end`. With the
+    /// events to schedule first.
+    pub(super) fn new(
+        template: &Config,
+        sim: &SimConfig,
+        rng: Rng,
+        now: Time,
+        faults_end: Time,
+    ) -> (Cluster, Vec<Effect>) {
         let count = sim.nodes.max(1);
         let nodes: Vec<Node> = (0..count)
             .map(|i| Node {
@@ -144,6 +178,9 @@ impl Cluster {
             lost: None,
             #[cfg(feature = "sabotage")]
             no_grace: sim.sabotage == Some(super::Sabotage::NoGrace),
+            scenario: sim.scenario,
+            named: None,
+            crashes_end: faults_end,
             template: template.clone(),
             rng,
             forget_lock_table: sim.forget_lock_table,
@@ -161,7 +198,12 @@ impl Cluster {
             let server = cluster.make(i, role, false, now);
             cluster.nodes[i].server = Some(server);
         }
-        cluster
+        let mut first = Vec::new();
+        if cluster.scenario == Scenario::LeaderCrash {
+            // After the holders have their grants.
+            cluster.plan_crash(now.saturating_add(Duration::from_millis(500)), &mut first);
+        }
+        (cluster, first)
     }
 
     /// The nodes' addresses, in node order.
@@ -326,6 +368,8 @@ impl Cluster {
             Ev::Activate { node, life } => self.activate(node, life, now, out),
             Ev::FixCredential { node, life } => self.fix_credential(node, life, now, out),
             Ev::Elect => self.elect(now, out),
+            Ev::CrashLeader => self.crash_leader(now, out),
+            Ev::KeyExpired { node } => self.key_expired(node, now, out),
         }
     }
 
@@ -380,6 +424,7 @@ impl Cluster {
         self.drain(old, out);
         self.transit = Some(table);
         self.leader = None;
+        out.push(Effect::LeaderChange);
     }
 
     /// No node leads: the others are told, and a leader is elected after a
@@ -392,8 +437,9 @@ impl Cluster {
 
     /// Node `n` crashes: its connections are reset, or, `silent`, go dead;
     /// a leader's lock table survives it (replicated), or half the time is
-    /// lost with it (no handover); a new leader is elected after a gap. It
-    /// restarts later.
+    /// lost with it (no handover); a new leader is elected after a gap (in
+    /// [`Scenario::LeaderCrash`], once its election key expires). It
+    /// restarts later (in [`Scenario::LeaderCrash`], after that election).
     fn crash(&mut self, n: usize, silent: bool, now: Time, out: &mut Vec<Effect>) {
         let Some(mut server) = self.nodes[n].server.take() else {
             return;
@@ -415,7 +461,11 @@ impl Cluster {
                 self.transit = Some(table);
             }
             self.leader = None;
-            self.leaderless(now, out);
+            out.push(Effect::LeaderChange);
+            match self.scenario {
+                Scenario::Mixed => self.leaderless(now, out),
+                Scenario::LeaderCrash => self.await_key_expiry(n, now, out),
+            }
         }
         drop(server);
         let node = &mut self.nodes[n];
@@ -428,9 +478,63 @@ impl Cluster {
         node.life += 1;
         node.active = false;
         node.bad_credential = false;
-        let downtime = millis_between(&mut self.rng, 100, 3_000);
-        let at = now.saturating_add(downtime);
-        out.push(Effect::At(at, Ev::Restart { node: n }));
+        if self.scenario == Scenario::Mixed {
+            let downtime = millis_between(&mut self.rng, 100, 3_000);
+            let at = now.saturating_add(downtime);
+            out.push(Effect::At(at, Ev::Restart { node: n }));
+        }
+    }
+
+    /// The leader crashes loudly, as a process killed with SIGKILL does
+    /// ([`Scenario::LeaderCrash`]): its connections are reset.
+    fn crash_leader(&mut self, now: Time, out: &mut Vec<Effect>) {
+        match self.leader {
+            Some(l) => {
+                self.note(out, || format!("fault: the leader n{l} crashes"));
+                out.push(Effect::Fault(FaultKind::Crash));
+                self.crash(l, false, now, out);
+            }
+            // No node leads (a lone node that is not back yet): later.
+            None => self.plan_crash(now, out),
+        }
+    }
+
+    /// The leader `dead` crashed without a word ([`Scenario::LeaderCrash`]):
+    /// etcd names it until its election key expires, an election TTL from
+    /// now, and the followers answer `M <dead>` until then.
+    fn await_key_expiry(&mut self, dead: usize, now: Time, out: &mut Vec<Effect>) {
+        self.named = Some(dead);
+        self.set_follower_roles(now, out);
+        let (lo, hi) = ELECTION_TTL_MS;
+        let ttl = millis_between(&mut self.rng, lo, hi);
+        self.note(out, || format!("etcd names n{dead} for {ttl:?} more"));
+        let at = now.saturating_add(ttl);
+        out.push(Effect::At(at, Ev::KeyExpired { node: dead }));
+    }
+
+    /// The election key of the crashed leader `dead` expired: another node
+    /// is elected. `dead` restarts a while later, and the next crash comes
+    /// a while after that.
+    fn key_expired(&mut self, dead: usize, now: Time, out: &mut Vec<Effect>) {
+        self.note(out, || format!("n{dead}'s election key expires"));
+        self.named = None;
+        self.elect(now, out);
+        if self.leader.is_none() {
+            // Nobody to elect: the followers know of no leader.
+            self.set_follower_roles(now, out);
+        }
+        let back = now.saturating_add(millis_between(&mut self.rng, 300, 1_500));
+        out.push(Effect::At(back, Ev::Restart { node: dead }));
+        self.plan_crash(back, out);
+    }
+
+    /// Plans the next crash of the leader a while after `after`, if leaders
+    /// still crash then.
+    fn plan_crash(&mut self, after: Time, out: &mut Vec<Effect>) {
+        let at = after.saturating_add(millis_between(&mut self.rng, 1_000, 3_000));
+        if at < self.crashes_end {
+            out.push(Effect::At(at, Ev::CrashLeader));
+        }
     }
 
     /// A crashed node comes back, empty, `not_active` for a while.
@@ -470,7 +574,7 @@ impl Cluster {
             server.set_role(now, role);
         }
         self.drain(n, out);
-        if self.leader.is_none() {
+        if self.leader.is_none() && self.named.is_none() {
             self.elect(now, out);
         }
     }
@@ -628,9 +732,10 @@ impl Cluster {
         }
     }
 
-    /// The role of a node that is up, active and does not lead.
+    /// The role of a node that is up, active and does not lead: a
+    /// follower of the leader, or of the crashed one etcd still names.
     fn follower_role(&self) -> Role {
-        match self.leader {
+        match self.leader.or(self.named) {
             Some(l) => Role::Follower {
                 leader: self.nodes[l].addr.clone(),
             },

@@ -9,9 +9,10 @@
 //! | `driven.rs` | the client a slot drives: a core, or a bad client around one |
 //! | `sabotage.rs` | the bad clients, one per `Sabotage` (feature `sabotage`) |
 //! | `net.rs` | connections: latency, answers split into chunks, resets, refusals, partitions |
-//! | `cluster.rs` | the server nodes: crashes and restarts, leadership moving with the lock table, hints, `not_active` windows, refused credentials |
-//! | `workload.rs` | what the embedders do: acquire (a third of the time renewing automatically), hold, write, renew (by hand, or automatically, asked later and maybe stopped), release, cancel, abandon, let a lease lapse, shut down |
+//! | `cluster.rs` | the server nodes: crashes and restarts, leadership moving with the lock table, hints, `not_active` windows, refused credentials; in [`Scenario::LeaderCrash`], the leader's crashes and the elections after them |
+//! | `workload.rs` | what the embedders do: acquire (a third of the time renewing automatically), hold, write, renew (by hand, or automatically, asked later and maybe stopped), release, cancel, abandon, let a lease lapse, shut down; in [`Scenario::LeaderCrash`], hold keys of their own, renewed, beside light traffic |
 //! | `check.rs` | the global checks and the ground truth they use |
+//! | `failover.rs` | what leader changes cost the holders that renew ([`Failovers`]) |
 //!
 //! # One seeded run
 //!
@@ -33,16 +34,17 @@
 //!
 //! # The faults
 //!
-//! Each with a rate drawn from the seed (see [`FaultKind`]): latency spikes;
-//! writes split into random chunks; connection resets; connect refusals;
-//! node crashes (loud, or silent: the node's connections go dead) and
-//! restarts; partitions between a client and one node or all of them
-//! (short ones delay the bytes, long ones cut the connections); leadership
-//! moving, the old leader sending `M <new>` or `E no_leader` or just
-//! vanishing, with the lock table and the token counter carried to the new
-//! leader as a correctly replicated service would, or (half the times a
-//! leader crashes) lost with it, the next leader then beginning a term of
-//! a later epoch with a recovery grace (PROTOCOL.md 4.1); `L` hints, some naming
+//! In the default scenario, [`Scenario::Mixed`], each with a rate drawn
+//! from the seed (see [`FaultKind`]): latency spikes; writes split into
+//! random chunks; connection resets; connect refusals; node crashes (loud,
+//! or silent: the node's connections go dead) and restarts; partitions
+//! between a client and one node or all of them (short ones delay the
+//! bytes, long ones cut the connections); leadership moving, the old
+//! leader sending `M <new>` or `E no_leader` or just vanishing, with the
+//! lock table and the token counter carried to the new leader as a
+//! correctly replicated service would, or (half the times a leader
+//! crashes) lost with it, the next leader then beginning a term of a later
+//! epoch with a recovery grace (PROTOCOL.md 4.1); `L` hints, some naming
 //! an impostor outside every allowlist; windows of `E not_active`;
 //! credentials refused for a while; and `B` answers under tight queue
 //! limits.
@@ -51,6 +53,34 @@
 //! delivered at all arrives within 800 ms of being written (less than the
 //! clients' settle margin of 1 s); a partition longer than that cuts the
 //! connections instead.
+//!
+//! # The leader-crash scenario
+//!
+//! [`Scenario::LeaderCrash`] (`ticketing sim --scenario leader-crash`)
+//! shows the promise of PROTOCOL.md 4.2: a holder that renews keeps its
+//! grant when the leader dies. No fault is drawn. Each client holds one or
+//! two keys of its own from the start until it shuts down, renewed
+//! automatically with no limit, with a lease of at least three election
+//! TTLs (7.5 to 15 s); beside them, now and then, a plain acquire of a
+//! shared key. The clients have the default timeouts and backoffs, and at
+//! least two nodes as endpoints. During [`SimConfig::fault_time`] the
+//! leader crashes loudly (its connections are reset, as a process killed
+//! with SIGKILL would have them), several times, spaced out: the
+//! followers still name it (`M <crashed leader>`) for an election TTL
+//! drawn per crash (1 to 2.5 s), as etcd names a leader until its lease
+//! runs out; then another node leads, handed the lock table, or half the
+//! time beginning a term without it, with a recovery grace in which the
+//! holders reclaim their grants by renewing them (PROTOCOL.md 4.1). The
+//! crashed node restarts 0.3 to 1.5 s after that election, and the next
+//! crash comes 1 to 3 s after the restart.
+//!
+//! [`Report::failovers`] counts, in every scenario, the leader changes and
+//! the renewing holders of a valid grant at each: how many kept it (a
+//! leader renewed it after the change, and the holder was told so before
+//! it ran out), lost it, or gave it up first. `tests/sim.rs` asserts that
+//! every holder keeps its grant in this scenario, and shows that a client
+//! that follows stale hints (the sabotage `stale-hints`) is caught in it
+//! at once.
 //!
 //! # The checks, after every step
 //!
@@ -98,17 +128,18 @@
 //! client that misbehaves the way a buggy one would, between the core and
 //! the network or the workload. It matches answers by arrival order,
 //! resends an acquire after a close, fills the reserved slots, drops the
-//! orphan release, takes hints from any address, or counts a renewed
-//! grant's validity from the arrival of the renewal's `G` instead of its
-//! send time (`sabotage.rs` says how each works). The checks see what the bad client does on the simulated
-//! wire and what it tells the workload, never what it shows the core, and
-//! hold it to the configuration the seed drew. One sabotage breaks a rule
-//! of the server's instead, with honest clients: `no-grace` starts the term
-//! of a leader elected after the lock table was lost as if it had been
-//! handed the table, with no recovery grace. `tests/sim.rs` shows each one
-//! caught, and within how many seeds; a hidden
-//! `SimConfig::forget_lock_table` does the same for the global checks, with
-//! a cluster whose new leader starts with an empty table.
+//! orphan release, takes hints from any address, follows a hint to an
+//! address that failed a moment ago, or counts a renewed grant's validity
+//! from the arrival of the renewal's `G` instead of its send time
+//! (`sabotage.rs` says how each works). The checks see what the bad
+//! client does on the simulated wire and what it tells the workload, never
+//! what it shows the core, and hold it to the configuration the seed drew.
+//! One sabotage breaks a rule of the server's instead, with honest
+//! clients: `no-grace` starts the term of a leader elected after the lock
+//! table was lost as if it had been handed the table, with no recovery
+//! grace. `tests/sim.rs` shows each one caught, and within how many seeds;
+//! a hidden `SimConfig::forget_lock_table` does the same for the global
+//! checks, with a cluster whose new leader starts with an empty table.
 //!
 //! ```
 //! use ticketing::sim::{self, SimConfig};
@@ -124,6 +155,7 @@
 mod check;
 mod cluster;
 mod driven;
+mod failover;
 mod net;
 #[cfg(feature = "sabotage")]
 mod sabotage;
@@ -145,17 +177,21 @@ pub use sabotage::{Sabotage, UnknownSabotage};
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SimConfig {
+    /// What happens to the cluster, and what the clients do (default
+    /// [`Scenario::Mixed`]).
+    pub scenario: Scenario,
     /// Client cores (default 4).
     pub clients: usize,
     /// Server nodes in the cluster (default 3).
     pub nodes: usize,
     /// How long the workload runs with faults (default 10 s of virtual
-    /// time).
+    /// time); in [`Scenario::LeaderCrash`], how long leaders crash.
     pub fault_time: Duration,
     /// How long the workload goes on after faults stop, before the clients
     /// shut down (default 15 s).
     pub calm_time: Duration,
-    /// Whether faults are injected at all (default `true`).
+    /// Whether faults are injected at all (default `true`); in
+    /// [`Scenario::LeaderCrash`], whether leaders crash.
     pub faults: bool,
     /// Keep a readable log of the run in [`Report::log`] (default `false`).
     pub trace: bool,
@@ -173,6 +209,7 @@ pub struct SimConfig {
 impl Default for SimConfig {
     fn default() -> SimConfig {
         SimConfig {
+            scenario: Scenario::default(),
             clients: 4,
             nodes: 3,
             fault_time: Duration::from_secs(10),
@@ -192,6 +229,9 @@ impl SimConfig {
     pub fn cli_args(&self) -> String {
         let default = SimConfig::default();
         let mut args = String::new();
+        if self.scenario != default.scenario {
+            args.push_str(&format!(" --scenario {}", self.scenario));
+        }
         if self.clients != default.clients {
             args.push_str(&format!(" --clients {}", self.clients));
         }
@@ -217,6 +257,73 @@ impl SimConfig {
         args
     }
 }
+
+/// What a run does to the cluster, and what its clients do
+/// ([`SimConfig::scenario`], `ticketing sim --scenario NAME`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[non_exhaustive]
+pub enum Scenario {
+    /// Every kind of fault, each at a rate the seed draws, under a workload
+    /// of every kind of operation (see the module documentation).
+    #[default]
+    Mixed,
+    /// No random fault: the leader crashes loudly, several times, spaced
+    /// out, under clients that hold keys of their own and renew them
+    /// automatically, with light traffic beside them. Until the crashed
+    /// leader's election key expires, the followers still name it (`M`),
+    /// as etcd does (PROTOCOL.md 4.2); then another node leads, with the
+    /// lock table handed over, or half the time lost (a recovery grace,
+    /// PROTOCOL.md 4.1). [`Report::failovers`] tells whether the holders
+    /// kept their grants.
+    LeaderCrash,
+}
+
+impl Scenario {
+    /// Every scenario.
+    pub const ALL: [Scenario; 2] = [Scenario::Mixed, Scenario::LeaderCrash];
+
+    /// Its name on the command line (`ticketing sim --scenario NAME`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::Mixed => "mixed",
+            Scenario::LeaderCrash => "leader-crash",
+        }
+    }
+}
+
+impl fmt::Display for Scenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl core::str::FromStr for Scenario {
+    type Err = UnknownScenario;
+
+    fn from_str(name: &str) -> Result<Scenario, UnknownScenario> {
+        Scenario::ALL
+            .into_iter()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| UnknownScenario(name.to_owned()))
+    }
+}
+
+/// A name that is no [`Scenario`]'s.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownScenario(String);
+
+impl fmt::Display for UnknownScenario {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown scenario {:?}; one of: ", self.0)?;
+        for (i, s) in Scenario::ALL.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{s}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for UnknownScenario {}
 
 /// A uniform draw in `lo..=hi` milliseconds.
 fn millis_between(rng: &mut Rng, lo: u64, hi: u64) -> Duration {
@@ -581,6 +688,52 @@ impl Checked {
     }
 }
 
+/// Leader changes, and what they cost the holders that renew: whether a
+/// grant renewed automatically outlives the leader that granted it
+/// (PROTOCOL.md 4.2). Counted in every scenario; in
+/// [`Scenario::LeaderCrash`] every holder should keep its grant, while in
+/// [`Scenario::Mixed`] partitions, refused credentials and leases shorter
+/// than an outage may legitimately cost some.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Failovers {
+    /// Times a leader stopped leading: it crashed or vanished, moved, or
+    /// stepped down. (A leader whose server core is replaced, to refuse
+    /// the credential for a while, leads on: no change.)
+    pub leader_changes: u64,
+    /// Grants held at a change, valid and renewed automatically (within
+    /// their limit), counted once per change.
+    pub holders: u64,
+    /// Of those, kept across the change: a leader renewed the grant after
+    /// the change, and its holder was told `Renewed` before the grant's
+    /// `valid_until` passed, with no `LeaseLost` or `LeaseExpired` before.
+    pub kept: u64,
+    /// Of those, lost: `LeaseLost`, or `LeaseExpired` while its automatic
+    /// renewal was still on.
+    pub lost: u64,
+    /// Of those, given up first by the holder: released, handed back, its
+    /// automatic renewal stopped or past its limit, or its client shut
+    /// down. (The rest were still waiting when a violation ended the run.)
+    pub given_up: u64,
+    /// Of the grants kept, the least time that was left before one's
+    /// `valid_until` when its holder was told `Renewed`: how close a
+    /// holder came to losing its grant.
+    pub least_left: Option<Duration>,
+}
+
+impl Failovers {
+    fn add(&mut self, o: &Failovers) {
+        self.leader_changes += o.leader_changes;
+        self.holders += o.holders;
+        self.kept += o.kept;
+        self.lost += o.lost;
+        self.given_up += o.given_up;
+        self.least_left = match (self.least_left, o.least_left) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+    }
+}
+
 /// What one run, or many, did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -599,6 +752,9 @@ pub struct Report {
     pub writes: Writes,
     /// What the global checks looked at.
     pub checked: Checked,
+    /// Leader changes, and whether the holders that renew kept their
+    /// grants across them.
+    pub failovers: Failovers,
     /// Violations found (at most one per seed: a violation ends its run).
     pub violations: Vec<Violation>,
     /// The trace hash: of one run (from [`run`]), or of every seed with its
@@ -619,6 +775,7 @@ impl Report {
         self.faults.add(&other.faults);
         self.writes.add(&other.writes);
         self.checked.add(&other.checked);
+        self.failovers.add(&other.failovers);
         self.violations.extend(other.violations);
         self.log.extend(other.log);
     }
@@ -656,6 +813,20 @@ impl fmt::Display for Report {
             "checked: {} valid grants and {} renewals for mutual exclusion, {} grants of Indeterminate acquires, {} releases that had to free a grant",
             self.checked.holds, self.checked.renewals, self.checked.settle_watches, self.checked.release_watches
         )?;
+        let fo = &self.failovers;
+        write!(
+            f,
+            "leader changes: {}, with {} renewing holders of a valid grant: {} kept it, {} lost it, {} gave it up first",
+            fo.leader_changes, fo.holders, fo.kept, fo.lost, fo.given_up
+        )?;
+        match fo.least_left {
+            Some(left) => writeln!(
+                f,
+                "; the closest kept it {:.2} s before it ran out",
+                left.as_secs_f64()
+            )?,
+            None => writeln!(f)?,
+        }
         writeln!(f, "faults injected: {}", self.faults.total())?;
         let kinds: Vec<String> = FaultKind::ALL
             .iter()

@@ -16,12 +16,13 @@
 //! | `use-reserved-slot` | bytes in | shows the core a window larger by the reserved slots | acquires never exceed `window - reserved` (invariant 4) |
 //! | `drop-orphan-release` | actions out | drops the `R` of every release it announces for an orphaned grant | a grant nobody claims is released by its exact token (invariant 5) |
 //! | `any-hint` | configuration | allowlists every address the simulation may hint, the impostor's included | leader hints are followed only to allowlisted addresses |
+//! | `stale-hints` | configuration | gives the core a `stale_hint` of 1 ns, so that it follows an `M` to a leader that just died, at once | an address whose latest connection ended by a transport failure less than `stale_hint` (1 s) ago is not followed as a hint |
 //! | `valid-until-from-arrival` | notices out | tells the workload, with every `Renewed`, a `valid_until` counted from the arrival of the renewal's `G` (plus the lease it gave) instead of from the renewal's send time | `valid_until` never runs past what a `G` proves (invariant 7) |
 //! | `no-grace` | the cluster | a leader elected after the lock table was lost begins its term as if it had been handed it: no recovery grace ([`as_if_handed_the_table`]) | a term begun without the table grants nothing until every earlier grant has run out or been reclaimed (PROTOCOL.md 4.1, invariant 8) |
 //!
 //! The checks keep the honest configuration: the world gives each checker,
 //! and its allowlist check, the configuration the workload drew, not the
-//! one `any-hint` gives the core.
+//! one `any-hint` or `stale-hints` gives the core.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, VecDeque};
@@ -62,6 +63,10 @@ pub enum Sabotage {
     /// Take hints from any address: the core's allowlist holds every address
     /// the simulation may hint, the impostor's included.
     AnyHint,
+    /// Follow stale hints: the core's `stale_hint` is 1 ns, so that an `M`
+    /// naming a leader whose connection just failed (one that just died)
+    /// is followed at once.
+    StaleHints,
     /// Count a renewed grant's validity from the arrival of the renewal's
     /// `G`, not from the renewal's send time: every [`Event::Renewed`] the
     /// workload is told carries the arrival time plus the lease the `G`
@@ -76,12 +81,13 @@ pub enum Sabotage {
 
 impl Sabotage {
     /// Every sabotage.
-    pub const ALL: [Sabotage; 7] = [
+    pub const ALL: [Sabotage; 8] = [
         Sabotage::MatchByArrival,
         Sabotage::ResendAfterClose,
         Sabotage::UseReservedSlot,
         Sabotage::DropOrphanRelease,
         Sabotage::AnyHint,
+        Sabotage::StaleHints,
         Sabotage::ValidUntilFromArrival,
         Sabotage::NoGrace,
     ];
@@ -94,6 +100,7 @@ impl Sabotage {
             Sabotage::UseReservedSlot => "use-reserved-slot",
             Sabotage::DropOrphanRelease => "drop-orphan-release",
             Sabotage::AnyHint => "any-hint",
+            Sabotage::StaleHints => "stale-hints",
             Sabotage::ValidUntilFromArrival => "valid-until-from-arrival",
             Sabotage::NoGrace => "no-grace",
         }
@@ -160,7 +167,9 @@ pub(super) struct BadClient {
 
 impl BadClient {
     /// A core configured with `config` (or, for [`Sabotage::AnyHint`], with
-    /// `config` and every address in `hintable` allowlisted), wrapped.
+    /// `config` and every address in `hintable` allowlisted; for
+    /// [`Sabotage::StaleHints`], with no time for a hint to be stale),
+    /// wrapped.
     pub(super) fn new(
         sabotage: Sabotage,
         config: &Config,
@@ -182,11 +191,15 @@ impl BadClient {
                         config.allow.push(addr.clone());
                     }
                 }
-                Box::new(AnyHint)
+                Box::new(ByConfiguration)
+            }
+            Sabotage::StaleHints => {
+                config.stale_hint = Duration::from_nanos(1);
+                Box::new(ByConfiguration)
             }
             Sabotage::ValidUntilFromArrival => Box::<ValidUntilFromArrival>::default(),
             // The server's sabotage: the client is honest.
-            Sabotage::NoGrace => Box::new(AnyHint),
+            Sabotage::NoGrace => Box::new(ByConfiguration),
         };
         Ok(BadClient {
             core: Client::new(config, now)?,
@@ -687,8 +700,9 @@ impl Rule for ValidUntilFromArrival {
     }
 }
 
-/// `any-hint`: misbehaves through its configuration alone
-/// ([`BadClient::new`]).
-struct AnyHint;
+/// `any-hint` and `stale-hints`: they misbehave through the core's
+/// configuration alone ([`BadClient::new`]); and `no-grace`'s honest
+/// client.
+struct ByConfiguration;
 
-impl Rule for AnyHint {}
+impl Rule for ByConfiguration {}

@@ -15,6 +15,14 @@
 //! it may stop again. At the end each client, maybe after releasing what it
 //! holds, shuts down with a random budget.
 //!
+//! In [`Scenario::LeaderCrash`] each client instead holds one or two keys
+//! of its own from the start until it shuts down, renewed automatically
+//! with no limit, with leases of at least three election TTLs (PROTOCOL.md
+//! 4.2's rule of thumb), writing with them now and then; beside them, now
+//! and then, a plain acquire of a shared key with a short wait and lease,
+//! released within half its lease. It then releases everything and shuts
+//! down. No fault is drawn: the cluster plans its crashes itself.
+//!
 //! The [`Workload`] is every client's embedder. It owns what they hold and
 //! draws what they do from a generator of its own. It calls no client: it
 //! is told of each client's outcomes, and each of its [`Ev`]ents and each
@@ -25,7 +33,8 @@
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
-use super::{millis_between, FaultKind, SimConfig};
+use super::cluster::ELECTION_TTL_MS;
+use super::{millis_between, FaultKind, Scenario, SimConfig};
 use crate::client::{Backoff, BusyPolicy, CancelPolicy, Config, Grant, OpId, Outcome};
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
@@ -41,6 +50,19 @@ const BUDGETS_MS: [u64; 4] = [0, 100, 1_000, 5_000];
 /// Limits on automatic renewal (`renew_until`), in leases: `None` renews
 /// until released.
 const RENEW_LIMITS: [Option<u64>; 5] = [None, None, Some(0), Some(1), Some(3)];
+
+/// The holders' leases in [`Scenario::LeaderCrash`], in milliseconds.
+const HOLDER_LEASES_MS: [u64; 4] = [7_500, 8_000, 10_000, 15_000];
+const _: () = assert!(
+    HOLDER_LEASES_MS[0] >= 3 * ELECTION_TTL_MS.1,
+    "PROTOCOL.md 4.2: leases of at least three election TTLs"
+);
+/// How long a holder waits for its key (its own: nobody else takes it).
+const HOLDER_WAIT: Duration = Duration::from_secs(2);
+/// Wait budgets of the traffic beside the holders, in milliseconds.
+const PASSING_WAITS_MS: [u64; 4] = [0, 100, 500, 2_000];
+/// Leases of the traffic beside the holders, in milliseconds.
+const PASSING_LEASES_MS: [u64; 3] = [300, 1_000, 3_000];
 
 /// The fault kinds injected on a schedule (the others happen per write, per
 /// connect, or as consequences).
@@ -63,6 +85,9 @@ fn pick<T: Copy>(rng: &mut Rng, from: &[T]) -> T {
 /// What a seed draws for the whole run.
 #[derive(Debug, Clone)]
 pub(super) struct Params {
+    /// What the run does (not drawn: the configuration's).
+    pub(super) scenario: Scenario,
+    /// The keys the clients share.
     pub(super) keys: Vec<Key>,
     /// The base one-way latency range, in microseconds.
     pub(super) latency_us: (u64, u64),
@@ -80,7 +105,17 @@ pub(super) struct Params {
 }
 
 impl Params {
-    pub(super) fn draw(rng: &mut Rng, _config: &SimConfig) -> Params {
+    pub(super) fn draw(rng: &mut Rng, config: &SimConfig) -> Params {
+        match config.scenario {
+            Scenario::Mixed => Params::mixed(rng),
+            Scenario::LeaderCrash => Params::leader_crash(rng),
+        }
+    }
+
+    /// Every fault at a rate of its own (or off), and settings that make
+    /// some of them likely: small windows, tight queue limits, leases cut
+    /// short by the server.
+    fn mixed(rng: &mut Rng) -> Params {
         let key_count = pick(rng, &[1, 2, 3, 4, 6]);
         let keys = (0..key_count)
             .map(|i| Key::new(format!("k{i}")).expect("an atom"))
@@ -106,6 +141,7 @@ impl Params {
             .chance(1, 2)
             .then(|| Name::new("secret").expect("an atom"));
         Params {
+            scenario: Scenario::Mixed,
             keys,
             latency_us,
             spike_pm,
@@ -115,10 +151,44 @@ impl Params {
             server,
         }
     }
+
+    /// [`Scenario::LeaderCrash`]: the base latency alone and no fault of
+    /// the world's; a window with room for acquires beside the reserved
+    /// slots (three at most) and the default queue limits, so that the
+    /// traffic does not crowd the holders out; a longest lease above every
+    /// holder's.
+    fn leader_crash(rng: &mut Rng) -> Params {
+        let key_count = pick(rng, &[1, 2, 3]);
+        let keys = (0..key_count)
+            .map(|i| Key::new(format!("k{i}")).expect("an atom"))
+            .collect();
+        let low = rng.up_to(2_000);
+        let latency_us = (low, low + rng.up_to(30_000));
+        let mut server = server::Config::new(Name::new("template").expect("an atom"));
+        server.window = pick(rng, &[4, 8, 64]);
+        let longest = HOLDER_LEASES_MS[HOLDER_LEASES_MS.len() - 1];
+        server.max_lease = Duration::from_millis(pick(rng, &[longest, 60_000]));
+        server.credential = rng
+            .chance(1, 2)
+            .then(|| Name::new("secret").expect("an atom"));
+        Params {
+            scenario: Scenario::LeaderCrash,
+            keys,
+            latency_us,
+            spike_pm: 0,
+            split_pm: 0,
+            refuse_pm: 0,
+            fault_means: SCHEDULED.iter().map(|&kind| (kind, None)).collect(),
+            server,
+        }
+    }
 }
 
 /// Client `c`'s configuration: some nodes as endpoints (in a random order),
-/// the others allowlisted; the cluster's credential; random policies.
+/// the others allowlisted; the cluster's credential; random policies. In
+/// [`Scenario::LeaderCrash`] at least two nodes are endpoints (a client
+/// whose one endpoint is the leader that crashed could find nobody until
+/// that node is back), and the timeouts and backoffs are the defaults.
 pub(super) fn client_config(
     c: usize,
     rng: &mut Rng,
@@ -130,7 +200,11 @@ pub(super) fn client_config(
         let j = rng.up_to(i as u64) as usize;
         order.swap(i, j);
     }
-    let count = 1 + rng.up_to(order.len() as u64 - 1) as usize;
+    let least = match params.scenario {
+        Scenario::Mixed => 1,
+        Scenario::LeaderCrash => order.len().min(2),
+    };
+    let count = least + rng.up_to((order.len() - least) as u64) as usize;
     let allow = order.split_off(count);
     let mut config = Config::new(order, Name::new(format!("c{c}")).expect("an atom"));
     config.allow = allow;
@@ -147,17 +221,27 @@ pub(super) fn client_config(
         CancelPolicy::Close
     };
     config.answer_grace = Duration::from_millis(pick(rng, &[300, 1_000, 3_000]));
-    config.connect_timeout = Duration::from_secs(1);
-    config.handshake_timeout = Duration::from_secs(1);
     config.release_attempts = pick(rng, &[2, 8]);
     config.max_acquires = pick(rng, &[4, 64]);
-    let ms = Duration::from_millis;
-    config.backoff.transport = Backoff::new(ms(50), ms(2_000));
-    config.backoff.no_leader = Backoff::new(ms(50), ms(1_000));
-    config.backoff.not_active = Backoff::new(ms(100), ms(2_000));
-    config.backoff.auth_failed = Backoff::new(ms(500), ms(2_000));
-    config.backoff.redirect = Backoff::new(ms(50), ms(1_000));
-    config.backoff.busy = Backoff::new(ms(10), ms(200));
+    match params.scenario {
+        // Short timeouts and backoffs, so that a run under every fault gets
+        // on with its work.
+        Scenario::Mixed => {
+            let ms = Duration::from_millis;
+            config.connect_timeout = Duration::from_secs(1);
+            config.handshake_timeout = Duration::from_secs(1);
+            config.backoff.transport = Backoff::new(ms(50), ms(2_000));
+            config.backoff.no_leader = Backoff::new(ms(50), ms(1_000));
+            config.backoff.not_active = Backoff::new(ms(100), ms(2_000));
+            config.backoff.auth_failed = Backoff::new(ms(500), ms(2_000));
+            config.backoff.redirect = Backoff::new(ms(50), ms(1_000));
+            config.backoff.busy = Backoff::new(ms(10), ms(200));
+        }
+        // The defaults, as a deployed client has them: only the cap that a
+        // held lease puts on every wait keeps a holder from backing off
+        // (up to 5 s) past what is left of its lease.
+        Scenario::LeaderCrash => {}
+    }
     config.seed = rng.next_u64();
     config
 }
@@ -180,6 +264,9 @@ pub(super) enum Ev {
     },
     /// A late write, with a grant given up or past its validity.
     Zombie { client: usize, key: Key, token: u64 },
+    /// A client acquires its own key `no`, to hold it until it shuts down
+    /// ([`Scenario::LeaderCrash`]).
+    Hold { client: usize, no: u64 },
     /// A client shuts down.
     Shutdown { client: usize },
 }
@@ -193,6 +280,7 @@ impl Ev {
             | Ev::Write { client, .. }
             | Ev::Renew { client, .. }
             | Ev::Zombie { client, .. }
+            | Ev::Hold { client, .. }
             | Ev::Shutdown { client } => client,
         }
     }
@@ -252,6 +340,9 @@ enum Fate {
     Release,
     Abandon,
     Leak,
+    /// Keeps it until the client shuts down, writing with it now and then
+    /// ([`Scenario::LeaderCrash`]).
+    Keep,
 }
 
 /// A grant the embedder holds.
@@ -284,6 +375,7 @@ struct Embedder {
 /// Every client's embedder.
 pub(super) struct Workload {
     rng: Rng,
+    scenario: Scenario,
     keys: Vec<Key>,
     embedders: Vec<Embedder>,
     /// When the embedders stop their spontaneous commands and shut down.
@@ -291,11 +383,11 @@ pub(super) struct Workload {
 }
 
 impl Workload {
-    /// Embedders for `clients` clients, using `keys`, who start at `now`
-    /// and work until `work_end`; with the events to schedule first.
+    /// Embedders for `clients` clients, as `params` say, who start at
+    /// `now` and work until `work_end`; with the events to schedule first.
     pub(super) fn new(
         mut rng: Rng,
-        keys: Vec<Key>,
+        params: &Params,
         clients: usize,
         now: Time,
         work_end: Time,
@@ -310,7 +402,7 @@ impl Workload {
                 let stagger = Duration::from_millis(rng.up_to(1_000));
                 let shutdown = work_end.saturating_add(stagger);
                 first.push((shutdown, Ev::Shutdown { client }));
-                Embedder {
+                let mut embedder = Embedder {
                     interval_ms: (lo, hi),
                     next_owner: 0,
                     open_acquires: BTreeSet::new(),
@@ -321,12 +413,22 @@ impl Workload {
                     budget: Duration::from_millis(pick(&mut rng, &BUDGETS_MS)),
                     shut_down: false,
                     finished: false,
+                };
+                if params.scenario == Scenario::LeaderCrash {
+                    // Holders let go of their keys when they are done.
+                    embedder.release_at_shutdown = true;
+                    for no in 0..1 + rng.up_to(1) {
+                        let at = now.saturating_add(Duration::from_millis(rng.up_to(500)));
+                        first.push((at, Ev::Hold { client, no }));
+                    }
                 }
+                embedder
             })
             .collect();
         let workload = Workload {
             rng,
-            keys,
+            scenario: params.scenario,
+            keys: params.keys.clone(),
             embedders,
             work_end,
         };
@@ -341,11 +443,16 @@ impl Workload {
             Ev::Write { client, no } => {
                 if let Some(held) = self.embedders[client].held.get(&no) {
                     let (key, token) = (held.grant.key().clone(), held.grant.token());
+                    let again = held.fate == Fate::Keep;
                     out.push(Effect::Write { key, token });
+                    if again {
+                        self.write_later(client, no, now, out);
+                    }
                 }
             }
             Ev::Renew { client, no, how } => self.renew(client, no, how, now, out),
             Ev::Zombie { key, token, .. } => out.push(Effect::Write { key, token }),
+            Ev::Hold { client, no } => self.hold(client, no, now, out),
             Ev::Shutdown { client } => self.shutdown(client, out),
         }
     }
@@ -386,11 +493,30 @@ impl Workload {
         self.keys[self.rng.up_to(self.keys.len() as u64 - 1) as usize].clone()
     }
 
+    /// A new owner name for an acquire of `c`'s.
+    fn owner(&mut self, c: usize) -> Name {
+        let embedder = &mut self.embedders[c];
+        embedder.next_owner += 1;
+        Name::new(format!("c{c}.{}", embedder.next_owner)).expect("an atom")
+    }
+
     /// A client's next spontaneous command.
     fn work(&mut self, c: usize, now: Time, out: &mut Vec<Effect>) {
         if now >= self.work_end || self.embedders[c].shut_down {
             return;
         }
+        match self.scenario {
+            Scenario::Mixed => self.mixed_work(c, out),
+            Scenario::LeaderCrash => self.pass_by(c, out),
+        }
+        let (lo, hi) = self.embedders[c].interval_ms;
+        let next = millis_between(&mut self.rng, lo, hi);
+        out.push(Effect::At(now.saturating_add(next), Ev::Work { client: c }));
+    }
+
+    /// [`Scenario::Mixed`]: acquires (now and then a burst, often of one
+    /// key), or a cancel, or nothing.
+    fn mixed_work(&mut self, c: usize, out: &mut Vec<Effect>) {
         let roll = self.rng.up_to(99);
         if roll < 70 {
             let burst = if self.rng.chance(1, 4) {
@@ -408,9 +534,7 @@ impl Workload {
                 let wait = Duration::from_millis(pick(&mut self.rng, &WAITS_MS));
                 let lease = Duration::from_millis(pick(&mut self.rng, &LEASES_MS));
                 let renew = self.rng.chance(1, 3).then(|| self.renew_limit(lease));
-                let embedder = &mut self.embedders[c];
-                embedder.next_owner += 1;
-                let owner = Name::new(format!("c{c}.{}", embedder.next_owner)).expect("an atom");
+                let owner = self.owner(c);
                 out.push(Effect::Command(Command::Acquire {
                     key,
                     owner,
@@ -427,9 +551,44 @@ impl Workload {
                 out.push(Effect::Command(Command::Cancel(op)));
             }
         }
-        let (lo, hi) = self.embedders[c].interval_ms;
-        let next = millis_between(&mut self.rng, lo, hi);
-        out.push(Effect::At(now.saturating_add(next), Ev::Work { client: c }));
+    }
+
+    /// [`Scenario::LeaderCrash`]: now and then a plain acquire of a shared
+    /// key, with a short wait and lease.
+    fn pass_by(&mut self, c: usize, out: &mut Vec<Effect>) {
+        if !self.rng.chance(1, 4) {
+            return;
+        }
+        let key = self.random_key();
+        let wait = Duration::from_millis(pick(&mut self.rng, &PASSING_WAITS_MS));
+        let lease = Duration::from_millis(pick(&mut self.rng, &PASSING_LEASES_MS));
+        let owner = self.owner(c);
+        out.push(Effect::Command(Command::Acquire {
+            key,
+            owner,
+            wait,
+            lease,
+            renew: None,
+        }));
+    }
+
+    /// [`Scenario::LeaderCrash`]: the embedder of `c` acquires its own key
+    /// `no`, to hold it renewed automatically, with no limit, until it
+    /// shuts down.
+    fn hold(&mut self, c: usize, no: u64, now: Time, out: &mut Vec<Effect>) {
+        if now >= self.work_end || self.embedders[c].shut_down {
+            return;
+        }
+        let key = Key::new(format!("h{c}.{no}")).expect("an atom");
+        let lease = Duration::from_millis(pick(&mut self.rng, &HOLDER_LEASES_MS));
+        let owner = self.owner(c);
+        out.push(Effect::Command(Command::Acquire {
+            key,
+            owner,
+            wait: HOLDER_WAIT,
+            lease,
+            renew: Some(None),
+        }));
     }
 
     /// A limit on automatic renewal: none, or a few leases.
@@ -447,6 +606,9 @@ impl Workload {
             key: grant.key().clone(),
             token: grant.token(),
         });
+        if self.scenario == Scenario::LeaderCrash {
+            return self.keep_or_pass(c, grant, auto, now, out);
+        }
         let lease_ms = grant.lease().as_millis() as u64;
         let fate = match self.rng.up_to(99) {
             0..=69 => Fate::Release,
@@ -504,6 +666,48 @@ impl Workload {
             ));
         } else if auto && self.rng.chance(1, 6) {
             self.stop_renewing_later(c, no, lease_ms, now, out);
+        }
+    }
+
+    /// [`Scenario::LeaderCrash`]: a holder keeps its grant (renewed
+    /// automatically) until it shuts down, and writes with it now and then;
+    /// a passer-by releases its grant within half its lease.
+    fn keep_or_pass(
+        &mut self,
+        c: usize,
+        grant: Grant,
+        auto: bool,
+        now: Time,
+        out: &mut Vec<Effect>,
+    ) {
+        let lease_ms = grant.lease().as_millis() as u64;
+        let embedder = &mut self.embedders[c];
+        embedder.next_no += 1;
+        let no = embedder.next_no;
+        if auto {
+            embedder.held.insert(
+                no,
+                Held {
+                    grant,
+                    fate: Fate::Keep,
+                },
+            );
+            self.write_later(c, no, now, out);
+        } else {
+            let fate = Fate::Release;
+            embedder.held.insert(no, Held { grant, fate });
+            let hold = millis_between(&mut self.rng, 0, lease_ms / 2);
+            let at = now.saturating_add(hold);
+            out.push(Effect::At(at, Ev::Fate { client: c, no }));
+        }
+    }
+
+    /// A write with the grant `no` of `c`, kept until it shuts down, in a
+    /// while (while the workload runs).
+    fn write_later(&mut self, c: usize, no: u64, now: Time, out: &mut Vec<Effect>) {
+        let at = now.saturating_add(millis_between(&mut self.rng, 500, 2_000));
+        if at < self.work_end {
+            out.push(Effect::At(at, Ev::Write { client: c, no }));
         }
     }
 
@@ -572,6 +776,7 @@ impl Workload {
             Fate::Release => out.push(Effect::Command(Command::Release(held.grant))),
             Fate::Abandon => out.push(Effect::Command(Command::Undeliverable(held.grant))),
             Fate::Leak => {}
+            Fate::Keep => unreachable!("a grant kept until shutdown has no fate scheduled"),
         }
         if self.rng.chance(1, 10) {
             let later = millis_between(&mut self.rng, 0, 2_000);

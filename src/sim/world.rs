@@ -16,8 +16,9 @@
 //! every event the global checks run.
 //!
 //! The world owns the clock, the schedule, the network, the clients and
-//! their checkers, and the ground truth of the global checks; it draws the
-//! network's randomness and the fault schedule from the seed's generator.
+//! their checkers, the ground truth of the global checks, and the tally of
+//! what leader changes cost the holders; it draws the network's randomness
+//! and the fault schedule from the seed's generator.
 //! The [`Cluster`] and the [`Workload`] own their state and generators of
 //! their own (seeded from the seed's): the world hands them their events,
 //! the faults due and the clients' outcomes, and carries out the effects
@@ -32,6 +33,7 @@ use bytes::Bytes;
 use super::check::{Failure, Ledger, OpInfo};
 use super::cluster::{self, Cluster, Ending, IMPOSTOR};
 use super::driven::Driven;
+use super::failover::Tally;
 use super::net::{LinkId, Net, Partition, Request, Target, DELAY_PARTITION, MAX_DELAY};
 use super::workload::{self, client_config, Command, Params, Workload};
 use super::{millis_between, Check, FaultKind, Faults, Operations, Report, SimConfig, Violation};
@@ -149,6 +151,8 @@ pub(super) struct World {
     workload: Workload,
     net: Net,
     ledger: Ledger,
+    /// What leader changes cost the holders that renew.
+    failovers: Tally,
     params: Params,
     ops: Operations,
     faults: Faults,
@@ -165,18 +169,24 @@ impl World {
         let mut rng = Rng::new(seed);
         let params = Params::draw(&mut rng, config);
         let now = Time::ZERO;
-        let cluster = Cluster::new(&params.server, config, Rng::new(rng.next_u64()), now);
         let faults_end = if config.faults {
             now.saturating_add(config.fault_time)
         } else {
             now
         };
+        let (cluster, planned) = Cluster::new(
+            &params.server,
+            config,
+            Rng::new(rng.next_u64()),
+            now,
+            faults_end,
+        );
         let work_end = now
             .saturating_add(config.fault_time)
             .saturating_add(config.calm_time);
         let (workload, first) = Workload::new(
             Rng::new(rng.next_u64()),
-            params.keys.clone(),
+            &params,
             config.clients,
             now,
             work_end,
@@ -237,6 +247,7 @@ impl World {
             workload,
             net: Net::default(),
             ledger: Ledger::default(),
+            failovers: Tally::default(),
             params,
             ops: Operations::default(),
             faults: Faults::default(),
@@ -250,6 +261,7 @@ impl World {
         for (at, ev) in first {
             world.schedule(at, Ev::Workload(ev));
         }
+        world.cluster_effects(planned);
         if config.faults {
             for (kind, mean) in world.params.fault_means.clone() {
                 if let Some(mean) = mean {
@@ -276,6 +288,7 @@ impl World {
             faults: self.faults,
             writes: self.ledger.writes,
             checked: self.ledger.checked,
+            failovers: self.failovers.counts,
             violations: result.err().map(|v| *v).into_iter().collect(),
             trace_hash: trace.get(),
             log: self.log.take().unwrap_or_default(),
@@ -811,6 +824,8 @@ impl World {
                         .now
                         .saturating_add(Duration::from_millis(lease_ms.get()));
                     self.ledger.renewed(&key, token, expires_at);
+                    self.failovers
+                        .cluster_renewed(client, &key, token, self.now);
                 }
                 (AnswerKind::Busy, _) => self.faults.bump(FaultKind::Busy),
                 _ => {}
@@ -846,6 +861,7 @@ impl World {
                 workload::Ev::Zombie { client, token, .. } => (12, *client as u64, *token),
                 workload::Ev::Shutdown { client } => (13, *client as u64, 0),
                 workload::Ev::Renew { client, no, .. } => (19, *client as u64, *no),
+                workload::Ev::Hold { client, no } => (22, *client as u64, *no),
             },
             Ev::Fault(kind) => (14, kind.index() as u64, 0),
             Ev::Cluster(ev) => match ev {
@@ -853,6 +869,8 @@ impl World {
                 cluster::Ev::Activate { node, life } => (16, *node as u64, *life),
                 cluster::Ev::FixCredential { node, life } => (17, *node as u64, *life),
                 cluster::Ev::Elect => (18, 0, 0),
+                cluster::Ev::CrashLeader => (20, 0, 0),
+                cluster::Ev::KeyExpired { node } => (21, *node as u64, 0),
             },
         };
         self.trace.write_u64(self.now.as_nanos());
@@ -1019,6 +1037,7 @@ impl World {
                     ending,
                 } => self.connections_gone(node, instance, ending),
                 cluster::Effect::Fault(kind) => self.faults.bump(kind),
+                cluster::Effect::LeaderChange => self.failovers.leader_change(self.now),
                 cluster::Effect::TableLost => self.ledger.table_lost(self.now),
                 cluster::Effect::Note(line) => self.note(|| line),
             }
@@ -1201,6 +1220,7 @@ impl World {
         match event {
             Event::Outcome { op, outcome } => {
                 self.ledger.op_ended(c, op);
+                self.failovers.outcome(c, op, &outcome, self.now);
                 let release_token = self.clients[c].release_ops.remove(&op);
                 let o = &mut self.ops;
                 match &outcome {
@@ -1257,6 +1277,8 @@ impl World {
                 ..
             } => {
                 self.ops.renewed += 1;
+                self.failovers
+                    .renewed(c, &key, token, valid_until, self.now);
                 if let Err(failure) = self.ledger.extend(c, &key, token, valid_until, self.now) {
                     return Err(self.failure(failure));
                 }
@@ -1266,8 +1288,12 @@ impl World {
                 // The grant is gone: the holder stops counting on it.
                 self.ops.leases_lost += 1;
                 self.ledger.unhold(c, &key, token, self.now);
+                self.failovers.ended(c, &key, token, false, self.now);
             }
-            Event::LeaseExpired { .. } => self.ops.leases_expired += 1,
+            Event::LeaseExpired { key, token, .. } => {
+                self.ops.leases_expired += 1;
+                self.failovers.ended(c, &key, token, true, self.now);
+            }
             _ => {}
         }
         Ok(())
@@ -1355,6 +1381,9 @@ impl World {
         });
         match result {
             Ok(op) => {
+                if let Some(limit) = renew {
+                    self.failovers.acquired(c, op, limit);
+                }
                 let grace = self.clients[c].op_grace;
                 self.ledger.owner(c, owner.as_str().to_owned(), op);
                 self.ledger.op_started(
@@ -1387,6 +1416,7 @@ impl World {
         }
         self.note(|| format!("c{c} release {} {}: {result:?}", grant.key(), grant.token()));
         self.ledger.unhold(c, grant.key(), grant.token(), now);
+        self.failovers.given_up(c, grant.key(), grant.token());
         // A renewed grant's release keeps trying until the latest end its
         // renewals could give it (plus the margin), and the renewal's
         // answer may come a round trip later than its send.
@@ -1437,6 +1467,7 @@ impl World {
             )
         });
         self.ledger.unhold(c, grant.key(), grant.token(), now);
+        self.failovers.given_up(c, grant.key(), grant.token());
         self.end_client_step(c)
     }
 
@@ -1465,6 +1496,20 @@ impl World {
         }
         self.ops.renew_calls += 1;
         self.note(|| format!("c{c} {how:?} {} {}: {result:?}", grant.key(), grant.token()));
+        if result.is_ok() {
+            let (key, token) = (grant.key(), grant.token());
+            match how {
+                workload::RenewHow::Auto { limit } => {
+                    let core = self.clients[c].client.core();
+                    if let Some(valid_until) = core.valid_until(grant) {
+                        self.failovers
+                            .auto_renew(c, key, token, valid_until, limit, now);
+                    }
+                }
+                workload::RenewHow::Stop => self.failovers.given_up(c, key, token),
+                workload::RenewHow::Manual { .. } => {}
+            }
+        }
         self.end_client_step(c)
     }
 
@@ -1490,6 +1535,7 @@ impl World {
         if result.is_ok() {
             self.ledger
                 .shutdown_started(c, now, now.saturating_add(budget));
+            self.failovers.shutdown(c);
         }
         self.end_client_step(c)
     }

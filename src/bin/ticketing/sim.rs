@@ -4,7 +4,8 @@
 //! Every seed is a whole run (client cores, a cluster of server cores, a
 //! simulated network with faults, checks after every step). The report
 //! gives seeds, events, operations by outcome, faults injected by kind,
-//! violations, the trace hash, and events per second (wall clock: the only
+//! leader changes and how many renewing holders kept their grants across
+//! them, violations, the trace hash, and events per second (wall clock: the only
 //! clock read, here, outside the simulation). A violation prints its seed,
 //! what broke, and one command that replays it; the exit status is then 1.
 
@@ -15,7 +16,7 @@ use std::time::{Duration, Instant};
 use clap::Args as ClapArgs;
 #[cfg(feature = "sabotage")]
 use ticketing::sim::Sabotage;
-use ticketing::sim::{self, SimConfig};
+use ticketing::sim::{self, Scenario, SimConfig};
 
 /// Options of `ticketing sim`.
 #[derive(ClapArgs)]
@@ -33,6 +34,10 @@ pub struct Args {
     /// report, trace hash included, does not depend on it.
     #[arg(long)]
     jobs: Option<usize>,
+    /// What happens: mixed (every kind of fault) or leader-crash (the
+    /// leader crashes, again and again, under holders that renew).
+    #[arg(long, default_value_t = Scenario::Mixed)]
+    scenario: Scenario,
     /// Client cores per run.
     #[arg(long, default_value_t = 4)]
     clients: usize,
@@ -50,8 +55,9 @@ pub struct Args {
     no_faults: bool,
     /// Break one rule on purpose, to see the checks catch it:
     /// match-by-arrival, resend-after-close, use-reserved-slot,
-    /// drop-orphan-release, any-hint, valid-until-from-arrival (the
-    /// clients' rules), or no-grace (the server's).
+    /// drop-orphan-release, any-hint, stale-hints,
+    /// valid-until-from-arrival (the clients' rules), or no-grace (the
+    /// server's).
     #[cfg(feature = "sabotage")]
     #[arg(long)]
     sabotage: Option<Sabotage>,
@@ -66,6 +72,7 @@ pub struct Args {
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     let mut config = SimConfig::default();
+    config.scenario = args.scenario;
     config.clients = args.clients;
     config.nodes = args.nodes.max(1);
     config.fault_time = Duration::from_millis(args.fault_ms);
