@@ -121,8 +121,15 @@ impl Held {
     /// nanosecond short of two thirds rounded (200 ms is 66,666,666 ns
     /// twice, but 133,333,333 ns as two thirds).
     fn thirds(&self, thirds: u64) -> u64 {
-        let nanos = u128::from(self.lease_ms.get()) * 1_000_000 * u128::from(thirds) / 3;
-        u64::try_from(nanos).unwrap_or(u64::MAX)
+        // In 64 bits, where a division by 3 is a multiplication, unless the
+        // lease is too long for it (over 6,000 years).
+        match self.lease_ms.get().checked_mul(1_000_000 * thirds) {
+            Some(nanos) => nanos / 3,
+            None => {
+                let nanos = u128::from(self.lease_ms.get()) * 1_000_000 * u128::from(thirds) / 3;
+                u64::try_from(nanos).unwrap_or(u64::MAX)
+            }
+        }
     }
 
     /// When an automatically renewed grant is renewed: once less than two
@@ -975,6 +982,16 @@ impl Holds {
     }
 
     // ----- time, and the end ------------------------------------------------
+
+    /// Time is `now` (see [`Table::catch_up`]).
+    pub(crate) fn catch_up(&mut self, now: Time) {
+        self.table.catch_up(now);
+    }
+
+    /// The earliest timer if it is due by `target` (once caught up).
+    pub(crate) fn due_by(&self, target: Time) -> Option<Time> {
+        self.table.due_by(target)
+    }
 
     /// The earliest timer.
     pub(crate) fn next_deadline(&self) -> Option<Time> {

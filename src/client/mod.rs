@@ -142,6 +142,19 @@ macro_rules! with_fx {
     }};
 }
 
+/// The earliest of `deadlines`; of those that tie, the first listed.
+fn earliest(deadlines: [(Option<Time>, Due); 4]) -> Option<(Time, Due)> {
+    let mut next: Option<(Time, Due)> = None;
+    for (at, due) in deadlines {
+        if let Some(at) = at {
+            if next.map_or(true, |(earliest, _)| at < earliest) {
+                next = Some((at, due));
+            }
+        }
+    }
+    next
+}
+
 /// What a due timer belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Due {
@@ -988,28 +1001,37 @@ impl Client {
     /// The earliest deadline, and what it belongs to. Deadlines that tie
     /// come in the order of [`Due`].
     fn next_timer(&self) -> Option<(Time, Due)> {
-        let shutdown = self.shutdown.filter(|_| !self.is_finished());
-        let mut next: Option<(Time, Due)> = None;
-        for (at, due) in [
+        earliest([
             (self.acquires.next_deadline(), Due::Acquire),
             (self.holds.next_deadline(), Due::Hold),
             (self.link.deadline(), Due::Link),
-            (shutdown, Due::Shutdown),
-        ] {
-            if let Some(at) = at {
-                if next.map_or(true, |(earliest, _)| at < earliest) {
-                    next = Some((at, due));
-                }
-            }
-        }
-        next
+            (self.shutdown.filter(|_| !self.is_finished()), Due::Shutdown),
+        ])
+    }
+
+    /// The earliest deadline due by `target`, and what it belongs to, as
+    /// [`Client::next_timer`] would find it (the parts have caught up with
+    /// `target`).
+    fn next_due(&self, target: Time) -> Option<(Time, Due)> {
+        let due = |at: Option<Time>| at.filter(|&at| at <= target);
+        earliest([
+            (self.acquires.due_by(target), Due::Acquire),
+            (self.holds.due_by(target), Due::Hold),
+            (due(self.link.deadline()), Due::Link),
+            (
+                due(self.shutdown.filter(|_| !self.is_finished())),
+                Due::Shutdown,
+            ),
+        ])
     }
 
     /// Fires everything due at or before `now`, in deadline order, each at
     /// its own time.
     fn advance(&mut self, now: Time) {
         let target = now.max(self.now);
-        while let Some((at, due)) = self.next_timer().filter(|&(at, _)| at <= target) {
+        self.acquires.catch_up(target);
+        self.holds.catch_up(target);
+        while let Some((at, due)) = self.next_due(target) {
             self.now = self.now.max(at);
             match due {
                 Due::Acquire => {

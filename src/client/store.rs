@@ -9,13 +9,16 @@
 //! * [`SendBuffer`]: the bytes encoded and not yet handed out.
 //!
 //! A table is a slab (a vector of slots and a list of the free ones) with
-//! an indexed binary heap of timers: each slot knows where its timer is in
+//! an indexed heap of timers (4-ary): each slot knows where its timer is in
 //! the heap, so setting, moving and clearing a timer are `O(log n)` and
-//! nothing dead is ever left in the heap. Timers due at one moment come in
+//! nothing dead is ever left in the heap. Slots and heap grow by an eighth
+//! at a time. Timers due at one moment come in
 //! slot order. Nothing here allocates once the containers have grown to
 //! their working size. Each container is checked step by step against a
 //! plain model in the tests at the end of this file.
 
+use core::time::Duration;
+use std::cell::Cell;
 use std::collections::VecDeque;
 
 use bytes::{Bytes, BytesMut};
@@ -64,6 +67,10 @@ struct Slot<T> {
     timer: u32,
 }
 
+/// How many children a node of the heap has: four keeps it half as deep
+/// as a binary heap, and each step down reads its children side by side.
+const ARITY: usize = 4;
+
 /// Makes room for one more in `v`, an eighth more at a time: a table is
 /// never much larger than what it holds (doubling would leave up to half of
 /// it unused, for as long as it lives).
@@ -73,13 +80,39 @@ fn grow<T>(v: &mut Vec<T>) {
     }
 }
 
+/// How far ahead of the time it was last told a table keeps its timers in
+/// the heap; later ones wait, unsorted, in the far list.
+const SPAN: Duration = Duration::from_secs(1);
+
+/// A slot's `timer` with this bit set is an index into the far list.
+const FAR: u32 = 1 << 31;
+
 /// Records of type `T`, each with at most one timer.
+///
+/// Most timers never fire: an answer's deadline, a lease's end, a
+/// release's deadline are all cancelled when the answer comes, long before.
+/// So a timer due within [`SPAN`] of the latest time the table was told
+/// goes into a heap, and a later one into the far list, unsorted, where
+/// arming, moving and clearing it cost one write. When time reaches the
+/// horizon the far list is looked through once, and what falls due within
+/// the next span moves into the heap. No far timer is ever due before the
+/// horizon, so finding what is due looks at the heap alone
+/// ([`Table::due_by`]); the exact earliest deadline, for the driver
+/// ([`Table::next_deadline`]), looks through the far list only when the
+/// earliest one it had found has gone since.
 pub(crate) struct Table<T> {
     slots: Vec<Slot<T>>,
     free: Vec<u32>,
     len: usize,
-    /// The armed timers, a binary min-heap by `(deadline, slot)`.
-    heap: Vec<(Time, u32)>,
+    /// The timers due before `horizon`: a 4-ary min-heap of their keys
+    /// (deadline, then slot): four children fill a cache line.
+    heap: Vec<u128>,
+    /// The timers due at `horizon` or later, in no order.
+    far_at: Vec<Time>,
+    far_slot: Vec<u32>,
+    horizon: Time,
+    /// The earliest far deadline, once looked for; `None` while not known.
+    far_min: Cell<Option<Time>>,
 }
 
 impl<T> Default for Table<T> {
@@ -89,6 +122,10 @@ impl<T> Default for Table<T> {
             free: Vec::new(),
             len: 0,
             heap: Vec::new(),
+            far_at: Vec::new(),
+            far_slot: Vec::new(),
+            horizon: Time::ZERO,
+            far_min: Cell::new(None),
         }
     }
 }
@@ -178,55 +215,169 @@ impl<T> Table<T> {
         let Some(slot) = self.slot(handle) else {
             return;
         };
-        let index = match slot.timer {
-            NONE => {
-                grow(&mut self.heap);
-                self.heap.push((at, handle.slot));
-                self.heap.len() - 1
+        let timer = slot.timer;
+        let far = at >= self.horizon;
+        match timer {
+            NONE => {}
+            t if t & FAR != 0 && far => {
+                // Far, and far still: one write.
+                let index = (t & !FAR) as usize;
+                self.far_moved(self.far_at[index], at);
+                self.far_at[index] = at;
+                return;
             }
-            index => {
-                self.heap[index as usize].0 = at;
-                index as usize
+            t if t & FAR == 0 && !far => {
+                let index = t as usize;
+                let new = key(at, handle.slot);
+                match new < self.heap[index] {
+                    true => self.sift_up(index, new),
+                    false => self.sift_down(index, new),
+                }
+                return;
             }
-        };
-        let index = self.sift_up(index);
-        self.sift_down(index);
+            _ => self.clear_timer(handle),
+        }
+        match far {
+            true => self.push_far(at, handle.slot),
+            false => self.push_near(at, handle.slot),
+        }
+    }
+
+    fn push_near(&mut self, at: Time, slot: u32) {
+        grow(&mut self.heap);
+        let new = key(at, slot);
+        self.heap.push(new);
+        self.sift_up(self.heap.len() - 1, new);
+    }
+
+    /// A far timer moved from `old` to `new` (`Time::MAX`: it left): the
+    /// earliest known stays known unless it was the one that moved later.
+    fn far_moved(&self, old: Time, new: Time) {
+        if let Some(min) = self.far_min.get() {
+            if new < min {
+                self.far_min.set(Some(new));
+            } else if old == min {
+                self.far_min.set(None);
+            }
+        }
+    }
+
+    fn push_far(&mut self, at: Time, slot: u32) {
+        if self.far_at.is_empty() {
+            self.far_min.set(Some(at));
+        } else {
+            self.far_moved(Time::MAX, at);
+        }
+        grow(&mut self.far_at);
+        grow(&mut self.far_slot);
+        self.far_at.push(at);
+        self.far_slot.push(slot);
+        self.slots[slot as usize].timer = (self.far_at.len() - 1) as u32 | FAR;
     }
 
     /// Disarms the record's timer, if armed.
     pub(crate) fn clear_timer(&mut self, handle: Handle) {
-        let Some(index) = self.slot(handle).map(|s| s.timer).filter(|&i| i != NONE) else {
+        let Some(timer) = self.slot(handle).map(|s| s.timer).filter(|&t| t != NONE) else {
             return;
         };
         self.slots[handle.slot as usize].timer = NONE;
+        if timer & FAR != 0 {
+            let index = (timer & !FAR) as usize;
+            self.far_moved(self.far_at[index], Time::MAX);
+            self.far_at.swap_remove(index);
+            self.far_slot.swap_remove(index);
+            if let Some(&moved) = self.far_slot.get(index) {
+                self.slots[moved as usize].timer = index as u32 | FAR;
+            }
+            return;
+        }
+        let index = timer as usize;
+        let removed = self.heap[index];
         let last = self.heap.pop().expect("an armed timer is in the heap");
-        let index = index as usize;
         if index < self.heap.len() {
-            self.heap[index] = last;
-            self.slots[last.1 as usize].timer = index as u32;
-            let index = self.sift_up(index);
-            self.sift_down(index);
+            // The last timer fills the hole: up if it is earlier than the
+            // one removed, else down.
+            match last < removed {
+                true => self.sift_up(index, last),
+                false => self.sink(index, last),
+            }
         }
     }
 
     /// When the record's timer is armed for, if it is.
     pub(crate) fn timer(&self, handle: Handle) -> Option<Time> {
-        let index = self.slot(handle)?.timer;
-        (index != NONE).then(|| self.heap[index as usize].0)
+        match self.slot(handle)?.timer {
+            NONE => None,
+            t if t & FAR != 0 => Some(self.far_at[(t & !FAR) as usize]),
+            t => Some(at_of(self.heap[t as usize])),
+        }
     }
 
     /// The earliest armed deadline.
     pub(crate) fn next_deadline(&self) -> Option<Time> {
-        self.heap.first().map(|&(at, _)| at)
+        let near = self.heap.first().map(|&k| at_of(k));
+        match (near, self.far_earliest()) {
+            (Some(near), Some(far)) => Some(near.min(far)),
+            (near, far) => near.or(far),
+        }
+    }
+
+    /// The earliest far deadline, looked for if not known.
+    fn far_earliest(&self) -> Option<Time> {
+        if self.far_at.is_empty() {
+            return None;
+        }
+        if let Some(min) = self.far_min.get() {
+            return Some(min);
+        }
+        let min = self.far_at.iter().copied().min();
+        self.far_min.set(min);
+        min
+    }
+
+    /// The earliest deadline if it is due by `target`: the table must have
+    /// caught up with `target`, so that no far timer is.
+    pub(crate) fn due_by(&self, target: Time) -> Option<Time> {
+        debug_assert!(self.far_at.is_empty() || target < self.horizon);
+        self.heap
+            .first()
+            .map(|&k| at_of(k))
+            .filter(|&at| at <= target)
+    }
+
+    /// Time is `now`: once it reaches the horizon, the horizon moves a span
+    /// past it, and the far timers due before it move into the heap.
+    pub(crate) fn catch_up(&mut self, now: Time) {
+        if now < self.horizon {
+            return;
+        }
+        self.horizon = now.saturating_add(SPAN);
+        self.far_min.set(None);
+        let mut index = 0;
+        while index < self.far_at.len() {
+            if self.far_at[index] < self.horizon {
+                let (at, slot) = (self.far_at[index], self.far_slot[index]);
+                self.far_at.swap_remove(index);
+                self.far_slot.swap_remove(index);
+                if let Some(&moved) = self.far_slot.get(index) {
+                    self.slots[moved as usize].timer = index as u32 | FAR;
+                }
+                self.push_near(at, slot);
+            } else {
+                index += 1;
+            }
+        }
     }
 
     /// The record whose timer is the earliest, if it is due at `now`: its
-    /// timer is disarmed.
+    /// timer is disarmed. The table must have caught up with `now`.
     pub(crate) fn pop_due(&mut self, now: Time) -> Option<Handle> {
-        let &(at, slot) = self.heap.first()?;
-        if at > now {
+        debug_assert!(self.far_at.is_empty() || now < self.horizon);
+        let &first = self.heap.first()?;
+        if at_of(first) > now {
             return None;
         }
+        let slot = slot_of(first);
         let handle = Handle {
             slot,
             gen: self.slots[slot as usize].gen,
@@ -235,48 +386,77 @@ impl<T> Table<T> {
         Some(handle)
     }
 
-    /// Moves the heap entry at `index` up to its place; where it ends.
-    fn sift_up(&mut self, mut index: usize) -> usize {
-        let entry = self.heap[index];
-        while index > 0 {
-            let parent = (index - 1) / 2;
-            if self.heap[parent] <= entry {
-                break;
-            }
-            self.heap[index] = self.heap[parent];
-            self.slots[self.heap[index].1 as usize].timer = index as u32;
-            index = parent;
-        }
-        self.heap[index] = entry;
-        self.slots[entry.1 as usize].timer = index as u32;
-        index
+    /// Puts the timer `key` at `index`, and notes where it is.
+    fn place(&mut self, index: usize, key: u128) {
+        self.heap[index] = key;
+        self.slots[slot_of(key) as usize].timer = index as u32;
     }
 
-    /// Moves the heap entry at `index` down to its place.
-    fn sift_down(&mut self, mut index: usize) {
-        let entry = self.heap[index];
-        let len = self.heap.len();
-        loop {
-            let left = 2 * index + 1;
-            if left >= len {
+    /// The earliest child of the node at `index`, if it has any.
+    fn first_child(&self, index: usize) -> Option<usize> {
+        let first = ARITY * index + 1;
+        let children = self.heap.get(first..(first + ARITY).min(self.heap.len()))?;
+        let (mut best, mut best_key) = (0, *children.first()?);
+        for (i, &key) in children.iter().enumerate().skip(1) {
+            if key < best_key {
+                (best, best_key) = (i, key);
+            }
+        }
+        Some(first + best)
+    }
+
+    /// Moves the timer `key`, now at `index`, up to its place.
+    fn sift_up(&mut self, mut index: usize, key: u128) {
+        while index > 0 {
+            let parent = (index - 1) / ARITY;
+            if key >= self.heap[parent] {
                 break;
             }
-            let right = left + 1;
-            let child = if right < len && self.heap[right] < self.heap[left] {
-                right
-            } else {
-                left
-            };
-            if entry <= self.heap[child] {
+            self.place(index, self.heap[parent]);
+            index = parent;
+        }
+        self.place(index, key);
+    }
+
+    /// Moves the timer `key`, now at `index`, down to its place.
+    fn sift_down(&mut self, mut index: usize, key: u128) {
+        while let Some(child) = self.first_child(index) {
+            if self.heap[child] >= key {
                 break;
             }
-            self.heap[index] = self.heap[child];
-            self.slots[self.heap[index].1 as usize].timer = index as u32;
+            self.place(index, self.heap[child]);
             index = child;
         }
-        self.heap[index] = entry;
-        self.slots[entry.1 as usize].timer = index as u32;
+        self.place(index, key);
     }
+
+    /// Fills the hole at `index` with `key`, a timer from the end of the
+    /// heap, so most often among the latest: the hole first sinks to a
+    /// leaf, each step taking the earliest child up without comparing it
+    /// with the timer, which then rises from there to its place.
+    fn sink(&mut self, mut index: usize, key: u128) {
+        while let Some(child) = self.first_child(index) {
+            self.place(index, self.heap[child]);
+            index = child;
+        }
+        self.sift_up(index, key);
+    }
+}
+
+/// A heap timer's key: its deadline, then its slot, in one number, so that
+/// the heap's order is that of the numbers.
+fn key(at: Time, slot: u32) -> u128 {
+    u128::from(at.as_nanos()) << 32 | u128::from(slot)
+}
+
+/// The deadline of a heap timer's key.
+fn at_of(key: u128) -> Time {
+    Time::from_nanos((key >> 32) as u64)
+}
+
+/// The slot of a heap timer's key.
+fn slot_of(key: u128) -> u32 {
+    key as u32
 }
 
 /// Handles waiting their turn, first in first out. Each push hands out a
@@ -445,15 +625,27 @@ mod tests {
     /// Every heap entry is below its children and names a slot that knows
     /// its index; every armed slot is in the heap; the count is right.
     fn assert_sound<T>(table: &Table<T>) {
-        for (index, &(at, slot)) in table.heap.iter().enumerate() {
+        for index in 0..table.heap.len() {
+            let slot = slot_of(table.heap[index]);
             assert_eq!(table.slots[slot as usize].timer, index as u32);
             assert!(table.slots[slot as usize].value.is_some());
             if index > 0 {
-                assert!(table.heap[(index - 1) / 2] <= (at, slot), "a heap");
+                assert!(
+                    table.heap[(index - 1) / ARITY] <= table.heap[index],
+                    "a heap"
+                );
             }
         }
+        for index in 0..table.far_at.len() {
+            let slot = table.far_slot[index];
+            assert_eq!(table.slots[slot as usize].timer, index as u32 | FAR);
+            assert!(
+                table.far_at[index] >= table.horizon,
+                "far timers are past the horizon"
+            );
+        }
         let armed = table.slots.iter().filter(|s| s.timer != NONE).count();
-        assert_eq!(armed, table.heap.len());
+        assert_eq!(armed, table.heap.len() + table.far_at.len());
         let stored = table.slots.iter().filter(|s| s.value.is_some()).count();
         assert_eq!(stored, table.len());
     }
@@ -475,8 +667,12 @@ mod tests {
             };
             let mut now = Time::ZERO;
             for step in 0..3_000u64 {
-                // Deadlines from a small range, so that they tie.
-                let at = Time::from_millis(now.as_millis() + rng.up_to(50));
+                // Deadlines from a small range, so that they tie, or far
+                // ahead, past the horizon.
+                let at = match rng.chance(1, 3) {
+                    true => Time::from_millis(now.as_millis() + 1_000 + rng.up_to(5_000)),
+                    false => Time::from_millis(now.as_millis() + rng.up_to(50)),
+                };
                 match rng.up_to(9) {
                     0..=2 => {
                         let handle = table.insert(step).expect("room");
@@ -505,7 +701,8 @@ mod tests {
                         }
                     }
                     7 => {
-                        now = now.saturating_add_millis(rng.up_to(20));
+                        now = now.saturating_add_millis(rng.up_to(2_000));
+                        table.catch_up(now);
                         // Due ones fire in (deadline, slot) order.
                         let mut due: Vec<(Time, u32, Handle)> = model
                             .iter()
@@ -530,8 +727,30 @@ mod tests {
                         }
                     }
                 }
+                // The next deadline is the earliest, or (for timers past the
+                // horizon) a moment before it, never after it.
                 let earliest = model.values().filter_map(|&(_, at)| at).min();
-                assert_eq!(table.next_deadline(), earliest, "seed {seed} step {step}");
+                let next = table.next_deadline();
+                assert_eq!(
+                    next.is_some(),
+                    earliest.is_some(),
+                    "seed {seed} step {step}"
+                );
+                assert!(
+                    next <= earliest,
+                    "seed {seed} step {step}: {next:?} after {earliest:?}"
+                );
+                if let (Some(next), Some(earliest)) = (next, earliest) {
+                    // Waking at `next` finds the earliest, or a later next.
+                    if next < earliest && next >= now {
+                        let mut probe: Table<u64> = Table::default();
+                        std::mem::swap(&mut probe, &mut table);
+                        probe.catch_up(next);
+                        let again = probe.next_deadline().unwrap();
+                        assert!(again > next || again == earliest, "seed {seed} step {step}");
+                        std::mem::swap(&mut probe, &mut table);
+                    }
+                }
                 for (&h, &(value, at)) in &model {
                     assert_eq!(table.get(h), Some(&value));
                     assert_eq!(table.timer(h), at);
