@@ -8,14 +8,13 @@
 //!   records may leave early;
 //! * [`SendBuffer`]: the bytes encoded and not yet handed out.
 //!
-//! A table is a slab (a vector of slots and a list of the free ones) with
-//! an indexed heap of timers (4-ary): each slot knows where its timer is in
-//! the heap, so setting, moving and clearing a timer are `O(log n)` and
-//! nothing dead is ever left in the heap. Slots and heap grow by an eighth
-//! at a time. Timers due at one moment come in
-//! slot order. Nothing here allocates once the containers have grown to
-//! their working size. Each container is checked step by step against a
-//! plain model in the tests at the end of this file.
+//! A table is a slab (a vector of slots and a list of the free ones) and
+//! its timers: those due soon in an indexed 4-ary heap, the rest in an
+//! unsorted list (see [`Table`]). Each slot knows where its timer is, so
+//! nothing dead is ever left behind. Timers due at one moment come in slot
+//! order. Everything grows by an eighth at a time, and nothing allocates
+//! once grown to its working size. Each container is checked step by step
+//! against a plain model in the tests at the end of this file.
 
 use core::time::Duration;
 use std::cell::Cell;
@@ -43,17 +42,15 @@ pub(crate) struct Handle {
 }
 
 impl Handle {
-    /// The handle with these parts.
+    /// The handle with these parts: a slot, and its generation.
     pub(crate) const fn from_parts(slot: u32, gen: u32) -> Handle {
         Handle { slot, gen }
     }
 
-    /// The slot.
     pub(crate) const fn slot(self) -> u32 {
         self.slot
     }
 
-    /// The slot's generation when the record was stored.
     pub(crate) const fn gen(self) -> u32 {
         self.gen
     }
@@ -103,7 +100,6 @@ const FAR: u32 = 1 << 31;
 pub(crate) struct Table<T> {
     slots: Vec<Slot<T>>,
     free: Vec<u32>,
-    len: usize,
     /// The timers due before `horizon`: a 4-ary min-heap of their keys
     /// (deadline, then slot): four children fill a cache line.
     heap: Vec<u128>,
@@ -120,7 +116,6 @@ impl<T> Default for Table<T> {
         Table {
             slots: Vec::new(),
             free: Vec::new(),
-            len: 0,
             heap: Vec::new(),
             far_at: Vec::new(),
             far_slot: Vec::new(),
@@ -149,7 +144,6 @@ impl<T> Table<T> {
         };
         let entry = &mut self.slots[slot as usize];
         entry.value = Some(value);
-        self.len += 1;
         Some(Handle {
             slot,
             gen: entry.gen,
@@ -184,23 +178,19 @@ impl<T> Table<T> {
         let value = entry.value.take();
         entry.gen = entry.gen.wrapping_add(1);
         self.free.push(handle.slot);
-        self.len -= 1;
         value
     }
 
     /// How many records are stored.
     pub(crate) fn len(&self) -> usize {
-        self.len
+        self.slots.len() - self.free.len()
     }
 
     /// Every record, in slot order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = (Handle, &T)> + '_ {
-        self.slots.iter().enumerate().filter_map(|(slot, s)| {
-            let handle = Handle {
-                slot: slot as u32,
-                gen: s.gen,
-            };
-            s.value.as_ref().map(|value| (handle, value))
+        (0..).zip(&self.slots).filter_map(|(slot, s)| {
+            let value = s.value.as_ref()?;
+            Some((Handle { slot, gen: s.gen }, value))
         })
     }
 
@@ -282,13 +272,8 @@ impl<T> Table<T> {
         };
         self.slots[handle.slot as usize].timer = NONE;
         if timer & FAR != 0 {
-            let index = (timer & !FAR) as usize;
-            self.far_moved(self.far_at[index], Time::MAX);
-            self.far_at.swap_remove(index);
-            self.far_slot.swap_remove(index);
-            if let Some(&moved) = self.far_slot.get(index) {
-                self.slots[moved as usize].timer = index as u32 | FAR;
-            }
+            let (at, _) = self.take_far((timer & !FAR) as usize);
+            self.far_moved(at, Time::MAX);
             return;
         }
         let index = timer as usize;
@@ -356,17 +341,21 @@ impl<T> Table<T> {
         let mut index = 0;
         while index < self.far_at.len() {
             if self.far_at[index] < self.horizon {
-                let (at, slot) = (self.far_at[index], self.far_slot[index]);
-                self.far_at.swap_remove(index);
-                self.far_slot.swap_remove(index);
-                if let Some(&moved) = self.far_slot.get(index) {
-                    self.slots[moved as usize].timer = index as u32 | FAR;
-                }
+                let (at, slot) = self.take_far(index);
                 self.push_near(at, slot);
             } else {
                 index += 1;
             }
         }
+    }
+
+    /// Takes the far timer at `index` out; the last one takes its place.
+    fn take_far(&mut self, index: usize) -> (Time, u32) {
+        let taken = (self.far_at.swap_remove(index), self.far_slot.swap_remove(index));
+        if let Some(&moved) = self.far_slot.get(index) {
+            self.slots[moved as usize].timer = index as u32 | FAR;
+        }
+        taken
     }
 
     /// The record whose timer is the earliest, if it is due at `now`: its
@@ -482,25 +471,20 @@ const SWEEP_ABOVE: usize = 64;
 const KEPT: usize = 4096;
 
 impl Queue {
-    fn ticket(&mut self) -> u32 {
-        self.tickets = self.tickets.wrapping_add(1);
-        self.tickets
-    }
-
     /// Puts `handle` last; its ticket.
     pub(crate) fn push_back(&mut self, handle: Handle) -> u32 {
-        let ticket = self.ticket();
-        self.entries.push_back((handle, ticket));
-        ticket
+        self.tickets = self.tickets.wrapping_add(1);
+        self.entries.push_back((handle, self.tickets));
+        self.tickets
     }
 
     /// Puts `handle` first (a request that was in flight when its
     /// connection closed goes again before those that never went); its
     /// ticket.
     pub(crate) fn push_front(&mut self, handle: Handle) -> u32 {
-        let ticket = self.ticket();
-        self.entries.push_front((handle, ticket));
-        ticket
+        self.tickets = self.tickets.wrapping_add(1);
+        self.entries.push_front((handle, self.tickets));
+        self.tickets
     }
 
     /// How many wait in it.
@@ -559,11 +543,9 @@ pub(crate) struct SendBuffer {
 }
 
 impl SendBuffer {
-    /// Makes room for at least `n` more bytes, a few frames' worth at once.
-    /// An empty buffer first reserves memory for many frames: once the
-    /// sends taken from it are dropped, that takes their memory back
-    /// without copying any byte, where running out of it later would copy
-    /// what it holds.
+    /// Makes room for at least `n` more bytes, a few frames' worth at once;
+    /// an empty buffer first reserves room for many frames, which the sends
+    /// taken from it give back, once dropped, without a copy.
     #[cold]
     fn make_room(&mut self, n: usize) {
         let n = n.max(ROOM_STEP);
