@@ -351,7 +351,10 @@ impl<T> Table<T> {
 
     /// Takes the far timer at `index` out; the last one takes its place.
     fn take_far(&mut self, index: usize) -> (Time, u32) {
-        let taken = (self.far_at.swap_remove(index), self.far_slot.swap_remove(index));
+        let taken = (
+            self.far_at.swap_remove(index),
+            self.far_slot.swap_remove(index),
+        );
         if let Some(&moved) = self.far_slot.get(index) {
             self.slots[moved as usize].timer = index as u32 | FAR;
         }

@@ -606,7 +606,7 @@ impl Server {
 
     /// Sets the term's counter, as if `n` grants had been made: for the
     /// tests of drivers that must see a term reach `n = 2^22`.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "server"))]
     pub(crate) fn set_term_count(&mut self, n: u64) {
         self.table.set_count(n);
     }
