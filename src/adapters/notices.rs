@@ -1,8 +1,8 @@
 //! A bounded queue of notices (the events that are not outcomes) from a
 //! driver to whoever reads them, and what the shell does when it is full.
 //! Every adapter hands its notices out this one way: a receiver, read with
-//! `recv().await` ([`Notices`]) or with a blocking `recv()`
-//! ([`BlockingNotices`], the blocking adapter's `Notices`).
+//! `recv().await` (`Notices`) or with a blocking `recv()`
+//! (`BlockingNotices`, the blocking adapter's `Notices`).
 //!
 //! A server that floods the client with frames that each make a notice
 //! must not grow the client without bound. The queue holds at most
@@ -131,7 +131,8 @@ impl Notices {
 }
 
 /// The notices of a client, read by blocking calls: the blocking
-/// adapter's `Notices`. The same queue as [`Notices`], with the same bound.
+/// adapter's `Notices`. The same queue as the async adapters' `Notices`,
+/// with the same bound.
 pub struct BlockingNotices(Notices);
 
 #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
