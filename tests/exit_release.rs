@@ -5,11 +5,14 @@
 //!
 //! Each program is a real process: this test binary started again as a
 //! child, in which one test (`child_process_entry_point`) runs a client
-//! that locks `k` with a 30 s lease, prints its token, and returns, as a
-//! `main` would (the tokio ones through a real `#[tokio::main]`). The
+//! that locks [`KEYS`] keys with a 30 s lease, prints their tokens, and
+//! returns holding them all (so that a release left to chance loses the
+//! race with the exit at least once), as a
+//! `main` would (the tokio ones through a real `#[tokio::main]`), after
+//! which the process ends at once, as after `main`. The
 //! server is a real `ticketing serve`; after the child has exited, a raw
-//! client (a plain socket, or rustls over one) asks for `k` with a wait of
-//! 100 ms and must be granted it.
+//! client (a plain socket, or rustls over one) asks for every key with a
+//! wait of 100 ms and must be granted each.
 //!
 //! On the code before issue 23 the child's grant stayed for its whole
 //! lease: the probe got `T`.
@@ -42,6 +45,13 @@ const CA: &str = "TICKETING_EXIT_CA";
 /// release frees the key in time.
 const LEASE: Duration = Duration::from_secs(30);
 
+/// How many keys the child holds as it returns.
+const KEYS: usize = 8;
+
+fn key(n: usize) -> Key {
+    Key::new(format!("k{n}")).expect("a key")
+}
+
 // ----- the child --------------------------------------------------------
 
 /// Not a test of its own: the body of the child processes the tests
@@ -69,6 +79,9 @@ fn child_process_entry_point() {
         "blocking" => hold_with_blocking(config, tls),
         other => panic!("no mode {other}"),
     }
+    // What follows a `main` that returns: the process ends, at once (the
+    // test harness would report first, giving threads time to finish).
+    std::process::exit(0);
 }
 
 /// Locks `k` and returns from a `#[tokio::main]` holding the guard: in
@@ -82,16 +95,19 @@ async fn hold_with_tokio(config: Config, tls: Option<ClientTls>, in_task: bool) 
         None => spawn(config, TcpConnector),
     }
     .expect("a client");
-    let lease = handle
-        .lock(Key::new("k").expect("a key"))
-        .wait(Duration::from_secs(5))
-        .lease(LEASE)
-        .await
-        .expect("the lock");
-    println!("locked {}", lease.token());
+    let mut leases = Vec::new();
+    for n in 0..KEYS {
+        let lease = handle
+            .lock(key(n))
+            .wait(Duration::from_secs(5))
+            .lease(LEASE);
+        leases.push(lease.await.expect("the lock"));
+    }
+    let tokens: Vec<String> = leases.iter().map(|l| l.token().to_string()).collect();
+    println!("locked {}", tokens.join(" "));
     if in_task {
         tokio::spawn(async move {
-            let _held = lease;
+            let _held = leases;
             std::future::pending::<()>().await;
         });
         tokio::task::yield_now().await;
@@ -106,13 +122,17 @@ fn hold_with_blocking(config: Config, tls: Option<ClientTls>) {
         None => connect(config, TcpConnector),
     }
     .expect("a client");
-    let lease = handle
-        .lock(Key::new("k").expect("a key"))
-        .wait(Duration::from_secs(5))
-        .lease(LEASE)
-        .send()
-        .expect("the lock");
-    println!("locked {}", lease.token());
+    let leases: Vec<_> = (0..KEYS)
+        .map(|n| {
+            let lease = handle
+                .lock(key(n))
+                .wait(Duration::from_secs(5))
+                .lease(LEASE);
+            lease.send().expect("the lock")
+        })
+        .collect();
+    let tokens: Vec<String> = leases.iter().map(|l| l.token().to_string()).collect();
+    println!("locked {}", tokens.join(" "));
 }
 
 // ----- the probe ----------------------------------------------------------
@@ -212,24 +232,42 @@ fn released_at_exit(mode: &str, tls: bool) {
         format!("{mode} child"),
         child.stdout.take().expect("stdout"),
     );
-    let locked = out.until("the child's lock", |l| l.starts_with("locked "));
-    let token: u64 = locked["locked ".len()..].parse().expect("a token");
+    let locked = out.until("the child's locks", |l| l.starts_with("locked "));
+    let tokens: Vec<u64> = locked["locked ".len()..]
+        .split(' ')
+        .map(|t| t.parse().expect("a token"))
+        .collect();
+    assert_eq!(tokens.len(), KEYS, "{locked}");
     // Connected before the child ends, so that the ask below goes out as
     // soon as it has.
     let mut probe = Probe::connect(&serve.addr, tls.then_some(&ca));
     let status = wait_exit(&mut child, WAIT, mode);
     assert!(status.success(), "the child failed: {status}");
 
-    probe.send("A 1 k probe 100 1000\n");
-    let answer = probe.line();
-    let fields: Vec<&str> = answer.split(' ').collect();
+    let asks: String = (0..KEYS)
+        .map(|n| format!("A {n} k{n} probe 100 1000\n"))
+        .collect();
+    probe.send(&asks);
+    let mut held = Vec::new();
+    for _ in 0..KEYS {
+        let answer = probe.line();
+        let fields: Vec<&str> = answer.split(' ').collect();
+        match (
+            fields[0],
+            fields.get(1).and_then(|n| n.parse::<usize>().ok()),
+        ) {
+            ("G", Some(n)) if n < KEYS => {
+                let probed: u64 = fields[4].parse().expect("a token");
+                assert!(probed > tokens[n], "{answer:?} after token {}", tokens[n]);
+            }
+            _ => held.push(answer),
+        }
+    }
     assert!(
-        answer.starts_with("G 1 A k "),
-        "[{mode}, tls {tls}] the key of a program that returned from main holding it \
-         was not free within 100 ms of its exit: {answer:?}"
+        held.is_empty(),
+        "[{mode}, tls {tls}] keys of a program that returned from main holding them \
+         were not free within 100 ms of its exit: {held:?}"
     );
-    let probed: u64 = fields[4].parse().expect("a token");
-    assert!(probed > token, "{answer:?} after token {token}");
 }
 
 #[test]
