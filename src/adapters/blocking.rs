@@ -897,8 +897,12 @@ fn drive<C: Connector>(
     let mut held: VecDeque<(ConnId, Input)> = VecDeque::new();
     loop {
         shell.pump(&mut io);
-        while !held.is_empty() && !shell.notices_full(&room) {
-            let (conn, input) = held.pop_front().expect("not empty");
+        // Hands on the notices held back, and the input held while there is
+        // room for its notices; else the reader's next take wakes this.
+        while !shell.notices_full(&room) {
+            let Some((conn, input)) = held.pop_front() else {
+                break;
+            };
             let now = shell.now();
             input.hand_in(&mut shell, &io.gauges, now, conn);
             shell.pump(&mut io);
