@@ -232,7 +232,8 @@ fn connected_says_a_tls_handshake_was_refused() {
     assert_eq!(
         error.to_string(),
         format!(
-            "TLS handshake with {ep} failed: the peer's certificate is not signed by a trusted CA"
+            "TLS handshake with {ep} failed: the peer's certificate is not signed by a trusted CA \
+             (tls:unknown_ca)"
         )
     );
 }

@@ -168,7 +168,7 @@ fn lease_lost(status: LeaseStatus) -> &'static str {
 /// `cannot connect to 127.0.0.1:7878: Connection refused (os error 111)`,
 /// `127.0.0.1:7878 refused this client's credential (auth_failed)`,
 /// `TLS handshake with locks.internal:7878 failed: the peer's certificate
-/// is not signed by a trusted CA`.
+/// is not signed by a trusted CA (tls:unknown_ca)`.
 #[derive(Clone)]
 pub struct ConnectError {
     addr: Option<Endpoint>,
@@ -239,10 +239,14 @@ impl fmt::Display for ConnectError {
             None => &"the server",
         };
         match (&self.reason, &self.io) {
-            (CloseReason::Tls(_), Some(io)) => match crate::adapters::tls::TlsFailure::of(io) {
-                Some(failure) => write!(f, "TLS handshake with {addr} failed: {failure}"),
-                None => write!(f, "TLS handshake with {addr} failed: {io}"),
-            },
+            (reason @ CloseReason::Tls(_), Some(io)) => {
+                match crate::adapters::tls::TlsFailure::of(io) {
+                    Some(failure) => {
+                        write!(f, "TLS handshake with {addr} failed: {failure} ({reason})")
+                    }
+                    None => write!(f, "TLS handshake with {addr} failed: {io} ({reason})"),
+                }
+            }
             (CloseReason::Tls(detail), None) => {
                 write!(f, "TLS handshake with {addr} failed ({detail})")
             }
