@@ -170,27 +170,34 @@ impl std::fmt::Debug for Inbox {
 impl Sender {
     /// Queues `command` for the driver (`Err`: the driver is gone).
     fn send(&self, command: Command) -> Result<(), Command> {
-        let waker = {
+        let mut command = Some(command);
+        self.send_with(|_| command.take().expect("made once"))
+            .map(drop)
+            .map_err(|()| command.take().expect("not made"))
+    }
+
+    /// Queues the command `make` makes, told whether the driver goes on on
+    /// a thread of its own (under the lock that queues it, so that this
+    /// holds when the driver takes it); whether it does (`Err`: the driver
+    /// is gone, and `make` was not called).
+    fn send_with(&self, make: impl FnOnce(bool) -> Command) -> Result<bool, ()> {
+        let (waker, detached) = {
             let mut state = lock(&self.0.state);
             if state.closed {
-                return Err(command);
+                return Err(());
             }
+            let command = make(state.detached);
             state.commands.push(command);
-            if state.commands.len() >= state.wake_at {
-                state.driver.take()
-            } else {
-                None
-            }
+            let waker = match state.commands.len() >= state.wake_at {
+                true => state.driver.take(),
+                false => None,
+            };
+            (waker, state.detached)
         };
         if let Some(waker) = waker {
             waker.wake();
         }
-        Ok(())
-    }
-
-    /// Whether the driver goes on on a thread of its own.
-    fn detached(&self) -> bool {
-        lock(&self.0.state).detached
+        Ok(detached)
     }
 }
 
@@ -765,19 +772,15 @@ impl Drop for Lease {
         let Some(grant) = self.held.take() else {
             return;
         };
+        // Once the runtime has gone away the program may be about to exit:
+        // the release is waited for then.
         let commands = &self.handle.commands;
-        if !commands.detached() {
-            let _ = commands.send(Command::DropGuard { grant, reply: None });
-            return;
-        }
-        // The runtime went away: the program may be about to exit, so the
-        // release is waited for.
         let (reply, rx) = reply::channel();
-        let command = Command::DropGuard {
+        let sent = commands.send_with(|detached| Command::DropGuard {
             grant,
-            reply: Some(reply),
-        };
-        if commands.send(command).is_ok() {
+            reply: detached.then_some(reply),
+        });
+        if sent == Ok(true) {
             commands.0.wait_detached(|limit| rx.recv_timeout(limit));
         }
     }
