@@ -39,7 +39,7 @@ use std::time::{Duration, Instant};
 
 use ticketing::client::{Config, Outcome};
 use ticketing::tls::ClientTls;
-use ticketing::tokio::{Handle, TcpConnector, TlsConnector};
+use ticketing::tokio::{AcquireError, Handle, TcpConnector, TlsConnector};
 use ticketing::{Endpoint, Key, Name};
 
 const LEASE: Duration = Duration::from_secs(30);
@@ -159,19 +159,22 @@ async fn run_task(
         let in_window = t_acq >= start;
         let key = keys[(rng.next() % keys.len() as u64) as usize].clone();
         let r = handle
-            .acquire(key, owner.clone(), Duration::ZERO, LEASE)
+            .acquire(key)
+            .owner(owner.clone())
+            .wait(Duration::ZERO)
+            .lease(LEASE)
             .await;
         let t_acq_done = Instant::now();
         if in_window {
             st.acq_lat_ns.push((t_acq_done - t_acq).as_nanos() as u64);
         }
         let grant = match r {
-            Ok(Outcome::Granted(grant)) => grant,
-            Ok(Outcome::TimedOut { .. }) => {
+            Ok(grant) => grant,
+            Err(AcquireError::TimedOut { .. }) => {
                 st.contended += u64::from(in_window);
                 continue;
             }
-            Ok(Outcome::Busy) => {
+            Err(AcquireError::Busy) => {
                 st.busy += u64::from(in_window);
                 continue;
             }
@@ -210,10 +213,13 @@ async fn bench_level(o: &Opts, addr: &str, tls: Option<&ClientTls>, conc: usize)
     let probe = Key::new("e2e-probe").expect("key");
     let owner = Name::new("probe").expect("name");
     match handle
-        .acquire(probe, owner, Duration::from_secs(5), LEASE)
+        .acquire(probe)
+        .owner(owner)
+        .wait(Duration::from_secs(5))
+        .lease(LEASE)
         .await
     {
-        Ok(Outcome::Granted(g)) => {
+        Ok(g) => {
             let _ = handle.release(&g).await;
         }
         other => panic!("cannot reach the server at {addr}: {other:?}"),

@@ -8,6 +8,50 @@
 //! order. The specification is PROTOCOL.md, the design of record beside
 //! this crate's repository.
 //!
+//! # Quick start
+//!
+//! With the feature `tokio`, against a `ticketing serve` on
+//! `127.0.0.1:7878` (`cargo run --features cli -- serve`):
+//!
+//! ```no_run
+//! # #[cfg(feature = "tokio")]
+//! # mod quick_start {
+//! use std::time::Duration;
+//!
+//! use ticketing::client::Config;
+//! use ticketing::tokio::{spawn, TcpConnector};
+//! use ticketing::{Endpoint, Key, Name};
+//!
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let config = Config::new([Endpoint::new("127.0.0.1:7878")?], Name::new("worker-1")?);
+//!     let handle = spawn(config, TcpConnector)?;
+//!     // Err says why: nothing listens there, a credential or TLS refused.
+//!     handle.connected().await?;
+//!
+//!     let lease = handle
+//!         .lock(Key::new("invoices")?)
+//!         .wait(Duration::from_secs(5)) // for the key, at most
+//!         .lease(Duration::from_secs(30)) // the key is ours this long
+//!         .renew() // ... renewed while the guard lives
+//!         .await?; // Err: not acquired, and why
+//!     println!("holding {} with fencing token {}", lease.key(), lease.token());
+//!     // ... write to storage, quoting lease.token() ...
+//!     lease.release().await?; // or drop it: released by exact token
+//!
+//!     handle.shutdown(Duration::from_secs(5)).await?;
+//!     Ok(())
+//! }
+//! # }
+//! # fn main() {}
+//! ```
+//!
+//! The futures-io adapter (smol, async-std) and the blocking adapter have
+//! the same handle, builders and guard; `examples/tokio_lock.rs` and
+//! `examples/blocking_lock.rs` walk through them. The README's table says
+//! what each failure (a server down, a credential or TLS refused, a crash,
+//! a guard forgotten, a program that exits) gives the caller, and when.
+//!
 //! # Layers
 //!
 //! The rules live in pure, deterministic cores that take bytes and times in
@@ -31,7 +75,8 @@
 //!
 //! # Driving a core
 //!
-//! A core does nothing by itself. Its driver owns the sockets and the
+//! For embedders of the core itself, with a runtime or an event loop of
+//! their own: a core does nothing by itself. Its driver owns the sockets and the
 //! clock, and runs one loop:
 //!
 //! 1. **Make the core** with its configuration and the current time
@@ -155,6 +200,7 @@
 //! | `tls` | `ticketing::tls`, a `TlsConnector` in each client adapter, `serve::TlsListener` (rustls with ring) | rustls, tokio-rustls, futures-rustls |
 //! | `etcd` | `ticketing::cluster`: a node of a cluster on etcd (PROTOCOL.md 4.2) | etcd-client (its protoc from protoc-bin-vendored) |
 //! | `metrics` | `ticketing::metrics`: the cores' counters in the `metrics` facade; the client adapters publish theirs | metrics |
+//! | `tracing` | the client adapters' notices as `tracing` events (target `ticketing`) | tracing |
 //! | `fuzzing` | `ticketing::testkit` | arbitrary |
 //! | `sim` | `ticketing::sim` | arbitrary |
 //! | `sabotage` | `ticketing::sim::Sabotage`: bad clients, to show that the simulator's checks catch them (never in `cli`) | arbitrary |

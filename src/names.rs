@@ -80,7 +80,9 @@ fn check_atom(s: &str) -> Result<(), AtomError> {
 
 fn check_addr(s: &str) -> Result<(), AtomError> {
     wire::check_atom(s.as_bytes())?;
-    if wire::is_host_port(s.as_bytes()) {
+    // `http://127.0.0.1:7878` is `host:port` to the letter, with a host
+    // no connector can reach: a URL is not an address.
+    if wire::is_host_port(s.as_bytes()) && !s.contains("://") {
         Ok(())
     } else {
         Err(AtomError::NotAnAddress)
@@ -88,7 +90,27 @@ fn check_addr(s: &str) -> Result<(), AtomError> {
 }
 
 atom_type!(
-    /// The name of a lock: an atom (1 to 250 bytes in `0x21..=0x7E`).
+    /// The name of a lock: an atom, 1 to 250 bytes, each printable ASCII
+    /// other than the space (`0x21..=0x7E`: letters, digits and
+    /// punctuation such as `-_.:/@#`). Anything else is refused with an
+    /// [`AtomError`] that says which byte, or how long it was: a space, a
+    /// tab or a newline, a byte above `0x7E` (so no UTF-8 beyond ASCII),
+    /// an empty key, a key of 251 bytes or more.
+    ///
+    /// Keys are compared byte for byte. To lock on a name that may hold
+    /// other characters, or be longer, map it to a key first: its
+    /// percent-encoding, or a hash of it in hex.
+    ///
+    /// ```
+    /// use ticketing::Key;
+    /// use ticketing::wire::AtomError;
+    ///
+    /// assert!(Key::new("invoices/2026-12:eu-west").is_ok());
+    /// assert_eq!(Key::new("two words"), Err(AtomError::InvalidByte { at: 3, byte: b' ' }));
+    /// assert_eq!(Key::new("é").unwrap_err(), AtomError::InvalidByte { at: 0, byte: 0xc3 });
+    /// assert_eq!(Key::new("k".repeat(251)), Err(AtomError::TooLong { len: 251 }));
+    /// assert_eq!(Key::new(""), Err(AtomError::Empty));
+    /// ```
     Key,
     check_atom,
     Atom
@@ -103,9 +125,12 @@ atom_type!(
 );
 
 atom_type!(
-    /// A server address, `host:port`: an endpoint of the configuration, an
-    /// allowlisted address, or a leader hint. The core never resolves it; the
-    /// driver's connector does.
+    /// A server address, `host:port` (`10.0.0.1:7878`, `locks.internal:7878`,
+    /// `[::1]:7878`): an endpoint of the configuration, an allowlisted
+    /// address, or a leader hint. Not a URL: `http://127.0.0.1:7878` is
+    /// refused ([`AtomError::NotAnAddress`]). The core never resolves it;
+    /// the driver's connector does (a host that does not resolve ends the
+    /// connect attempt with an error that says so).
     Endpoint,
     check_addr,
     Addr
@@ -153,6 +178,9 @@ mod tests {
             Err(AtomError::InvalidByte { at: 3, byte: b' ' })
         );
         assert_eq!(Endpoint::new("localhost"), Err(AtomError::NotAnAddress));
+        for url in ["http://127.0.0.1:7878", "tcp://locks.internal:7878"] {
+            assert_eq!(Endpoint::new(url), Err(AtomError::NotAnAddress), "{url}");
+        }
         assert_eq!(
             "127.0.0.1:7878".parse::<Endpoint>().unwrap().as_str(),
             "127.0.0.1:7878"

@@ -13,6 +13,7 @@
 mod cli;
 mod etcd;
 
+use std::future::IntoFuture;
 use std::time::{Duration, Instant};
 
 use cli::{End, Raw, WAIT};
@@ -297,23 +298,19 @@ async fn worker(
     while Instant::now() < stop {
         n += 1;
         let key = keys[n % keys.len()];
-        let lock = handle.lock_renewing(
-            ticketing::Key::new(key).expect("a key"),
-            owner.clone(),
-            Duration::from_millis(1500),
-            Duration::from_millis(3000),
-            None,
-        );
+        let lock = handle
+            .lock(ticketing::Key::new(key).expect("a key"))
+            .owner(owner.clone())
+            .wait(Duration::from_millis(1500))
+            .lease(Duration::from_millis(3000))
+            .renew();
         let Ok(lease) = lock.await else {
             // Timed out or Indeterminate (a leader died under it): the
             // rules say what it means; try again.
             continue;
         };
         let until = |status: ticketing::tokio::LeaseStatus| {
-            status
-                .valid_until()
-                .and_then(|t| handle.instant_of(t))
-                .unwrap_or_else(Instant::now)
+            status.valid_until().unwrap_or_else(Instant::now)
         };
         fenced
             .lock()
@@ -358,13 +355,15 @@ fn tokio_clients_keep_fenced_writes_safe_through_a_killed_and_a_paused_leader() 
     // A holder that keeps one key through both faults by renewing it.
     let holder = handles[WORKERS].clone();
     let held = runtime
-        .block_on(holder.lock_renewing(
-            ticketing::Key::new("held").expect("a key"),
-            ticketing::Name::new("holder").expect("a name"),
-            Duration::from_secs(5),
-            Duration::from_millis(3000),
-            None,
-        ))
+        .block_on(
+            holder
+                .lock(ticketing::Key::new("held").expect("a key"))
+                .owner(ticketing::Name::new("holder").expect("a name"))
+                .wait(Duration::from_secs(5))
+                .lease(Duration::from_millis(3000))
+                .renew()
+                .into_future(),
+        )
         .expect("the long hold");
     let stop = Instant::now() + Duration::from_secs(24);
     let workers: Vec<_> = (0..WORKERS)

@@ -30,28 +30,22 @@ fn the_tokio_adapter_publishes_its_clients_counters() {
         )
         .expect("a client");
         let (key, owner) = (Key::new("k").unwrap(), Name::new("me").unwrap());
-        let outcome = client
-            .acquire(
-                key.clone(),
-                owner.clone(),
-                Duration::ZERO,
-                Duration::from_secs(30),
-            )
+        let grant = client
+            .acquire(key.clone())
+            .owner(owner.clone())
+            .wait(Duration::ZERO)
             .await
-            .expect("an outcome");
-        let Outcome::Granted(grant) = outcome else {
-            panic!("{outcome:?}")
-        };
-        let timed_out = client
-            .acquire(key, owner, Duration::ZERO, Duration::from_secs(30))
-            .await
-            .expect("an outcome");
-        assert_eq!(
-            timed_out,
-            Outcome::TimedOut {
-                sent: true,
-                cause: None
-            }
+            .expect("a grant");
+        let timed_out = client.acquire(key).owner(owner).wait(Duration::ZERO).await;
+        assert!(
+            matches!(
+                timed_out,
+                Err(ticketing::tokio::AcquireError::TimedOut {
+                    sent: true,
+                    cause: None
+                })
+            ),
+            "{timed_out:?}"
         );
         assert_eq!(client.release(&grant).await, Ok(Outcome::Released));
         // Published at most once a second, when the driver next works. A

@@ -16,7 +16,6 @@ impl tcp::Adapter for AsyncStd {
     const NAME: &'static str = "futures-io on async-std";
     type Client = Handle;
     type Pending = Acquire;
-    type Error = RequestError;
 
     fn block_on<T>(fut: impl Future<Output = T>) -> T {
         async_std::task::block_on(fut)

@@ -14,7 +14,9 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::thread::{self, Thread};
 use std::time::Duration;
 
-use ticketing::blocking::{Connector, Handle, Lease, PendingAcquire, RequestError, TcpConnector};
+use ticketing::blocking::{
+    AcquireError, Connector, Handle, Lease, PendingAcquire, RequestError, TcpConnector,
+};
 use ticketing::client::{Config, Grant, Outcome};
 use ticketing::{Key, Name};
 
@@ -43,7 +45,6 @@ impl tcp::Adapter for Blocking {
     const NAME: &'static str = "blocking";
     type Client = Handle;
     type Pending = PendingAcquire;
-    type Error = RequestError;
 
     fn block_on<T>(fut: impl Future<Output = T>) -> T {
         let mut fut = pin!(fut);
@@ -90,9 +91,16 @@ impl tcp::Adapter for Blocking {
         owner: Name,
         wait: Duration,
         lease: Duration,
-    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+    ) -> impl Future<Output = Result<Grant, AcquireError>> + Send + 'static {
         let client = client.clone();
-        off_thread(move || client.acquire(key, owner, wait, lease))
+        off_thread(move || {
+            client
+                .acquire(key)
+                .owner(owner)
+                .wait(wait)
+                .lease(lease)
+                .send()
+        })
     }
 
     fn start_acquire(
@@ -102,12 +110,17 @@ impl tcp::Adapter for Blocking {
         wait: Duration,
         lease: Duration,
     ) -> PendingAcquire {
-        client.start_acquire(key, owner, wait, lease)
+        client
+            .acquire(key)
+            .owner(owner)
+            .wait(wait)
+            .lease(lease)
+            .start()
     }
 
     fn finish(
         pending: PendingAcquire,
-    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+    ) -> impl Future<Output = Result<Grant, AcquireError>> + Send + 'static {
         off_thread(move || pending.wait())
     }
 
@@ -138,11 +151,16 @@ impl tcp::Adapter for Blocking {
         let client = client.clone();
         off_thread(move || {
             let owner = Name::new("me").expect("a name");
-            let locked = match renew {
-                true => client.lock_renewing(key, owner, Duration::ZERO, lease, None),
-                false => client.lock(key, owner, Duration::ZERO, lease),
+            let lock = client
+                .lock(key)
+                .owner(owner)
+                .wait(Duration::ZERO)
+                .lease(lease);
+            let lock = match renew {
+                true => lock.renew(),
+                false => lock,
             };
-            locked.map_err(|e| format!("{e:?}"))
+            lock.send().map_err(|e| format!("{e:?}"))
         })
     }
 
@@ -155,7 +173,9 @@ impl tcp::Adapter for Blocking {
         limit: Duration,
     ) -> impl Future<Output = (Lease, tcp::LeaseStatus)> + Send + 'static {
         off_thread(move || {
-            let status = lease.wait_change(Some(limit));
+            let status = lease
+                .changed_timeout(limit)
+                .unwrap_or_else(|| lease.status());
             (lease, status)
         })
     }
@@ -168,11 +188,17 @@ impl tcp::Adapter for Blocking {
 }
 
 fn start(config: Config, connector: impl Connector) -> (Handle, tcp::NoticeRx) {
+    let (handle, mut notices) = ticketing::blocking::connect_with_notices(config, connector)
+        .expect("a valid client configuration");
+    // The scenarios read notices by awaiting them: a thread forwards them.
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let handle = ticketing::blocking::connect_with_notices(config, connector, move |event| {
-        let _ = tx.send(event);
-    })
-    .expect("a valid client configuration");
+    thread::spawn(move || {
+        while let Some(event) = notices.recv() {
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
     (handle, tcp::NoticeRx::Channel(rx))
 }
 

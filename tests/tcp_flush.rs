@@ -79,9 +79,9 @@ fn session(buffered_server: bool, buffered_client: bool) {
         }
         .expect("a client");
         let key = Key::new("k").expect("a key");
-        let acquire = client.acquire(key, name("me"), Duration::ZERO, Duration::from_secs(30));
+        let acquire = client.acquire(key).owner(name("me")).wait(Duration::ZERO);
         let outcome = tokio::time::timeout(WAIT, acquire).await;
-        let Ok(Ok(Outcome::Granted(grant))) = outcome else {
+        let Ok(Ok(grant)) = outcome else {
             panic!("a try-lock of a free key: {outcome:?}");
         };
         let released = tokio::time::timeout(WAIT, client.release(&grant)).await;

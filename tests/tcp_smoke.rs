@@ -1,5 +1,5 @@
 use std::time::Duration;
-use ticketing::client::{Config, Grant, Outcome};
+use ticketing::client::{Config, Outcome};
 use ticketing::server::{self, Server};
 use ticketing::{Endpoint, Key, Name, Time};
 
@@ -27,18 +27,17 @@ fn request() -> (Key, Name, Duration, Duration) {
     )
 }
 
-fn granted(o: Outcome) -> Grant {
-    let Outcome::Granted(g) = o else {
-        panic!("{o:?}")
-    };
-    g
-}
-
 /// Acquires [`request`] through an async handle (tokio's and
 /// futures_io's are the same type), releases it and shuts down.
 async fn acquire_and_release(h: &ticketing::tokio::Handle) {
     let (key, owner, wait, lease) = request();
-    let g = granted(h.acquire(key, owner, wait, lease).await.unwrap());
+    let g = h
+        .acquire(key)
+        .owner(owner)
+        .wait(wait)
+        .lease(lease)
+        .await
+        .unwrap();
     assert_eq!(h.release(&g).await.unwrap(), Outcome::Released);
     h.shutdown(Duration::from_secs(1)).await.unwrap();
 }
@@ -65,7 +64,13 @@ fn three_adapters_acquire_and_release_over_tcp() {
     // blocking
     let h = ticketing::blocking::connect(config(addr), ticketing::blocking::TcpConnector).unwrap();
     let (key, owner, wait, lease) = request();
-    let g = granted(h.acquire(key, owner, wait, lease).unwrap());
+    let g = h
+        .acquire(key)
+        .owner(owner)
+        .wait(wait)
+        .lease(lease)
+        .send()
+        .unwrap();
     assert_eq!(h.release(&g).unwrap(), Outcome::Released);
     h.shutdown(Duration::from_secs(1)).unwrap();
     rt.block_on(srv.stop()).unwrap();

@@ -16,7 +16,6 @@ impl tcp::Adapter for Smol {
     const NAME: &'static str = "futures-io on smol";
     type Client = Handle;
     type Pending = Acquire;
-    type Error = RequestError;
 
     fn block_on<T>(fut: impl Future<Output = T>) -> T {
         smol::block_on(fut)

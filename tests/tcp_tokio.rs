@@ -15,7 +15,6 @@ impl tcp::Adapter for Tokio {
     const NAME: &'static str = "tokio";
     type Client = Handle;
     type Pending = Acquire;
-    type Error = RequestError;
 
     fn block_on<T>(fut: impl Future<Output = T>) -> T {
         tokio::runtime::Builder::new_multi_thread()
@@ -43,7 +42,7 @@ impl tcp::Adapter for Tokio {
 fn start(config: Config, connector: impl Connector) -> (Handle, tcp::NoticeRx) {
     let (handle, notices) = ticketing::tokio::spawn_with_notices(config, connector)
         .expect("a valid client configuration");
-    (handle, tcp::NoticeRx::Tokio(notices))
+    (handle, tcp::NoticeRx::Async(notices))
 }
 
 tcp::adapter_tests!(Tokio);

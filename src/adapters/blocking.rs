@@ -1,22 +1,28 @@
 //! The blocking adapter (feature `blocking`): the client core on a driver
-//! thread over `std::net`, for programs without an async runtime.
+//! thread over `std::net`, for programs without an async runtime. The
+//! handle, the builders and the guard are the async adapters', with calls
+//! that block: `.send()` where those `.await`.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
 //! use ticketing::blocking::{connect, TcpConnector};
-//! use ticketing::client::{Config, Outcome};
+//! use ticketing::client::Config;
 //! use ticketing::{Endpoint, Key, Name};
 //!
-//! let config = Config::new([Endpoint::new("127.0.0.1:7878")?], Name::new("cron-7")?);
-//! let client = connect(config, TcpConnector)?;
-//! let (key, me) = (Key::new("nightly-report")?, Name::new("cron-7")?);
-//! if let Outcome::Granted(grant) = client.acquire(key, me, Duration::from_secs(5), Duration::from_secs(60))? {
-//!     // ... the work, quoting grant.token() to storage ...
-//!     client.release(&grant)?;
+//! fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let config = Config::new([Endpoint::new("127.0.0.1:7878")?], Name::new("cron-7")?);
+//!     let client = connect(config, TcpConnector)?;
+//!     client.connected()?; // fails with why (refused, TLS, credential)
+//!     let lease = client
+//!         .lock(Key::new("nightly-report")?)
+//!         .wait(Duration::from_secs(5))
+//!         .lease(Duration::from_secs(60))
+//!         .send()?;
+//!     // ... the work, quoting lease.token() to storage ...
+//!     lease.release()?;
+//!     client.shutdown(Duration::from_secs(5))?;
+//!     Ok(())
 //! }
-//! client.shutdown(Duration::from_secs(5))?;
-//! # Ok(()) }
 //! ```
 //!
 //! A call blocks until the core gives its outcome, which the core bounds:
@@ -24,31 +30,32 @@
 //! plus the answer grace. Every rule is the core's; the adapter moves bytes
 //! between threads and sockets.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::ops::Deref;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::task::{Context, Wake, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::adapters::error::unresolved;
 use crate::adapters::lease;
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::{self, Receiver};
-use crate::adapters::shell::{AcquireArgs, Command, Io, OpResult, Shell};
-use crate::adapters::tls;
-use crate::client::{
-    Client, ClientStats, Config, ConfigError, ConnId, Error, Event, Grant, Outcome, TransportEnd,
-};
-use crate::names::{Endpoint, Key, Name};
+use crate::adapters::shell::{acquire_options, AcquireArgs, AcquireResult, Command, Io, Shell};
+use crate::client::{Client, ClientStats, Config, ConnId, Error, Grant, Outcome, TransportEnd};
+use crate::names::{Endpoint, Key};
 use crate::time::Time;
 
+pub use crate::adapters::error::{AcquireError, ConnectError, RequestError, RunError, SpawnError};
 pub use crate::adapters::lease::{HeldGrant, LeaseStatus};
-pub use crate::adapters::shell::{LockError, RequestError};
+pub use crate::adapters::notices::{BlockingNotices as Notices, CAPACITY as NOTICES_CAPACITY};
+pub use crate::adapters::shell::EXIT_FLUSH;
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::blocking::{TlsConnector, TlsStream};
 
@@ -99,8 +106,12 @@ impl Connector for TcpConnector {
     type Stream = TcpStream;
 
     fn connect(&self, addr: &Endpoint, timeout: Duration) -> io::Result<TcpStream> {
-        let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-        for socket in addr.as_str().to_socket_addrs()? {
+        let sockets = addr
+            .as_str()
+            .to_socket_addrs()
+            .map_err(|e| unresolved(addr, e))?;
+        let mut last = unresolved(addr, io::ErrorKind::NotFound.into());
+        for socket in sockets {
             match TcpStream::connect_timeout(&socket, timeout) {
                 Ok(stream) => {
                     stream.set_nodelay(true)?;
@@ -121,33 +132,41 @@ enum Msg<S> {
     Connected(ConnId, io::Result<S>),
     Bytes(ConnId, Bytes),
     Ended(ConnId, TransportEnd),
+    /// The notices' reader made room.
+    Room,
 }
 
 /// Budget of the shutdown that starts when every handle is dropped.
 const ORPHANED_SHUTDOWN: Duration = Duration::from_secs(5);
 
-/// Starts a client on a driver thread. It connects in the background; the
-/// thread ends once the client has shut down (after [`Handle::shutdown`],
-/// or when every handle is dropped).
-pub fn connect<C: Connector>(config: Config, connector: C) -> Result<Handle, ConfigError> {
+/// Starts a client on a driver thread. It connects in the background (see
+/// [`Handle::connected`] to wait for that); the thread ends once the
+/// client has shut down (after [`Handle::shutdown`], or when every handle
+/// is dropped).
+///
+/// Nothing reads the notices of a client started so; with the feature
+/// `tracing` they are traced. [`connect_with_notices`] hands them out.
+pub fn connect<C: Connector>(config: Config, connector: C) -> Result<Handle, SpawnError> {
     start(config, connector, Sink::Nowhere)
 }
 
-/// As [`connect`], with every notice (the events that are not outcomes)
-/// passed to `notices` on the driver thread.
+/// As [`connect`], also handing out the notices, as the async adapters do.
+/// Read them or drop the receiver: while [`NOTICES_CAPACITY`] of them wait
+/// unread, the client reads nothing more from the server.
 pub fn connect_with_notices<C: Connector>(
     config: Config,
     connector: C,
-    notices: impl FnMut(Event) + Send + 'static,
-) -> Result<Handle, ConfigError> {
-    start(config, connector, Sink::Call(Box::new(notices)))
+) -> Result<(Handle, Notices), SpawnError> {
+    let (sink, notices) = Sink::queue();
+    Ok((start(config, connector, sink)?, notices.blocking()))
 }
 
-fn start<C: Connector>(config: Config, connector: C, notices: Sink) -> Result<Handle, ConfigError> {
+fn start<C: Connector>(config: Config, connector: C, notices: Sink) -> Result<Handle, SpawnError> {
     let connect_timeout = config.connect_timeout;
     let client = Client::new(config, Time::ZERO)?;
     let (tx, rx) = mpsc::channel::<Msg<C::Stream>>();
-    let shell = Shell::new(client, Instant::now(), notices);
+    let start = Instant::now();
+    let shell = Shell::new(client, start, notices);
     let gauges = Arc::new(Gauges::default());
     let io = ThreadIo {
         connector: Arc::new(connector),
@@ -156,6 +175,7 @@ fn start<C: Connector>(config: Config, connector: C, notices: Sink) -> Result<Ha
         conns: HashMap::new(),
         gauges: Arc::clone(&gauges),
     };
+    let room = Waker::from(Arc::new(RoomWaker(Mutex::new(tx.clone()))));
     let commands: Box<dyn Fn(Command) -> bool + Send + Sync> = Box::new({
         let tx = tx.clone();
         move |cmd| tx.send(Msg::Command(cmd)).is_ok()
@@ -163,30 +183,58 @@ fn start<C: Connector>(config: Config, connector: C, notices: Sink) -> Result<Ha
     let orphaned: Box<dyn Fn() + Send + Sync> = Box::new(move || {
         let _ = tx.send(Msg::Orphaned);
     });
+    let (ended_tx, ended) = mpsc::channel::<()>();
     thread::Builder::new()
         .name("ticketing-driver".into())
-        .spawn(move || drive(shell, io, rx))
-        .expect("spawn the driver thread");
+        .spawn(move || {
+            drive(shell, io, rx, room);
+            drop(ended_tx);
+        })
+        .map_err(SpawnError::Thread)?;
     Ok(Handle {
         inner: Arc::new(Inner {
             commands,
             orphaned,
-            tickets: std::sync::atomic::AtomicU64::new(1),
+            tickets: AtomicU64::new(1),
             gauges,
+            start,
+            ended: Mutex::new(ended),
         }),
     })
+}
+
+/// Wakes the driver thread when the notices' reader makes room.
+struct RoomWaker<S>(Mutex<mpsc::Sender<Msg<S>>>);
+
+impl<S: Send + 'static> Wake for RoomWaker<S> {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        let _ = lock(&self.0).send(Msg::Room);
+    }
+}
+
+/// Locks a mutex whose holders never leave its data half-changed.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 struct Inner {
     commands: Box<dyn Fn(Command) -> bool + Send + Sync>,
     orphaned: Box<dyn Fn() + Send + Sync>,
-    tickets: std::sync::atomic::AtomicU64,
+    tickets: AtomicU64,
     gauges: Arc<Gauges>,
+    /// The instant of the core's time zero.
+    start: Instant,
+    /// Disconnected once the driver thread has ended.
+    ended: Mutex<mpsc::Receiver<()>>,
 }
 
 /// How many bytes the reader threads may have read ahead of the driver:
 /// past this, they stop reading until the driver has handled some, so a
-/// slow driver (a slow notice function, a flood of input) slows the
+/// slow driver (a flood of input, notices nobody reads) slows the
 /// connection down instead of growing the process.
 pub const READ_AHEAD: usize = 256 * 1024;
 
@@ -201,14 +249,16 @@ struct Gauges {
     ended: AtomicBool,
     /// Connections the driver keeps threads or state for.
     connections: AtomicUsize,
+    /// A server has taken the client and the connection is up.
+    welcomed: AtomicBool,
+    /// A guard's drop waited for its release in vain: the later ones do
+    /// not wait (until a server takes the client again).
+    stalled: AtomicBool,
 }
 
 impl Gauges {
     fn read_ahead(&self) -> MutexGuard<'_, usize> {
-        // Nothing is ever left half-changed under this lock.
-        self.read_ahead
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.read_ahead)
     }
 
     /// Waits for room to read `n` more bytes ahead; `false` once the
@@ -243,11 +293,19 @@ impl Gauges {
 impl Drop for Inner {
     fn drop(&mut self) {
         (self.orphaned)();
+        // The program may be about to exit, killing the driver thread: the
+        // shutdown that drains the release lane is waited for, a while.
+        let _ = lock(&self.ended).recv_timeout(EXIT_FLUSH);
     }
 }
 
 /// A cloneable handle on a client driven by its own thread. Every clone
 /// shares the one connection.
+///
+/// Dropping the last handle (the guards and pending acquires hold one each)
+/// shuts the client down with a budget of 5 s, and waits, at most
+/// [`EXIT_FLUSH`] (1 s), for that to finish: the releases still queued are
+/// sent before `main` returns and the process ends.
 #[derive(Clone)]
 pub struct Handle {
     inner: Arc<Inner>,
@@ -272,28 +330,65 @@ impl Handle {
         self.inner.gauges.connections.load(Ordering::Relaxed)
     }
 
-    /// Acquires `key` for `lease`, waiting at most `wait` in total, and
-    /// blocks until the outcome.
-    pub fn acquire(
-        &self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Outcome, RequestError> {
-        self.start_acquire(key, owner, wait, lease).wait()
+    /// The client core's time now: the core's times ([`Grant::valid_until`],
+    /// [`Grant::expires_by`]) count from the same origin.
+    pub fn now(&self) -> Time {
+        self.time_of(Instant::now())
     }
 
-    /// Starts an acquire without blocking. Dropping the returned value
-    /// before [`PendingAcquire::wait`] returns cancels the acquire.
-    pub fn start_acquire(
-        &self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-    ) -> PendingAcquire {
-        self.acquire_with(AcquireArgs::new(key, owner, wait, lease, None), None)
+    /// The client core's time for `instant`.
+    pub fn time_of(&self, instant: Instant) -> Time {
+        let since = instant.saturating_duration_since(self.inner.start);
+        Time::from_nanos(u64::try_from(since.as_nanos()).unwrap_or(u64::MAX))
+    }
+
+    /// The instant of a client core's time (`None` beyond what `Instant`
+    /// can represent).
+    pub fn instant_of(&self, time: Time) -> Option<Instant> {
+        self.inner
+            .start
+            .checked_add(Duration::from_nanos(time.as_nanos()))
+    }
+
+    /// Blocks until a server has taken the client (its handshake was
+    /// accepted), or until a whole round of connection attempts has failed:
+    /// then `Err` says how the round's latest attempt ended (the I/O error
+    /// of a failed connect, a TLS handshake refused, a credential refused,
+    /// ...). At once when the client is connected, and at once with the
+    /// cause when every server refused it (a wrong credential: acquires
+    /// are refused too). While the client backs off between rounds, this
+    /// waits for the next round.
+    ///
+    /// The client keeps trying whatever this says; it is a way to learn
+    /// early, at start, that the configuration or the network is wrong.
+    pub fn connected(&self) -> Result<(), ConnectError> {
+        let (reply, rx) = reply::channel();
+        if !(self.inner.commands)(Command::Connected { reply }) {
+            return Err(ConnectError::stopped());
+        }
+        rx.recv().unwrap_or_else(|| Err(ConnectError::stopped()))
+    }
+
+    /// An acquire of `key`: set how long to wait, the lease, renewal and
+    /// the owner, then [`send`](AcquireBuilder::send) it for the grant (a
+    /// plain [`Grant`], the caller's to release; [`lock`](Handle::lock)
+    /// gives a guard instead).
+    pub fn acquire(&self, key: Key) -> AcquireBuilder {
+        AcquireBuilder {
+            handle: self.clone(),
+            args: AcquireArgs::new(key),
+        }
+    }
+
+    /// A lock of `key`: set how long to wait, the lease, renewal and the
+    /// owner, then [`send`](LockBuilder::send) it for a [`Lease`], a guard
+    /// that releases the grant by exact token when dropped; or hand it work
+    /// to [`run`](LockBuilder::run) under the lock.
+    pub fn lock(&self, key: Key) -> LockBuilder {
+        LockBuilder {
+            handle: self.clone(),
+            args: AcquireArgs::new(key),
+        }
     }
 
     /// The client core's counters ([`Client::stats`](crate::client::Client::stats)).
@@ -334,50 +429,12 @@ impl Handle {
         })
     }
 
-    /// Acquires `key` as [`acquire`](Handle::acquire) does, and hands the
-    /// grant over as a [`Lease`]: a guard that releases it by exact token
-    /// when dropped. Not renewed unless asked ([`Lease::auto_renew`]).
-    pub fn lock(
+    fn start_acquire(
         &self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-    ) -> Result<Lease, LockError> {
-        self.lock_with(AcquireArgs::new(key, owner, wait, lease, None))
-    }
-
-    /// As [`lock`](Handle::lock), with the grant renewed automatically for
-    /// at most `limit` of holding (`None`: until released), each renewal
-    /// asking for `lease`.
-    pub fn lock_renewing(
-        &self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-        limit: Option<Duration>,
-    ) -> Result<Lease, LockError> {
-        self.lock_with(AcquireArgs::new(key, owner, wait, lease, Some(limit)))
-    }
-
-    fn lock_with(&self, args: AcquireArgs) -> Result<Lease, LockError> {
-        let shared = lease::Shared::new();
-        let pending = self.acquire_with(args, Some(Arc::clone(&shared)));
-        match pending.wait()? {
-            Outcome::Granted(grant) => Ok(Lease {
-                held: HeldGrant::new(grant, shared),
-                handle: self.clone(),
-            }),
-            other => Err(LockError::NotAcquired(other)),
-        }
-    }
-
-    fn acquire_with(&self, args: AcquireArgs, guard: Option<Arc<lease::Shared>>) -> PendingAcquire {
-        let ticket = self
-            .inner
-            .tickets
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        args: AcquireArgs,
+        guard: Option<Arc<lease::Shared>>,
+    ) -> PendingAcquire {
+        let ticket = self.inner.tickets.fetch_add(1, Ordering::Relaxed);
         let (reply, rx) = reply::channel();
         let sent = (self.inner.commands)(Command::Acquire {
             ticket,
@@ -436,12 +493,112 @@ impl Handle {
     }
 }
 
-/// A held grant: a guard, as a lock is in Rust. Dropping it releases the
-/// grant by its exact token, which also stops its renewal, so an
-/// automatically renewed lock never outlives the code that held it.
-/// [`release`](Lease::release) does the same and reports the outcome;
-/// [`let_expire`](Lease::let_expire) keeps the grant to run out.
-/// Its grant, token and status come from [`HeldGrant`], which it derefs to.
+/// An acquire to make ([`Handle::acquire`]): set what it asks for, then
+/// [`send`](AcquireBuilder::send) it. Nothing is asked until then.
+#[must_use = "an acquire is only made when sent (or started)"]
+#[derive(Debug)]
+pub struct AcquireBuilder {
+    handle: Handle,
+    args: AcquireArgs,
+}
+
+impl AcquireBuilder {
+    acquire_options!();
+
+    /// Makes the acquire and blocks until its outcome: the grant, the
+    /// caller's to release.
+    pub fn send(self) -> Result<Grant, AcquireError> {
+        self.start().wait()
+    }
+
+    /// Makes the acquire without blocking. Dropping the returned value
+    /// before [`PendingAcquire::wait`] returns cancels the acquire.
+    pub fn start(self) -> PendingAcquire {
+        self.handle.start_acquire(self.args, None)
+    }
+}
+
+/// A lock to take ([`Handle::lock`]): set what it asks for, then
+/// [`send`](LockBuilder::send) it for a [`Lease`], or
+/// [`run`](LockBuilder::run) work under it. Nothing is asked until then.
+#[must_use = "a lock is only taken when sent (or run)"]
+#[derive(Debug)]
+pub struct LockBuilder {
+    handle: Handle,
+    args: AcquireArgs,
+}
+
+impl LockBuilder {
+    acquire_options!();
+
+    /// Takes the lock and blocks until it is held (or why it is not).
+    pub fn send(self) -> Result<Lease, AcquireError> {
+        let shared = lease::Shared::new(self.args.lease);
+        let pending = self
+            .handle
+            .start_acquire(self.args, Some(Arc::clone(&shared)));
+        let grant = pending.wait()?;
+        Ok(Lease {
+            held: HeldGrant::new(grant, shared),
+            handle: self.handle,
+        })
+    }
+
+    /// Takes the lock, runs `work` under it on this thread, and releases it
+    /// (waiting for the release) once the work returns. The work gets a
+    /// view of the lease: its token to quote to storage, and its status,
+    /// which it should check between steps (`lease.status().is_over()`): a
+    /// thread cannot be stopped from outside. If the lease was lost, or ran
+    /// out, before the work returned, its result is dropped and this
+    /// returns [`RunError::LeaseLost`]. Renew (`.renew()`) for work that may
+    /// outlast one lease.
+    ///
+    /// ```no_run
+    /// # fn demo(client: ticketing::blocking::Handle) -> Result<(), Box<dyn std::error::Error>> {
+    /// use ticketing::Key;
+    ///
+    /// let rows = client.lock(Key::new("nightly-report")?).renew().run(|lease| {
+    ///     // ... the work, quoting lease.token(), checking lease.status() ...
+    ///     42
+    /// })?;
+    /// # Ok(()) }
+    /// ```
+    pub fn run<T>(self, work: impl FnOnce(HeldGrant) -> T) -> Result<T, RunError> {
+        let lease = self.send()?;
+        let value = work((*lease).clone());
+        let status = lease.status();
+        // Done, or over: its lease goes back either way.
+        let _ = lease.release();
+        match status.is_over() {
+            false => Ok(value),
+            true => Err(RunError::LeaseLost { status }),
+        }
+    }
+}
+
+/// A held grant: a guard, as a lock is in Rust. Its key, token, lease and
+/// where it stands come from [`HeldGrant`], which it derefs to.
+///
+/// # Releasing
+///
+/// [`release`](Lease::release) releases the grant by its exact token and
+/// blocks until the outcome; [`let_expire`](Lease::let_expire) keeps the
+/// grant to run out. Dropping the guard releases the grant by exact token
+/// too, which also stops its renewal, so an automatically renewed lock
+/// never outlives the code that held it. What a drop guarantees:
+///
+/// - While the client is connected, the drop waits for the release's
+///   answer, at most [`EXIT_FLUSH`] (1 s): when it returns, the key is
+///   free (unless that wait ran out: then the later drops do not wait, until
+///   a server takes the client again). While it is not, the release is
+///   queued and sent on the next connection.
+/// - Returning from `main` drops the guards and the handles there: the
+///   last handle's drop waits (at most [`EXIT_FLUSH`]) for the client to
+///   shut down, sending what is still queued.
+/// - Not when the process ends without unwinding: `std::process::exit`, a
+///   signal that kills it, `panic = "abort"`, a crash; nor for a guard
+///   still held by another thread when `main` returns. The grant then ends
+///   when its lease does: at most one lease after the last renewal.
 #[derive(Debug)]
 pub struct Lease {
     held: HeldGrant,
@@ -458,10 +615,17 @@ impl Deref for Lease {
 
 impl Lease {
     /// Blocks until the status changes from the last one this returned
-    /// (or, the first time, from the grant's), or until `timeout` passes;
-    /// returns the status then.
-    pub fn wait_change(&mut self, timeout: Option<Duration>) -> LeaseStatus {
-        self.held.wait_change(timeout)
+    /// (or, the first time, from the grant's), and returns it.
+    pub fn changed(&mut self) -> LeaseStatus {
+        self.held
+            .wait_change(None)
+            .unwrap_or_else(|| self.held.status())
+    }
+
+    /// As [`changed`](Lease::changed), for at most `timeout`: `None` if it
+    /// passed with no change.
+    pub fn changed_timeout(&mut self, timeout: Duration) -> Option<LeaseStatus> {
+        self.held.wait_change(Some(timeout))
     }
 
     /// Renews the grant once, asking for `lease` (`None`: the acquire's).
@@ -502,8 +666,24 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(grant) = self.held.take() {
-            (self.handle.inner.commands)(Command::DropGuard { grant });
+        let Some(grant) = self.held.take() else {
+            return;
+        };
+        let inner = &self.handle.inner;
+        let gauges = &inner.gauges;
+        let wait =
+            gauges.welcomed.load(Ordering::Relaxed) && !gauges.stalled.load(Ordering::Relaxed);
+        if !wait {
+            (inner.commands)(Command::DropGuard { grant, reply: None });
+            return;
+        }
+        let (reply, rx) = reply::channel();
+        let command = Command::DropGuard {
+            grant,
+            reply: Some(reply),
+        };
+        if (inner.commands)(command) && rx.recv_timeout(EXIT_FLUSH).is_none() {
+            gauges.stalled.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -513,7 +693,7 @@ impl Drop for Lease {
 /// it is then released by its exact token.
 #[must_use = "dropping a pending acquire cancels it"]
 pub struct PendingAcquire {
-    rx: Receiver<OpResult>,
+    rx: Receiver<AcquireResult>,
     ticket: u64,
     handle: Handle,
     done: bool,
@@ -521,19 +701,18 @@ pub struct PendingAcquire {
 
 impl PendingAcquire {
     /// Blocks until the acquire's outcome.
-    pub fn wait(mut self) -> Result<Outcome, RequestError> {
+    pub fn wait(mut self) -> Result<Grant, AcquireError> {
         if self.done {
-            return Err(RequestError::Stopped);
+            return Err(AcquireError::Stopped);
         }
         let result = self.rx.recv();
         self.done = true;
-        result
-            .ok_or(RequestError::Stopped)?
-            .map_err(RequestError::from)
+        result.unwrap_or(Err(AcquireError::Stopped))
     }
 
     /// Cancels the acquire without giving up its outcome: [`wait`] then
-    /// returns `Cancelled` (nothing was sent) or `Indeterminate`.
+    /// returns [`AcquireError::Cancelled`] (nothing was sent) or
+    /// [`AcquireError::Indeterminate`].
     ///
     /// [`wait`]: PendingAcquire::wait
     pub fn cancel(&self) {
@@ -543,14 +722,11 @@ impl PendingAcquire {
     }
 
     /// The outcome, if it has come.
-    pub fn try_wait(&mut self) -> Option<Result<Outcome, RequestError>> {
+    pub fn try_wait(&mut self) -> Option<Result<Grant, AcquireError>> {
         if self.done {
-            return Some(Err(RequestError::Stopped));
+            return Some(Err(AcquireError::Stopped));
         }
-        let result = match self.rx.try_recv()? {
-            Some(outcome) => outcome.map_err(RequestError::from),
-            None => Err(RequestError::Stopped),
-        };
+        let result = self.rx.try_recv()?.unwrap_or(Err(AcquireError::Stopped));
         self.done = true;
         Some(result)
     }
@@ -691,9 +867,54 @@ impl<C: Connector> ThreadIo<C> {
     }
 }
 
-fn drive<C: Connector>(mut shell: Shell, mut io: ThreadIo<C>, rx: mpsc::Receiver<Msg<C::Stream>>) {
+/// What came from a connection, in order.
+enum Input {
+    Bytes(Bytes),
+    Ended(TransportEnd),
+}
+
+impl Input {
+    fn hand_in(self, shell: &mut Shell, gauges: &Gauges, now: Time, conn: ConnId) {
+        match self {
+            Input::Bytes(data) => {
+                shell.client().handle_bytes(now, conn, &data);
+                gauges.release(data.len());
+            }
+            Input::Ended(end) => shell.client().handle_transport_closed(now, conn, end),
+        }
+    }
+}
+
+fn drive<C: Connector>(
+    mut shell: Shell,
+    mut io: ThreadIo<C>,
+    rx: mpsc::Receiver<Msg<C::Stream>>,
+    room: Waker,
+) {
+    let room = Context::from_waker(&room);
+    // Input read while the notices' reader is behind: handled once it has
+    // made room (the reader threads stop at `READ_AHEAD` meanwhile).
+    let mut held: VecDeque<(ConnId, Input)> = VecDeque::new();
     loop {
         shell.pump(&mut io);
+        // Hands on the notices held back, and the input held while there is
+        // room for its notices; else the reader's next take wakes this.
+        while !shell.notices_full(&room) {
+            let Some((conn, input)) = held.pop_front() else {
+                break;
+            };
+            let now = shell.now();
+            input.hand_in(&mut shell, &io.gauges, now, conn);
+            shell.pump(&mut io);
+        }
+        let connected = shell.is_connected();
+        if connected && !io.gauges.welcomed.swap(true, Ordering::Relaxed) {
+            // A server took the client again: drops may wait again.
+            io.gauges.stalled.store(false, Ordering::Relaxed);
+        }
+        if !connected {
+            io.gauges.welcomed.store(false, Ordering::Relaxed);
+        }
         if shell.is_done() {
             break;
         }
@@ -711,22 +932,20 @@ fn drive<C: Connector>(mut shell: Shell, mut io: ThreadIo<C>, rx: mpsc::Receiver
                 if shell.client().connection() == Some(conn) {
                     match io.attach(conn, stream) {
                         Ok(()) => shell.client().handle_connected(now, conn),
-                        Err(_) => {
+                        Err(e) => {
                             io.forget(conn);
-                            shell.client().handle_connect_failed(now, conn);
+                            shell.connect_failed(now, conn, e);
                         }
                     }
                 }
             }
             Ok(Msg::Connected(conn, Err(e))) => {
                 io.forget(conn);
-                tls::connect_failed(shell.client(), now, conn, &e);
+                shell.connect_failed(now, conn, e);
             }
-            Ok(Msg::Bytes(conn, data)) => {
-                shell.client().handle_bytes(now, conn, &data);
-                io.gauges.release(data.len());
-            }
-            Ok(Msg::Ended(conn, end)) => shell.client().handle_transport_closed(now, conn, end),
+            Ok(Msg::Bytes(conn, data)) => held.push_back((conn, Input::Bytes(data))),
+            Ok(Msg::Ended(conn, end)) => held.push_back((conn, Input::Ended(end))),
+            Ok(Msg::Room) => {}
             Err(RecvTimeoutError::Timeout) => {
                 let at = shell.deadline().map_or(now, |at| shell.time_of(at));
                 shell.client().handle_timeout(now.max(at));

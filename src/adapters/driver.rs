@@ -3,36 +3,52 @@
 //! [`Handle`] that tasks use to reach it.
 //!
 //! The driver is written against two small traits, [`Transport`] (read and
-//! write bytes) and [`Clock`] (wake me at an instant), so that each runtime
-//! adapter is only the glue between those traits and its runtime.
+//! write bytes) and [`Clock`] (wake me at an instant; run a driver on a
+//! thread of its own), so that each runtime adapter is only the glue
+//! between those traits and its runtime.
 //!
 //! Requests reach the driver through one queue behind a lock (the
 //! [`Inbox`]), which the driver swaps for an empty one: a request allocates
 //! nothing of its own, and a batch of them wakes the driver once. Each
 //! request's answer comes back through a one-value slot shared by the
 //! driver and the caller's future.
+//!
+//! # When the runtime goes away
+//!
+//! A runtime that shuts down drops its tasks without polling them (that is
+//! what happens when `#[tokio::main]` returns). A driver dropped so while
+//! it still has work to finish (releases to send or to be answered, grants
+//! held) moves to a thread of its own with a runtime of its own, over a new
+//! connection, and goes on there as it would have: the core decides, as
+//! ever. The drop waits, at most [`EXIT_FLUSH`], until no release is left;
+//! a guard dropped later (by a task the runtime drops after the driver)
+//! waits as long at most for its own release, and so does the last handle
+//! for the client's end. A wait that runs out makes the later ones not
+//! wait: a server that cannot be reached holds the program up once.
 
 use std::collections::VecDeque;
-use std::future::Future;
+use std::future::{Future, IntoFuture};
 use std::io;
 use std::ops::Deref;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use crate::adapters::error::{AcquireError, ConnectError, RequestError, RunError};
 use crate::adapters::lease::{self, HeldGrant, LeaseStatus};
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::{self, register, Receiver};
-use crate::adapters::shell::{AcquireArgs, Command, Io, LockError, OpResult, RequestError, Shell};
-use crate::adapters::tls;
+use crate::adapters::shell::{
+    acquire_options, AcquireArgs, AcquireResult, Command, Io, Shell, EXIT_FLUSH,
+};
 use crate::client::{
     Client, ClientStats, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd,
 };
-use crate::names::{Endpoint, Key, Name};
+use crate::names::{Endpoint, Key};
 use crate::time::Time;
 
 /// A connected byte stream, as the driver sees it.
@@ -44,7 +60,11 @@ pub(crate) trait Transport: Send + Unpin + 'static {
     fn poll_flush(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>>;
 }
 
-/// A timer of the runtime.
+/// The future of a driver that goes on on a thread of its own.
+pub(crate) type Detached = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// A timer of the runtime, and a runtime of the same kind on a thread of
+/// its own.
 pub(crate) trait Clock: Send + Unpin + 'static {
     fn new() -> Self;
     /// Ready once `at` has passed.
@@ -54,6 +74,9 @@ pub(crate) trait Clock: Send + Unpin + 'static {
     fn defer(&mut self, cx: &mut Context<'_>) {
         cx.waker().wake_by_ref();
     }
+    /// Runs `driver` to its end on a new thread, with a runtime of its own:
+    /// where a driver whose runtime went away finishes its work.
+    fn run_detached(driver: Detached) -> io::Result<()>;
 }
 
 /// Opens transports.
@@ -78,6 +101,12 @@ struct Inbox {
     /// Handles, acquire futures and cancellers alive: at 0 the driver shuts
     /// the client down.
     senders: AtomicUsize,
+    /// The driver has ended (set once, for those who wait for a detached
+    /// driver's end).
+    ended: Mutex<bool>,
+    ended_now: Condvar,
+    /// A wait for a detached driver ran out: the later ones do not wait.
+    stalled: AtomicBool,
 }
 
 struct InboxState {
@@ -91,6 +120,39 @@ struct InboxState {
     wake_at: usize,
     /// The driver is gone: requests are refused.
     closed: bool,
+    /// The driver's runtime went away and it goes on on a thread of its
+    /// own: a guard or the last handle dropped now waits for its work.
+    detached: bool,
+}
+
+impl Inbox {
+    /// Waits at most [`EXIT_FLUSH`] for `done` (for a detached driver's
+    /// work); unless a wait already ran out.
+    fn wait_detached<T>(&self, done: impl FnOnce(Duration) -> Option<T>) {
+        if self.stalled.load(Ordering::Relaxed) {
+            return;
+        }
+        if done(EXIT_FLUSH).is_none() {
+            self.stalled.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The driver has ended.
+    fn end(&self) {
+        *lock(&self.ended) = true;
+        self.ended_now.notify_all();
+    }
+
+    /// Blocks until the driver has ended, at most `limit`; `None` if it
+    /// has not.
+    fn wait_end(&self, limit: Duration) -> Option<()> {
+        let ended = lock(&self.ended);
+        let (ended, _) = self
+            .ended_now
+            .wait_timeout_while(ended, limit, |ended| !*ended)
+            .unwrap_or_else(PoisonError::into_inner);
+        ended.then_some(())
+    }
 }
 
 /// One sender of requests (a handle, an acquire future or a canceller).
@@ -108,22 +170,34 @@ impl std::fmt::Debug for Inbox {
 impl Sender {
     /// Queues `command` for the driver (`Err`: the driver is gone).
     fn send(&self, command: Command) -> Result<(), Command> {
-        let waker = {
+        let mut command = Some(command);
+        self.send_with(|_| command.take().expect("made once"))
+            .map(drop)
+            .map_err(|()| command.take().expect("not made"))
+    }
+
+    /// Queues the command `make` makes, told whether the driver goes on on
+    /// a thread of its own (under the lock that queues it, so that this
+    /// holds when the driver takes it); whether it does (`Err`: the driver
+    /// is gone, and `make` was not called).
+    fn send_with(&self, make: impl FnOnce(bool) -> Command) -> Result<bool, ()> {
+        let (waker, detached) = {
             let mut state = lock(&self.0.state);
             if state.closed {
-                return Err(command);
+                return Err(());
             }
+            let command = make(state.detached);
             state.commands.push(command);
-            if state.commands.len() >= state.wake_at {
-                state.driver.take()
-            } else {
-                None
-            }
+            let waker = match state.commands.len() >= state.wake_at {
+                true => state.driver.take(),
+                false => None,
+            };
+            (waker, state.detached)
         };
         if let Some(waker) = waker {
             waker.wake();
         }
-        Ok(())
+        Ok(detached)
     }
 }
 
@@ -138,9 +212,15 @@ impl Drop for Sender {
     fn drop(&mut self) {
         if self.0.senders.fetch_sub(1, Ordering::AcqRel) == 1 {
             // The last one: the driver shuts the client down.
-            let waker = lock(&self.0.state).driver.take();
+            let (waker, detached) = {
+                let mut state = lock(&self.0.state);
+                (state.driver.take(), state.detached)
+            };
             if let Some(waker) = waker {
                 waker.wake();
+            }
+            if detached {
+                self.0.wait_detached(|limit| self.0.wait_end(limit));
             }
         }
     }
@@ -168,9 +248,8 @@ pub struct Handle {
 }
 
 impl Handle {
-    /// The client core's time now: the times in outcomes
-    /// ([`Grant::valid_until`], `Indeterminate::settles_by`) count from the
-    /// same origin.
+    /// The client core's time now: the core's times ([`Grant::valid_until`],
+    /// [`Grant::expires_by`]) count from the same origin.
     pub fn now(&self) -> Time {
         self.time_of(Instant::now())
     }
@@ -188,27 +267,75 @@ impl Handle {
             .checked_add(Duration::from_nanos(time.as_nanos()))
     }
 
-    /// Acquires `key` for `lease`, waiting at most `wait` for its turn in
-    /// total. Resolves to the acquire's outcome. Dropping the future before
-    /// it resolves cancels the acquire through the core.
-    pub fn acquire(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Acquire {
-        self.start_acquire(AcquireArgs::new(key, owner, wait, lease, None), None)
+    /// Waits until a server has taken the client (its handshake was
+    /// accepted), or until a whole round of connection attempts has failed:
+    /// then `Err` says how the round's latest attempt ended (the I/O error
+    /// of a failed connect, a TLS handshake refused, a credential refused,
+    /// ...). At once when the client is connected, and at once with the
+    /// cause when every server refused it (a wrong credential: acquires
+    /// are refused too). While the client backs off between rounds, this
+    /// waits for the next round.
+    ///
+    /// The client keeps trying whatever this says; it is a way to learn
+    /// early, at start, that the configuration or the network is wrong.
+    pub fn connected(&self) -> impl Future<Output = Result<(), ConnectError>> + Send + 'static {
+        let (reply, rx) = reply::channel();
+        let sent = self.request(Command::Connected { reply });
+        async move {
+            if sent.is_err() {
+                return Err(ConnectError::stopped());
+            }
+            std::future::poll_fn(|cx| rx.poll(cx))
+                .await
+                .unwrap_or_else(|| Err(ConnectError::stopped()))
+        }
     }
 
-    /// As [`acquire`](Handle::acquire), with the grant, once granted,
-    /// renewed automatically for at most `limit` of holding (`None`: until
-    /// released), each renewal asking for `lease`. The grant is the
-    /// caller's to release; [`lock_renewing`](Handle::lock_renewing) gives
-    /// a guard instead.
-    pub fn acquire_renewing(
-        &self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-        limit: Option<Duration>,
-    ) -> Acquire {
-        self.start_acquire(AcquireArgs::new(key, owner, wait, lease, Some(limit)), None)
+    /// An acquire of `key`: set how long to wait, the lease, renewal and
+    /// the owner, then `.await` it for the grant (a plain [`Grant`], the
+    /// caller's to release; [`lock`](Handle::lock) gives a guard instead).
+    ///
+    /// ```no_run
+    /// # async fn demo(handle: ticketing::tokio::Handle) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use ticketing::Key;
+    ///
+    /// let grant = handle
+    ///     .acquire(Key::new("invoices")?)
+    ///     .wait(Duration::from_secs(5))
+    ///     .lease(Duration::from_secs(30))
+    ///     .await?;
+    /// // ... write to storage, quoting grant.token() ...
+    /// handle.release(&grant).await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn acquire(&self, key: Key) -> AcquireBuilder {
+        AcquireBuilder {
+            handle: self.clone(),
+            args: AcquireArgs::new(key),
+        }
+    }
+
+    /// A lock of `key`: set how long to wait, the lease, renewal and the
+    /// owner, then `.await` it for a [`Lease`], a guard that releases the
+    /// grant by exact token when dropped; or hand it work to
+    /// [`run`](LockBuilder::run) under the lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(handle: ticketing::tokio::Handle) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use ticketing::Key;
+    ///
+    /// let lease = handle.lock(Key::new("invoices")?).lease(Duration::from_secs(10)).renew().await?;
+    /// // ... write to storage, quoting lease.token() ...
+    /// lease.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, key: Key) -> LockBuilder {
+        LockBuilder {
+            handle: self.clone(),
+            args: AcquireArgs::new(key),
+        }
     }
 
     /// The client core's counters ([`Client::stats`](crate::client::Client::stats)).
@@ -256,36 +383,6 @@ impl Handle {
             limit,
             reply,
         })
-    }
-
-    /// Acquires `key` as [`acquire`](Handle::acquire) does, and hands the
-    /// grant over as a [`Lease`]: a guard that releases it by exact token
-    /// when dropped. Not renewed unless asked ([`Lease::auto_renew`]).
-    pub fn lock(&self, key: Key, owner: Name, wait: Duration, lease: Duration) -> Lock {
-        self.lock_with(AcquireArgs::new(key, owner, wait, lease, None))
-    }
-
-    /// As [`lock`](Handle::lock), with the grant renewed automatically for
-    /// at most `limit` of holding (`None`: until released), each renewal
-    /// asking for `lease`.
-    pub fn lock_renewing(
-        &self,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-        limit: Option<Duration>,
-    ) -> Lock {
-        self.lock_with(AcquireArgs::new(key, owner, wait, lease, Some(limit)))
-    }
-
-    fn lock_with(&self, args: AcquireArgs) -> Lock {
-        let shared = lease::Shared::new();
-        Lock {
-            acquire: self.start_acquire(args, Some(Arc::clone(&shared))),
-            shared: Some(shared),
-            handle: self.clone(),
-        }
     }
 
     fn start_acquire(&self, args: AcquireArgs, guard: Option<Arc<lease::Shared>>) -> Acquire {
@@ -354,6 +451,119 @@ impl Handle {
     }
 }
 
+/// An acquire to make ([`Handle::acquire`]): set what it asks for, then
+/// `.await` it for the [`Grant`]. Nothing is asked until then.
+#[must_use = "an acquire is only made when awaited (or started)"]
+#[derive(Debug)]
+pub struct AcquireBuilder {
+    handle: Handle,
+    args: AcquireArgs,
+}
+
+impl AcquireBuilder {
+    acquire_options!();
+
+    /// Makes the acquire now and hands back its future, whose
+    /// [`canceller`](Acquire::canceller) can cancel it from elsewhere.
+    pub fn start(self) -> Acquire {
+        self.handle.start_acquire(self.args, None)
+    }
+}
+
+impl IntoFuture for AcquireBuilder {
+    type Output = Result<Grant, AcquireError>;
+    type IntoFuture = Acquire;
+
+    fn into_future(self) -> Acquire {
+        self.start()
+    }
+}
+
+/// A lock to take ([`Handle::lock`]): set what it asks for, then `.await`
+/// it for a [`Lease`], or [`run`](LockBuilder::run) work under it. Nothing
+/// is asked until then.
+#[must_use = "a lock is only taken when awaited (or run)"]
+#[derive(Debug)]
+pub struct LockBuilder {
+    handle: Handle,
+    args: AcquireArgs,
+}
+
+impl LockBuilder {
+    acquire_options!();
+
+    /// Takes the lock now and hands back its future.
+    pub fn start(self) -> Lock {
+        let shared = lease::Shared::new(self.args.lease);
+        Lock {
+            acquire: self
+                .handle
+                .start_acquire(self.args, Some(Arc::clone(&shared))),
+            shared: Some(shared),
+            handle: self.handle,
+        }
+    }
+
+    /// Takes the lock, runs `work` under it, and releases it (awaiting the
+    /// release) once the work is done. The work gets a view of the lease
+    /// (its token to quote to storage, its status, `changed()` to follow
+    /// it); if the lease is lost or runs out first, the work is stopped
+    /// (its future dropped) and this returns [`RunError::LeaseLost`].
+    /// Renew (`.renew()`) for work that may outlast one lease.
+    ///
+    /// ```no_run
+    /// # async fn demo(handle: ticketing::tokio::Handle) -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::time::Duration;
+    /// use ticketing::Key;
+    ///
+    /// let written = handle
+    ///     .lock(Key::new("invoices")?)
+    ///     .lease(Duration::from_secs(10))
+    ///     .renew()
+    ///     .run(|lease| async move {
+    ///         // ... write to storage, quoting lease.token() ...
+    ///         lease.token()
+    ///     })
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn run<F, Fut, T>(self, work: F) -> Result<T, RunError>
+    where
+        F: FnOnce(HeldGrant) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let mut lease = self.await?;
+        let view = lease.held.clone();
+        let ended = {
+            let mut work = std::pin::pin!(work(view));
+            std::future::poll_fn(|cx| {
+                if let Poll::Ready(value) = work.as_mut().poll(cx) {
+                    return Poll::Ready(Ok(value));
+                }
+                while let Poll::Ready(status) = lease.held.poll_changed(cx) {
+                    if status.is_over() {
+                        return Poll::Ready(Err(status));
+                    }
+                }
+                Poll::Pending
+            })
+            .await
+        };
+        // The work is done, or stopped: its lease goes back either way.
+        let _ = lease.release().await;
+        ended.map_err(|status| RunError::LeaseLost { status })
+    }
+}
+
+impl IntoFuture for LockBuilder {
+    type Output = Result<Lease, AcquireError>;
+    type IntoFuture = Lock;
+
+    fn into_future(self) -> Lock {
+        self.start()
+    }
+}
+
 /// The reply to a request that was (or could not be) sent.
 struct Answer<T> {
     sent: Result<(), RequestError>,
@@ -375,7 +585,7 @@ impl<T> Future for Answer<T> {
 /// by its exact token.
 #[must_use = "an acquire only resolves when awaited; dropping it cancels it"]
 pub struct Acquire {
-    rx: Receiver<OpResult>,
+    rx: Receiver<AcquireResult>,
     ticket: u64,
     commands: Sender,
     done: bool,
@@ -392,8 +602,9 @@ impl std::fmt::Debug for Acquire {
 
 impl Acquire {
     /// A handle that cancels this acquire without dropping the future: the
-    /// future then resolves to the cancel's outcome (`Cancelled` if nothing
-    /// was sent yet, `Indeterminate` if it was).
+    /// future then resolves to the cancel's outcome
+    /// ([`AcquireError::Cancelled`] if nothing was sent yet,
+    /// [`AcquireError::Indeterminate`] if it was).
     pub fn canceller(&self) -> Canceller {
         Canceller {
             ticket: self.ticket,
@@ -419,15 +630,15 @@ impl Canceller {
 }
 
 impl Future for Acquire {
-    type Output = Result<Outcome, RequestError>;
+    type Output = Result<Grant, AcquireError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         if self.done {
-            return Poll::Ready(Err(RequestError::Stopped));
+            return Poll::Ready(Err(AcquireError::Stopped));
         }
-        let result = std::task::ready!(self.rx.poll(cx)).ok_or(RequestError::Stopped);
+        let result = std::task::ready!(self.rx.poll(cx)).unwrap_or(Err(AcquireError::Stopped));
         self.done = true;
-        Poll::Ready(result.and_then(|outcome| outcome.map_err(RequestError::from)))
+        Poll::Ready(result)
     }
 }
 
@@ -442,8 +653,8 @@ impl Drop for Acquire {
     }
 }
 
-/// The future of a [`Handle::lock`]: the acquire's grant as a [`Lease`],
-/// or why there is none. Dropping it cancels the acquire, as dropping an
+/// The future of a lock ([`LockBuilder`]): the grant as a [`Lease`], or
+/// why there is none. Dropping it cancels the acquire, as dropping an
 /// [`Acquire`] does.
 #[must_use = "a lock only resolves when awaited; dropping it cancels it"]
 #[derive(Debug)]
@@ -454,27 +665,43 @@ pub struct Lock {
 }
 
 impl Future for Lock {
-    type Output = Result<Lease, LockError>;
+    type Output = Result<Lease, AcquireError>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let outcome = std::task::ready!(Pin::new(&mut self.acquire).poll(cx))?;
+        let grant = std::task::ready!(Pin::new(&mut self.acquire).poll(cx))?;
         let shared = self.shared.take().expect("polled after it resolved");
-        Poll::Ready(match outcome {
-            Outcome::Granted(grant) => Ok(Lease {
-                held: HeldGrant::new(grant, shared),
-                handle: self.handle.clone(),
-            }),
-            other => Err(LockError::NotAcquired(other)),
-        })
+        Poll::Ready(Ok(Lease {
+            held: HeldGrant::new(grant, shared),
+            handle: self.handle.clone(),
+        }))
     }
 }
 
-/// A held grant: a guard, as a lock is in Rust. Dropping it releases the
-/// grant by its exact token, which also stops its renewal, so an
-/// automatically renewed lock never outlives the code that held it.
-/// [`release`](Lease::release) does the same and reports the outcome;
-/// [`let_expire`](Lease::let_expire) keeps the grant to run out.
-/// Its grant, token and status come from [`HeldGrant`], which it derefs to.
+/// A held grant: a guard, as a lock is in Rust. Its key, token, lease and
+/// where it stands come from [`HeldGrant`], which it derefs to.
+///
+/// # Releasing
+///
+/// [`release`](Lease::release) releases the grant by its exact token and
+/// reports the outcome; [`let_expire`](Lease::let_expire) keeps the grant
+/// to run out. Dropping the guard releases the grant by exact token too,
+/// which also stops its renewal, so an automatically renewed lock never
+/// outlives the code that held it. What a drop guarantees:
+///
+/// - While the client runs: the release is queued at once and sent before
+///   any acquire, on this connection or the next (retried until its
+///   lease would have ended anyway).
+/// - When the runtime goes away (`#[tokio::main]` returns, a `Runtime` is
+///   dropped): the driver still sends the releases of the guards dropped
+///   until then, and of those dropped as the runtime drops its tasks, over
+///   a new connection, waiting at most [`EXIT_FLUSH`] (1 s) for their
+///   answers before the program goes on to exit.
+/// - Not when the process ends without unwinding: `std::process::exit`, a
+///   signal that kills it, `panic = "abort"`, a crash; nor when the
+///   runtime is never dropped (a runtime in a `static`, smol's or
+///   async-std's global executor: await [`Handle::shutdown`] before `main`
+///   returns). The grant then ends when its lease does: at most one lease
+///   after the last renewal.
 #[derive(Debug)]
 pub struct Lease {
     held: HeldGrant,
@@ -542,8 +769,19 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
-        if let Some(grant) = self.held.take() {
-            let _ = self.handle.request(Command::DropGuard { grant });
+        let Some(grant) = self.held.take() else {
+            return;
+        };
+        // Once the runtime has gone away the program may be about to exit:
+        // the release is waited for then.
+        let commands = &self.handle.commands;
+        let (reply, rx) = reply::channel();
+        let sent = commands.send_with(|detached| Command::DropGuard {
+            grant,
+            reply: detached.then_some(reply),
+        });
+        if sent == Ok(true) {
+            commands.0.wait_detached(|limit| rx.recv_timeout(limit));
         }
     }
 }
@@ -578,15 +816,19 @@ pub(crate) fn new<D: Dial, K: Clock>(
             driver: None,
             wake_at: 0,
             closed: false,
+            detached: false,
         }),
         senders: AtomicUsize::new(1),
+        ended: Mutex::new(false),
+        ended_now: Condvar::new(),
+        stalled: AtomicBool::new(false),
     });
     let handle = Handle {
         commands: Sender(Arc::clone(&inbox)),
         tickets: Arc::new(AtomicU64::new(1)),
         start,
     };
-    let driver = Driver {
+    let running = Running {
         shell: Shell::new(client, start, notices),
         inbox,
         taken: Vec::new(),
@@ -605,15 +847,21 @@ pub(crate) fn new<D: Dial, K: Clock>(
         deferred: false,
         unsent: 0,
         expected: 0,
+        detached: false,
     };
-    Ok((handle, driver))
+    Ok((handle, Driver(Some(running))))
 }
 
 /// The future that owns a client core and its connection. It resolves once
 /// the client has shut down: after [`Handle::shutdown`], or once every
-/// handle is dropped (a shutdown with a five-second budget).
+/// handle is dropped (a shutdown with a five-second budget). Dropped
+/// before that, with work left to finish, it goes on on a thread of its
+/// own (see the module's documentation).
 #[must_use = "the driver does nothing unless polled: spawn it"]
-pub struct Driver<D: Dial, K: Clock> {
+pub struct Driver<D: Dial, K: Clock>(Option<Running<D, K>>);
+
+/// A driver's state.
+struct Running<D: Dial, K: Clock> {
     shell: Shell,
     inbox: Arc<Inbox>,
     /// The requests taken from the inbox (kept for its capacity).
@@ -631,6 +879,8 @@ pub struct Driver<D: Dial, K: Clock> {
     /// Outcomes handed to callers, less the requests taken since: how many
     /// woken callers may still be about to send one.
     expected: usize,
+    /// It runs on a thread of its own, its first runtime gone.
+    detached: bool,
 }
 
 type Connecting<T> = Pin<Box<dyn Future<Output = io::Result<T>> + Send>>;
@@ -671,7 +921,7 @@ impl<D: Dial> Io for DriverIo<D> {
     }
 }
 
-impl<D: Dial, K: Clock> Driver<D, K> {
+impl<D: Dial, K: Clock> Running<D, K> {
     /// One pass over every source of input; `true` if anything happened.
     fn step(&mut self, cx: &mut Context<'_>) -> bool {
         let mut progress = false;
@@ -733,7 +983,7 @@ impl<D: Dial, K: Clock> Driver<D, K> {
                         self.io.stream = Some((conn, stream));
                         self.shell.client().handle_connected(now, conn);
                     }
-                    Err(e) => tls::connect_failed(self.shell.client(), now, conn, &e),
+                    Err(e) => self.shell.connect_failed(now, conn, e),
                 }
                 progress = true;
             }
@@ -858,16 +1108,71 @@ impl<D: Dial, K: Clock> Driver<D, K> {
     }
 }
 
+impl<D: Dial, K: Clock> Running<D, K> {
+    /// The driver is dropped: if its work is done, or it has none worth
+    /// finishing, requests are refused from now on; else it goes on on a
+    /// thread of its own, and this waits, at most [`EXIT_FLUSH`], until no
+    /// release is left to send or to be answered.
+    fn abandon(mut self) {
+        // Requests that came in since the last pass reach the core first:
+        // a guard dropped just before the runtime went away is released.
+        let queued = std::mem::take(&mut lock(&self.inbox.state).commands);
+        if !queued.is_empty() && !self.shell.client().is_finished() {
+            let now = self.shell.now();
+            for command in queued {
+                self.shell.command_at(now, command);
+            }
+        }
+        if self.detached || !self.shell.has_work_to_finish() {
+            // Requests from now on are refused; those queued end `Stopped`.
+            let queued = {
+                let mut state = lock(&self.inbox.state);
+                state.closed = true;
+                state.driver = None;
+                std::mem::take(&mut state.commands)
+            };
+            drop(queued);
+            self.inbox.end();
+            return;
+        }
+        // The connection belongs to the runtime that went away: it ends
+        // here, and the core goes on from that (its in-flight releases go
+        // back to the lane, for the next connection).
+        let now = self.shell.now();
+        let client = self.shell.client();
+        if let Some(conn) = client.connection() {
+            client.handle_transport_closed(now, conn, TransportEnd::Error);
+        }
+        self.io.connecting = None;
+        self.io.stream = None;
+        self.io.writes.clear();
+        self.io.written = 0;
+        self.io.unflushed = false;
+        // Whoever reads the notices is on that runtime too.
+        self.shell.drop_notices();
+        let (reply, flushed) = reply::channel();
+        self.shell.command_at(now, Command::Flush { reply });
+        {
+            let mut state = lock(&self.inbox.state);
+            state.detached = true;
+            state.driver = None;
+            state.wake_at = 0;
+        }
+        self.detached = true;
+        self.clock = K::new();
+        (self.deferred, self.unsent, self.expected) = (false, 0, 0);
+        let inbox = Arc::clone(&self.inbox);
+        if K::run_detached(Box::pin(Driver(Some(self)))).is_ok() {
+            inbox.wait_detached(|limit| flushed.recv_timeout(limit));
+        }
+    }
+}
+
 impl<D: Dial, K: Clock> Drop for Driver<D, K> {
     fn drop(&mut self) {
-        // Requests from now on are refused; those queued end `Stopped`.
-        let queued = {
-            let mut state = lock(&self.inbox.state);
-            state.closed = true;
-            state.driver = None;
-            std::mem::take(&mut state.commands)
-        };
-        drop(queued);
+        if let Some(running) = self.0.take() {
+            running.abandon();
+        }
     }
 }
 
@@ -875,7 +1180,9 @@ impl<D: Dial, K: Clock> Future for Driver<D, K> {
     type Output = ();
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
-        let this = self.get_mut();
+        let Some(this) = self.get_mut().0.as_mut() else {
+            return Poll::Ready(());
+        };
         // Bounded, so that a flood of input cannot starve the runtime.
         for _ in 0..64 {
             let progress = this.step(cx);

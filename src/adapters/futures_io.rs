@@ -4,12 +4,13 @@
 //!
 //! [`client`] returns a [`Handle`] and the [`Driver`] future; spawn the
 //! driver on your runtime. Timers come from `async-io`, the reactor both
-//! smol and async-std run on.
+//! smol and async-std run on. The handle, the builders and the guard are
+//! the same as the tokio adapter's.
 //!
 //! ```no_run
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use ticketing::client::{Config, Outcome};
+//! use ticketing::client::Config;
 //! use ticketing::futures_io::{client, TcpConnector};
 //! use ticketing::{Endpoint, Key, Name};
 //!
@@ -18,13 +19,19 @@
 //! # let spawn = |_driver| ();
 //! spawn(driver); // smol::spawn(driver).detach(), async_std::task::spawn(driver), ...
 //! # let _ = async move {
-//! let (key, me) = (Key::new("invoices")?, Name::new("worker-1")?);
-//! if let Outcome::Granted(grant) = handle.acquire(key, me, Duration::from_secs(5), Duration::from_secs(30)).await? {
-//!     handle.release(&grant).await?;
-//! }
+//! let lease = handle.lock(Key::new("invoices")?).wait(Duration::from_secs(5)).await?;
+//! // ... write to storage, quoting lease.token() ...
+//! lease.release().await?;
+//! handle.shutdown(Duration::from_secs(5)).await?;
 //! # Ok::<(), Box<dyn std::error::Error>>(()) };
 //! # Ok(()) }
 //! ```
+//!
+//! smol's and async-std's global executors are never dropped: a driver
+//! spawned on one does not see `main` return, so await
+//! [`Handle::shutdown`] before it does (a runtime that is dropped, such as
+//! an `async_executor::Executor` of your own, is seen, as tokio's is: see
+//! [`Lease`]).
 
 use std::future::Future;
 use std::io;
@@ -37,14 +44,19 @@ use std::time::Instant;
 use async_io::{Async, Timer};
 use futures_io::{AsyncRead, AsyncWrite};
 
-use crate::adapters::driver::{self, Clock, Dial, Transport};
+use crate::adapters::driver::{self, Clock, Detached, Dial, Transport};
+use crate::adapters::error::unresolved;
 use crate::adapters::notices::Sink;
-use crate::client::{Config, ConfigError, Event};
+use crate::client::{Config, ConfigError};
 use crate::names::Endpoint;
 
-pub use crate::adapters::driver::{Acquire, Canceller, Handle, Lease, Lock};
+pub use crate::adapters::driver::{
+    Acquire, AcquireBuilder, Canceller, Handle, Lease, Lock, LockBuilder,
+};
+pub use crate::adapters::error::{AcquireError, ConnectError, RequestError, RunError, SpawnError};
 pub use crate::adapters::lease::{HeldGrant, LeaseStatus};
-pub use crate::adapters::shell::{LockError, RequestError};
+pub use crate::adapters::notices::{Notices, CAPACITY as NOTICES_CAPACITY};
+pub use crate::adapters::shell::EXIT_FLUSH;
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::futures_io::TlsConnector;
 
@@ -69,8 +81,12 @@ impl Connector for TcpConnector {
     type Stream = Async<TcpStream>;
 
     async fn connect(&self, addr: Endpoint) -> io::Result<Self::Stream> {
-        let mut last = io::Error::new(io::ErrorKind::NotFound, "address resolved to nothing");
-        for socket in addr.as_str().to_socket_addrs()? {
+        let sockets = addr
+            .as_str()
+            .to_socket_addrs()
+            .map_err(|e| unresolved(&addr, e))?;
+        let mut last = unresolved(&addr, io::ErrorKind::NotFound.into());
+        for socket in sockets {
             match Async::<TcpStream>::connect(socket).await {
                 Ok(stream) => {
                     stream.get_ref().set_nodelay(true)?;
@@ -96,7 +112,12 @@ impl<C: Connector> Future for Driver<C> {
     }
 }
 
-/// Makes a client: the handle tasks share, and the driver to spawn.
+/// Makes a client: the handle tasks share, and the driver to spawn. It
+/// connects once the driver runs (see [`Handle::connected`] to wait for
+/// that).
+///
+/// Nothing reads the notices of a client made so; with the feature
+/// `tracing` they are traced. [`client_with_notices`] hands them out.
 pub fn client<C: Connector>(
     config: Config,
     connector: C,
@@ -105,19 +126,16 @@ pub fn client<C: Connector>(
     Ok((handle, Driver(driver)))
 }
 
-/// As [`client`], with every notice (the events that are not outcomes)
-/// passed to `notices` as it happens.
+/// As [`client`], also handing out the notices, as the tokio adapter does.
+/// Read them or drop the receiver: while [`NOTICES_CAPACITY`] of them wait
+/// unread, the client reads nothing more from the server.
 pub fn client_with_notices<C: Connector>(
     config: Config,
     connector: C,
-    notices: impl FnMut(Event) + Send + 'static,
-) -> Result<(Handle, Driver<C>), ConfigError> {
-    let (handle, driver) = driver::new(
-        config,
-        Dialer(Arc::new(connector)),
-        Sink::Call(Box::new(notices)),
-    )?;
-    Ok((handle, Driver(driver)))
+) -> Result<(Handle, Driver<C>, Notices), ConfigError> {
+    let (sink, notices) = Sink::queue();
+    let (handle, driver) = driver::new(config, Dialer(Arc::new(connector)), sink)?;
+    Ok((handle, Driver(driver), notices))
 }
 
 struct Dialer<C>(Arc<C>);
@@ -169,5 +187,14 @@ impl Clock for AsyncIoClock {
             self.at = Some(at);
         }
         Pin::new(&mut self.timer).poll(cx).map(|_| ())
+    }
+
+    fn run_detached(driver: Detached) -> io::Result<()> {
+        // async-io's reactor runs on a thread of its own: blocking on the
+        // driver is all a runtime it needs.
+        std::thread::Builder::new()
+            .name("ticketing-detached".into())
+            .spawn(move || async_io::block_on(driver))
+            .map(drop)
     }
 }

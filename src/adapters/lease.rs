@@ -7,10 +7,12 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::adapters::reply::register;
-use crate::client::{Event, Grant, Outcome};
+use crate::client::{Event, Grant, OpId, Outcome};
+use crate::hash::IdMap;
+use crate::names::Key;
 use crate::time::Time;
 
 /// Where a held grant stands, as its client knows it.
@@ -20,7 +22,7 @@ pub enum LeaseStatus {
     /// The holder may count on the key until `valid_until`.
     Valid {
         /// Until when, renewals included.
-        valid_until: Time,
+        valid_until: Instant,
     },
     /// Renewals have gone unanswered: less than a third of the lease is
     /// left before `valid_until`. The work should be ready to stop; a
@@ -28,7 +30,7 @@ pub enum LeaseStatus {
     /// again.
     Jeopardy {
         /// Until when the holder may still count on the key.
-        valid_until: Time,
+        valid_until: Instant,
     },
     /// The server no longer has the grant (a renewal was answered `N`):
     /// stop using the key at once.
@@ -38,13 +40,13 @@ pub enum LeaseStatus {
     /// release.
     Expired {
         /// When it passed.
-        valid_until: Time,
+        valid_until: Instant,
     },
 }
 
 impl LeaseStatus {
     /// Until when the holder may count on the key; `None` once lost.
-    pub fn valid_until(self) -> Option<Time> {
+    pub fn valid_until(self) -> Option<Instant> {
         match self {
             LeaseStatus::Valid { valid_until }
             | LeaseStatus::Jeopardy { valid_until }
@@ -60,8 +62,10 @@ impl LeaseStatus {
 }
 
 /// What every adapter's held-grant guard (`Lease`) shows: its grant, and
-/// where it stands now. A `Lease` derefs to it.
-#[derive(Debug)]
+/// where it stands now. A `Lease` derefs to it; a clone is a view that
+/// follows the same grant (what a lock builder's `run` hands the work),
+/// with no power to release it.
+#[derive(Debug, Clone)]
 pub struct HeldGrant {
     /// `None` once released or left to run out.
     grant: Option<Grant>,
@@ -86,9 +90,27 @@ impl HeldGrant {
         self.grant.as_ref().expect("held until consumed")
     }
 
+    /// The key held.
+    pub fn key(&self) -> &Key {
+        self.grant().key()
+    }
+
     /// The fencing token: quote it to the storage the lock protects.
     pub fn token(&self) -> u64 {
         self.grant().token()
+    }
+
+    /// The lease the server gave. A server caps every lease at its
+    /// maximum (`ticketing serve --max-lease-ms`, 60 s by default): when it
+    /// did, this is shorter than [`lease_asked`](HeldGrant::lease_asked)
+    /// (and, with the feature `tracing`, a warning says so).
+    pub fn lease(&self) -> Duration {
+        self.grant().lease()
+    }
+
+    /// The lease the acquire asked for.
+    pub fn lease_asked(&self) -> Duration {
+        self.shared.asked
     }
 
     /// Where the grant stands now: valid, in jeopardy, lost or expired.
@@ -98,8 +120,17 @@ impl HeldGrant {
 
     /// Until when the holder may count on the key now, renewals included
     /// (`None` once lost).
-    pub fn valid_until(&self) -> Option<Time> {
+    pub fn valid_until(&self) -> Option<Instant> {
         self.status().valid_until()
+    }
+
+    /// How long the holder may still count on the key: until
+    /// [`valid_until`](HeldGrant::valid_until), zero once it has passed or
+    /// the lease is lost.
+    pub fn remaining(&self) -> Duration {
+        self.valid_until().map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(Instant::now())
+        })
     }
 
     /// The grant, taken out of the guard: once it is released or left to
@@ -108,23 +139,31 @@ impl HeldGrant {
         self.grant.take()
     }
 
-    /// Ready with the status once it changed from the last one the caller
-    /// saw (or, the first time, from the grant's).
-    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
-    pub(crate) async fn changed(&mut self) -> LeaseStatus {
+    /// Waits until the status changes from the last one this returned
+    /// (or, the first time, from the grant's), and returns it.
+    pub async fn changed(&mut self) -> LeaseStatus {
         let (shared, seen) = (&self.shared, self.seen.max(1));
         let (status, version) = std::future::poll_fn(|cx| shared.poll_change(seen, cx)).await;
         self.seen = version;
         status
     }
 
-    /// Blocks until the status changed from the last one the caller saw,
-    /// or `timeout` passes; the status then.
-    #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
-    pub(crate) fn wait_change(&mut self, timeout: Option<Duration>) -> LeaseStatus {
-        let (status, version) = self.shared.wait_change(self.seen.max(1), timeout);
+    /// Ready with the status once it changed from the last one seen.
+    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
+    pub(crate) fn poll_changed(&mut self, cx: &Context<'_>) -> Poll<LeaseStatus> {
+        let (status, version) = std::task::ready!(self.shared.poll_change(self.seen.max(1), cx));
         self.seen = version;
-        status
+        Poll::Ready(status)
+    }
+
+    /// Blocks until the status changed from the last one the caller saw;
+    /// `None` if `timeout` passed first (`None` timeout: no limit).
+    #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
+    pub(crate) fn wait_change(&mut self, timeout: Option<Duration>) -> Option<LeaseStatus> {
+        let (status, version) = self.shared.wait_change(self.seen.max(1), timeout);
+        let changed = version > self.seen.max(1);
+        self.seen = version;
+        changed.then_some(status)
     }
 }
 
@@ -133,6 +172,8 @@ pub(crate) struct Shared {
     state: Mutex<State>,
     /// The status changed (for blocking waiters).
     changed: Condvar,
+    /// The lease the acquire asked for.
+    asked: Duration,
 }
 
 struct State {
@@ -147,18 +188,18 @@ struct State {
 }
 
 impl Shared {
-    /// A guard's state before its grant comes.
-    pub(crate) fn new() -> Arc<Shared> {
+    /// A guard's state before its grant comes, for an acquire that asked
+    /// for `asked`.
+    pub(crate) fn new(asked: Duration) -> Arc<Shared> {
         Arc::new(Shared {
             state: Mutex::new(State {
-                status: LeaseStatus::Valid {
-                    valid_until: Time::ZERO,
-                },
+                status: LeaseStatus::Lost,
                 version: 0,
                 waker: None,
                 blocked: 0,
             }),
             changed: Condvar::new(),
+            asked,
         })
     }
 
@@ -189,7 +230,6 @@ impl Shared {
     }
 
     /// Ready with the status once its version is past `seen`.
-    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
     pub(crate) fn poll_change(&self, seen: u64, cx: &Context<'_>) -> Poll<(LeaseStatus, u64)> {
         let mut state = self.lock();
         if state.version > seen {
@@ -204,9 +244,9 @@ impl Shared {
     pub(crate) fn wait_change(&self, seen: u64, timeout: Option<Duration>) -> (LeaseStatus, u64) {
         let mut state = self.lock();
         // A timeout past what an `Instant` can hold is no timeout.
-        let deadline = timeout.and_then(|t| std::time::Instant::now().checked_add(t));
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         while state.version <= seen {
-            let left = deadline.map(|d| d.saturating_duration_since(std::time::Instant::now()));
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
             if left.is_some_and(|left| left.is_zero()) {
                 break;
             }
@@ -236,29 +276,53 @@ impl std::fmt::Debug for Shared {
 }
 
 /// The guards the driver keeps up to date: by acquire while it is under
-/// way, then by grant.
-#[derive(Default)]
+/// way, then by grant. Times become instants from `start`, the instant of
+/// the core's time zero.
 pub(crate) struct Guards {
-    waiting: crate::hash::IdMap<crate::client::OpId, Arc<Shared>>,
-    held: crate::hash::IdMap<crate::client::OpId, Arc<Shared>>,
+    start: Instant,
+    waiting: IdMap<OpId, Arc<Shared>>,
+    held: IdMap<OpId, Arc<Shared>>,
 }
 
 impl Guards {
+    pub(crate) fn new(start: Instant) -> Guards {
+        Guards {
+            start,
+            waiting: IdMap::default(),
+            held: IdMap::default(),
+        }
+    }
+
+    fn instant(&self, time: Time) -> Instant {
+        instant_of(self.start, time)
+    }
+
     /// The acquire `op` will be held by a guard with `shared`.
-    pub(crate) fn expect(&mut self, op: crate::client::OpId, shared: Arc<Shared>) {
+    pub(crate) fn expect(&mut self, op: OpId, shared: Arc<Shared>) {
         self.waiting.insert(op, shared);
     }
 
-    /// The acquire `op` ended with `outcome`, and its caller took it
-    /// (`delivered`): a grant is guarded from now on.
-    pub(crate) fn acquired(&mut self, op: crate::client::OpId, outcome: &Outcome, delivered: bool) {
+    /// The acquire `op` ended with `outcome`: a grant is guarded from now
+    /// on (until its caller turns out to be gone: [`forget`](Guards::forget)).
+    pub(crate) fn acquired(&mut self, op: OpId, outcome: &Outcome) {
         let Some(shared) = self.waiting.remove(&op) else {
             return;
         };
-        if let (Outcome::Granted(grant), true) = (outcome, delivered) {
+        if let Outcome::Granted(grant) = outcome {
             shared.set(LeaseStatus::Valid {
-                valid_until: grant.valid_until(),
+                valid_until: self.instant(grant.valid_until()),
             });
+            #[cfg(feature = "tracing")]
+            if grant.lease() < shared.asked {
+                tracing::warn!(
+                    target: "ticketing",
+                    key = %grant.key(),
+                    token = grant.token(),
+                    asked_ms = shared.asked.as_millis() as u64,
+                    lease_ms = grant.lease().as_millis() as u64,
+                    "the server granted a shorter lease than asked (its maximum)"
+                );
+            }
             self.held.insert(grant.id(), shared);
         }
     }
@@ -273,16 +337,26 @@ impl Guards {
         let (grant, status) = match *event {
             Event::Renewed {
                 grant, valid_until, ..
-            } => (grant, LeaseStatus::Valid { valid_until }),
+            } => (
+                grant,
+                LeaseStatus::Valid {
+                    valid_until: self.instant(valid_until),
+                },
+            ),
             Event::LeaseJeopardy {
                 grant, valid_until, ..
-            } => (grant, LeaseStatus::Jeopardy { valid_until }),
+            } => (
+                grant,
+                LeaseStatus::Jeopardy {
+                    valid_until: self.instant(valid_until),
+                },
+            ),
             Event::LeaseLost { grant, .. } => (grant, LeaseStatus::Lost),
             Event::LeaseExpired { grant, .. } => {
                 let Some(shared) = self.held.get(&grant) else {
                     return;
                 };
-                let valid_until = shared.status().0.valid_until().unwrap_or(Time::ZERO);
+                let valid_until = shared.status().0.valid_until().unwrap_or(self.start);
                 (grant, LeaseStatus::Expired { valid_until })
             }
             _ => return,
@@ -290,6 +364,18 @@ impl Guards {
         if let Some(shared) = self.held.get(&grant) {
             shared.set(status);
         }
+    }
+}
+
+/// The instant of the core's `time`, its time zero being `start` (the
+/// latest instant there is, for a time beyond what `Instant` can hold).
+pub(crate) fn instant_of(start: Instant, time: Time) -> Instant {
+    let mut span = Duration::from_nanos(time.as_nanos());
+    loop {
+        if let Some(at) = start.checked_add(span) {
+            return at;
+        }
+        span /= 2;
     }
 }
 
@@ -302,7 +388,7 @@ mod tests {
     #[test]
     fn a_thread_waiting_for_a_change_is_woken_by_it() {
         for timeout in [None, Some(Duration::MAX)] {
-            let shared = Shared::new();
+            let shared = Shared::new(Duration::from_secs(1));
             let (done_tx, done) = std::sync::mpsc::channel();
             let waiting = Arc::clone(&shared);
             std::thread::spawn(move || done_tx.send(waiting.wait_change(0, timeout)));
@@ -318,7 +404,7 @@ mod tests {
 
     #[test]
     fn a_wait_with_a_timeout_returns_the_status_unchanged_when_it_passes() {
-        let shared = Shared::new();
+        let shared = Shared::new(Duration::from_secs(1));
         let (status, version) = shared.wait_change(0, Some(Duration::from_millis(5)));
         assert_eq!(version, 0);
         assert_eq!(status, shared.status().0);

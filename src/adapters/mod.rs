@@ -9,11 +9,13 @@
 //!
 //! | module | what |
 //! |---|---|
+//! | `error` | what the client adapters answer when they cannot give what was asked: one error per kind of call |
 //! | `lease` | what a held-grant guard shares with its driver: where the grant stands, renewals included |
 //! | `metrics` | the cores' counters in the `metrics` facade (feature `metrics`) |
 //! | `notices` | the bounded queue of notices, and reading paused while it is full |
 //! | `reply` | the one-value reply channel from a driver to the caller waiting for an operation |
-//! | `shell` | what every client adapter does around the core: reply bookkeeping, grants whose caller went away handed back to the core |
+//! | `shell` | what every client adapter does around the core: reply bookkeeping, grants whose caller went away handed back to the core, the acquire builders' options, the latest attempt's I/O error |
+//! | `trace` | the notices as `tracing` events (feature `tracing`) |
 //! | `driver` | the poll-driven driver future and the cloneable handle shared by the tokio and futures-io adapters |
 //! | `tokio`, `futures_io`, `blocking` | the client adapters |
 //! | `serve` | the server core on tokio and TCP |
@@ -29,6 +31,8 @@ pub mod blocking;
 pub mod cluster;
 #[cfg(any(feature = "tokio", feature = "futures-io"))]
 pub(crate) mod driver;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+pub(crate) mod error;
 #[cfg(feature = "futures-io")]
 pub mod futures_io;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
@@ -54,3 +58,8 @@ pub mod state;
 pub mod tls;
 #[cfg(feature = "tokio")]
 pub mod tokio;
+#[cfg(all(
+    feature = "tracing",
+    any(feature = "tokio", feature = "futures-io", feature = "blocking")
+))]
+pub(crate) mod trace;

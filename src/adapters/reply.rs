@@ -9,6 +9,7 @@
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 struct Slot<T> {
     state: Mutex<State<T>>,
@@ -67,7 +68,6 @@ impl<T> State<T> {
 }
 
 /// Keeps `cx`'s waker in `slot`, cloning it only if it is a new one.
-#[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
 pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
     if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
         *slot = Some(cx.waker().clone());
@@ -139,6 +139,36 @@ impl<T> Receiver<T> {
                 .unwrap_or_else(PoisonError::into_inner);
         }
         state.close()
+    }
+
+    /// Blocks until the value comes (`Some(None)`: it never will), or
+    /// until `timeout` passes (`None`).
+    pub(crate) fn recv_timeout(&self, timeout: Duration) -> Option<Option<T>> {
+        // A timeout past what an `Instant` can hold is no timeout.
+        let deadline = Instant::now().checked_add(timeout);
+        let mut state = self.0.lock();
+        while let State::Waiting(_, blocked) = &mut *state {
+            *blocked = true;
+            state = match deadline {
+                None => self
+                    .0
+                    .changed
+                    .wait(state)
+                    .unwrap_or_else(PoisonError::into_inner),
+                Some(deadline) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return None;
+                    }
+                    self.0
+                        .changed
+                        .wait_timeout(state, left)
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .0
+                }
+            };
+        }
+        Some(state.close())
     }
 
     /// The value if it came, `Some(None)` if it never will, `None` if it
@@ -231,6 +261,20 @@ mod tests {
         assert_eq!(tx.send(7), Ok(()));
         let woken = done.recv_timeout(std::time::Duration::from_secs(10));
         assert_eq!(woken, Ok(Some(7)), "the blocked caller was notified");
+    }
+
+    #[test]
+    fn a_wait_with_a_timeout_ends_with_the_value_or_without_it() {
+        let (tx, rx) = channel::<u8>();
+        assert_eq!(rx.recv_timeout(std::time::Duration::from_millis(5)), None);
+        tx.send(3).unwrap();
+        assert_eq!(
+            rx.recv_timeout(std::time::Duration::from_secs(10)),
+            Some(Some(3))
+        );
+        let (tx, rx) = channel::<u8>();
+        drop(tx);
+        assert_eq!(rx.recv_timeout(std::time::Duration::MAX), Some(None));
     }
 
     #[test]

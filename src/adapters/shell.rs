@@ -3,58 +3,53 @@
 //! replies, and grants whose caller has gone into exact-token releases.
 //!
 //! No protocol rule lives here. The shell only keeps the bookkeeping an
-//! adapter needs (which reply belongs to which operation) and hands every
-//! decision to the core. Every adapter answers its callers through the
-//! same reply channel ([`reply`](super::reply)) and supplies its own I/O.
+//! adapter needs (which reply belongs to which operation, what the latest
+//! connection attempt's I/O error was) and hands every decision to the
+//! core. Every adapter answers its callers through the same reply channel
+//! ([`reply`](super::reply)) and supplies its own I/O.
 
+use std::io;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use std::sync::Arc;
-
+use crate::adapters::error::{AcquireError, ConnectError};
 use crate::adapters::lease::{self, Guards};
 use crate::adapters::notices::Sink;
 use crate::adapters::reply::Sender;
-use crate::client::{Action, Client, ClientStats, ConnId, Error, Event, Grant, OpId, Outcome};
+use crate::adapters::tls;
+use crate::client::{
+    Action, BackoffCause, Client, ClientStats, CloseReason, ConnId, Error, Event, Grant, OpId,
+    Outcome,
+};
 use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
 use crate::time::Time;
 
-/// An operation's result as the adapters hand it out.
+/// A release's result as the adapters hand it out.
 pub(crate) type OpResult = Result<Outcome, Error>;
 
-/// Why an adapter could not give an operation's outcome.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum RequestError {
-    /// The core refused the request at once (misuse, or its own capacity is
-    /// full: [`Error::Busy`]).
-    #[error(transparent)]
-    Refused(#[from] Error),
-    /// The driver has stopped (it shut down, or its runtime went away).
-    #[error("the client's driver has stopped")]
-    Stopped,
-}
+/// An acquire's result as the adapters hand it out.
+pub(crate) type AcquireResult = Result<Grant, AcquireError>;
 
-/// Why a lock gave no held grant.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[non_exhaustive]
-pub enum LockError {
-    /// The acquire ended without a grant: timed out, busy, cancelled, or
-    /// Indeterminate (the outcome says which).
-    #[error("not acquired: {0:?}")]
-    NotAcquired(Outcome),
-    /// The request failed.
-    #[error(transparent)]
-    Request(#[from] RequestError),
-}
+/// How long an acquire waits for its turn unless told: as `ticketing run`.
+pub(crate) const DEFAULT_WAIT: Duration = Duration::from_secs(10);
 
-/// What an acquire asks for, as the adapters' `acquire`, `lock` and their
-/// `_renewing` forms take it.
+/// The lease an acquire asks for unless told: as `ticketing run`.
+pub(crate) const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// How long a drop waits, at most, for the work of a driver whose runtime
+/// or program is going away: the releases it still has to send and have
+/// answered (see the documentation of each adapter's `Lease`).
+pub const EXIT_FLUSH: Duration = Duration::from_secs(1);
+
+/// What an acquire asks for, as the adapters' builders collect it.
+#[derive(Debug, Clone)]
 pub(crate) struct AcquireArgs {
     pub(crate) key: Key,
-    pub(crate) owner: Name,
+    /// `None`: the client id.
+    pub(crate) owner: Option<Name>,
     pub(crate) wait: Duration,
     pub(crate) lease: Duration,
     /// Renew the grant automatically, for at most this long.
@@ -62,25 +57,66 @@ pub(crate) struct AcquireArgs {
 }
 
 impl AcquireArgs {
-    /// The arguments of `acquire`/`lock` (`limit: None`), or of their
-    /// `_renewing` forms (`Some(limit)`, whose `None` is: until released).
-    pub(crate) fn new(
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-        limit: Option<Option<Duration>>,
-    ) -> AcquireArgs {
-        let renew = limit.map(|limit| limit.unwrap_or(Duration::MAX));
+    /// An acquire of `key` with the defaults: wait [`DEFAULT_WAIT`], lease
+    /// [`DEFAULT_LEASE`], owned by the client id, not renewed.
+    pub(crate) fn new(key: Key) -> AcquireArgs {
         AcquireArgs {
             key,
-            owner,
-            wait,
-            lease,
-            renew,
+            owner: None,
+            wait: DEFAULT_WAIT,
+            lease: DEFAULT_LEASE,
+            renew: None,
         }
     }
 }
+
+/// The setters every acquire builder has, the same in every adapter, for
+/// a type with an `args: AcquireArgs` field.
+macro_rules! acquire_options {
+    () => {
+        /// How long to wait for the key, in total, across every attempt
+        /// (default 10 s; `Duration::ZERO`: try once). Until a connection
+        /// can take it, the acquire waits for one at least the client's
+        /// `queue_grace` (2 s by default), so that a try-lock made before the
+        /// connection is up is still tried.
+        pub fn wait(mut self, wait: std::time::Duration) -> Self {
+            self.args.wait = wait;
+            self
+        }
+
+        /// The lease to ask for (default 30 s): how long the key is held
+        /// unless released or renewed. The server may grant less (its
+        /// maximum); the grant says what it gave.
+        pub fn lease(mut self, lease: std::time::Duration) -> Self {
+            self.args.lease = lease;
+            self
+        }
+
+        /// Renews the grant automatically, a third of the way through each
+        /// lease, until it is released (each renewal asks for the
+        /// [`lease`](Self::lease)).
+        pub fn renew(mut self) -> Self {
+            self.args.renew = Some(std::time::Duration::MAX);
+            self
+        }
+
+        /// Renews the grant automatically, as [`renew`](Self::renew) does,
+        /// for at most `limit` of holding: no renewal is sent after it, so
+        /// that a holder that hangs cannot keep the key for ever.
+        pub fn renew_for(mut self, limit: std::time::Duration) -> Self {
+            self.args.renew = Some(limit);
+            self
+        }
+
+        /// The owner named in the request (default: the client id). The
+        /// server only shows it; what proves a grant is its fencing token.
+        pub fn owner(mut self, owner: crate::names::Name) -> Self {
+            self.args.owner = Some(owner);
+            self
+        }
+    };
+}
+pub(crate) use acquire_options;
 
 /// A request from the embedder to the driver.
 pub(crate) enum Command {
@@ -89,7 +125,7 @@ pub(crate) enum Command {
         args: AcquireArgs,
         /// The guard that will hold the grant, kept up to date.
         guard: Option<Arc<lease::Shared>>,
-        reply: Sender<OpResult>,
+        reply: Sender<AcquireResult>,
     },
     Release {
         grant: Grant,
@@ -118,12 +154,24 @@ pub(crate) enum Command {
         reply: Sender<Result<(), Error>>,
     },
     /// A guard went away without a release: release its grant by exact
-    /// token (which stops its renewal), its outcome to nobody.
-    DropGuard { grant: Grant },
+    /// token (which stops its renewal); its outcome to `reply`, if the
+    /// guard waits for it.
+    DropGuard {
+        grant: Grant,
+        reply: Option<Sender<OpResult>>,
+    },
     /// A guard's grant is left to run out: no more renewal.
     LetExpire { grant: Grant },
     /// The core's counters.
     Stats { reply: Sender<ClientStats> },
+    /// Answered once a server has taken the client, or once a round of
+    /// attempts has failed (with how its latest attempt ended).
+    Connected {
+        reply: Sender<Result<(), ConnectError>>,
+    },
+    /// Answered once no release is left to send or to be answered.
+    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
+    Flush { reply: Sender<()> },
     Shutdown {
         budget: Duration,
         reply: Sender<Result<(), Error>>,
@@ -136,10 +184,10 @@ impl Command {
     /// giving the slot up): a grant nobody will take is released by exact
     /// token, an acquire still under way is cancelled, any other outcome
     /// needs nothing.
-    pub(crate) fn for_abandoned(ticket: u64, taken: Option<OpResult>) -> Option<Self> {
+    pub(crate) fn for_abandoned(ticket: u64, taken: Option<AcquireResult>) -> Option<Self> {
         match taken {
-            Some(Ok(Outcome::Granted(grant))) => Some(Command::Undeliverable { grant }),
-            Some(_) => None,
+            Some(Ok(grant)) => Some(Command::Undeliverable { grant }),
+            Some(Err(_)) => None,
             None => Some(Command::Cancel { ticket }),
         }
     }
@@ -152,14 +200,52 @@ pub(crate) trait Io {
     fn close(&mut self, conn: ConnId);
 }
 
+/// Who waits for an operation's outcome.
+enum Waiter {
+    /// The caller of the acquire of this ticket.
+    Acquire {
+        ticket: u64,
+        reply: Sender<AcquireResult>,
+    },
+    Release(Sender<OpResult>),
+}
+
+/// Where the connection stands, as the core's notices tell it: what
+/// `connected()` answers, and what the cause of an acquire that could not
+/// be sent is shown with.
+#[derive(Default)]
+struct Link {
+    /// A server took the client (`W`), and the connection has not ended.
+    welcomed: bool,
+    /// A whole round refused the client; until the next `W`.
+    misconfigured: bool,
+    /// How the latest attempt ended, since the last `W`.
+    last_failure: Option<ConnectError>,
+    /// The connector's error for the connect that just failed, for the
+    /// `Closed` notice that comes of it.
+    dial_error: Option<Arc<io::Error>>,
+    /// Callers of `connected()`.
+    waiters: Vec<Sender<Result<(), ConnectError>>>,
+}
+
+impl Link {
+    fn answer(&mut self, result: &Result<(), ConnectError>) {
+        for reply in self.waiters.drain(..) {
+            let _ = reply.send(result.clone());
+        }
+    }
+}
+
 /// The core plus the adapter's bookkeeping.
 pub(crate) struct Shell {
     client: Client,
     start: Instant,
-    waiters: IdMap<OpId, (Option<u64>, Sender<OpResult>)>,
+    waiters: IdMap<OpId, Waiter>,
     tickets: IdMap<u64, OpId>,
     shutdown_waiters: Vec<Sender<Result<(), Error>>>,
+    flush_waiters: Vec<Sender<()>>,
     guards: Guards,
+    link: Link,
     notices: Sink,
     /// When the counters were last published (feature `metrics`).
     #[cfg(feature = "metrics")]
@@ -175,7 +261,9 @@ impl Shell {
             waiters: IdMap::default(),
             tickets: IdMap::default(),
             shutdown_waiters: Vec::new(),
-            guards: Guards::default(),
+            flush_waiters: Vec::new(),
+            guards: Guards::new(start),
+            link: Link::default(),
             notices,
             #[cfg(feature = "metrics")]
             published: None,
@@ -205,15 +293,53 @@ impl Shell {
         self.client.is_finished() && self.client.poll_timeout().is_none()
     }
 
+    /// Whether a server has taken the client and the connection is up.
+    #[cfg_attr(not(feature = "blocking"), allow(dead_code))]
+    pub(crate) fn is_connected(&self) -> bool {
+        self.link.welcomed
+    }
+
+    /// Whether releases are still to be sent or answered, or grants are
+    /// held: what a driver whose runtime went away must still finish.
+    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
+    pub(crate) fn has_work_to_finish(&self) -> bool {
+        !self.client.is_finished() && (self.release_work() || self.client.stats().held > 0)
+    }
+
+    /// Whether a release (the embedder's, or one the client issued itself)
+    /// has not ended yet.
+    fn release_work(&self) -> bool {
+        let s = self.client.stats();
+        let orphans_ended = s.orphans.released + s.orphans.not_held + s.orphans.lapsed;
+        s.releases_open > 0 || s.orphan_releases > orphans_ended
+    }
+
     /// Whether notices are held back because their reader is behind: the
     /// driver then reads no input, and `cx` is woken when there is room.
-    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
     pub(crate) fn notices_full(&mut self, cx: &std::task::Context<'_>) -> bool {
         self.notices.is_full(cx)
     }
 
+    /// From now on notices go nowhere (but to `tracing`): their reader is
+    /// on a runtime that went away, and must not hold the driver up.
+    #[cfg_attr(not(any(feature = "tokio", feature = "futures-io")), allow(dead_code))]
+    pub(crate) fn drop_notices(&mut self) {
+        self.notices = Sink::Nowhere;
+    }
+
     pub(crate) fn client(&mut self) -> &mut Client {
         &mut self.client
+    }
+
+    /// A connect attempt failed with `error`: the core is told (as a TLS
+    /// failure if the error carries one), and the error is kept for the
+    /// `Closed` notice that comes of it.
+    pub(crate) fn connect_failed(&mut self, now: Time, conn: ConnId, error: io::Error) {
+        if self.client.connection() == Some(conn) {
+            self.link.dial_error = Some(Arc::new(error));
+            let error = self.link.dial_error.as_deref().expect("just set");
+            tls::connect_failed(&mut self.client, now, conn, error);
+        }
     }
 
     /// Carries out one command.
@@ -228,17 +354,18 @@ impl Shell {
         match command {
             Command::Acquire {
                 ticket,
-                args:
-                    AcquireArgs {
-                        key,
-                        owner,
-                        wait,
-                        lease,
-                        renew,
-                    },
+                args,
                 guard,
                 reply,
             } => {
+                let AcquireArgs {
+                    key,
+                    owner,
+                    wait,
+                    lease,
+                    renew,
+                } = args;
+                let owner = owner.unwrap_or_else(|| self.client.config().client_id.clone());
                 let started = match renew {
                     None => self.client.acquire(now, key, owner, wait, lease),
                     Some(limit) => {
@@ -246,19 +373,27 @@ impl Shell {
                             .acquire_renewing(now, key, owner, wait, lease, Some(limit))
                     }
                 };
-                if let (Ok(op), Some(guard)) = (&started, guard) {
-                    self.guards.expect(*op, guard);
+                match started {
+                    Ok(op) => {
+                        if let Some(guard) = guard {
+                            self.guards.expect(op, guard);
+                        }
+                        self.waiters.insert(op, Waiter::Acquire { ticket, reply });
+                        self.tickets.insert(ticket, op);
+                    }
+                    Err(e) => {
+                        let _ = reply.send(Err(self.refusal(e)));
+                    }
                 }
-                self.await_outcome(started, Some(ticket), reply);
             }
             Command::Release { grant, reply } => {
                 self.guards.forget(&grant);
                 let started = self.client.release(now, &grant);
-                self.await_outcome(started, None, reply);
+                self.await_release(started, reply);
             }
             Command::ReleaseToken { key, token, reply } => {
                 let started = self.client.release_token(now, key, token);
-                self.await_outcome(started, None, reply);
+                self.await_release(started, reply);
             }
             Command::Cancel { ticket } => {
                 if let Some(op) = self.tickets.remove(&ticket) {
@@ -290,10 +425,13 @@ impl Shell {
                 };
                 let _ = reply.send(result);
             }
-            Command::DropGuard { grant } => {
+            Command::DropGuard { grant, reply } => {
                 self.guards.forget(&grant);
                 // Released or gone already: nothing more to do.
-                let _ = self.client.release(now, &grant);
+                let started = self.client.release(now, &grant);
+                if let Some(reply) = reply {
+                    self.await_release(started, reply);
+                }
             }
             Command::LetExpire { grant } => {
                 self.guards.forget(&grant);
@@ -302,6 +440,24 @@ impl Shell {
             Command::Stats { reply } => {
                 let _ = reply.send(self.client.stats());
             }
+            Command::Connected { reply } => {
+                if self.link.welcomed {
+                    let _ = reply.send(Ok(()));
+                } else if self.client.is_finished() {
+                    let _ = reply.send(Err(ConnectError::stopped()));
+                } else if let Some(failure) = self
+                    .link
+                    .last_failure
+                    .as_ref()
+                    .filter(|_| self.link.misconfigured)
+                {
+                    // As the core refuses acquires: at once, with the cause.
+                    let _ = reply.send(Err(failure.clone()));
+                } else {
+                    self.link.waiters.push(reply);
+                }
+            }
+            Command::Flush { reply } => self.flush_waiters.push(reply),
             Command::Shutdown { budget, reply } => match self.client.shutdown(now, budget) {
                 Ok(()) => self.shutdown_waiters.push(reply),
                 Err(e) => {
@@ -326,20 +482,12 @@ impl Shell {
         crate::adapters::metrics::record_client(&self.client.stats());
     }
 
-    /// Keeps `reply` for the outcome of the operation just `started` (the
-    /// acquire of `ticket`, if one), or answers at once with its refusal.
-    fn await_outcome(
-        &mut self,
-        started: Result<OpId, Error>,
-        ticket: Option<u64>,
-        reply: Sender<OpResult>,
-    ) {
+    /// Keeps `reply` for the outcome of the release just `started`, or
+    /// answers at once with its refusal.
+    fn await_release(&mut self, started: Result<OpId, Error>, reply: Sender<OpResult>) {
         match started {
             Ok(op) => {
-                self.waiters.insert(op, (ticket, reply));
-                if let Some(ticket) = ticket {
-                    self.tickets.insert(ticket, op);
-                }
+                self.waiters.insert(op, Waiter::Release(reply));
             }
             Err(e) => {
                 let _ = reply.send(Err(e));
@@ -364,7 +512,7 @@ impl Shell {
                 }
             }
             let Some(event) = self.client.poll_event() else {
-                break delivered;
+                break;
             };
             match event {
                 Event::Outcome { op, outcome } => {
@@ -375,39 +523,134 @@ impl Shell {
                     for reply in self.shutdown_waiters.drain(..) {
                         let _ = reply.send(Ok(()));
                     }
-                    self.notify(Event::ShutdownComplete);
+                    self.link.answer(&Err(ConnectError::stopped()));
+                    #[cfg(feature = "tracing")]
+                    crate::adapters::trace::notice(&Event::ShutdownComplete, None);
+                    self.notices.notify(Event::ShutdownComplete);
                 }
                 other => {
+                    self.observe(&other);
                     self.guards.notice(&other);
-                    self.notify(other);
+                    self.notices.notify(other);
                 }
             }
         }
+        if !self.flush_waiters.is_empty() && !self.release_work() {
+            for reply in self.flush_waiters.drain(..) {
+                let _ = reply.send(());
+            }
+        }
+        delivered
+    }
+
+    /// Follows where the connection stands from a notice.
+    fn observe(&mut self, event: &Event) {
+        let link = &mut self.link;
+        let mut failure = None;
+        match event {
+            Event::Connected { .. } => {
+                link.welcomed = true;
+                link.misconfigured = false;
+                link.last_failure = None;
+                link.answer(&Ok(()));
+            }
+            Event::Closed { addr, reason } => {
+                link.welcomed = false;
+                let io = match reason {
+                    CloseReason::ConnectFailed | CloseReason::Tls(_) => link.dial_error.take(),
+                    _ => None,
+                };
+                link.dial_error = None;
+                if !matches!(reason, CloseReason::Shutdown | CloseReason::Cancel) {
+                    let end = ConnectError::new(Some(addr.clone()), reason.clone(), io);
+                    failure = Some(end.clone());
+                    link.last_failure = Some(end);
+                }
+            }
+            // A round failed: its latest attempt says why.
+            Event::Backoff { cause, .. }
+                if *cause != BackoffCause::Busy && !link.waiters.is_empty() =>
+            {
+                let why = link
+                    .last_failure
+                    .clone()
+                    .unwrap_or_else(|| ConnectError::new(None, CloseReason::ConnectFailed, None));
+                link.answer(&Err(why));
+            }
+            Event::Misconfigured { .. } => link.misconfigured = true,
+            _ => {}
+        }
+        #[cfg(feature = "tracing")]
+        crate::adapters::trace::notice(event, failure.as_ref());
+        #[cfg(not(feature = "tracing"))]
+        let _ = failure;
+    }
+
+    /// Why an acquire was kept from being sent, or refused, by `reason`:
+    /// the latest attempt's end if that is what it was, with its address
+    /// and I/O error.
+    fn cause(&self, reason: CloseReason) -> ConnectError {
+        match &self.link.last_failure {
+            Some(failure) if *failure.reason() == reason => failure.clone(),
+            _ => ConnectError::new(None, reason, None),
+        }
+    }
+
+    /// An acquire the core refused at once, as the adapters say it.
+    fn refusal(&self, error: Error) -> AcquireError {
+        match error {
+            Error::Busy => AcquireError::Busy,
+            Error::Misconfigured(reason) => AcquireError::Misconfigured(self.cause(reason)),
+            other => AcquireError::Refused(other),
+        }
+    }
+
+    /// An acquire's outcome, as the adapters hand it out.
+    fn acquire_result(&self, outcome: Outcome) -> AcquireResult {
+        Err(match outcome {
+            Outcome::Granted(grant) => return Ok(grant),
+            Outcome::TimedOut { sent, cause } => AcquireError::TimedOut {
+                sent,
+                cause: cause.map(|reason| self.cause(reason)),
+            },
+            Outcome::Busy => AcquireError::Busy,
+            Outcome::Cancelled => AcquireError::Cancelled,
+            Outcome::Indeterminate { settles_by } => AcquireError::Indeterminate {
+                settles_by: lease::instant_of(self.start, settles_by),
+            },
+            Outcome::Released | Outcome::NotHeld | Outcome::Lapsed => {
+                unreachable!("an acquire ends granted, timed out, busy, cancelled or indeterminate")
+            }
+        })
     }
 
     fn deliver(&mut self, op: OpId, outcome: Outcome) {
         let undelivered = match self.waiters.remove(&op) {
-            Some((ticket, reply)) => {
-                if let Some(ticket) = ticket {
-                    self.tickets.remove(&ticket);
-                }
+            Some(Waiter::Acquire { ticket, reply }) => {
+                self.tickets.remove(&ticket);
                 // The guard is kept up to date before its caller can look.
-                self.guards.acquired(op, &outcome, true);
-                let undelivered = reply.send(Ok(outcome)).err().and_then(Result::ok);
-                if let Some(Outcome::Granted(grant)) = &undelivered {
-                    self.guards.forget(grant);
+                self.guards.acquired(op, &outcome);
+                let result = self.acquire_result(outcome);
+                match reply.send(result) {
+                    Err(Ok(grant)) => {
+                        self.guards.forget(&grant);
+                        Some(grant)
+                    }
+                    _ => None,
                 }
-                undelivered
             }
-            None => Some(outcome),
+            Some(Waiter::Release(reply)) => {
+                let _ = reply.send(Ok(outcome));
+                None
+            }
+            None => match outcome {
+                Outcome::Granted(grant) => Some(grant),
+                _ => None,
+            },
         };
-        if let Some(Outcome::Granted(grant)) = undelivered {
+        if let Some(grant) = undelivered {
             let now = self.now();
             let _ = self.client.undeliverable(now, &grant);
         }
-    }
-
-    fn notify(&mut self, event: Event) {
-        self.notices.notify(event);
     }
 }

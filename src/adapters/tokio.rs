@@ -2,29 +2,34 @@
 //! task, shared by any number of tasks through a cloneable [`Handle`].
 //!
 //! ```no_run
-//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
-//! use ticketing::client::{Config, Outcome};
+//! use ticketing::client::Config;
 //! use ticketing::tokio::{spawn, TcpConnector};
 //! use ticketing::{Endpoint, Key, Name};
 //!
-//! let config = Config::new([Endpoint::new("127.0.0.1:7878")?], Name::new("worker-1")?);
-//! let handle = spawn(config, TcpConnector)?;
-//! let (key, me) = (Key::new("invoices")?, Name::new("worker-1")?);
-//! let outcome = handle.acquire(key, me, Duration::from_secs(5), Duration::from_secs(30)).await?;
-//! if let Outcome::Granted(grant) = outcome {
-//!     // ... write to storage, quoting grant.token() as the fencing token ...
-//!     handle.release(&grant).await?;
+//! #[tokio::main]
+//! async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//!     let config = Config::new([Endpoint::new("127.0.0.1:7878")?], Name::new("worker-1")?);
+//!     let handle = spawn(config, TcpConnector)?;
+//!     handle.connected().await?; // fails with why (refused, TLS, credential)
+//!     let lease = handle
+//!         .lock(Key::new("invoices")?)
+//!         .wait(Duration::from_secs(5))
+//!         .lease(Duration::from_secs(30))
+//!         .await?;
+//!     // ... write to storage, quoting lease.token() as the fencing token ...
+//!     lease.release().await?;
+//!     handle.shutdown(Duration::from_secs(5)).await?;
+//!     Ok(())
 //! }
-//! handle.shutdown(Duration::from_secs(5)).await?;
-//! # Ok(()) }
 //! ```
 //!
 //! The adapter is glue: bytes between a tokio stream and the core, and the
 //! core's deadlines on tokio's timer. Every rule is the core's. Dropping an
-//! [`Acquire`] future before it resolves cancels the acquire through the
-//! core; a grant that arrives for a dropped future is released by its exact
-//! token.
+//! [`Acquire`] or a [`Lock`] future before it resolves cancels the acquire
+//! through the core; a grant that arrives for a dropped future is released
+//! by its exact token. What dropping a [`Lease`] guarantees, also when the
+//! runtime goes away, is on [`Lease`].
 
 use std::future::Future;
 use std::io;
@@ -36,14 +41,17 @@ use std::time::Instant;
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use ::tokio::time::Sleep;
 
-use crate::adapters::driver::{self, Clock, Dial, Transport};
-use crate::adapters::notices::{self, Sink};
-use crate::client::{Config, ConfigError};
+use crate::adapters::driver::{self, Clock, Detached, Dial, Transport};
+use crate::adapters::notices::Sink;
+use crate::client::Config;
 use crate::names::Endpoint;
 
-pub use crate::adapters::driver::{Acquire, Canceller, Handle, Lease, Lock};
+pub use crate::adapters::driver::{
+    Acquire, AcquireBuilder, Canceller, Handle, Lease, Lock, LockBuilder,
+};
+pub use crate::adapters::error::{AcquireError, ConnectError, RequestError, RunError, SpawnError};
 pub use crate::adapters::lease::{HeldGrant, LeaseStatus};
-pub use crate::adapters::shell::{LockError, RequestError};
+pub use crate::adapters::shell::EXIT_FLUSH;
 #[cfg(feature = "tls")]
 pub use crate::adapters::tls::tokio::TlsConnector;
 
@@ -66,22 +74,35 @@ impl Connector for TcpConnector {
     type Stream = ::tokio::net::TcpStream;
 
     async fn connect(&self, addr: Endpoint) -> io::Result<Self::Stream> {
-        let stream = ::tokio::net::TcpStream::connect(addr.as_str()).await?;
-        stream.set_nodelay(true)?;
-        Ok(stream)
+        let sockets = ::tokio::net::lookup_host(addr.as_str())
+            .await
+            .map_err(|e| crate::adapters::error::unresolved(&addr, e))?;
+        let mut last = crate::adapters::error::unresolved(&addr, io::ErrorKind::NotFound.into());
+        for socket in sockets {
+            match ::tokio::net::TcpStream::connect(socket).await {
+                Ok(stream) => {
+                    stream.set_nodelay(true)?;
+                    return Ok(stream);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 }
 
 pub use crate::adapters::notices::{Notices, CAPACITY as NOTICES_CAPACITY};
 
-/// Starts a client on the current tokio runtime (call it from within one).
-/// The driver task ends when the client has shut down: after
-/// [`Handle::shutdown`], or once every handle is dropped.
-pub fn spawn<C: Connector>(config: Config, connector: C) -> Result<Handle, ConfigError> {
-    let (handle, driver) =
-        driver::new::<_, TokioClock>(config, Dialer(Arc::new(connector)), Sink::Nowhere)?;
-    ::tokio::spawn(driver);
-    Ok(handle)
+/// Starts a client on the current tokio runtime: its driver is a task of
+/// that runtime, and it connects in the background (see
+/// [`Handle::connected`] to wait for that). The driver task ends when the
+/// client has shut down: after [`Handle::shutdown`], or once every handle
+/// is dropped. Outside a runtime, [`SpawnError::NoRuntime`].
+///
+/// Nothing reads the notices of a client started so; with the feature
+/// `tracing` they are traced. [`spawn_with_notices`] hands them out.
+pub fn spawn<C: Connector>(config: Config, connector: C) -> Result<Handle, SpawnError> {
+    start(config, connector, Sink::Nowhere)
 }
 
 /// As [`spawn`], also handing out the notices. Read them or drop the
@@ -90,15 +111,16 @@ pub fn spawn<C: Connector>(config: Config, connector: C) -> Result<Handle, Confi
 pub fn spawn_with_notices<C: Connector>(
     config: Config,
     connector: C,
-) -> Result<(Handle, Notices), ConfigError> {
-    let (sender, notices) = notices::channel();
-    let sink = Sink::Queue {
-        sender,
-        held: Default::default(),
-    };
+) -> Result<(Handle, Notices), SpawnError> {
+    let (sink, notices) = Sink::queue();
+    Ok((start(config, connector, sink)?, notices))
+}
+
+fn start<C: Connector>(config: Config, connector: C, sink: Sink) -> Result<Handle, SpawnError> {
+    let runtime = ::tokio::runtime::Handle::try_current().map_err(|_| SpawnError::NoRuntime)?;
     let (handle, driver) = driver::new::<_, TokioClock>(config, Dialer(Arc::new(connector)), sink)?;
-    ::tokio::spawn(driver);
-    Ok((handle, notices))
+    runtime.spawn(driver);
+    Ok(handle)
 }
 
 struct Dialer<C>(Arc<C>);
@@ -162,5 +184,23 @@ impl Clock for TokioClock {
         // ready tasks (or at once, outside a runtime).
         let mut yielded = std::pin::pin!(::tokio::task::yield_now());
         let _ = yielded.as_mut().poll(cx);
+    }
+
+    fn run_detached(driver: Detached) -> io::Result<()> {
+        std::thread::Builder::new()
+            .name("ticketing-detached".into())
+            .spawn(move || {
+                // A thread of its own: the runtime that went away may still
+                // be this thread's context.
+                match ::tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => runtime.block_on(driver),
+                    // Dropped here: the driver refuses requests from now on.
+                    Err(_) => drop(driver),
+                }
+            })
+            .map(drop)
     }
 }

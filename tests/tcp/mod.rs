@@ -31,6 +31,7 @@ use ticketing::client::{
 };
 use ticketing::serve::ServerHandle;
 use ticketing::server::{self, Role, Server};
+pub use ticketing::tokio::{AcquireError, RequestError};
 use ticketing::{Endpoint, Key, Name, Time};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -48,24 +49,24 @@ pub use ticketing::tokio::LeaseStatus;
 /// The notices of one client, as every adapter hands them to the tests.
 #[allow(dead_code)] // each test binary builds the variant of its adapter
 pub enum NoticeRx {
-    /// From a function the adapter calls on its driver.
+    /// Forwarded from the blocking adapter's receiver by a thread.
     Channel(UnboundedReceiver<Event>),
-    /// The tokio adapter's own bounded queue.
-    Tokio(ticketing::tokio::Notices),
+    /// The async adapters' receiver (the same type in both).
+    Async(ticketing::tokio::Notices),
 }
 
 impl NoticeRx {
     async fn recv(&mut self) -> Option<Event> {
         match self {
             NoticeRx::Channel(rx) => rx.recv().await,
-            NoticeRx::Tokio(rx) => rx.recv().await,
+            NoticeRx::Async(rx) => rx.recv().await,
         }
     }
 
     fn try_recv(&mut self) -> Option<Event> {
         match self {
             NoticeRx::Channel(rx) => rx.try_recv().ok(),
-            NoticeRx::Tokio(rx) => rx.try_recv(),
+            NoticeRx::Async(rx) => rx.try_recv(),
         }
     }
 }
@@ -78,8 +79,6 @@ pub trait Adapter: 'static {
     type Client: Clone + Send + Sync + 'static;
     /// An acquire under way; dropping it cancels the acquire.
     type Pending: Send + 'static;
-    /// The adapter's request error.
-    type Error: std::fmt::Debug + Send + 'static;
 
     /// Runs a scenario to completion on the adapter's runtime.
     fn block_on<T>(fut: impl Future<Output = T>) -> T;
@@ -101,7 +100,7 @@ pub trait Adapter: 'static {
         owner: Name,
         wait: Duration,
         lease: Duration,
-    ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send + 'static;
+    ) -> impl Future<Output = Result<Grant, AcquireError>> + Send + 'static;
     /// Submits an acquire now and hands back something to wait on or drop.
     fn start_acquire(
         client: &Self::Client,
@@ -113,17 +112,17 @@ pub trait Adapter: 'static {
     /// The outcome of a started acquire.
     fn finish(
         pending: Self::Pending,
-    ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send + 'static;
+    ) -> impl Future<Output = Result<Grant, AcquireError>> + Send + 'static;
     /// Releases a grant by its exact token.
     fn release(
         client: &Self::Client,
         grant: Grant,
-    ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send + 'static;
+    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static;
     /// Shuts the client down within `budget`.
     fn shutdown(
         client: &Self::Client,
         budget: Duration,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static;
+    ) -> impl Future<Output = Result<(), RequestError>> + Send + 'static;
     /// A held grant, as the adapter's guard.
     type Lease: Send + 'static;
     /// The adapter's lock with automatic renewal (`renew`), or without.
@@ -143,7 +142,7 @@ pub trait Adapter: 'static {
     /// Releases the guard's grant; its outcome.
     fn release_lease(
         lease: Self::Lease,
-    ) -> impl Future<Output = Result<Outcome, Self::Error>> + Send + 'static;
+    ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static;
 }
 
 /// The [`Adapter`] methods of an async adapter (tokio, futures-io), whose
@@ -168,8 +167,8 @@ macro_rules! async_handle_methods {
             owner: Name,
             wait: Duration,
             lease: Duration,
-        ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
-            client.acquire(key, owner, wait, lease)
+        ) -> impl Future<Output = Result<Grant, tcp::AcquireError>> + Send + 'static {
+            Self::start_acquire(client, key, owner, wait, lease)
         }
 
         fn start_acquire(
@@ -179,12 +178,17 @@ macro_rules! async_handle_methods {
             wait: Duration,
             lease: Duration,
         ) -> Acquire {
-            client.acquire(key, owner, wait, lease)
+            client
+                .acquire(key)
+                .owner(owner)
+                .wait(wait)
+                .lease(lease)
+                .start()
         }
 
         fn finish(
             pending: Acquire,
-        ) -> impl Future<Output = Result<Outcome, RequestError>> + Send + 'static {
+        ) -> impl Future<Output = Result<Grant, tcp::AcquireError>> + Send + 'static {
             pending
         }
 
@@ -213,9 +217,14 @@ macro_rules! async_handle_methods {
             renew: bool,
         ) -> impl Future<Output = Result<Lease, String>> + Send + 'static {
             let owner = ticketing::Name::new("me").expect("a name");
+            let lock = client
+                .lock(key)
+                .owner(owner)
+                .wait(Duration::ZERO)
+                .lease(lease);
             let lock = match renew {
-                true => client.lock_renewing(key, owner, Duration::ZERO, lease, None),
-                false => client.lock(key, owner, Duration::ZERO, lease),
+                true => lock.renew(),
+                false => lock,
             };
             async move { lock.await.map_err(|e| format!("{e:?}")) }
         }
@@ -697,14 +706,10 @@ pub fn futures_io_client<C: ticketing::futures_io::Connector>(
     connector: C,
     spawn: impl FnOnce(ticketing::futures_io::Driver<C>),
 ) -> (ticketing::futures_io::Handle, NoticeRx) {
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    let (handle, driver) =
-        ticketing::futures_io::client_with_notices(config, connector, move |event| {
-            let _ = tx.send(event);
-        })
+    let (handle, driver, notices) = ticketing::futures_io::client_with_notices(config, connector)
         .expect("a valid client configuration");
     spawn(driver);
-    (handle, NoticeRx::Channel(rx))
+    (handle, NoticeRx::Async(notices))
 }
 
 /// A client of the endpoint, with the defaults of PROTOCOL.md.
@@ -730,9 +735,9 @@ const LONG_LEASE: Duration = Duration::from_secs(30);
 /// A wait no scenario outlives: what ends a waiting acquire is an event.
 const LONG_WAIT: Duration = Duration::from_secs(20);
 
-fn granted<E: std::fmt::Debug>(what: &str, outcome: Result<Outcome, E>) -> Grant {
+fn granted(what: &str, outcome: Result<Grant, AcquireError>) -> Grant {
     match outcome {
-        Ok(Outcome::Granted(grant)) => grant,
+        Ok(grant) => grant,
         other => panic!("{what}: expected a grant, got {other:?}"),
     }
 }
@@ -801,7 +806,7 @@ pub(crate) async fn try_lock_unwelcomed<A: Adapter>(client: &A::Client, why: &Cl
     )
     .await;
     assert!(
-        matches!(&outcome, Ok(Outcome::TimedOut { sent: false, cause: Some(cause) }) if cause == why),
+        matches!(&outcome, Err(AcquireError::TimedOut { sent: false, cause: Some(cause) }) if cause.reason() == why),
         "[{}] nothing is asked without a welcome, and the outcome says why ({why}): {outcome:?}",
         A::NAME
     );
@@ -815,10 +820,9 @@ async fn try_lock_misconfigured<A: Adapter>(client: &A::Client) {
         A::acquire(client, key("k"), name("me"), Duration::ZERO, LONG_LEASE),
     )
     .await;
-    let shown = format!("{outcome:?}");
     assert!(
-        outcome.is_err() && shown.contains("Misconfigured(AuthFailed)"),
-        "[{}] refused at once, with the cause: {shown}",
+        matches!(&outcome, Err(AcquireError::Misconfigured(cause)) if *cause.reason() == CloseReason::AuthFailed),
+        "[{}] refused at once, with the cause: {outcome:?}",
         A::NAME
     );
 }
@@ -919,7 +923,7 @@ async fn contend<A: Adapter>(
         )
         .await
         {
-            Ok(Outcome::Granted(grant)) => {
+            Ok(grant) => {
                 tally.granted.entry(k).or_default().push(grant.token());
                 fenced.write(k, grant.token());
                 A::sleep(CRITICAL_SECTION).await;
@@ -930,7 +934,7 @@ async fn contend<A: Adapter>(
                     other => tally.unexpected.push(format!("release of {k}: {other:?}")),
                 }
             }
-            Ok(Outcome::TimedOut { .. } | Outcome::Busy) => tally.not_granted += 1,
+            Err(AcquireError::TimedOut { .. } | AcquireError::Busy) => tally.not_granted += 1,
             other => tally.unexpected.push(format!("acquire of {k}: {other:?}")),
         }
     }
@@ -1100,7 +1104,7 @@ pub fn server_restart<A: Adapter>() {
         );
         let acquired = within::<A, _>("the acquire in flight", acquire_done).await;
         assert!(
-            matches!(acquired, Ok(Outcome::Indeterminate { .. })),
+            matches!(acquired, Err(AcquireError::Indeterminate { .. })),
             "an acquire in flight when the connection closes ends Indeterminate: {acquired:?}"
         );
         let (_, before) = notices
@@ -1174,7 +1178,7 @@ pub fn renewal_keeps_a_lock<A: Adapter>() {
             assert!(
                 matches!(
                     outcome,
-                    Ok(Outcome::TimedOut {
+                    Err(AcquireError::TimedOut {
                         sent: true,
                         cause: None
                     })
@@ -1193,8 +1197,8 @@ pub fn renewal_keeps_a_lock<A: Adapter>() {
         );
         let until = status.valid_until().expect("valid");
         assert!(
-            until.as_nanos() >= first_until.as_nanos() + 3 * SHORT_LEASE.as_nanos() as u64,
-            "[{}] renewed on and on: valid until {until}, first {first_until}",
+            until >= first_until + 3 * SHORT_LEASE,
+            "[{}] renewed on and on: valid until {until:?}, first {first_until:?}",
             A::NAME
         );
         let released = within::<A, _>("the release", A::release_lease(lease)).await;

@@ -2,16 +2,16 @@
 //! with its ring provider).
 //!
 //! TLS lives in connectors and a listener; the adapters and the cores do
-//! not know it is there:
+//! not know it is there (the types below come with the feature `tls`):
 //!
-//! - [`ClientTls`]: what a client trusts (a root store, or the CA
-//!   certificates of a PEM file), the [`Identity`] it presents if the
+//! - `ClientTls`: what a client trusts (a root store, or the CA
+//!   certificates of a PEM file), the `Identity` it presents if the
 //!   server asks for one (mutual TLS), the name it expects (by default the
 //!   host part of each address), and how long a handshake may take.
 //! - Each client adapter has a `TlsConnector` over its TCP connector (or
 //!   any other): `ticketing::tokio::TlsConnector`,
 //!   `ticketing::futures_io::TlsConnector`, `ticketing::blocking::TlsConnector`.
-//! - [`ServerTls`] and `ticketing::serve::TlsListener`: the server's
+//! - `ServerTls` and `ticketing::serve::TlsListener`: the server's
 //!   certificate, and the CA whose certificates it requires of clients.
 //!
 //! ```no_run
@@ -43,7 +43,7 @@
 //! there whenever a client adapter is, with or without the feature `tls`.
 //!
 //! A handshake that stalls is bounded by the connector
-//! ([`ClientTls::handshake_timeout`], 3 s by default): shorter than the
+//! (`ClientTls::handshake_timeout`, 3 s by default): shorter than the
 //! core's connect timeout (5 s by default), so that a peer that accepted
 //! the connection and then never spoke TLS is named for what it is,
 //! `tls:handshake_timeout`, rather than `connect_timeout`, which would send

@@ -18,7 +18,7 @@ use std::time::Duration;
 use clap::Args as ClapArgs;
 use serde_json::{json, Value};
 use ticketing::client::{self as core, CloseReason, Event, Grant, OpId, Outcome, ReleaseResult};
-use ticketing::tokio::{Canceller, Handle, RequestError};
+use ticketing::tokio::{AcquireError, Canceller, Handle, RequestError};
 use ticketing::{Key, Name, Time};
 use tokio::io::BufReader;
 use tokio::signal::unix::{signal, SignalKind};
@@ -394,18 +394,20 @@ impl Session {
                 renew,
             } => {
                 if self.fresh(&tag) {
+                    let acquire = self.handle.acquire(key.clone()).owner(owner).wait(wait);
                     let acquire = match renew {
-                        None => self.handle.acquire(key.clone(), owner, wait, lease),
-                        Some(limit) => {
-                            self.handle
-                                .acquire_renewing(key.clone(), owner, wait, lease, limit)
-                        }
+                        None => acquire,
+                        Some(None) => acquire.renew(),
+                        Some(Some(limit)) => acquire.renew_for(limit),
                     };
+                    let acquire = acquire.lease(lease).start();
                     let canceller = acquire.canceller();
                     let waiting = Vec::new();
                     self.tags
                         .insert(tag.clone(), Tagged::Acquiring { canceller, waiting });
-                    self.spawn_op(tag, "acquire", key, acquire);
+                    let handle = self.handle.clone();
+                    let outcome = async move { as_outcome(&handle, acquire.await) };
+                    self.spawn_op(tag, "acquire", key, outcome);
                 }
             }
             // A release is queued by the call itself, here and now, so that
@@ -688,6 +690,31 @@ impl Session {
                 result,
             }
         });
+    }
+}
+
+/// An acquire's result as the session prints it: the core's outcome, which
+/// the adapter's error carries whole.
+fn as_outcome(
+    handle: &Handle,
+    result: Result<Grant, AcquireError>,
+) -> Result<Outcome, RequestError> {
+    match result {
+        Ok(grant) => Ok(Outcome::Granted(grant)),
+        Err(AcquireError::TimedOut { sent, cause }) => Ok(Outcome::TimedOut {
+            sent,
+            cause: cause.map(|cause| cause.reason().clone()),
+        }),
+        Err(AcquireError::Busy) => Ok(Outcome::Busy),
+        Err(AcquireError::Cancelled) => Ok(Outcome::Cancelled),
+        Err(AcquireError::Indeterminate { settles_by }) => Ok(Outcome::Indeterminate {
+            settles_by: handle.time_of(settles_by),
+        }),
+        Err(AcquireError::Misconfigured(cause)) => Err(RequestError::Refused(
+            core::Error::Misconfigured(cause.reason().clone()),
+        )),
+        Err(AcquireError::Refused(e)) => Err(RequestError::Refused(e)),
+        Err(_) => Err(RequestError::Stopped),
     }
 }
 

@@ -21,7 +21,7 @@ use clap::Args as ClapArgs;
 use ticketing::client::{CancelPolicy, Config, Event, Grant, Outcome, ReleaseResult};
 use ticketing::rng::Rng;
 use ticketing::server::{self, Role, Server, Term};
-use ticketing::tokio::Handle;
+use ticketing::tokio::{AcquireError, Handle};
 use ticketing::{Endpoint, Key, Name, Time};
 use tokio::net::TcpListener;
 
@@ -352,7 +352,12 @@ async fn worker(
         let wait = Duration::from_millis(100 + rng.up_to(400));
         let lease = Duration::from_millis(500 + rng.up_to(1_000));
         let began = Instant::now();
-        let acquire = handle.acquire(key.clone(), owner.clone(), wait, lease);
+        let acquire = handle
+            .acquire(key.clone())
+            .owner(owner.clone())
+            .wait(wait)
+            .lease(lease)
+            .start();
         let outcome = if rng.chance(1, 25) {
             // The caller gives up early: dropping the future cancels it.
             let patience = Duration::from_millis(1 + rng.up_to(30));
@@ -372,28 +377,24 @@ async fn worker(
             .expect("stats")
             .push(began.elapsed().as_micros() as u64);
         let grant = match outcome {
-            Ok(Outcome::Granted(grant)) => {
+            Ok(grant) => {
                 stats.count("acquire granted");
                 grant
             }
-            Ok(Outcome::TimedOut { .. }) => {
+            Err(AcquireError::TimedOut { .. }) => {
                 stats.count("acquire timed out");
                 continue;
             }
-            Ok(Outcome::Busy) => {
+            Err(AcquireError::Busy) => {
                 stats.count("acquire busy");
                 continue;
             }
-            Ok(Outcome::Indeterminate { .. }) => {
+            Err(AcquireError::Indeterminate { .. }) => {
                 stats.count("acquire indeterminate");
                 continue;
             }
-            Ok(Outcome::Cancelled) => {
+            Err(AcquireError::Cancelled) => {
                 stats.count("acquire cancelled");
-                continue;
-            }
-            Ok(other) => {
-                stats.violation(format!("an acquire ended {other:?}"));
                 continue;
             }
             Err(e) => {

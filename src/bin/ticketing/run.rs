@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 use clap::Args as ClapArgs;
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
-use ticketing::client::{Event, Outcome};
-use ticketing::tokio::{Handle, Lease, LeaseStatus, LockError, Notices};
+use ticketing::client::Outcome;
+use ticketing::tokio::{AcquireError, Handle, Lease, LeaseStatus};
 use ticketing::{Key, Name};
 use tokio::process::{Child, Command};
 use tokio::signal::unix::{signal, SignalKind};
@@ -75,7 +75,8 @@ const CANNOT_START: u8 = 127;
 const SHUTDOWN_BUDGET: Duration = Duration::from_secs(5);
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
-    let (handle, mut notices) = spawn_client(&args.client)?;
+    // Its notices are not read: the errors say what went wrong.
+    let (handle, _) = spawn_client(&args.client)?;
     let owner = match args.owner {
         Some(owner) => owner,
         None => Name::new(format!("run-{}", std::process::id()))?,
@@ -88,12 +89,11 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         Duration::from_millis(args.wait_ms),
         Duration::from_millis(args.lease_ms),
     );
-    let lock = match args.no_renew {
-        true => handle.lock(key, owner, wait, lease),
-        false => {
-            let limit = args.max_hold_ms.map(Duration::from_millis);
-            handle.lock_renewing(key, owner, wait, lease, limit)
-        }
+    let lock = handle.lock(key).owner(owner).wait(wait).lease(lease);
+    let lock = match (args.no_renew, args.max_hold_ms) {
+        (true, _) => lock,
+        (false, None) => lock.renew(),
+        (false, Some(ms)) => lock.renew_for(Duration::from_millis(ms)),
     };
     // A signal while waiting: dropping the lock cancels the acquire through
     // the core (and a grant that still comes is released by its exact token).
@@ -104,41 +104,29 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     };
     let lease = match locked {
         Ok(lease) => lease,
-        Err(LockError::NotAcquired(Outcome::Indeterminate { .. })) => {
+        Err(AcquireError::Indeterminate { .. }) => {
             eprintln!(
                 "ticketing run: the acquire of {} is indeterminate (the connection failed after it was sent); not running the command",
                 args.key
             );
             return stop(&handle, NOT_ACQUIRED).await;
         }
-        Err(LockError::NotAcquired(other)) => {
-            eprintln!(
-                "ticketing run: {} not acquired: {other:?}{}",
-                args.key,
-                last_close(&mut notices)
-            );
+        Err(e @ (AcquireError::Stopped | AcquireError::Refused(_))) => return Err(e.into()),
+        // Not acquired, and why: timed out (held by another owner, or no
+        // server took the request, with the cause), busy, misconfigured.
+        Err(e) => {
+            eprintln!("ticketing run: {}: {e}", args.key);
             return stop(&handle, NOT_ACQUIRED).await;
         }
-        Err(e) => return Err(e.into()),
     };
-    // Nothing reads the notices from here on: they are not kept.
-    drop(notices);
 
     // A grace longer than a third of the lease would stop every command at
     // once: it is cut to that.
     let grace =
         Duration::from_millis(args.kill_grace_ms).min(Duration::from_millis(args.lease_ms) / 3);
     let mut lease = lease;
-    let status = supervise(
-        &handle,
-        &mut lease,
-        &args.command,
-        grace,
-        &mut sigint,
-        &mut sigterm,
-    )
-    .await;
-    let (key, token) = (lease.grant().key().clone(), lease.token());
+    let status = supervise(&mut lease, &args.command, grace, &mut sigint, &mut sigterm).await;
+    let (key, token) = (lease.key().clone(), lease.token());
     match lease.release().await {
         Ok(Outcome::Released) => {}
         Ok(other) => eprintln!("ticketing run: release of {key} token {token}: {other:?}"),
@@ -147,31 +135,18 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     stop(&handle, status).await
 }
 
-/// Why the last connection (or attempt) closed, if one did, as a clause
-/// for a message: what an acquire that never got a connection waited for.
-fn last_close(notices: &mut Notices) -> String {
-    let mut last = None;
-    while let Some(event) = notices.try_recv() {
-        if let Event::Closed { addr, reason } = event {
-            last = Some(format!(" (the last connection to {addr} closed: {reason})"));
-        }
-    }
-    last.unwrap_or_default()
-}
-
 /// Runs the command while the grant is valid; returns the exit status.
 /// The child is stopped once the lease is lost, or `grace` before its
 /// `valid_until` as the client knows it (renewals move it on), so that it
 /// has ended by then.
 async fn supervise(
-    handle: &Handle,
     lease: &mut Lease,
     command: &[String],
     grace: Duration,
     sigint: &mut tokio::signal::unix::Signal,
     sigterm: &mut tokio::signal::unix::Signal,
 ) -> u8 {
-    let key = lease.grant().key().clone();
+    let key = lease.key().clone();
     // The credential is for talking to the lock service, which this
     // process does for the command: the command, and whatever it runs or
     // logs its environment to, does not get it.
@@ -191,7 +166,6 @@ async fn supervise(
     loop {
         let term_at = lease
             .valid_until()
-            .and_then(|at| handle.instant_of(at))
             .map(|at| at.checked_sub(grace).unwrap_or(at))
             .unwrap_or_else(Instant::now);
         tokio::select! {
