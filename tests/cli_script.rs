@@ -331,8 +331,16 @@ fn closing_after_each_grant() -> String {
                 let Ok(mut writer) = stream.try_clone() else {
                     return;
                 };
+                // After a grant the server only stops writing (a FIN) and
+                // reads on until the client goes: closing with unread bytes
+                // would reset the connection, which the client would see
+                // as an I/O error rather than the end of the stream.
+                let mut done = false;
                 for line in BufReader::new(stream).lines() {
                     let Ok(line) = line else { break };
+                    if done {
+                        continue;
+                    }
                     let f: Vec<&str> = line.split(' ').collect();
                     let (answer, close) = match f[..] {
                         ["H", ..] => ("W fake 8".to_owned(), false),
@@ -344,8 +352,12 @@ fn closing_after_each_grant() -> String {
                         }
                         _ => continue,
                     };
-                    if writer.write_all(format!("{answer}\n").as_bytes()).is_err() || close {
+                    if writer.write_all(format!("{answer}\n").as_bytes()).is_err() {
                         return;
+                    }
+                    if close {
+                        let _ = writer.shutdown(std::net::Shutdown::Write);
+                        done = true;
                     }
                 }
             });
