@@ -239,16 +239,26 @@ impl Acquires {
         }
     }
 
-    /// `G` to the attempt in flight: what the grant needs of it. Its
-    /// outcome follows, with the grant, through [`Acquires::end`].
-    pub(crate) fn granted(&self, handle: Handle) -> Granted {
-        let acquire = self.table.get(handle).expect("an acquire in flight");
-        Granted {
-            key: acquire.key.clone(),
+    /// `G` to the attempt in flight: the acquire ends, and `hold` turns
+    /// what the grant needs of it (its key moves, not copied) into the
+    /// outcome it is given.
+    pub(crate) fn granted(
+        &mut self,
+        fx: &mut Fx<'_>,
+        handle: Handle,
+        hold: impl FnOnce(&mut Fx<'_>, Granted) -> Outcome,
+    ) {
+        let Some(acquire) = self.table.remove(handle) else {
+            return;
+        };
+        let granted = Granted {
+            key: acquire.key,
             sent_at: acquire.sent_at,
             lease_ms: acquire.lease_ms,
             renew: (acquire.renew != NO_RENEWAL).then(|| Duration::from_nanos(acquire.renew)),
-        }
+        };
+        let outcome = hold(fx, granted);
+        self.ended(fx, handle, acquire.phase, outcome);
     }
 
     /// `B`: the attempt was refused before it was queued, so trying again
@@ -455,10 +465,15 @@ impl Acquires {
     /// Ends an acquire with `outcome` and forgets it: the one place an
     /// acquire's outcome is given.
     pub(crate) fn end(&mut self, fx: &mut Fx<'_>, handle: Handle, outcome: Outcome) {
-        let Some(acquire) = self.table.remove(handle) else {
-            return;
-        };
-        if acquire.phase == Phase::Queued {
+        if let Some(acquire) = self.table.remove(handle) {
+            self.ended(fx, handle, acquire.phase, outcome);
+        }
+    }
+
+    /// The one place an acquire is given its outcome, its record (which
+    /// was in `phase`) gone.
+    fn ended(&mut self, fx: &mut Fx<'_>, handle: Handle, phase: Phase, outcome: Outcome) {
+        if phase == Phase::Queued {
             let table = &self.table;
             self.queue.left(|h, t| Acquires::is_queued(table, h, t));
         }

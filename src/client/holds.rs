@@ -512,16 +512,16 @@ impl Holds {
             return;
         }
         let grant = OpId::of(OpKind::Grant, handle);
-        let (key, token, valid_until) = (held.key.clone(), held.token, held.valid_until);
+        let (token, valid_until) = (held.token, held.valid_until);
         if due.expired {
-            let key = key.clone();
+            let key = held.key.clone();
             fx.events
                 .push_back(Event::LeaseExpired { grant, key, token });
         }
         if due.jeopardy {
             fx.events.push_back(Event::LeaseJeopardy {
                 grant,
-                key,
+                key: held.key.clone(),
                 token,
                 valid_until,
             });

@@ -22,10 +22,10 @@
 //!
 //! | situation (PROTOCOL.md section 5) | where |
 //! |---|---|
-//! | matching an answer; the same (op, key) several times in flight | `Pending::claim`, `Expect::refuses` |
+//! | matching an answer; the same (op, key) several times in flight | `Pending::claim`, `Expected::refuses`, what each owner expects: `Acquires::expected`, `Holds::release_expected`, a renewal's in `Pending` |
 //! | when to register | `Client::fill_window`, `Pending::register` |
 //! | `G` / `T` / `D` / `N` matched | `Client::on_answer`, `Acquires::granted`, `Holds::hold`, `Holds::release_answer` |
-//! | a `waited_ms` missing or above the `wait_ms` asked | `Expect::refuses` |
+//! | a `waited_ms` missing or above the `wait_ms` asked | `Expected::refuses` |
 //! | `B` matched | `Acquires::busy` |
 //! | the client's own capacity is full | `Acquires::submit`, `Holds::release`, `Holds::release_token` |
 //! | `L addr`, `M addr` | `Link::notice`, `Link::take_hint`; the round goes on with the hint: `Link::next_address` |
@@ -96,7 +96,7 @@ use self::store::SendBuffer;
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
 use crate::time::Time;
-use crate::wire::{Answer, AnswerKind, FrameError, LineReader, ServerFrame};
+use crate::wire::{Answer, AnswerKind, FrameError, LineReader, ServerFrame, BATCH};
 
 /// What a part is told besides its own state, and where its effects go.
 pub(crate) struct Fx<'a> {
@@ -753,30 +753,29 @@ impl Client {
     fn read(&mut self, conn: ConnId, data: &[u8]) {
         let mut reader = mem::take(&mut self.reader);
         let mut input = data;
-        'read: loop {
+        loop {
             // Good lines that lie whole in `input` are read where they are;
             // anything else goes through the reader, which buffers a line
             // cut by the end of `input` and tells which rule a bad one
             // breaks.
             let frames = reader.leading_frames(&mut input);
-            if !frames.is_empty() {
-                for frame in frames.iter() {
-                    if let Err(reason) = self.on_frame(frame) {
-                        self.close(reason);
-                        break 'read;
-                    }
+            let verdict = if frames.is_empty() {
+                match reader.next_line(&mut input) {
+                    Some(line) => line
+                        .and_then(ServerFrame::parse)
+                        .map_err(|e: FrameError| CloseReason::Protocol(Violation::Framing(e)))
+                        .and_then(|frame| self.on_frame(frame)),
+                    None => break,
                 }
-                continue;
-            }
-            let verdict = match reader.next_line(&mut input) {
-                Some(line) => line
-                    .and_then(ServerFrame::parse)
-                    .map_err(|e: FrameError| CloseReason::Protocol(Violation::Framing(e)))
-                    .and_then(|frame| self.on_frame(frame)),
-                None => break,
+            } else {
+                self.on_frames(conn, frames.as_slice())
             };
             if let Err(reason) = verdict {
                 self.close(reason);
+            }
+            if self.link.current(conn).is_none() {
+                // Closed, by a violation or by a part (an answer overdue):
+                // what follows on this connection is not read.
                 break;
             }
         }
@@ -785,6 +784,64 @@ impl Client {
             reader.reset();
         }
         self.reader = reader;
+    }
+
+    /// Frames read together from `conn`: each run of answers on a ready
+    /// connection is matched first, all of it (so that the lookups of a run
+    /// overlap in memory instead of waiting one after the other), then
+    /// handed on in order; anything else goes frame by frame. A violation
+    /// stops the run where it is: the answers before it are handed on, and
+    /// `Err` closes the connection. Every answer matched is handed on even
+    /// if handing on one before it closed the connection (it was answered
+    /// before the close); after that, nothing more is read.
+    fn on_frames(&mut self, conn: ConnId, frames: &[ServerFrame<'_>]) -> Result<(), CloseReason> {
+        let mut rest = frames;
+        while let Some((first, _)) = rest.split_first() {
+            if self.link.current(conn).is_none() {
+                return Ok(());
+            }
+            if !matches!(first, ServerFrame::Answer(_)) || self.link.window().is_none() {
+                self.on_frame(*first)?;
+                rest = &rest[1..];
+                continue;
+            }
+            // The run: `rest[..claimed]` are answers, each matched.
+            let mut run = [None; BATCH];
+            let mut claimed = 0;
+            let mut violation = None;
+            let parts = Parts {
+                acquires: &self.acquires,
+                holds: &self.holds,
+            };
+            for (frame, slot) in rest.iter().zip(&mut run) {
+                let ServerFrame::Answer(answer) = frame else {
+                    break;
+                };
+                match self.pending.claim(answer, &parts) {
+                    Ok(owner) => *slot = Some(owner),
+                    Err(v) => {
+                        violation = Some((*answer, v));
+                        break;
+                    }
+                }
+                claimed += 1;
+            }
+            for (frame, owner) in rest[..claimed].iter().zip(run) {
+                if let (ServerFrame::Answer(answer), Some(owner)) = (frame, owner) {
+                    self.deliver(owner, answer.kind);
+                }
+            }
+            if let Some((answer, violation)) = violation {
+                if self.link.current(conn).is_none() {
+                    // Closed by an answer before it: never read.
+                    return Ok(());
+                }
+                self.stray_answer(&answer);
+                return Err(CloseReason::Protocol(violation));
+            }
+            rest = &rest[claimed..];
+        }
+        Ok(())
     }
 
     /// A frame: a notice for the link, or an answer. `Err` closes the
@@ -814,14 +871,21 @@ impl Client {
             acquires: &self.acquires,
             holds: &self.holds,
         };
-        let claimed = match self.pending.claim(&answer, &parts) {
-            Ok(claimed) => claimed,
+        match self.pending.claim(&answer, &parts) {
+            Ok(claimed) => {
+                self.deliver(claimed, answer.kind);
+                Ok(())
+            }
             Err(violation) => {
                 self.stray_answer(&answer);
-                return Err(CloseReason::Protocol(violation));
+                Err(CloseReason::Protocol(violation))
             }
-        };
-        with_fx!(self, fx => match (claimed, answer.kind) {
+        }
+    }
+
+    /// Hands a matched answer to the part whose request it answers.
+    fn deliver(&mut self, claimed: Claimed, kind: AnswerKind) {
+        with_fx!(self, fx => match (claimed, kind) {
             (Claimed::Waiter(waiter), kind) => {
                 // An abandoned waiter's answer is claimed; its grant goes
                 // back by exact token, unless the embedder holds it.
@@ -834,19 +898,20 @@ impl Client {
                 }
             }
             (Claimed::Acquire(acquire), AnswerKind::Granted { token, lease_ms, waited_ms }) => {
-                let granted = self.acquires.granted(acquire);
-                let waited = waited_ms.unwrap_or(0);
-                let outcome = match self.holds.hold(&mut fx, token, lease_ms, waited, granted) {
-                    Some(grant) => Outcome::Granted(grant),
-                    // No record can be kept: lease expiry settles it.
-                    None => Outcome::Indeterminate {
-                        settles_by: fx
-                            .now
-                            .saturating_add_millis(lease_ms.get())
-                            .saturating_add(fx.config.settle_margin),
-                    },
-                };
-                self.acquires.end(&mut fx, acquire, outcome);
+                let holds = &mut self.holds;
+                self.acquires.granted(&mut fx, acquire, |fx, granted| {
+                    let waited = waited_ms.unwrap_or(0);
+                    match holds.hold(fx, token, lease_ms, waited, granted) {
+                        Some(grant) => Outcome::Granted(grant),
+                        // No record can be kept: lease expiry settles it.
+                        None => Outcome::Indeterminate {
+                            settles_by: fx
+                                .now
+                                .saturating_add_millis(lease_ms.get())
+                                .saturating_add(fx.config.settle_margin),
+                        },
+                    }
+                });
             }
             (Claimed::Acquire(acquire), AnswerKind::TimedOut) => {
                 let outcome = Outcome::TimedOut {
@@ -862,7 +927,6 @@ impl Client {
             }
             (Claimed::Renewal(grant), kind) => self.holds.renewal_answer(&mut fx, grant, kind),
         });
-        Ok(())
     }
 
     /// An answer no request in flight claims. If it is a `G` for a grant the

@@ -170,8 +170,8 @@ impl<'a> Frames<'a> {
     }
 
     /// The frames, in order.
-    pub(crate) fn iter(&self) -> impl Iterator<Item = ServerFrame<'a>> + '_ {
-        self.frames[..self.len].iter().copied()
+    pub(crate) fn as_slice(&self) -> &[ServerFrame<'a>] {
+        &self.frames[..self.len]
     }
 }
 

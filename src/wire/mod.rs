@@ -55,6 +55,7 @@ pub use atom::{Addr, Atom, MAX_ATOM};
 pub use error::{AtomError, FrameError};
 pub(crate) use frame::{sealed, Digits};
 pub use frame::{Answer, AnswerKind, ClientFrame, LineBuf, Op, ServerFrame, Window, VERSION};
+pub(crate) use line::BATCH;
 pub use line::{LineReader, MAX_FRAME};
 
 pub(crate) use atom::{check_atom, is_host_port};

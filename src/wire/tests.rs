@@ -469,8 +469,8 @@ fn frames_read_a_batch_at_a_time_are_the_lines_read_one_at_a_time() {
                     if batches {
                         let frames = reader.leading_frames(&mut input);
                         if !frames.is_empty() {
-                            assert!(frames.iter().count() <= super::line::BATCH);
-                            got.extend(frames.iter().map(|f| Ok(f.to_string())));
+                            assert!(frames.as_slice().len() <= super::line::BATCH);
+                            got.extend(frames.as_slice().iter().map(|f| Ok(f.to_string())));
                             continue;
                         }
                     }
