@@ -364,6 +364,37 @@ fn a_g_with_an_unknown_id_closes_and_is_released_by_exact_token() {
 }
 
 #[test]
+fn answers_read_together_before_a_stray_one_count_and_those_after_it_are_not_read() {
+    let (mut h, _) = ready(4);
+    let a = h.acquire_in_flight(1, "a", 1_000, 5_000);
+    let b = h.acquire_in_flight(2, "b", 1_000, 5_000);
+    let c = h.acquire_in_flight(3, "c", 1_000, 5_000);
+
+    // One read: a's grant, a stray grant, then c's grant.
+    h.at_ms(50);
+    let events = h.feed_closing(
+        "G 1 A a 5 5000 0\nG 9 A x 6 5000 0\nG 3 A c 7 5000 0\n",
+        "a:1",
+        "protocol:unknown_id",
+    );
+    let told = outcomes(&events);
+    assert_eq!(told.len(), 3, "{told:?}");
+    assert!(
+        matches!(&told[0], (op, Outcome::Granted(g)) if *op == a.op && g.token() == 5),
+        "a's grant, read before the stray answer, is given: {told:?}"
+    );
+    // What follows the stray answer on the closed connection is never
+    // read: c is as unanswered as b.
+    let mut in_doubt = b.in_doubt_at(50);
+    in_doubt.extend(c.in_doubt_at(50));
+    in_doubt.sort_by_key(|(op, _)| format!("{op:?}"));
+    let mut rest = told[1..].to_vec();
+    rest.sort_by_key(|(op, _)| format!("{op:?}"));
+    assert_eq!(rest, in_doubt);
+    assert_eq!(orphan_releases(&events), vec![("x".to_string(), 6)]);
+}
+
+#[test]
 fn a_t_with_an_unknown_id_closes_and_releases_nothing() {
     let (mut h, _) = ready(4);
     h.at_ms(5);
