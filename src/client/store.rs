@@ -351,14 +351,12 @@ impl<T> Table<T> {
 
     /// Takes the far timer at `index` out; the last one takes its place.
     fn take_far(&mut self, index: usize) -> (Time, u32) {
-        let taken = (
-            self.far_at.swap_remove(index),
-            self.far_slot.swap_remove(index),
-        );
+        let at = self.far_at.swap_remove(index);
+        let slot = self.far_slot.swap_remove(index);
         if let Some(&moved) = self.far_slot.get(index) {
             self.slots[moved as usize].timer = index as u32 | FAR;
         }
-        taken
+        (at, slot)
     }
 
     /// The record whose timer is the earliest, if it is due at `now`: its
