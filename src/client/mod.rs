@@ -90,7 +90,7 @@ use self::holds::Holds;
 use self::link::{Link, Phase};
 use self::outcome::OpKind;
 use self::pending::{Claimed, Expected, Owner, Owners, Pending};
-use self::stats::Told;
+use self::stats::EventQueue;
 use self::store::Handle;
 use self::store::SendBuffer;
 use crate::names::{Endpoint, Key, Name};
@@ -106,7 +106,7 @@ pub(crate) struct Fx<'a> {
     /// Connect, send and close, for the driver.
     pub(crate) actions: &'a mut VecDeque<Action>,
     /// Outcomes and notices, for the embedder, counted as they go.
-    pub(crate) events: &'a mut Told,
+    pub(crate) events: &'a mut EventQueue,
     /// Requests encoded and not yet handed out.
     pub(crate) send: &'a mut SendBuffer,
     /// Set by a part that found the connection unwell (an answer past its
@@ -118,7 +118,7 @@ pub(crate) struct Fx<'a> {
 #[derive(Default)]
 struct Out {
     actions: VecDeque<Action>,
-    events: Told,
+    events: EventQueue,
     send: SendBuffer,
 }
 

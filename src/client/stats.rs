@@ -317,12 +317,12 @@ impl ClientStats {
 
 /// The events waiting for the embedder, each counted as it is queued.
 #[derive(Default)]
-pub(crate) struct Told {
+pub(crate) struct EventQueue {
     queue: VecDeque<Event>,
     pub(crate) stats: ClientStats,
 }
 
-impl Told {
+impl EventQueue {
     /// Queues `event`, and counts it.
     pub(crate) fn push_back(&mut self, event: Event) {
         self.stats.count(&event);
