@@ -15,6 +15,7 @@ use siphasher::sip::SipHasher13;
 use core::time::Duration;
 
 use super::action::ConnId;
+use super::decision::Decision;
 use super::image::{ImageGrant, TableImage};
 use super::term::{self, EpochSource, MAX_EPOCH, TERM_GRANTS};
 use crate::names::Key;
@@ -252,6 +253,9 @@ pub struct LockTable {
     max_lease_ms: u64,
     /// Grants that ran out unreleased.
     expired: u64,
+    /// The decisions made since they were last taken, noted only while a
+    /// replicated cluster's leader keeps the table (PROTOCOL.md 4.3).
+    journal: Option<Vec<Decision>>,
 }
 
 impl LockTable {
@@ -374,6 +378,13 @@ impl LockTable {
                             conn,
                             lease_ms,
                         );
+                        if let Some(journal) = &mut self.journal {
+                            journal.push(Decision::Grant {
+                                key: vacant.key().0.clone(),
+                                token,
+                                lease_ms,
+                            });
+                        }
                         vacant.insert(Slot {
                             grant: Some(grant),
                             queue: BTreeSet::new(),
@@ -446,6 +457,12 @@ impl LockTable {
         match slot.grant {
             Some(grant) if grant.token == token => {
                 self.expiries.remove(&Expiry::of(&grant));
+                if let Some(journal) = &mut self.journal {
+                    journal.push(Decision::Release {
+                        key: name.0.clone(),
+                        token,
+                    });
+                }
                 if !slot.queue.is_empty() {
                     slot.grant = None;
                     self.keys.insert(name, slot);
@@ -475,6 +492,17 @@ impl LockTable {
         let current = self.keys.get(key.as_str()).and_then(|slot| slot.grant);
         match current {
             Some(grant) if grant.token == token => {
+                // Noted even when the lease does not move: a replicated
+                // leader answers a renewal only once an entry after it
+                // is committed, so a leader that lost its majority never
+                // tells a holder it holds.
+                if let Some(journal) = &mut self.journal {
+                    journal.push(Decision::Renew {
+                        key: Key::from(key),
+                        token,
+                        lease_ms,
+                    });
+                }
                 if end > grant.expires_at {
                     self.expiries.remove(&Expiry::of(&grant));
                     let renewed = Holder {
@@ -542,6 +570,12 @@ impl LockTable {
                         if slot.grant.is_some_and(|g| g.token == token) {
                             slot.grant = None;
                             self.expired += 1;
+                            if let Some(journal) = &mut self.journal {
+                                journal.push(Decision::Expire {
+                                    key: key.clone(),
+                                    token,
+                                });
+                            }
                         }
                     }
                     self.promote(at, key.as_str(), out);
@@ -811,6 +845,13 @@ impl LockTable {
             .entry(KeyName(waiter.key.clone()))
             .or_default()
             .grant = Some(grant);
+        if let Some(journal) = &mut self.journal {
+            journal.push(Decision::Grant {
+                key: waiter.key.clone(),
+                token,
+                lease_ms: waiter.lease_ms,
+            });
+        }
         let waited_ms = at.millis_since(waiter.since).min(waiter.wait_ms);
         out.push(Reply {
             conn: waiter.conn,
@@ -851,6 +892,94 @@ impl LockTable {
             }
         }
         Some(waiter)
+    }
+
+    // ----- a replicated cluster (PROTOCOL.md 4.3) --------------------------
+
+    /// Starts noting every decision (a leader's table), or stops.
+    pub(crate) fn set_journaling(&mut self, on: bool) {
+        self.journal = on.then(Vec::new);
+    }
+
+    /// The decisions noted since the last call.
+    pub(crate) fn take_journal(&mut self) -> Vec<Decision> {
+        self.journal
+            .as_mut()
+            .map(core::mem::take)
+            .unwrap_or_default()
+    }
+
+    /// Whether decisions were noted since they were last taken.
+    pub(crate) fn has_journal(&self) -> bool {
+        self.journal.as_ref().is_some_and(|j| !j.is_empty())
+    }
+
+    /// Tokens from here on are of `epoch` (the one of the Raft entry the
+    /// next decisions go into), counting from 1 in it, and a full count
+    /// asks the driver for the next one ([`EpochSource::Driver`]).
+    pub(crate) fn set_entry_epoch(&mut self, epoch: u64) {
+        self.counter.source = EpochSource::Driver;
+        if epoch > self.counter.epoch {
+            self.counter.epoch = epoch;
+            self.counter.count = 0;
+            self.counter.awaiting = false;
+            self.counter.asked = false;
+        }
+    }
+
+    /// Applies a decision of a committed entry to a member's copy of the
+    /// table, at `now`: a lease counts from when it is applied, so that a
+    /// member's lease never ends before the leader's. A copy never fires
+    /// its own timers: leases end when the leader says so.
+    pub(crate) fn apply(&mut self, now: Time, decision: &Decision) {
+        match decision {
+            Decision::Floor { .. } => {}
+            Decision::Grant {
+                key,
+                token,
+                lease_ms,
+            } => {
+                if let Some(old) = self.holder(key.as_str()) {
+                    self.expiries.remove(&Expiry::of(&old));
+                }
+                let grant = Self::new_grant(
+                    &mut self.expiries,
+                    &mut self.max_lease_ms,
+                    *token,
+                    now,
+                    key,
+                    ConnId(0),
+                    *lease_ms,
+                );
+                self.keys.entry(KeyName(key.clone())).or_default().grant = Some(grant);
+                if *token > self.counter.last() {
+                    self.counter.epoch = term::epoch_of(*token);
+                    self.counter.count = term::count_of(*token);
+                }
+            }
+            Decision::Release { key, token } | Decision::Expire { key, token } => {
+                let Some(slot) = self.keys.get_mut(key.as_str()) else {
+                    return;
+                };
+                if let Some(grant) = slot.grant.filter(|g| g.token == *token) {
+                    self.expiries.remove(&Expiry::of(&grant));
+                    slot.grant = None;
+                    if matches!(decision, Decision::Expire { .. }) {
+                        self.expired += 1;
+                    }
+                    if slot.queue.is_empty() {
+                        self.keys.remove(key.as_str());
+                    }
+                }
+            }
+            Decision::Renew {
+                key,
+                token,
+                lease_ms,
+            } => {
+                let _ = self.renew(now, ConnId(0), key.to_wire(), *token, *lease_ms);
+            }
+        }
     }
 
     /// Sets the term's counter, as if `n` grants had been made.

@@ -1,0 +1,133 @@
+//! Answers held back until what they depend on is committed: a replicated
+//! cluster's leader (PROTOCOL.md 4.3, "An answer waits for what it depends
+//! on").
+//!
+//! The leader's table notes its decisions; the driver takes those of one
+//! turn at a time ([`Server::take_decisions`](super::Server::take_decisions))
+//! as one Raft entry, and says when that turn's entry is committed
+//! ([`Server::handle_committed`](super::Server::handle_committed)). An
+//! answer is computed at once, against the table with every decision
+//! applied, but goes out only once every turn up to the one that was open
+//! when it was computed is committed: the turn still being filled if it
+//! holds decisions (the answer may depend on one of them), else the last
+//! one taken. Those barriers never decrease, so answers leave in the order
+//! they were made. An answer held back still counts against its
+//! connection's window.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use super::action::ConnId;
+
+/// One answer, encoded, and the turn it waits for.
+#[derive(Debug)]
+pub(crate) struct Held {
+    pub(crate) after: u64,
+    pub(crate) conn: ConnId,
+    pub(crate) frame: Bytes,
+}
+
+/// The turns taken and committed, and the answers waiting for them.
+#[derive(Debug, Default)]
+pub(crate) struct Holdback {
+    /// Turns whose decisions the driver took (each one entry).
+    taken: u64,
+    /// The latest turn whose entry is committed.
+    committed: u64,
+    held: VecDeque<Held>,
+}
+
+impl Holdback {
+    /// The turn an answer computed now waits for, if it must wait:
+    /// `open` tells whether the turn being filled holds decisions.
+    pub(crate) fn barrier(&self, open: bool) -> Option<u64> {
+        let after = if open { self.taken + 1 } else { self.taken };
+        (after > self.committed).then_some(after)
+    }
+
+    pub(crate) fn hold(&mut self, held: Held) {
+        self.held.push_back(held);
+    }
+
+    /// Counts a turn taken; its number.
+    pub(crate) fn take_turn(&mut self) -> u64 {
+        self.taken += 1;
+        self.taken
+    }
+
+    /// Notes that `turn`'s entry is committed; the answers that may go out
+    /// now, in order.
+    pub(crate) fn commit(&mut self, turn: u64) -> impl Iterator<Item = Held> + '_ {
+        self.committed = self.committed.max(turn.min(self.taken));
+        let ready = self
+            .held
+            .iter()
+            .take_while(|h| h.after <= self.committed)
+            .count();
+        self.held.drain(..ready)
+    }
+
+    /// Forgets every answer held and every turn not committed: the
+    /// leadership they were made under is over. Later turns count on.
+    pub(crate) fn discard(&mut self) -> usize {
+        self.committed = self.taken;
+        let n = self.held.len();
+        self.held.clear();
+        n
+    }
+
+    /// How many answers wait.
+    pub(crate) fn len(&self) -> usize {
+        self.held.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(after: u64, conn: u64) -> Held {
+        Held {
+            after,
+            conn: ConnId(conn),
+            frame: Bytes::from_static(b"x"),
+        }
+    }
+
+    #[test]
+    fn answers_wait_for_their_turn_and_leave_in_order() {
+        let mut h = Holdback::default();
+        // Nothing taken, nothing open: nothing to wait for.
+        assert_eq!(h.barrier(false), None);
+        // Decisions in the open turn: wait for turn 1.
+        assert_eq!(h.barrier(true), Some(1));
+        h.hold(held(1, 1));
+        assert_eq!(h.take_turn(), 1);
+        // Computed after turn 1 was taken, no decision since: turn 1 too.
+        assert_eq!(h.barrier(false), Some(1));
+        h.hold(held(1, 2));
+        h.hold(held(2, 3));
+        assert_eq!(h.take_turn(), 2);
+        // A commit of a turn not taken yet counts only as far as taken.
+        assert_eq!(h.commit(0).count(), 0);
+        let out: Vec<u64> = h.commit(1).map(|h| h.conn.0).collect();
+        assert_eq!(out, [1, 2]);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h.barrier(false), Some(2));
+        let out: Vec<u64> = h.commit(5).map(|h| h.conn.0).collect();
+        assert_eq!(out, [3]);
+        assert_eq!(h.barrier(false), None);
+    }
+
+    #[test]
+    fn a_discard_drops_what_was_held_and_later_turns_count_on() {
+        let mut h = Holdback::default();
+        h.hold(held(1, 1));
+        h.take_turn();
+        assert_eq!(h.discard(), 1);
+        assert_eq!(h.barrier(false), None);
+        assert_eq!(h.commit(1).count(), 0);
+        assert_eq!(h.barrier(true), Some(2));
+    }
+}

@@ -1,0 +1,887 @@
+//! A member of a replicated cluster (PROTOCOL.md 4.3), sans-IO: the server
+//! core with a Raft node beside it (feature `raft`; the engine is raft-rs's
+//! [`RawNode`], itself sans-IO).
+//!
+//! | part | owns | rule |
+//! |---|---|---|
+//! | [`Server`] | connections, the leader's table, answers held back | sections 4 and 4.3 "An answer waits" (`holdback.rs`) |
+//! | `RawNode<LogStore>` | terms, votes, the log in memory | Raft itself |
+//! | [`Replica::copy`] | the committed table, every lease counted from when this member applied it | 4.3 "Leases survive a leader change" |
+//! | `Leadership` | whether this member serves, and since which entry | 4.3 "No recovery grace", "Who answers" |
+//! | `Proposals` | the leader's turns not yet committed, by Raft index | 4.3 "What is replicated", one entry per turn |
+//!
+//! The driver contract is [`Server`]'s, plus the disk and the peers:
+//!
+//! ```text
+//! loop {
+//!     // inputs: clients (handle_accept/bytes/written/closed), peers
+//!     // (handle_message), the disk (handle_persisted), the clock
+//!     // (handle_timeout); then drain every output:
+//!     while let Some(out) = replica.poll_output() {
+//!         match out {
+//!             Output::Client(action) => { /* send or close */ }
+//!             Output::Persist(p) => { /* one write, one sync; then */ replica.handle_persisted(now) }
+//!             Output::Compact(snapshot) => { /* write it, drop the log before it */ }
+//!             Output::Send(message) => { /* to message.to */ }
+//!             Output::Event(e) => { /* `leading`, `following ADDR` */ }
+//!             _ => {}
+//!         }
+//!     }
+//!     // and sleep until replica.poll_timeout()
+//! }
+//! ```
+//!
+//! The inputs since the last `poll_output` are one turn of the leader's
+//! loop: their decisions go into one Raft entry when `poll_output` is next
+//! called. The node hands out one [`Persist`] at a time, and nothing that
+//! must follow it (its messages, its commits) before
+//! [`Replica::handle_persisted`].
+
+mod store;
+
+use core::time::Duration;
+use std::collections::{BTreeMap, VecDeque};
+
+use raft::prelude::{ConfState, Entry, EntryType, HardState, Message, MessageType, Snapshot};
+use raft::{RawNode, StateRole};
+use thiserror::Error;
+
+use self::store::LogStore;
+use super::{Action, ConnId, Decision, LockTable, Role, Server, TableImage};
+use crate::names::Endpoint;
+use crate::time::Time;
+
+/// raft-rs counts time in ticks: an election timeout is this many.
+pub const ELECTION_TICKS: usize = 10;
+/// A leader's heartbeat, in ticks.
+pub const HEARTBEAT_TICKS: usize = 2;
+
+/// How a member takes part in its cluster.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct ReplicaConfig {
+    /// This member's Raft id (not 0).
+    pub id: u64,
+    /// Every member, itself included: its Raft id and the address its
+    /// clients reach it at (what `M` names).
+    pub members: BTreeMap<u64, Endpoint>,
+    /// The least time a follower waits without hearing from a leader
+    /// before it stands for election: [`ELECTION_TICKS`] ticks.
+    pub election_timeout: Duration,
+    /// The election timeout, in ticks, pinned (at least
+    /// [`ELECTION_TICKS`]): raft-rs then draws nothing, which a
+    /// deterministic simulation needs. `None`: raft-rs draws each one
+    /// between one and two election timeouts.
+    pub pinned_election_ticks: Option<usize>,
+    /// Entries applied between two snapshots of the table, which the log
+    /// is then compacted behind.
+    pub snapshot_every: u64,
+    /// The wall clock (milliseconds since 1970) at the `now` the replica
+    /// is made at: a first leader's floor for tokens ([`Decision::Floor`]).
+    pub wall_ms: u64,
+    /// It lost its state directory and starts empty (a simulated fault; a
+    /// real member refuses to start so): it votes for nobody until a
+    /// leader has sent it the log, since it may have voted in this term
+    /// before. This narrows, not closes, the gap a lost vote opens.
+    pub rejoining: bool,
+}
+
+impl ReplicaConfig {
+    /// A member `id` of `members`, with raft-rs's random election waits,
+    /// a snapshot every 10,000 entries.
+    pub fn new(
+        id: u64,
+        members: BTreeMap<u64, Endpoint>,
+        election_timeout: Duration,
+        wall_ms: u64,
+    ) -> ReplicaConfig {
+        ReplicaConfig {
+            id,
+            members,
+            election_timeout,
+            pinned_election_ticks: None,
+            snapshot_every: 10_000,
+            wall_ms,
+            rejoining: false,
+        }
+    }
+}
+
+/// Why a replica cannot be made.
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum ReplicaError {
+    /// The id is 0 or not among the members, or the members' ids are not
+    /// the voters the state holds.
+    #[error("member {id}: {why}")]
+    Members {
+        /// This member's id.
+        id: u64,
+        /// What is wrong.
+        why: &'static str,
+    },
+    /// raft-rs refused its configuration or state.
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    /// The snapshot held is not a table image.
+    #[error("the snapshot in the state directory is not a table image")]
+    Snapshot,
+    /// The election timeout is shorter than a tick of a millisecond.
+    #[error("the election timeout must be at least {ELECTION_TICKS} ms")]
+    ElectionTimeout,
+}
+
+/// What a member's state directory held at start (its driver reads it).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Restored {
+    /// The latest hard state (term, vote, commit).
+    pub hard_state: HardState,
+    /// The voters.
+    pub conf_state: ConfState,
+    /// The latest snapshot, if any.
+    pub snapshot: Option<Snapshot>,
+    /// Every entry after it.
+    pub entries: Vec<Entry>,
+}
+
+impl Restored {
+    /// The state of a member of a new cluster of `voters`.
+    pub fn new_cluster(voters: impl IntoIterator<Item = u64>) -> Restored {
+        Restored {
+            conf_state: ConfState {
+                voters: voters.into_iter().collect(),
+                ..ConfState::default()
+            },
+            ..Restored::default()
+        }
+    }
+}
+
+/// A member's durable state kept in memory: what a driver's disk must do
+/// with each [`Persist`] and [`Output::Compact`], for simulations and
+/// tests (the real one is `ticketing::raft_disk`). Losing it is a crash
+/// with disk loss.
+#[derive(Debug, Default)]
+pub struct MemoryDisk {
+    log: LogStore,
+}
+
+impl MemoryDisk {
+    /// A new cluster member's disk.
+    pub fn new(restored: Restored) -> MemoryDisk {
+        MemoryDisk {
+            log: LogStore::restored(
+                restored.hard_state,
+                restored.conf_state,
+                restored.snapshot,
+                restored.entries,
+            ),
+        }
+    }
+
+    /// Makes `p` durable.
+    pub fn persist(&mut self, p: &Persist) {
+        if let Some(snapshot) = &p.snapshot {
+            self.log.install(snapshot.clone());
+        }
+        self.log.append(&p.entries);
+        if let Some(hs) = &p.hard_state {
+            self.log.set_hard_state(hs.clone());
+        }
+    }
+
+    /// Keeps `snapshot` and drops the log before it.
+    pub fn compact(&mut self, snapshot: &Snapshot) {
+        self.log.install(snapshot.clone());
+    }
+
+    /// What a start reads back.
+    pub fn restored(&self) -> Restored {
+        self.log.to_restored()
+    }
+
+    /// How many entries it holds after its snapshot.
+    pub fn entries(&self) -> u64 {
+        let (first, last) = (self.log.first(), self.log.last());
+        (last + 1).saturating_sub(first)
+    }
+}
+
+/// State to make durable before the node goes on: one write and one sync
+/// (group commit). Then [`Replica::handle_persisted`].
+#[derive(Debug, Clone, Default, PartialEq)]
+#[non_exhaustive]
+pub struct Persist {
+    /// The new hard state, if it changed.
+    pub hard_state: Option<HardState>,
+    /// Entries to append; the first replaces the entry at its index and
+    /// every one after it.
+    pub entries: Vec<Entry>,
+    /// A leader's snapshot: it replaces the log up to its index.
+    pub snapshot: Option<Snapshot>,
+}
+
+impl Persist {
+    fn is_empty(&self) -> bool {
+        self.hard_state.is_none() && self.entries.is_empty() && self.snapshot.is_none()
+    }
+}
+
+/// What a member tells its operator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ReplicaEvent {
+    /// This member leads `term`: the first entry of its term is committed
+    /// (at `index`), and it grants from now on.
+    Leading {
+        /// The Raft term.
+        term: u64,
+        /// The first entry of the term.
+        index: u64,
+    },
+    /// Another member leads; its clients' address, if known.
+    Following {
+        /// The Raft term.
+        term: u64,
+        /// The leader's client address (`M`), if one is known.
+        leader: Option<Endpoint>,
+    },
+    /// A committed entry could not be read: this member stops serving.
+    BadEntry {
+        /// Its index.
+        index: u64,
+    },
+}
+
+/// One thing for the driver to do.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Output {
+    /// A client connection's bytes or close.
+    Client(Action),
+    /// Make this durable, then call [`Replica::handle_persisted`].
+    Persist(Persist),
+    /// This member's snapshot of its table: write it, and the log before
+    /// its index may go.
+    Compact(Snapshot),
+    /// A Raft message for member `to`.
+    Send(Message),
+    /// For the operator.
+    Event(ReplicaEvent),
+}
+
+/// Whether this member serves clients, and since when.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Leadership {
+    /// It does not lead, and follows Raft's leader (0: none known).
+    Following { leader: u64 },
+    /// It stopped leading; who leads is still to be said.
+    SteppedDown,
+    /// Raft elected it; it serves once `index`, its term's first entry,
+    /// is committed and applied.
+    Elected { term: u64, index: u64 },
+    /// It serves.
+    Serving { term: u64 },
+    /// A committed entry could not be read: it never serves again.
+    Stopped,
+}
+
+/// The leader's turns not yet committed, in order: (turn, index, term).
+#[derive(Debug, Default)]
+struct Proposals(VecDeque<(u64, u64, u64)>);
+
+/// A member of a replicated cluster: see the module's documentation.
+pub struct Replica {
+    server: Server,
+    node: RawNode<LogStore>,
+    /// The committed table, as this member applied it.
+    copy: LockTable,
+    /// The cluster's floor for tokens (0 until the first leader set it).
+    floor: u64,
+    members: BTreeMap<u64, Endpoint>,
+    leadership: Leadership,
+    proposals: Proposals,
+    /// A floor this leader decided and has still to propose.
+    floor_to_propose: Option<u64>,
+    /// The index applied to `copy`.
+    applied: u64,
+    snapshot_every: u64,
+    rejoining: bool,
+    tick: Duration,
+    next_tick: Time,
+    max_ticks: usize,
+    /// The Ready whose state the driver is making durable, and the
+    /// messages that may go only after.
+    in_flight: Option<(raft::Ready, Vec<Message>)>,
+    /// Inputs came since the last turn.
+    dirty: bool,
+    outputs: VecDeque<Output>,
+    start: Time,
+    wall_ms: u64,
+    now: Time,
+}
+
+impl Replica {
+    /// A member, with `server` (its configuration: limits, credential,
+    /// window) and what its state directory held.
+    pub fn new(
+        config: ReplicaConfig,
+        mut server: Server,
+        restored: Restored,
+        now: Time,
+    ) -> Result<Replica, ReplicaError> {
+        let id = config.id;
+        if id == 0 || !config.members.contains_key(&id) {
+            return Err(ReplicaError::Members {
+                id,
+                why: "the id must be one of the members' and not 0",
+            });
+        }
+        let voters: Vec<u64> = config.members.keys().copied().collect();
+        let mut held: Vec<u64> = restored.conf_state.voters.clone();
+        held.sort_unstable();
+        if held != voters {
+            return Err(ReplicaError::Members {
+                id,
+                why: "the members given are not the voters its state directory holds",
+            });
+        }
+        let tick = config.election_timeout / ELECTION_TICKS as u32;
+        if tick < Duration::from_millis(1) {
+            return Err(ReplicaError::ElectionTimeout);
+        }
+        let (min, max) = match config.pinned_election_ticks {
+            Some(t) => (t.max(ELECTION_TICKS + 1), t.max(ELECTION_TICKS + 1) + 1),
+            None => (ELECTION_TICKS, 2 * ELECTION_TICKS),
+        };
+        let snapshot_index = restored
+            .snapshot
+            .as_ref()
+            .and_then(|s| s.metadata.as_ref())
+            .map_or(0, |m| m.index);
+        let (copy, floor) = match &restored.snapshot {
+            Some(s) if !s.data.is_empty() => {
+                table_of(&server, now, &s.data).ok_or(ReplicaError::Snapshot)?
+            }
+            _ => (server.lock_table().successor(), 0),
+        };
+        let store = LogStore::restored(
+            restored.hard_state,
+            restored.conf_state,
+            restored.snapshot,
+            restored.entries,
+        );
+        let raft_config = raft::Config {
+            id,
+            election_tick: ELECTION_TICKS,
+            heartbeat_tick: HEARTBEAT_TICKS,
+            min_election_tick: min,
+            max_election_tick: max,
+            applied: snapshot_index,
+            check_quorum: true,
+            pre_vote: true,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            ..raft::Config::default()
+        };
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node = RawNode::new(&raft_config, store, &logger)?;
+        server.replicate();
+        server.set_role(now, Role::NoLeader);
+        Ok(Replica {
+            server,
+            node,
+            copy,
+            floor,
+            members: config.members,
+            leadership: Leadership::Following { leader: 0 },
+            proposals: Proposals::default(),
+            floor_to_propose: None,
+            applied: snapshot_index,
+            snapshot_every: config.snapshot_every.max(1),
+            rejoining: config.rejoining,
+            tick,
+            next_tick: now.saturating_add(tick),
+            max_ticks: max,
+            in_flight: None,
+            dirty: true,
+            outputs: VecDeque::new(),
+            start: now,
+            wall_ms: config.wall_ms,
+            now,
+        })
+    }
+
+    // ----- inputs -----------------------------------------------------------
+
+    /// A client connection was accepted ([`Server::handle_accept`]).
+    pub fn handle_accept(&mut self, now: Time) -> ConnId {
+        self.input(now);
+        self.server.handle_accept(now)
+    }
+
+    /// Bytes from a client ([`Server::handle_bytes`]).
+    pub fn handle_bytes(&mut self, now: Time, conn: ConnId, data: &[u8]) {
+        self.input(now);
+        self.server.handle_bytes(now, conn, data);
+    }
+
+    /// A client connection closed ([`Server::handle_closed`]).
+    pub fn handle_closed(&mut self, now: Time, conn: ConnId) {
+        self.input(now);
+        self.server.handle_closed(now, conn);
+    }
+
+    /// Bytes written to a client ([`Server::handle_written`]).
+    pub fn handle_written(&mut self, now: Time, conn: ConnId, n: usize) {
+        self.input(now);
+        self.server.handle_written(now, conn, n);
+    }
+
+    /// A Raft message from a peer, already authenticated as coming from
+    /// the member it names. One Raft refuses is dropped (Raft resends).
+    pub fn handle_message(&mut self, now: Time, mut message: Message) {
+        self.input(now);
+        if message.to != self.node.raft.id || !self.members.contains_key(&message.from) {
+            return;
+        }
+        let kind = message.msg_type;
+        if self.rejoining
+            && self.node.store().last() == 0
+            && (kind == MessageType::MsgRequestVote as i32
+                || kind == MessageType::MsgRequestPreVote as i32)
+        {
+            // It may have voted in this term before it lost its disk.
+            return;
+        }
+        if kind == MessageType::MsgHeartbeat as i32 {
+            // A leader that believes this member holds entries it lost
+            // (its disk) would make raft-rs commit past the log's end.
+            message.commit = message.commit.min(self.node.raft.raft_log.last_index());
+        }
+        let _ = self.node.step(message);
+    }
+
+    /// The [`Persist`] handed out last is durable.
+    pub fn handle_persisted(&mut self, now: Time) {
+        self.input(now);
+        let Some((ready, after)) = self.in_flight.take() else {
+            return;
+        };
+        self.send(after);
+        let mut light = self.node.advance(ready);
+        if let Some(commit) = light.commit_index() {
+            self.node.mut_store().commit_to(commit);
+        }
+        self.send(light.take_messages());
+        let committed = light.take_committed_entries();
+        self.apply(&committed);
+        self.node.advance_apply();
+    }
+
+    /// Time passed: Raft's ticks, and the server's timers.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.input(now);
+        self.server.handle_timeout(now);
+    }
+
+    /// A peer could not be reached: Raft stops sending it entries in a
+    /// stream until it answers.
+    pub fn handle_unreachable(&mut self, now: Time, peer: u64) {
+        self.input(now);
+        self.node.report_unreachable(peer);
+    }
+
+    fn input(&mut self, now: Time) {
+        self.now = self.now.max(now);
+        self.dirty = true;
+        let mut ticks = 0;
+        while self.next_tick <= self.now {
+            // After a long stop, enough ticks for every timer to fire once.
+            if ticks <= self.max_ticks {
+                self.node.tick();
+                ticks += 1;
+            }
+            self.next_tick = self.next_tick.saturating_add(self.tick);
+        }
+    }
+
+    // ----- outputs ----------------------------------------------------------
+
+    /// The next thing to do, ending the turn first: this turn's decisions
+    /// go into one entry.
+    #[must_use]
+    pub fn poll_output(&mut self) -> Option<Output> {
+        if self.dirty {
+            self.dirty = false;
+            self.turn();
+        }
+        loop {
+            if let Some(out) = self.outputs.pop_front() {
+                return Some(out);
+            }
+            match self.server.poll_action()? {
+                Action::NeedEpoch { .. } => {
+                    // A turn granted 2^22 - 1 times: its entry is full.
+                    self.propose_turn();
+                    let epoch = self.entry_epoch();
+                    let _ = self.server.begin_epoch(self.now, epoch);
+                    self.dirty = true;
+                }
+                action => return Some(Output::Client(action)),
+            }
+        }
+    }
+
+    /// When [`Replica::handle_timeout`] is next due.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Time> {
+        if self.dirty || !self.outputs.is_empty() {
+            return Some(self.now);
+        }
+        let server = self.server.poll_timeout();
+        Some(server.map_or(self.next_tick, |at| at.min(self.next_tick)))
+    }
+
+    // ----- introspection ----------------------------------------------------
+
+    /// The server core (its table is the leader's, with decisions not yet
+    /// committed).
+    pub fn server(&self) -> &Server {
+        &self.server
+    }
+
+    /// The committed table as this member applied it.
+    pub fn copy(&self) -> &LockTable {
+        &self.copy
+    }
+
+    /// Whether this member serves clients (it leads, and its term's first
+    /// entry is committed).
+    pub fn is_serving(&self) -> bool {
+        matches!(self.leadership, Leadership::Serving { .. })
+    }
+
+    /// The Raft term.
+    pub fn term(&self) -> u64 {
+        self.node.raft.term
+    }
+
+    /// The leader this member knows of (0: none).
+    pub fn leader_id(&self) -> u64 {
+        self.node.raft.leader_id
+    }
+
+    /// The index applied to the table.
+    pub fn applied(&self) -> u64 {
+        self.applied
+    }
+
+    /// The index committed, as this member knows it.
+    pub fn committed(&self) -> u64 {
+        self.node.raft.raft_log.committed
+    }
+
+    /// The first and last index in its log.
+    pub fn log_span(&self) -> (u64, u64) {
+        let store = self.node.store();
+        (store.first(), store.last())
+    }
+
+    /// The cluster's floor for tokens (0 until the first leader set it).
+    pub fn floor(&self) -> u64 {
+        self.floor
+    }
+
+    // ----- a turn -----------------------------------------------------------
+
+    fn turn(&mut self) {
+        self.propose_turn();
+        // Raft's output may commit entries, which may move leadership and
+        // make answers go: until it has nothing more to say.
+        for _ in 0..8 {
+            self.ready();
+            let before = self.leadership;
+            self.follow_raft();
+            if before == self.leadership && (self.in_flight.is_some() || !self.node.has_ready()) {
+                break;
+            }
+        }
+    }
+
+    /// The tokens of the next entry: `(floor + its index) * 2^22 + n`.
+    fn entry_epoch(&self) -> u64 {
+        self.floor
+            .saturating_add(self.node.raft.raft_log.last_index())
+            .saturating_add(1)
+    }
+
+    /// Proposes this turn's decisions as one entry.
+    fn propose_turn(&mut self) {
+        let Leadership::Serving { term } = self.leadership else {
+            return;
+        };
+        let floor = self.floor_to_propose.take();
+        let decisions = self.server.take_decisions();
+        if floor.is_none() && decisions.is_none() {
+            return;
+        }
+        let (turn, mut decisions) = decisions.unwrap_or((0, Vec::new()));
+        if let Some(epoch) = floor {
+            decisions.insert(0, Decision::Floor { epoch });
+        }
+        let index = self.node.raft.raft_log.last_index() + 1;
+        let data = Decision::encode_entry(&decisions);
+        let proposed = self.node.propose(Vec::new(), data).is_ok()
+            && self.node.raft.raft_log.last_index() == index;
+        if !proposed {
+            // Raft no longer takes this leader's entries: nothing of this
+            // turn may be said.
+            self.step_down(Role::NoLeader);
+            return;
+        }
+        if turn != 0 {
+            self.proposals.0.push_back((turn, index, term));
+        }
+        self.server.set_entry_epoch(self.entry_epoch());
+    }
+
+    /// Hands messages out. A snapshot counts as delivered as soon as it is
+    /// handed out: if it is lost, the follower's next answer says where
+    /// its log ends, and the leader probes from there (raft-rs would
+    /// otherwise wait for a report for ever, and a follower that lost its
+    /// disk would never catch up).
+    fn send(&mut self, messages: Vec<Message>) {
+        for m in messages {
+            if m.msg_type == MessageType::MsgSnapshot as i32 {
+                self.node
+                    .report_snapshot(m.to, raft::SnapshotStatus::Finish);
+            }
+            self.outputs.push_back(Output::Send(m));
+        }
+    }
+
+    /// Takes raft-rs's Ready, unless one is being made durable.
+    fn ready(&mut self) {
+        if self.in_flight.is_some() || !self.node.has_ready() {
+            return;
+        }
+        let mut ready = self.node.ready();
+        self.send(ready.take_messages());
+        let mut persist = Persist::default();
+        if !ready.snapshot().is_empty() {
+            let snapshot = ready.snapshot().clone();
+            self.install(&snapshot);
+            self.node.mut_store().install(snapshot.clone());
+            persist.snapshot = Some(snapshot);
+        }
+        let committed = ready.take_committed_entries();
+        self.apply(&committed);
+        if !ready.entries().is_empty() {
+            self.node.mut_store().append(ready.entries());
+            persist.entries = ready.take_entries();
+        }
+        if let Some(hs) = ready.hs() {
+            self.node.mut_store().set_hard_state(hs.clone());
+            persist.hard_state = Some(hs.clone());
+        }
+        let after = ready.take_persisted_messages();
+        if persist.is_empty() {
+            self.send(after);
+            let mut light = self.node.advance(ready);
+            if let Some(commit) = light.commit_index() {
+                self.node.mut_store().commit_to(commit);
+            }
+            self.send(light.take_messages());
+            let committed = light.take_committed_entries();
+            self.apply(&committed);
+            self.node.advance_apply();
+        } else {
+            self.in_flight = Some((ready, after));
+            self.outputs.push_back(Output::Persist(persist));
+        }
+    }
+
+    /// Applies committed entries to the copy; the leader's answers that
+    /// waited for them go.
+    fn apply(&mut self, entries: &[Entry]) {
+        for entry in entries {
+            if entry.index <= self.applied {
+                continue;
+            }
+            self.applied = entry.index;
+            if entry.entry_type == EntryType::EntryNormal as i32 && !entry.data.is_empty() {
+                match Decision::decode_entry(&entry.data) {
+                    Ok(decisions) => {
+                        for d in &decisions {
+                            if let Decision::Floor { epoch } = d {
+                                self.floor = self.floor.max(*epoch);
+                            }
+                            self.copy.apply(self.now, d);
+                        }
+                    }
+                    Err(_) => {
+                        self.step_down(Role::NotActive);
+                        self.leadership = Leadership::Stopped;
+                        self.outputs
+                            .push_back(Output::Event(ReplicaEvent::BadEntry {
+                                index: entry.index,
+                            }));
+                        return;
+                    }
+                }
+            }
+            while let Some(&(turn, index, term)) = self.proposals.0.front() {
+                if index > entry.index {
+                    break;
+                }
+                self.proposals.0.pop_front();
+                if index == entry.index && term == entry.term {
+                    self.server.handle_committed(self.now, turn);
+                } else {
+                    // Another leader's entry took its place.
+                    self.step_down(Role::NoLeader);
+                    break;
+                }
+            }
+        }
+        self.snapshot_if_due();
+    }
+
+    /// Takes a snapshot of the copy and compacts the log behind it, every
+    /// `snapshot_every` entries applied.
+    fn snapshot_if_due(&mut self) {
+        let first = self.node.store().first();
+        if self.applied < first || self.applied - first + 1 < self.snapshot_every {
+            return;
+        }
+        let mut image = self.copy.image(self.now, Duration::ZERO);
+        image.epoch = self.floor;
+        image.count = 0;
+        if let Some(snapshot) = self.node.mut_store().compact(self.applied, image.encode()) {
+            self.outputs.push_back(Output::Compact(snapshot));
+        }
+    }
+
+    /// A leader's snapshot replaces the copy.
+    fn install(&mut self, snapshot: &Snapshot) {
+        let Some((copy, floor)) = table_of(&self.server, self.now, &snapshot.data) else {
+            self.step_down(Role::NotActive);
+            self.leadership = Leadership::Stopped;
+            let index = snapshot.metadata.as_ref().map_or(0, |m| m.index);
+            self.outputs
+                .push_back(Output::Event(ReplicaEvent::BadEntry { index }));
+            return;
+        };
+        self.copy = copy;
+        self.floor = self.floor.max(floor);
+        self.applied = snapshot.metadata.as_ref().map_or(0, |m| m.index);
+    }
+
+    /// Follows Raft's role: serve once elected and caught up, step down
+    /// when no longer leading, and say who leads.
+    fn follow_raft(&mut self) {
+        let raft = &self.node.raft;
+        let (state, term, leader) = (raft.state, raft.term, raft.leader_id);
+        match (self.leadership, state) {
+            (Leadership::Stopped, _) => {}
+            (Leadership::Serving { term: t }, StateRole::Leader) if t == term => {}
+            (Leadership::Elected { term: t, index }, StateRole::Leader) if t == term => {
+                if self.applied >= index {
+                    self.serve(term, index);
+                }
+            }
+            (_, StateRole::Leader) => {
+                if matches!(self.leadership, Leadership::Serving { .. }) {
+                    self.step_down(Role::NoLeader);
+                }
+                let index = self.node.raft.raft_log.last_index();
+                self.leadership = Leadership::Elected { term, index };
+                if self.applied >= index {
+                    self.serve(term, index);
+                }
+            }
+            (Leadership::Following { leader: l }, _) if l == leader => {}
+            _ => {
+                let addr = self.members.get(&leader).cloned().filter(|_| leader != 0);
+                let role = match &addr {
+                    Some(addr) if leader != self.node.raft.id => Role::Follower {
+                        leader: addr.clone(),
+                    },
+                    _ => Role::NoLeader,
+                };
+                if matches!(self.leadership, Leadership::Following { .. }) {
+                    self.server.set_role(self.now, role);
+                } else {
+                    self.step_down(role);
+                }
+                self.leadership = Leadership::Following { leader };
+                self.outputs
+                    .push_back(Output::Event(ReplicaEvent::Following {
+                        term,
+                        leader: addr,
+                    }));
+            }
+        }
+    }
+
+    /// Serves clients: the committed table becomes the leader's. There is
+    /// no grace: every lease in it was counted from when this member
+    /// applied it, never earlier than the old leader's.
+    fn serve(&mut self, term: u64, index: u64) {
+        self.leadership = Leadership::Serving { term };
+        if self.floor == 0 {
+            // The cluster's first leader: tokens from here on are above
+            // every token of PROTOCOL.md 4.1 given before now.
+            let elapsed = self.now.as_nanos().saturating_sub(self.start.as_nanos()) / 1_000_000;
+            let floor = self.wall_ms.saturating_add(elapsed).max(1);
+            self.floor = floor;
+            self.floor_to_propose = Some(floor);
+            self.propose_turn();
+        }
+        let epoch = self.entry_epoch();
+        self.server
+            .lead_replicated(self.now, self.copy.clone(), epoch);
+        self.outputs
+            .push_back(Output::Event(ReplicaEvent::Leading { term, index }));
+    }
+
+    /// Stops serving, taking `role`: no answer held back is sent, clients
+    /// are closed with `M <leader>` or `E no_leader`, the leader's table
+    /// (with what was not committed) is dropped; the committed copy stays.
+    fn step_down(&mut self, role: Role) {
+        self.proposals.0.clear();
+        self.floor_to_propose = None;
+        if matches!(
+            self.leadership,
+            Leadership::Serving { .. } | Leadership::Elected { .. }
+        ) {
+            self.leadership = Leadership::SteppedDown;
+        }
+        self.server.follow_replicated(self.now, role);
+    }
+}
+
+/// A table and floor from a snapshot's image, or `None` if it is not one.
+fn table_of(server: &Server, now: Time, data: &[u8]) -> Option<(LockTable, u64)> {
+    let image = TableImage::decode(data).ok()?;
+    let empty = server.lock_table().successor();
+    Some((
+        empty.resumed(now, image.epoch, &image, Duration::ZERO),
+        image.epoch,
+    ))
+}
+
+impl core::fmt::Debug for Replica {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Replica")
+            .field("id", &self.node.raft.id)
+            .field("term", &self.node.raft.term)
+            .field("leadership", &self.leadership)
+            .field("applied", &self.applied)
+            .finish_non_exhaustive()
+    }
+}
+#[cfg(test)]
+mod tests;

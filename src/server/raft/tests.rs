@@ -1,0 +1,345 @@
+//! A three-member cluster on one fake clock, messages delivered at once
+//! unless a member is cut off: the replica's rules, one scenario each. The
+//! simulator (`ticketing::sim`, `--scenario raft`) runs them under faults.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::*;
+use crate::names::Name;
+use crate::server::Config;
+
+const STEP: Duration = Duration::from_millis(10);
+
+struct Cluster {
+    now: Time,
+    members: BTreeMap<u64, Endpoint>,
+    replicas: BTreeMap<u64, Replica>,
+    disks: BTreeMap<u64, MemoryDisk>,
+    /// Members whose messages, both ways, are lost.
+    cut: BTreeSet<u64>,
+    /// What each member sent each client connection, as text.
+    sent: BTreeMap<(u64, ConnId), String>,
+    closed: BTreeSet<(u64, ConnId)>,
+    events: Vec<(u64, ReplicaEvent)>,
+    snapshot_every: u64,
+}
+
+impl Cluster {
+    fn new(snapshot_every: u64) -> Cluster {
+        let members: BTreeMap<u64, Endpoint> = (1..=3)
+            .map(|id| (id, Endpoint::new(format!("10.0.0.{id}:7878")).unwrap()))
+            .collect();
+        let mut c = Cluster {
+            now: Time::ZERO,
+            members,
+            replicas: BTreeMap::new(),
+            disks: BTreeMap::new(),
+            cut: BTreeSet::new(),
+            sent: BTreeMap::new(),
+            closed: BTreeSet::new(),
+            events: Vec::new(),
+            snapshot_every,
+        };
+        for id in 1..=3 {
+            c.disks
+                .insert(id, MemoryDisk::new(Restored::new_cluster(1..=3)));
+            c.start(id);
+        }
+        c
+    }
+
+    /// Starts `id` from its disk; election timeouts pinned, member 1 first.
+    fn start(&mut self, id: u64) {
+        self.start_with(id, false);
+    }
+
+    fn start_with(&mut self, id: u64, rejoining: bool) {
+        let server =
+            Server::new(Config::new(Name::new(format!("n{id}")).unwrap()), self.now).unwrap();
+        let mut config =
+            ReplicaConfig::new(id, self.members.clone(), Duration::from_millis(100), 1_000);
+        config.pinned_election_ticks = Some(ELECTION_TICKS + 1 + id as usize * 3);
+        config.snapshot_every = self.snapshot_every;
+        config.rejoining = rejoining;
+        let restored = self.disks[&id].restored();
+        let replica = Replica::new(config, server, restored, self.now).unwrap();
+        self.replicas.insert(id, replica);
+    }
+
+    /// A crash: what was not made durable is gone.
+    fn kill(&mut self, id: u64) {
+        self.replicas.remove(&id);
+        self.sent.retain(|&(n, _), _| n != id);
+    }
+
+    /// Drains every member's output, delivering messages at once, until
+    /// nothing moves.
+    fn settle(&mut self) {
+        loop {
+            let mut moved = false;
+            let ids: Vec<u64> = self.replicas.keys().copied().collect();
+            for id in ids {
+                while let Some(out) = self.replicas.get_mut(&id).and_then(Replica::poll_output) {
+                    moved = true;
+                    match out {
+                        Output::Client(Action::Send { conn, data }) => self
+                            .sent
+                            .entry((id, conn))
+                            .or_default()
+                            .push_str(core::str::from_utf8(&data).unwrap()),
+                        Output::Client(Action::Close { conn }) => {
+                            self.closed.insert((id, conn));
+                        }
+                        Output::Client(_) => {}
+                        Output::Persist(p) => {
+                            self.disks.get_mut(&id).unwrap().persist(&p);
+                            let now = self.now;
+                            self.replicas.get_mut(&id).unwrap().handle_persisted(now);
+                        }
+                        Output::Compact(s) => self.disks.get_mut(&id).unwrap().compact(&s),
+                        Output::Send(m) => {
+                            let to = m.to;
+                            if self.cut.contains(&id) || self.cut.contains(&to) {
+                                continue;
+                            }
+                            let now = self.now;
+                            if let Some(r) = self.replicas.get_mut(&to) {
+                                r.handle_message(now, m);
+                            }
+                        }
+                        Output::Event(e) => self.events.push((id, e)),
+                    }
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    /// Runs the clock forward by `d`, a step at a time.
+    fn run(&mut self, d: Duration) {
+        let end = self.now.saturating_add(d);
+        while self.now < end {
+            self.now = self.now.saturating_add(STEP);
+            let now = self.now;
+            for r in self.replicas.values_mut() {
+                r.handle_timeout(now);
+            }
+            self.settle();
+        }
+    }
+
+    fn leader(&self) -> Option<u64> {
+        let serving: Vec<u64> = self
+            .replicas
+            .iter()
+            .filter(|(_, r)| r.is_serving())
+            .map(|(&id, _)| id)
+            .collect();
+        assert!(serving.len() <= 1, "two members serve: {serving:?}");
+        serving.first().copied()
+    }
+
+    fn connect(&mut self, id: u64, hello: &str) -> ConnId {
+        let now = self.now;
+        let r = self.replicas.get_mut(&id).unwrap();
+        let conn = r.handle_accept(now);
+        r.handle_bytes(now, conn, hello.as_bytes());
+        self.settle();
+        conn
+    }
+
+    fn request(&mut self, id: u64, conn: ConnId, line: &str) {
+        let now = self.now;
+        self.replicas
+            .get_mut(&id)
+            .unwrap()
+            .handle_bytes(now, conn, line.as_bytes());
+    }
+
+    fn text(&self, id: u64, conn: ConnId) -> &str {
+        self.sent.get(&(id, conn)).map_or("", String::as_str)
+    }
+
+    /// The token of the grant of `key` answered on (`id`, `conn`).
+    fn token(&self, id: u64, conn: ConnId, key: &str) -> u64 {
+        let prefix = format!(" A {key} ");
+        let line = self
+            .text(id, conn)
+            .lines()
+            .rfind(|l| l.starts_with("G ") && l.contains(&prefix))
+            .unwrap_or_else(|| panic!("no grant of {key}: {:?}", self.text(id, conn)));
+        line.split(' ').nth(4).unwrap().parse().unwrap()
+    }
+}
+
+fn elected() -> (Cluster, u64) {
+    let mut c = Cluster::new(10_000);
+    c.run(Duration::from_secs(1));
+    let leader = c.leader().expect("a leader within a second");
+    (c, leader)
+}
+
+#[test]
+fn one_member_leads_and_the_others_send_its_address() {
+    let (mut c, leader) = elected();
+    assert!(c
+        .events
+        .iter()
+        .any(|(id, e)| *id == leader && matches!(e, ReplicaEvent::Leading { .. })));
+    for id in (1..=3).filter(|&id| id != leader) {
+        let conn = c.connect(id, "H 2 c -\n");
+        assert_eq!(
+            c.text(id, conn),
+            format!("M 10.0.0.{leader}:7878\n"),
+            "member {id}"
+        );
+        assert!(c.closed.contains(&(id, conn)));
+    }
+}
+
+#[test]
+fn a_grant_is_answered_only_once_its_entry_is_committed() {
+    let (mut c, leader) = elected();
+    let conn = c.connect(leader, "H 2 c -\n");
+    c.request(leader, conn, "A 1 k o 0 5000\n");
+    // Decided and applied by the leader, not yet said.
+    assert!(c.replicas[&leader].server().holder("k").is_some());
+    assert!(!c.text(leader, conn).contains("G 1"));
+    c.settle();
+    assert!(
+        c.text(leader, conn).contains("G 1 A k "),
+        "{}",
+        c.text(leader, conn)
+    );
+    for r in c.replicas.values() {
+        assert!(r.copy().holder("k").is_some(), "every member applied it");
+    }
+}
+
+#[test]
+fn a_leader_cut_off_from_its_majority_says_nothing_more_and_closes_its_clients() {
+    let (mut c, leader) = elected();
+    let conn = c.connect(leader, "H 2 c -\n");
+    c.request(leader, conn, "A 1 k o 0 5000\n");
+    c.settle();
+    let before = c.text(leader, conn).to_string();
+    c.cut.insert(leader);
+    c.request(leader, conn, "A 2 free o 0 5000\n");
+    c.request(
+        leader,
+        conn,
+        &format!("X 3 k {} 5000\n", c.token(leader, conn, "k")),
+    );
+    c.run(Duration::from_millis(500));
+    let after = c.text(leader, conn).to_string();
+    let said = &after[before.len()..];
+    assert!(!said.contains("G 2") && !said.contains("X 3"), "{said:?}");
+    assert!(
+        said == "E no_leader\n" || said.starts_with("M "),
+        "{said:?}"
+    );
+    assert!(c.closed.contains(&(leader, conn)));
+    let new = c.leader().expect("the majority elects another");
+    assert_ne!(new, leader);
+}
+
+#[test]
+fn a_new_leader_keeps_every_grant_and_grants_free_keys_at_once() {
+    let (mut c, leader) = elected();
+    let conn = c.connect(leader, "H 2 c -\n");
+    c.request(leader, conn, "A 1 held o 0 60000\n");
+    c.settle();
+    let token = c.token(leader, conn, "held");
+    c.kill(leader);
+    c.run(Duration::from_millis(600));
+    let new = c.leader().expect("a new leader");
+    let conn = c.connect(new, "H 2 c -\n");
+    // The holder renews with its token: still its grant.
+    c.request(new, conn, &format!("X 1 held {token} 8000\n"));
+    c.request(new, conn, "A 2 held o 0 1000\n");
+    c.request(new, conn, "A 3 free o 0 1000\n");
+    c.settle();
+    let text = c.text(new, conn).to_string();
+    assert!(text.contains(&format!("G 1 X held {token} 8000")), "{text}");
+    assert!(text.contains("T 2 A held"), "{text}");
+    assert!(c.token(new, conn, "free") > token, "tokens go up: {text}");
+    // The old leader comes back from its disk and follows.
+    c.start(leader);
+    c.run(Duration::from_millis(300));
+    assert_eq!(c.leader(), Some(new));
+    assert_eq!(
+        c.replicas[&leader].copy().holder("held").map(|h| h.token),
+        Some(token)
+    );
+}
+
+#[test]
+fn a_member_that_lost_its_disk_catches_up_from_a_snapshot() {
+    let mut c = Cluster::new(4);
+    c.run(Duration::from_secs(1));
+    let leader = c.leader().unwrap();
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let conn = c.connect(leader, "H 2 c -\n");
+    for i in 0..20 {
+        c.request(leader, conn, &format!("A {i} k{i} o 0 60000\n"));
+        c.settle();
+    }
+    assert!(c.disks[&leader].entries() < 8, "the log is compacted");
+    c.kill(follower);
+    c.disks
+        .insert(follower, MemoryDisk::new(Restored::new_cluster(1..=3)));
+    c.start_with(follower, true);
+    c.run(Duration::from_millis(300));
+    // Its leader learns it lost its log at the next entry it sends it
+    // (an idle leader only sends heartbeats, which carry no log).
+    c.request(leader, conn, "A 99 next o 0 60000\n");
+    c.run(Duration::from_millis(300));
+    let copy = c.replicas[&follower].copy();
+    for i in 0..20 {
+        assert_eq!(
+            copy.holder(&format!("k{i}")).map(|h| h.token),
+            Some(c.token(leader, conn, &format!("k{i}"))),
+            "k{i}"
+        );
+    }
+}
+
+#[test]
+fn the_whole_cluster_restarted_from_its_disks_keeps_its_grants() {
+    let (mut c, leader) = elected();
+    let conn = c.connect(leader, "H 2 c -\n");
+    c.request(leader, conn, "A 1 held o 0 60000\n");
+    c.settle();
+    let token = c.token(leader, conn, "held");
+    for id in 1..=3 {
+        c.kill(id);
+    }
+    for id in 1..=3 {
+        c.start(id);
+    }
+    c.run(Duration::from_secs(1));
+    let new = c.leader().unwrap();
+    let conn = c.connect(new, "H 2 c -\n");
+    c.request(new, conn, &format!("R 1 held {token}\n"));
+    c.request(new, conn, "A 2 free o 0 1000\n");
+    c.settle();
+    let text = c.text(new, conn).to_string();
+    assert!(text.contains("D 1 R held"), "{text}");
+    assert!(c.token(new, conn, "free") > token, "{text}");
+}
+
+#[test]
+fn the_same_inputs_at_the_same_times_give_the_same_cluster() {
+    let run = || {
+        let (mut c, leader) = elected();
+        let conn = c.connect(leader, "H 2 c -\n");
+        for i in 0..5 {
+            c.request(leader, conn, &format!("A {i} k o 100 1000\n"));
+        }
+        c.run(Duration::from_secs(3));
+        (leader, c.text(leader, conn).to_string(), c.events.clone())
+    };
+    assert_eq!(run(), run());
+}
