@@ -64,7 +64,7 @@ pub struct ServerHandle {
     task: JoinHandle<Server>,
 }
 
-enum Control {
+pub(crate) enum Control {
     TakeTable(oneshot::Sender<LockTable>),
     InstallTable(LockTable),
     BeginTerm(Term, oneshot::Sender<Result<(), TermError>>),
@@ -250,7 +250,11 @@ pub fn spawn_with_epochs<L: Listener>(
     let addr = Listener::local_addr(&listener)?;
     listener.set_handshake_timeout(server.config().handshake_timeout);
     let (control, rx) = mpsc::unbounded_channel();
-    let task = ::tokio::spawn(run(listener, server, rx, origin, epochs));
+    let task = ::tokio::spawn(async move {
+        run(listener, server, rx, origin, epochs)
+            .await
+            .into_server()
+    });
     Ok(ServerHandle {
         control,
         addr,
@@ -376,10 +380,10 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Link<S> {
 
     /// Reads what the socket has, a few reads at most, handing every byte
     /// to `server` as `conn`'s; `true` with it if bytes went to the core.
-    fn read(
+    fn read<C: Core>(
         &mut self,
         conn: ConnId,
-        server: &mut Server,
+        server: &mut C,
         buf: &mut [u8],
         start: Instant,
     ) -> (bool, Read) {
@@ -411,7 +415,7 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Link<S> {
     /// Writes what is queued, as far as the socket takes it, telling the
     /// core what was written, and resumes reading a stalled connection once
     /// the core says so. `Err`: the connection is broken.
-    fn flush(&mut self, conn: ConnId, server: &mut Server, start: Instant) -> io::Result<()> {
+    fn flush<C: Core>(&mut self, conn: ConnId, server: &mut C, start: Instant) -> io::Result<()> {
         let mut cx = Context::from_waker(&self.waker);
         let mut written = 0;
         while let Some(front) = self.out.front() {
@@ -478,9 +482,102 @@ fn time_since(start: Instant) -> Time {
     Time::from_nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
+/// What the server task drives: a [`Server`], or (feature `raft`) a
+/// member of a replicated cluster, which answers the same client inputs
+/// and has sources of its own (its peers, its disk). Every rule is the
+/// core's; the task only moves bytes.
+pub(crate) trait Core: Send + 'static {
+    fn handle_accept(&mut self, now: Time) -> ConnId;
+    fn handle_bytes(&mut self, now: Time, conn: ConnId, data: &[u8]);
+    fn handle_closed(&mut self, now: Time, conn: ConnId);
+    fn handle_written(&mut self, now: Time, conn: ConnId, n: usize);
+    fn handle_timeout(&mut self, now: Time);
+    fn poll_action(&mut self) -> Option<Action>;
+    fn poll_timeout(&self) -> Option<Time>;
+    fn is_reading(&self, conn: ConnId) -> bool;
+    fn is_open(&self, conn: ConnId) -> bool;
+    fn handshake_timeout(&self) -> Duration;
+    /// Takes what the core's other sources have; whether anything came.
+    fn poll_sources(&mut self, cx: &mut Context<'_>, now: Time) -> bool {
+        let _ = (cx, now);
+        false
+    }
+    /// Gives the core the epoch it asked for ([`Action::NeedEpoch`]).
+    fn begin_epoch(&mut self, now: Time, epoch: u64);
+    /// Carries out a command of the handle about the lock table or the
+    /// role (not every core takes them all).
+    fn command(&mut self, now: Time, start: Instant, command: Control);
+    /// The server core, once the task is over.
+    fn into_server(self) -> Server;
+}
+
+impl Core for Server {
+    fn handle_accept(&mut self, now: Time) -> ConnId {
+        Server::handle_accept(self, now)
+    }
+    fn handle_bytes(&mut self, now: Time, conn: ConnId, data: &[u8]) {
+        Server::handle_bytes(self, now, conn, data);
+    }
+    fn handle_closed(&mut self, now: Time, conn: ConnId) {
+        Server::handle_closed(self, now, conn);
+    }
+    fn handle_written(&mut self, now: Time, conn: ConnId, n: usize) {
+        Server::handle_written(self, now, conn, n);
+    }
+    fn handle_timeout(&mut self, now: Time) {
+        Server::handle_timeout(self, now);
+    }
+    fn poll_action(&mut self) -> Option<Action> {
+        Server::poll_action(self)
+    }
+    fn poll_timeout(&self) -> Option<Time> {
+        Server::poll_timeout(self)
+    }
+    fn is_reading(&self, conn: ConnId) -> bool {
+        Server::is_reading(self, conn)
+    }
+    fn is_open(&self, conn: ConnId) -> bool {
+        Server::is_open(self, conn)
+    }
+    fn handshake_timeout(&self) -> Duration {
+        self.config().handshake_timeout
+    }
+    fn begin_epoch(&mut self, now: Time, epoch: u64) {
+        // Refused only for an epoch past 2109.
+        let _ = Server::begin_epoch(self, now, epoch);
+    }
+    fn command(&mut self, now: Time, start: Instant, command: Control) {
+        match command {
+            Control::TakeTable(reply) => {
+                let _ = reply.send(self.take_lock_table(now));
+            }
+            Control::Stats(reply) => {
+                let _ = reply.send(self.stats());
+            }
+            Control::InstallTable(table) => self.install_lock_table(now, table),
+            Control::BeginTerm(term, reply) => {
+                let _ = reply.send(Server::begin_term(self, now, term));
+            }
+            Control::LeadUntil { until, lead, reply } => {
+                let until = Time::ZERO.saturating_add(until.saturating_duration_since(start));
+                if lead {
+                    self.set_role(now, Role::Leader);
+                }
+                let _ = reply.send(Server::lead_until(self, now, until));
+            }
+            Control::Role(role) => self.set_role(now, role),
+            Control::Announce(addr) => self.announce_leader(now, addr),
+            Control::DropConnections | Control::Pause(_) | Control::Stop => {}
+        }
+    }
+    fn into_server(self) -> Server {
+        self
+    }
+}
+
 /// The server task's state.
-struct Serving<L: Listener> {
-    server: Server,
+struct Serving<L: Listener, C: Core> {
+    server: C,
     start: Instant,
     listener: L,
     control: mpsc::UnboundedReceiver<Control>,
@@ -515,7 +612,7 @@ struct Serving<L: Listener> {
     epoch_retry_armed: bool,
 }
 
-impl<L: Listener> Serving<L> {
+impl<L: Listener, C: Core> Serving<L, C> {
     fn now(&self) -> Time {
         time_since(self.start)
     }
@@ -553,6 +650,10 @@ impl<L: Listener> Serving<L> {
         }
         if self.wanted_epoch.is_some() {
             self.give_epoch();
+            self.answer();
+        }
+        if self.server.poll_sources(cx, self.now()) {
+            progress = true;
             self.answer();
         }
         progress |= self.accept(cx);
@@ -662,25 +763,6 @@ impl<L: Listener> Serving<L> {
     fn control(&mut self, command: Control) -> bool {
         let now = self.now();
         match command {
-            Control::TakeTable(reply) => {
-                let _ = reply.send(self.server.take_lock_table(now));
-            }
-            Control::Stats(reply) => {
-                let _ = reply.send(self.server.stats());
-            }
-            Control::InstallTable(table) => self.server.install_lock_table(now, table),
-            Control::BeginTerm(term, reply) => {
-                let _ = reply.send(self.server.begin_term(now, term));
-            }
-            Control::LeadUntil { until, lead, reply } => {
-                let until = Time::ZERO.saturating_add(until.saturating_duration_since(self.start));
-                if lead {
-                    self.server.set_role(now, Role::Leader);
-                }
-                let _ = reply.send(self.server.lead_until(now, until));
-            }
-            Control::Role(role) => self.server.set_role(now, role),
-            Control::Announce(addr) => self.server.announce_leader(now, addr),
             Control::DropConnections => {
                 // What the core said before goes out first.
                 self.take_actions();
@@ -696,6 +778,7 @@ impl<L: Listener> Serving<L> {
                 }
             }
             Control::Stop => return false,
+            command => self.server.command(now, self.start, command),
         }
         true
     }
@@ -739,8 +822,7 @@ impl<L: Listener> Serving<L> {
         match self.epochs.next(after) {
             Some(epoch) => {
                 self.wanted_epoch = None;
-                // Refused only for an epoch past 2109.
-                let _ = self.server.begin_epoch(self.now(), epoch);
+                self.server.begin_epoch(self.now(), epoch);
             }
             None if !self.epoch_retry_armed => {
                 let now = ::tokio::time::Instant::now();
@@ -779,7 +861,7 @@ impl<L: Listener> Serving<L> {
     }
 
     /// Closes every connection and hands back the core.
-    fn finish(mut self) -> Server {
+    fn finish(mut self) -> C {
         self.take_actions();
         let now = self.now();
         for (conn, link) in self.links.drain() {
@@ -791,13 +873,13 @@ impl<L: Listener> Serving<L> {
     }
 }
 
-async fn run<L: Listener>(
+pub(crate) async fn run<L: Listener, C: Core>(
     listener: L,
-    server: Server,
+    server: C,
     control: mpsc::UnboundedReceiver<Control>,
     start: Instant,
     epochs: Box<dyn Epochs>,
-) -> Server {
+) -> C {
     let mut serving = Serving {
         server,
         start,
