@@ -1150,4 +1150,181 @@ mod tests {
             .expect("the vote");
         assert_eq!((got.from, got.term), (1, 99));
     }
+
+    /// A raw connection to node 2 of `members`, authenticated as member 1.
+    async fn as_member_one(addr: SocketAddr) -> TcpStream {
+        let hello = Hello {
+            from: 1,
+            to: 2,
+            credential: SECRET.as_bytes(),
+        };
+        let (tcp, answer) = raw(addr, hello).await;
+        assert!(answer.is_some(), "member 1 was refused");
+        tcp
+    }
+
+    /// Whether the other side closes `tcp` within 2 s.
+    async fn closed(tcp: &mut TcpStream) -> bool {
+        let mut buf = [0; 16];
+        matches!(
+            timeout(Duration::from_secs(2), tcp.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn a_message_with_a_forged_sender_or_receiver_is_dropped() {
+        let (members, mut nodes) = cluster(3, PeerAuth::Credential(SECRET.into())).await;
+        let (two, rx) = &mut nodes[1];
+        let mut tcp = as_member_one(members[&2]).await;
+        // Member 1 speaking for member 3: a vote 3 never cast.
+        write_message(&mut tcp, &message(MessageType::MsgRequestVote, 3, 2, 50)).await;
+        // Member 1 sending node 2 what is meant for 3.
+        write_message(&mut tcp, &message(MessageType::MsgAppend, 1, 3, 51)).await;
+        write_message(&mut tcp, &message(MessageType::MsgRequestVote, 1, 2, 52)).await;
+        let got = next(rx, Duration::from_secs(5))
+            .await
+            .expect("the genuine vote");
+        assert_eq!((got.from, got.to, got.term), (1, 2, 52));
+        assert_eq!(next(rx, Duration::from_millis(100)).await, None);
+        let stats = two.stats();
+        assert_eq!((stats.refused, stats.received), (2, 1));
+        // The link stays up: dropping is enough.
+        write_message(&mut tcp, &message(MessageType::MsgHeartbeat, 1, 2, 53)).await;
+        let got = next(rx, Duration::from_secs(5)).await.expect("a heartbeat");
+        assert_eq!(got.term, 53);
+    }
+
+    #[tokio::test]
+    async fn a_bad_frame_closes_the_link() {
+        let (members, mut nodes) = cluster(2, PeerAuth::Credential(SECRET.into())).await;
+        let addr = members[&2];
+        // Longer than max_frame: closed before it is read.
+        let mut tcp = as_member_one(addr).await;
+        let too_long = u32::try_from(PeerConfig::DEFAULT_MAX_FRAME + 1).expect("fits");
+        tcp.write_all(&too_long.to_be_bytes()).await.expect("write");
+        assert!(closed(&mut tcp).await, "a frame too long was waited for");
+        // Not a message.
+        let mut tcp = as_member_one(addr).await;
+        tcp.write_all(&[0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff])
+            .await
+            .expect("write");
+        assert!(closed(&mut tcp).await, "garbage was taken");
+        // A message of a type raft-rs does not know (it would panic).
+        let mut tcp = as_member_one(addr).await;
+        let mut odd = message(MessageType::MsgHeartbeat, 1, 2, 1);
+        odd.msg_type = 999;
+        write_message(&mut tcp, &odd).await;
+        assert!(closed(&mut tcp).await, "an unknown type was taken");
+        let mut tcp = as_member_one(addr).await;
+        let mut odd = message(MessageType::MsgAppend, 1, 2, 1);
+        odd.entries.push(raft::eraftpb::Entry {
+            entry_type: 77,
+            ..Default::default()
+        });
+        write_message(&mut tcp, &odd).await;
+        assert!(closed(&mut tcp).await, "an unknown entry type was taken");
+        assert_eq!(
+            next(&mut nodes[1].1, Duration::from_millis(100)).await,
+            None
+        );
+        assert_eq!(nodes[1].0.stats().received, 0);
+    }
+
+    #[tokio::test]
+    async fn no_authentication_or_a_credential_in_the_clear_is_refused_off_loopback() {
+        let here = || SocketAddr::from(([127, 0, 0, 1], 7979));
+        let away = SocketAddr::from(([10, 0, 0, 2], 7979));
+        let members = BTreeMap::from([(1, here()), (2, away)]);
+        let start =
+            |auth, listener| Peers::start(PeerConfig::new(1, members.clone(), auth), listener);
+
+        let err = start(PeerAuth::None, bind("127.0.0.1").await).expect_err("refused");
+        assert!(
+            matches!(err, PeerError::Unauthenticated { place: Place::Member(2), addr } if addr == away),
+            "{err:?}"
+        );
+        let said = err.to_string();
+        assert!(
+            said.contains("member 2") && said.contains("loopback"),
+            "{said}"
+        );
+
+        let err = start(PeerAuth::Credential(SECRET.into()), bind("127.0.0.1").await)
+            .expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                PeerError::CredentialInClear {
+                    place: Place::Member(2),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("in the clear"), "{err}");
+        assert!(!err.to_string().contains(SECRET) && !format!("{err:?}").contains(SECRET));
+
+        // Every member on loopback, but a listener open to the network.
+        let local = BTreeMap::from([(1, here())]);
+        let open = bind("0.0.0.0").await;
+        let err = Peers::start(PeerConfig::new(1, local.clone(), PeerAuth::None), open)
+            .expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                PeerError::Unauthenticated {
+                    place: Place::Listener,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+
+        let mut cfg = PeerConfig::new(3, local.clone(), PeerAuth::None);
+        let refused = |cfg: PeerConfig| async { Peers::start(cfg, bind("127.0.0.1").await).err() };
+        assert!(matches!(
+            refused(cfg.clone()).await,
+            Some(PeerError::NotAMember { id: 3 })
+        ));
+        cfg.id = 1;
+        cfg.queue_limit = 0;
+        assert!(matches!(
+            refused(cfg.clone()).await,
+            Some(PeerError::ZeroQueueLimit)
+        ));
+        cfg.queue_limit = 1;
+        cfg.auth = PeerAuth::Credential("two words".into());
+        assert!(matches!(
+            refused(cfg.clone()).await,
+            Some(PeerError::BadCredential)
+        ));
+        cfg.auth = PeerAuth::None;
+        assert!(refused(cfg).await.is_none(), "a loopback cluster starts");
+        assert_eq!(
+            format!("{:?}", PeerAuth::Credential(SECRET.into())),
+            "Credential(..)"
+        );
+    }
+
+    #[test]
+    fn a_hello_reads_back_and_nothing_else_does() {
+        let hello = Hello {
+            from: 3,
+            to: 1,
+            credential: b"abc",
+        };
+        let frame = hello.frame();
+        assert_eq!(frame.len(), 4 + 27);
+        assert_eq!(Hello::parse(&frame[4..]), Some(hello));
+        for cut in 0..frame.len() - 4 {
+            assert_eq!(Hello::parse(&frame[4..4 + cut]), None, "cut at {cut}");
+        }
+        let mut longer = frame[4..].to_vec();
+        longer.push(0);
+        assert_eq!(Hello::parse(&longer), None);
+        let mut other = frame[4..].to_vec();
+        other[5] = 2;
+        assert_eq!(Hello::parse(&other), None, "another version");
+    }
 }
