@@ -1327,4 +1327,142 @@ mod tests {
         other[5] = 2;
         assert_eq!(Hello::parse(&other), None, "another version");
     }
+
+    /// Certificates for the TLS tests: a CA, and members' certificates
+    /// for the names asked (as `tests/pki` makes them).
+    #[cfg(feature = "tls")]
+    struct Ca {
+        issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    }
+
+    #[cfg(feature = "tls")]
+    impl Ca {
+        fn new() -> Ca {
+            use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyUsagePurpose};
+            let mut params = CertificateParams::new(Vec::<String>::new()).expect("no names");
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params
+                .distinguished_name
+                .push(DnType::CommonName, "peers CA");
+            params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+            let key = rcgen::KeyPair::generate().expect("a CA key");
+            let issuer = rcgen::CertifiedIssuer::self_signed(params, key).expect("a CA");
+            Ca { issuer }
+        }
+
+        fn roots(&self) -> rustls::RootCertStore {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(self.issuer.der().clone()).expect("a root");
+            roots
+        }
+
+        fn identity(&self, name: &str) -> crate::tls::Identity {
+            use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+            let params = rcgen::CertificateParams::new(vec![name.to_owned()]).expect("a name");
+            let key = rcgen::KeyPair::generate().expect("a key");
+            let cert = params.signed_by(&key, &self.issuer).expect("a certificate");
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+            crate::tls::Identity::new(vec![cert.der().clone()], key)
+        }
+
+        /// Mutual TLS for a member whose certificates are for `name`.
+        fn auth(&self, name: &str, credential: Option<&str>) -> PeerAuth {
+            let server = crate::tls::ServerTls::builder()
+                .identity(self.identity(name))
+                .client_ca(self.roots())
+                .build()
+                .expect("a server config");
+            let client = crate::tls::ClientTls::builder()
+                .roots(self.roots())
+                .identity(self.identity(name))
+                .build()
+                .expect("a client config");
+            PeerAuth::tls(&server, &client, credential.map(str::to_owned))
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn mutual_tls_admits_a_certificate_for_the_member_and_no_other() {
+        let ca = Ca::new();
+        let (l1, l2, l3) = (
+            bind("127.0.0.1").await,
+            bind("127.0.0.2").await,
+            bind("127.0.0.3").await,
+        );
+        let members = BTreeMap::from([
+            (1, l1.local_addr().expect("an address")),
+            (2, l2.local_addr().expect("an address")),
+        ]);
+        let start = |id, auth, listener| {
+            Peers::start(PeerConfig::new(id, members.clone(), auth), listener).expect("start")
+        };
+        let (two, mut two_rx) = start(2, ca.auth("127.0.0.2", Some(SECRET)), l2);
+        // A node with a certificate the CA signed, for 127.0.0.3, that
+        // claims to be member 1 (at 127.0.0.1), with the right credential.
+        let (rogue, _rogue_rx) = start(1, ca.auth("127.0.0.3", Some(SECRET)), l3);
+        for term in 0..5 {
+            rogue.send(message(MessageType::MsgRequestVote, 1, 2, 100 + term));
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while two.stats().refused == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "{:?}", two.stats());
+            sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(next(&mut two_rx, Duration::from_millis(200)).await, None);
+        let stats = rogue.stats();
+        assert_eq!((stats.connects, stats.sent), (0, 0));
+        assert_eq!(stats.connected.get(&2), Some(&false));
+        drop(rogue);
+
+        // The real member 1, whose certificate is for 127.0.0.1.
+        let (one, mut one_rx) = start(1, ca.auth("127.0.0.1", Some(SECRET)), l1);
+        one.send(message(MessageType::MsgRequestVote, 1, 2, 7));
+        let got = next(&mut two_rx, Duration::from_secs(5))
+            .await
+            .expect("1's vote");
+        assert_eq!((got.from, got.term), (1, 7));
+        two.send(message(MessageType::MsgRequestVoteResponse, 2, 1, 7));
+        let got = next(&mut one_rx, Duration::from_secs(5))
+            .await
+            .expect("2's answer");
+        assert_eq!((got.from, got.term), (2, 7));
+        assert_eq!(one.stats().connected.get(&2), Some(&true));
+    }
+
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn mutual_tls_with_a_credential_refuses_a_wrong_one() {
+        let ca = Ca::new();
+        let (l1, l2) = (bind("127.0.0.1").await, bind("127.0.0.2").await);
+        let members = BTreeMap::from([
+            (1, l1.local_addr().expect("an address")),
+            (2, l2.local_addr().expect("an address")),
+        ]);
+        let start = |id, auth, listener| {
+            Peers::start(PeerConfig::new(id, members.clone(), auth), listener).expect("start")
+        };
+        let (two, mut two_rx) = start(2, ca.auth("127.0.0.2", Some(SECRET)), l2);
+        let (one, _one_rx) = start(1, ca.auth("127.0.0.1", Some("another")), l1);
+        one.send(message(MessageType::MsgRequestVote, 1, 2, 7));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while two.stats().refused == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "{:?}", two.stats());
+            sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(next(&mut two_rx, Duration::from_millis(200)).await, None);
+        assert_eq!(one.stats().connects, 0);
+    }
+
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn mutual_tls_may_span_machines() {
+        let ca = Ca::new();
+        let members = BTreeMap::from([
+            (1, SocketAddr::from(([127, 0, 0, 1], 7979))),
+            (2, SocketAddr::from(([10, 0, 0, 2], 7979))),
+        ]);
+        let cfg = PeerConfig::new(1, members, ca.auth("127.0.0.1", None));
+        assert!(Peers::start(cfg, bind("127.0.0.1").await).is_ok());
+    }
 }
