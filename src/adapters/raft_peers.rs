@@ -864,10 +864,10 @@ impl Door {
                 bump(&self.counters.refused, 1);
                 continue;
             }
+            bump(&self.counters.received, 1);
             if self.inbound.send(msg).await.is_err() {
                 return;
             }
-            bump(&self.counters.received, 1);
         }
     }
 }
