@@ -54,7 +54,7 @@
 
 mod action;
 mod config;
-mod credential;
+pub(crate) mod credential;
 mod decision;
 mod holdback;
 mod image;

@@ -1,0 +1,1468 @@
+//! The links between the members of a replicated cluster (PROTOCOL.md
+//! 4.3, feature `raft`, on tokio): Raft's messages carried from one member
+//! to another, and only from members.
+//!
+//! Nothing here decides anything about Raft: [`Peers::send`] queues a
+//! message for the member it names, and what arrives from members comes
+//! out of the receiver [`Peers::start`] returns. Raft resends whatever is
+//! lost, so every bound below drops rather than waits.
+//!
+//! # The link
+//!
+//! Each member dials every other one: one outbound connection per peer,
+//! which carries this member's messages to it and nothing back. What a
+//! peer sends comes in on the connection *it* dialled, so a node accepts
+//! connections from any member and dials every member, and the two
+//! directions fail and recover apart. A connection is made when a message
+//! is queued for a peer that has none, and made again after a failure
+//! with an exponential backoff (50 ms doubling to 2 s, back to 50 ms once
+//! a hello is acknowledged) for as long as messages wait.
+//!
+//! Every frame is a 4-byte big-endian length and that many bytes. After
+//! the hello, each frame is a `raft::eraftpb::Message` in the prost
+//! codec (raft-rs's protobuf codec is never used to decode:
+//! RUSTSEC-2024-0437). Messages are written in batches, many frames then
+//! one flush.
+//!
+//! # The hello
+//!
+//! The first frame on every connection is the dialling side's hello: the
+//! magic `TKRP`, the version (2 bytes, 1), its own member id and the id of
+//! the member it means to reach (8 bytes each), and the peer credential
+//! (2 bytes of length, then its bytes; none if there is none). The
+//! accepting side answers with a hello of its own (its id, then the
+//! dialler's, no credential), and only then does the dialler send
+//! messages: a link is counted up, and its backoff reset, once the answer
+//! names the member it dialled.
+//!
+//! # What is refused, and why
+//!
+//! A peer link carries votes and log entries: a forged one could elect a
+//! leader or commit an entry. So the accepting side reads the hello, and
+//! nothing else, until it has authenticated the member, and closes the
+//! connection (counted in [`PeerStats::refused`], the credential never
+//! logged) when
+//!
+//! - the hello is malformed, or longer than a hello can be;
+//! - its sender is not a member, or is this node, or its receiver is not
+//!   this node;
+//! - a credential is required and the one offered differs (compared in a
+//!   time that depends on neither, as the server compares clients');
+//! - with TLS, the client certificate (which the TLS configuration has
+//!   already checked is signed by the CA) is not valid for the host of the
+//!   claimed member's peer address, as webpki checks a server's name: a
+//!   member's certificate cannot speak for another member;
+//! - it takes longer than 5 s (TLS handshake included).
+//!
+//! After that, a message whose `from` is not the authenticated member or
+//! whose `to` is not this node is dropped and counted as refused: Raft
+//! never sees it. A frame that does not decode, or that names a message
+//! or entry type raft-rs does not know (it would panic on one), or that is
+//! longer than [`PeerConfig::max_frame`], closes the link.
+//!
+//! Which authentication a node needs is checked at start ([`PeerAuth`]):
+//! none only when every member's peer address, and the listener's, are
+//! loopback addresses (a cluster on one machine); a credential without TLS
+//! only then too, so that it never crosses a network in the clear.
+//!
+//! # Bounds
+//!
+//! - Each peer's queue holds at most [`PeerConfig::queue_limit`] messages;
+//!   [`Peers::send`] never waits: beyond that it drops the message and
+//!   counts it ([`PeerStats::dropped`]). A link that dies drops what it
+//!   held.
+//! - A frame is at most [`PeerConfig::max_frame`] bytes (64 MiB by
+//!   default: snapshots travel in messages); a message too long to send
+//!   is dropped and counted, one too long to receive closes the link. A
+//!   hello is at most 512 bytes, whoever sends it.
+//! - At most twice as many inbound connections as there are members are
+//!   open at once; beyond, the listener accepts nothing until one closes.
+//!   An unauthenticated one lasts at most 5 s.
+//! - Inbound messages wait in a channel of `queue_limit` messages; when
+//!   it is full, the links stop reading (TCP then slows their senders).
+//!
+//! Every task ends when the last clone of [`Peers`] is dropped.
+
+// Nothing in the crate calls these links yet: the server loop will, and
+// `ticketing::raft` re-export them. Until then only the tests reach them.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::io;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use raft::eraftpb::{EntryType, Message, MessageType};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::time::{sleep, timeout};
+
+use crate::names::Name;
+use crate::server::credential::Credential;
+use crate::wire::MAX_ATOM;
+
+/// The first bytes of every hello.
+const MAGIC: [u8; 4] = *b"TKRP";
+/// The version of the peer link this module speaks.
+const VERSION: u16 = 1;
+/// The longest hello: magic, version, two ids, the credential's length
+/// and the longest credential, with room to spare.
+const HELLO_MAX: usize = 512;
+/// How long an inbound connection may take to authenticate, and an
+/// outbound one to be acknowledged (TLS handshake included).
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The first wait after a failed connect, and the longest.
+const BACKOFF_START: Duration = Duration::from_millis(50);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// How many bytes of frames a batch gathers before it is written.
+const BATCH_BYTES: usize = 256 << 10;
+/// How long a batch may take to be written before the link is given up
+/// (a peer that stopped reading).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long the listener waits after a failed accept (out of
+/// descriptors, say) before it tries again.
+const ACCEPT_RETRY: Duration = Duration::from_millis(100);
+
+/// How members prove to each other that they are members.
+#[derive(Clone)]
+pub enum PeerAuth {
+    /// No authentication: allowed only when every member's peer address
+    /// (and the listener's) is a loopback address, a cluster on one
+    /// machine; [`Peers::start`] refuses otherwise, saying so.
+    None,
+    /// A peer credential shared by the members, sent in the dialling
+    /// side's hello and compared in constant time. Without TLS, allowed
+    /// only on loopback addresses (it would travel in the clear). 1 to 250
+    /// printable ASCII characters without spaces.
+    Credential(String),
+    /// Mutual TLS: both sides present certificates their CA signed. The
+    /// accepting side requires the client certificate to be valid for the
+    /// host of the claimed member's peer address; the dialling side checks
+    /// the server's for the host of the peer's address. A credential may
+    /// be required too.
+    #[cfg(feature = "tls")]
+    Tls {
+        /// The accepting side's configuration, which requires client
+        /// certificates (`ServerTls::builder().client_ca(..)`); without
+        /// client authentication, every peer is refused.
+        server: Arc<rustls::ServerConfig>,
+        /// The dialling side's configuration, with its client
+        /// certificate (`ClientTls::builder().identity(..)`).
+        client: Arc<rustls::ClientConfig>,
+        /// A peer credential required as well, if any.
+        credential: Option<String>,
+    },
+}
+
+impl PeerAuth {
+    /// Mutual TLS with the configurations of the crate's TLS builders:
+    /// `server` with a client CA, `client` with an identity.
+    #[cfg(feature = "tls")]
+    pub fn tls(
+        server: &crate::tls::ServerTls,
+        client: &crate::tls::ClientTls,
+        credential: Option<String>,
+    ) -> PeerAuth {
+        PeerAuth::Tls {
+            server: Arc::clone(server.rustls_config()),
+            client: Arc::clone(client.rustls_config()),
+            credential,
+        }
+    }
+}
+
+/// Leaves the credential out.
+impl fmt::Debug for PeerAuth {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PeerAuth::None => f.write_str("None"),
+            PeerAuth::Credential(_) => f.write_str("Credential(..)"),
+            #[cfg(feature = "tls")]
+            PeerAuth::Tls { credential, .. } => f
+                .debug_struct("Tls")
+                .field("credential", &credential.as_ref().map(|_| ".."))
+                .finish_non_exhaustive(),
+        }
+    }
+}
+
+/// What [`Peers::start`] is given.
+#[derive(Debug, Clone)]
+pub struct PeerConfig {
+    /// This member's Raft id.
+    pub id: u64,
+    /// Every member's peer address, this one's included.
+    pub members: BTreeMap<u64, SocketAddr>,
+    /// How members authenticate.
+    pub auth: PeerAuth,
+    /// The most messages queued for one peer; at least 1.
+    pub queue_limit: usize,
+    /// The longest frame, in bytes, either way; at most `u32::MAX`.
+    pub max_frame: usize,
+}
+
+impl PeerConfig {
+    /// The default [`queue_limit`](Self::queue_limit).
+    pub const DEFAULT_QUEUE_LIMIT: usize = 1024;
+    /// The default [`max_frame`](Self::max_frame): 64 MiB, since
+    /// snapshots travel in messages.
+    pub const DEFAULT_MAX_FRAME: usize = 64 << 20;
+
+    /// Member `id` of `members`, with the default limits.
+    pub fn new(id: u64, members: BTreeMap<u64, SocketAddr>, auth: PeerAuth) -> PeerConfig {
+        PeerConfig {
+            id,
+            members,
+            auth,
+            queue_limit: PeerConfig::DEFAULT_QUEUE_LIMIT,
+            max_frame: PeerConfig::DEFAULT_MAX_FRAME,
+        }
+    }
+}
+
+/// Which address a [`PeerError`] is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Place {
+    /// A member's peer address.
+    Member(u64),
+    /// The address the listener is bound to.
+    Listener,
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Member(id) => write!(f, "member {id}'s peer address"),
+            Place::Listener => f.write_str("the peer listener's address"),
+        }
+    }
+}
+
+/// Why [`Peers::start`] refused to start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PeerError {
+    /// This node's id is not among the members.
+    #[error("member {id} (this node) is not in the member list")]
+    NotAMember {
+        /// This node's id.
+        id: u64,
+    },
+    /// A member id of 0, which Raft reserves for "none".
+    #[error("member id 0 is not allowed: Raft reserves it")]
+    ZeroId,
+    /// A queue limit of 0.
+    #[error("the peer queue limit must be at least 1 message")]
+    ZeroQueueLimit,
+    /// A frame limit of 0, or beyond what a 4-byte length can say.
+    #[error(
+        "the peer frame limit must be between 1 and {} bytes, not {max_frame}",
+        u32::MAX
+    )]
+    BadMaxFrame {
+        /// The limit given.
+        max_frame: usize,
+    },
+    /// No authentication, and an address that is not a loopback one.
+    #[error(
+        "{place} ({addr}) is not a loopback address, and peers do not authenticate: \
+         that is allowed only on one machine; give a peer credential with TLS, or mutual TLS"
+    )]
+    Unauthenticated {
+        /// Which address.
+        place: Place,
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// A peer credential without TLS, and an address that is not a
+    /// loopback one: it would travel in the clear.
+    #[error(
+        "{place} ({addr}) is not a loopback address: the peer credential would travel \
+         in the clear; turn TLS on for the peer link"
+    )]
+    CredentialInClear {
+        /// Which address.
+        place: Place,
+        /// The address.
+        addr: SocketAddr,
+    },
+    /// A peer credential that is not 1 to 250 printable ASCII characters
+    /// without spaces.
+    #[error(
+        "the peer credential must be 1 to {MAX_ATOM} printable ASCII characters without spaces"
+    )]
+    BadCredential,
+    /// The listener's address could not be read.
+    #[error("the peer listener's address: {0}")]
+    Listener(#[source] io::Error),
+    /// Not called within a tokio runtime.
+    #[error("the peer links must be started within a tokio runtime")]
+    NoRuntime,
+}
+
+/// The links' counters, since start.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct PeerStats {
+    /// Messages written to a peer's link.
+    pub sent: u64,
+    /// Messages dropped before they were sent: the peer's queue was full,
+    /// the message was longer than `max_frame`, or `to` is not a peer.
+    pub dropped: u64,
+    /// Messages handed to the receiver.
+    pub received: u64,
+    /// Inbound connections refused before their hello was accepted (not a
+    /// member, a wrong credential or certificate, a bad or late hello),
+    /// and messages dropped because their `from` was not the member of
+    /// their link or their `to` not this node.
+    pub refused: u64,
+    /// Outbound links established (their hello acknowledged).
+    pub connects: u64,
+    /// For every peer, whether its outbound link is up.
+    pub connected: BTreeMap<u64, bool>,
+}
+
+/// Counters shared by the tasks.
+#[derive(Debug, Default)]
+struct Counters {
+    sent: AtomicU64,
+    dropped: AtomicU64,
+    received: AtomicU64,
+    refused: AtomicU64,
+    connects: AtomicU64,
+    connected: BTreeMap<u64, AtomicBool>,
+}
+
+fn bump(counter: &AtomicU64, by: u64) {
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// The links to the other members: a cheap, cloneable handle. Every task
+/// behind it ends when the last clone is dropped.
+#[derive(Debug, Clone)]
+pub struct Peers {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    queues: BTreeMap<u64, mpsc::Sender<Message>>,
+    counters: Arc<Counters>,
+    /// Dropped with the last handle: every task watches it.
+    _stop: watch::Sender<()>,
+}
+
+/// A connection, plain or TLS, either side.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
+type BoxStream = Box<dyn Stream>;
+
+/// How this node authenticates, resolved at start.
+struct Auth {
+    /// What its hellos offer.
+    offered: Vec<u8>,
+    /// What it requires of others' hellos.
+    required: Option<Credential>,
+    #[cfg(feature = "tls")]
+    tls: Option<(tokio_rustls::TlsAcceptor, tokio_rustls::TlsConnector)>,
+}
+
+impl Peers {
+    /// Starts accepting on `listener` and dialling (when there is
+    /// something to send, with backoff) every other member. Messages from
+    /// authenticated members, whose `from` is that member and whose `to`
+    /// is this node, come out of the receiver.
+    pub fn start(
+        cfg: PeerConfig,
+        listener: TcpListener,
+    ) -> Result<(Peers, mpsc::Receiver<Message>), PeerError> {
+        let auth = check(&cfg, &listener)?;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| PeerError::NoRuntime)?;
+        let auth = Arc::new(auth);
+        let (stop, stopped) = watch::channel(());
+        let counters = Arc::new(Counters {
+            connected: cfg
+                .members
+                .keys()
+                .filter(|&&id| id != cfg.id)
+                .map(|&id| (id, AtomicBool::new(false)))
+                .collect(),
+            ..Counters::default()
+        });
+        let mut queues = BTreeMap::new();
+        for (&peer, &addr) in cfg.members.iter().filter(|(&id, _)| id != cfg.id) {
+            let (tx, rx) = mpsc::channel(cfg.queue_limit);
+            queues.insert(peer, tx);
+            let link = Link {
+                me: cfg.id,
+                peer,
+                addr,
+                max_frame: cfg.max_frame,
+                auth: Arc::clone(&auth),
+                counters: Arc::clone(&counters),
+            };
+            runtime.spawn(until(stopped.clone(), link.run(rx)));
+        }
+        let (inbound, received) = mpsc::channel(cfg.queue_limit);
+        let door = Arc::new(Door {
+            me: cfg.id,
+            max_frame: cfg.max_frame,
+            auth,
+            counters: Arc::clone(&counters),
+            inbound,
+            members: cfg.members,
+        });
+        runtime.spawn(until(stopped.clone(), door.accept(listener, stopped)));
+        let inner = Inner {
+            queues,
+            counters,
+            _stop: stop,
+        };
+        Ok((
+            Peers {
+                inner: Arc::new(inner),
+            },
+            received,
+        ))
+    }
+
+    /// Queues `msg` for member `msg.to`. Never waits: when that peer's
+    /// queue is full (or `to` is not a peer) the message is dropped and
+    /// counted; Raft sends again.
+    pub fn send(&self, msg: Message) {
+        let queued = match self.inner.queues.get(&msg.to) {
+            Some(queue) => queue.try_send(msg).is_ok(),
+            None => false,
+        };
+        if !queued {
+            bump(&self.inner.counters.dropped, 1);
+        }
+    }
+
+    /// The counters, and which links are up.
+    pub fn stats(&self) -> PeerStats {
+        let c = &self.inner.counters;
+        let get = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        PeerStats {
+            sent: get(&c.sent),
+            dropped: get(&c.dropped),
+            received: get(&c.received),
+            refused: get(&c.refused),
+            connects: get(&c.connects),
+            connected: c
+                .connected
+                .iter()
+                .map(|(&id, up)| (id, up.load(Ordering::Relaxed)))
+                .collect(),
+        }
+    }
+}
+
+/// Checks `cfg` against the rules of [`PeerAuth`], and resolves it.
+fn check(cfg: &PeerConfig, listener: &TcpListener) -> Result<Auth, PeerError> {
+    if cfg.members.contains_key(&0) {
+        return Err(PeerError::ZeroId);
+    }
+    if !cfg.members.contains_key(&cfg.id) {
+        return Err(PeerError::NotAMember { id: cfg.id });
+    }
+    if cfg.queue_limit == 0 {
+        return Err(PeerError::ZeroQueueLimit);
+    }
+    if cfg.max_frame == 0 || u32::try_from(cfg.max_frame).is_err() {
+        return Err(PeerError::BadMaxFrame {
+            max_frame: cfg.max_frame,
+        });
+    }
+    let local = listener.local_addr().map_err(PeerError::Listener)?;
+    // The first address that is not a loopback one, if any.
+    let outside = cfg
+        .members
+        .iter()
+        .map(|(&id, &addr)| (Place::Member(id), addr))
+        .chain([(Place::Listener, local)])
+        .find(|(_, addr)| !addr.ip().is_loopback());
+    let credential = |c: &str| {
+        Name::new(c)
+            .map(|name| (c.as_bytes().to_vec(), Some(Credential::new(&name))))
+            .map_err(|_| PeerError::BadCredential)
+    };
+    let (offered, required) = match &cfg.auth {
+        PeerAuth::None => match outside {
+            Some((place, addr)) => return Err(PeerError::Unauthenticated { place, addr }),
+            None => (Vec::new(), None),
+        },
+        PeerAuth::Credential(c) => match outside {
+            Some((place, addr)) => return Err(PeerError::CredentialInClear { place, addr }),
+            None => credential(c)?,
+        },
+        #[cfg(feature = "tls")]
+        PeerAuth::Tls { credential: c, .. } => match c {
+            Some(c) => credential(c)?,
+            None => (Vec::new(), None),
+        },
+    };
+    Ok(Auth {
+        offered,
+        required,
+        #[cfg(feature = "tls")]
+        tls: match &cfg.auth {
+            PeerAuth::Tls { server, client, .. } => Some((
+                tokio_rustls::TlsAcceptor::from(Arc::clone(server)),
+                tokio_rustls::TlsConnector::from(Arc::clone(client)),
+            )),
+            _ => None,
+        },
+    })
+}
+
+/// Runs `task` until the last [`Peers`] handle is dropped.
+async fn until(mut stop: watch::Receiver<()>, task: impl std::future::Future<Output = ()>) {
+    tokio::select! {
+        _ = async { while stop.changed().await.is_ok() {} } => {}
+        () = task => {}
+    }
+}
+
+/// A hello: who sends, to whom, with what credential. The answer to one
+/// is a hello from the other side, without a credential.
+#[derive(Debug, PartialEq, Eq)]
+struct Hello<'a> {
+    from: u64,
+    to: u64,
+    credential: &'a [u8],
+}
+
+impl Hello<'_> {
+    /// The hello as a frame, its length first.
+    fn frame(&self) -> Vec<u8> {
+        let body = 4 + 2 + 8 + 8 + 2 + self.credential.len();
+        let mut out = Vec::with_capacity(4 + body);
+        // A credential is at most MAX_ATOM bytes: both fit.
+        out.extend_from_slice(&(body as u32).to_be_bytes());
+        out.extend_from_slice(&MAGIC);
+        out.extend_from_slice(&VERSION.to_be_bytes());
+        out.extend_from_slice(&self.from.to_be_bytes());
+        out.extend_from_slice(&self.to.to_be_bytes());
+        out.extend_from_slice(&(self.credential.len() as u16).to_be_bytes());
+        out.extend_from_slice(self.credential);
+        out
+    }
+
+    /// A hello's body, if it is one of this version.
+    fn parse(body: &[u8]) -> Option<Hello<'_>> {
+        let (magic, rest) = body.split_first_chunk::<4>()?;
+        let (version, rest) = rest.split_first_chunk::<2>()?;
+        let (from, rest) = rest.split_first_chunk::<8>()?;
+        let (to, rest) = rest.split_first_chunk::<8>()?;
+        let (len, credential) = rest.split_first_chunk::<2>()?;
+        let ok = *magic == MAGIC
+            && u16::from_be_bytes(*version) == VERSION
+            && usize::from(u16::from_be_bytes(*len)) == credential.len();
+        ok.then(|| Hello {
+            from: u64::from_be_bytes(*from),
+            to: u64::from_be_bytes(*to),
+            credential,
+        })
+    }
+}
+
+/// Reads one frame of at most `limit` bytes. Longer, or cut short: an
+/// error.
+async fn read_frame(stream: &mut (impl AsyncRead + Unpin), limit: usize) -> io::Result<Vec<u8>> {
+    let mut len = [0; 4];
+    stream.read_exact(&mut len).await?;
+    let len = usize::try_from(u32::from_be_bytes(len)).unwrap_or(usize::MAX);
+    if len > limit {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, "frame too long"));
+    }
+    // Grown as bytes arrive, not trusted from the length.
+    let mut frame = Vec::with_capacity(len.min(64 << 10));
+    (&mut *stream)
+        .take(len as u64)
+        .read_to_end(&mut frame)
+        .await?;
+    if frame.len() != len {
+        return Err(io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(frame)
+}
+
+/// Whether raft-rs can take `msg` without panicking: its type and its
+/// entries' types are ones it knows (it unwraps them).
+fn well_formed(msg: &Message) -> bool {
+    MessageType::from_i32(msg.msg_type).is_some()
+        && msg
+            .entries
+            .iter()
+            .all(|e| EntryType::from_i32(e.entry_type).is_some())
+}
+
+/// The outbound link to one peer.
+struct Link {
+    me: u64,
+    peer: u64,
+    addr: SocketAddr,
+    max_frame: usize,
+    auth: Arc<Auth>,
+    counters: Arc<Counters>,
+}
+
+impl Link {
+    /// Drains `queue` into connections to the peer, made when there is
+    /// something to send, until the queue's senders are gone.
+    async fn run(self, mut queue: mpsc::Receiver<Message>) {
+        let mut backoff = BACKOFF_START;
+        let mut held = None;
+        loop {
+            let first = match held.take() {
+                Some(msg) => msg,
+                None => match queue.recv().await {
+                    Some(msg) => msg,
+                    None => return,
+                },
+            };
+            let stream = match timeout(HELLO_TIMEOUT, self.dial()).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(_)) | Err(_) => {
+                    held = Some(first);
+                    sleep(backoff).await;
+                    backoff = (backoff * 2).min(BACKOFF_MAX);
+                    continue;
+                }
+            };
+            backoff = BACKOFF_START;
+            bump(&self.counters.connects, 1);
+            self.up(true);
+            let open = self.carry(stream, first, &mut queue).await;
+            self.up(false);
+            if !open {
+                return;
+            }
+        }
+    }
+
+    fn up(&self, up: bool) {
+        if let Some(flag) = self.counters.connected.get(&self.peer) {
+            flag.store(up, Ordering::Relaxed);
+        }
+    }
+
+    /// A connection to the peer, its hello acknowledged by the member
+    /// dialled.
+    async fn dial(&self) -> io::Result<BoxStream> {
+        let tcp = TcpStream::connect(self.addr).await?;
+        tcp.set_nodelay(true)?;
+        #[cfg(feature = "tls")]
+        let mut stream: BoxStream = match &self.auth.tls {
+            Some((_, connector)) => {
+                let name = rustls::pki_types::ServerName::from(self.addr.ip());
+                Box::new(connector.connect(name, tcp).await?)
+            }
+            None => Box::new(tcp),
+        };
+        #[cfg(not(feature = "tls"))]
+        let mut stream: BoxStream = Box::new(tcp);
+        let hello = Hello {
+            from: self.me,
+            to: self.peer,
+            credential: &self.auth.offered,
+        };
+        stream.write_all(&hello.frame()).await?;
+        stream.flush().await?;
+        let answer = read_frame(&mut stream, HELLO_MAX).await?;
+        let expected = Hello {
+            from: self.peer,
+            to: self.me,
+            credential: &[],
+        };
+        match Hello::parse(&answer) {
+            Some(answer) if answer == expected => Ok(stream),
+            _ => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not the member dialled",
+            )),
+        }
+    }
+
+    /// Writes `first`, then what the queue holds, in batches, until the
+    /// connection fails or the peer closes it (false once the queue's
+    /// senders are gone).
+    async fn carry(
+        &self,
+        stream: BoxStream,
+        first: Message,
+        queue: &mut mpsc::Receiver<Message>,
+    ) -> bool {
+        let (mut reader, mut writer) = tokio::io::split(stream);
+        let mut next = Some(first);
+        let mut batch = Vec::new();
+        let mut probe = [0; 1];
+        loop {
+            let msg = match next.take() {
+                Some(msg) => msg,
+                None => tokio::select! {
+                    msg = queue.recv() => match msg {
+                        Some(msg) => msg,
+                        None => return false,
+                    },
+                    // The peer sends nothing after its hello: anything
+                    // here, an end or an error, ends the link.
+                    _ = reader.read(&mut probe) => return true,
+                },
+            };
+            batch.clear();
+            let mut count = u64::from(self.frame(&msg, &mut batch));
+            while batch.len() < BATCH_BYTES {
+                match queue.try_recv() {
+                    Ok(msg) => count += u64::from(self.frame(&msg, &mut batch)),
+                    Err(_) => break,
+                }
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            let written = timeout(WRITE_TIMEOUT, async {
+                writer.write_all(&batch).await?;
+                writer.flush().await
+            })
+            .await;
+            if !matches!(written, Ok(Ok(()))) {
+                // What the batch held is lost: Raft sends again.
+                return true;
+            }
+            bump(&self.counters.sent, count);
+        }
+    }
+
+    /// Appends `msg`'s frame to `batch`, or drops it (counted) if it is
+    /// longer than a frame may be. Whether it was appended.
+    fn frame(&self, msg: &Message, batch: &mut Vec<u8>) -> bool {
+        let len = prost::Message::encoded_len(msg);
+        let Some(prefix) = u32::try_from(len).ok().filter(|_| len <= self.max_frame) else {
+            bump(&self.counters.dropped, 1);
+            return false;
+        };
+        batch.extend_from_slice(&prefix.to_be_bytes());
+        // A Vec grows as needed: encoding into it cannot fail.
+        prost::Message::encode(msg, batch).is_ok()
+    }
+}
+
+/// The accepting side: who may come in, and where their messages go.
+struct Door {
+    me: u64,
+    members: BTreeMap<u64, SocketAddr>,
+    max_frame: usize,
+    auth: Arc<Auth>,
+    counters: Arc<Counters>,
+    inbound: mpsc::Sender<Message>,
+}
+
+impl Door {
+    /// Accepts connections, at most twice as many members at once, each
+    /// on a task of its own.
+    async fn accept(self: Arc<Door>, listener: TcpListener, stop: watch::Receiver<()>) {
+        let open = Arc::new(Semaphore::new(2 * self.members.len()));
+        loop {
+            let Ok(permit) = Arc::clone(&open).acquire_owned().await else {
+                return;
+            };
+            let tcp = match listener.accept().await {
+                Ok((tcp, _)) => tcp,
+                Err(_) => {
+                    sleep(ACCEPT_RETRY).await;
+                    continue;
+                }
+            };
+            let door = Arc::clone(&self);
+            tokio::spawn(until(stop.clone(), async move {
+                let _permit = permit;
+                door.serve(tcp).await;
+            }));
+        }
+    }
+
+    /// Authenticates the connection's member, then relays its messages.
+    async fn serve(&self, tcp: TcpStream) {
+        match timeout(HELLO_TIMEOUT, self.admit(tcp)).await {
+            Ok(Some((member, stream))) => self.relay(member, stream).await,
+            Ok(None) | Err(_) => bump(&self.counters.refused, 1),
+        }
+    }
+
+    /// The member on the other end, once its hello (and certificate) say
+    /// it is one and its hello is answered; nothing if they do not.
+    async fn admit(&self, tcp: TcpStream) -> Option<(u64, BoxStream)> {
+        let _ = tcp.set_nodelay(true);
+        #[cfg(feature = "tls")]
+        let (mut stream, cert): (BoxStream, _) = match &self.auth.tls {
+            Some((acceptor, _)) => {
+                let tls = acceptor.accept(tcp).await.ok()?;
+                let cert = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .map(|cert| cert.clone().into_owned());
+                // No certificate under TLS: refused below.
+                (Box::new(tls), Some(cert))
+            }
+            None => (Box::new(tcp), None),
+        };
+        #[cfg(not(feature = "tls"))]
+        let mut stream: BoxStream = Box::new(tcp);
+        let frame = read_frame(&mut stream, HELLO_MAX).await.ok()?;
+        let hello = Hello::parse(&frame)?;
+        let addr = self.members.get(&hello.from)?;
+        if hello.from == self.me || hello.to != self.me {
+            return None;
+        }
+        if let Some(required) = &self.auth.required {
+            if !required.admits(hello.credential) {
+                return None;
+            }
+        }
+        #[cfg(feature = "tls")]
+        if let Some(cert) = cert {
+            let cert = cert?;
+            let parsed = rustls::server::ParsedCertificate::try_from(&cert).ok()?;
+            let name = rustls::pki_types::ServerName::from(addr.ip());
+            rustls::client::verify_server_name(&parsed, &name).ok()?;
+        }
+        #[cfg(not(feature = "tls"))]
+        let _ = addr;
+        let answer = Hello {
+            from: self.me,
+            to: hello.from,
+            credential: &[],
+        };
+        stream.write_all(&answer.frame()).await.ok()?;
+        stream.flush().await.ok()?;
+        Some((hello.from, stream))
+    }
+
+    /// Hands `member`'s messages to the receiver until the link ends or
+    /// breaks a rule.
+    async fn relay(&self, member: u64, mut stream: BoxStream) {
+        loop {
+            let Ok(frame) = read_frame(&mut stream, self.max_frame).await else {
+                return;
+            };
+            let msg: Message = match prost::Message::decode(frame.as_slice()) {
+                Ok(msg) => msg,
+                Err(_) => return,
+            };
+            if !well_formed(&msg) {
+                return;
+            }
+            if msg.from != member || msg.to != self.me {
+                bump(&self.counters.refused, 1);
+                continue;
+            }
+            bump(&self.counters.received, 1);
+            if self.inbound.send(msg).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SECRET: &str = "peer-s3cret";
+
+    async fn bind(ip: &str) -> TcpListener {
+        TcpListener::bind((ip, 0)).await.expect("a loopback port")
+    }
+
+    fn message(kind: MessageType, from: u64, to: u64, term: u64) -> Message {
+        Message {
+            msg_type: kind as i32,
+            from,
+            to,
+            term,
+            ..Message::default()
+        }
+    }
+
+    async fn next(rx: &mut mpsc::Receiver<Message>, within: Duration) -> Option<Message> {
+        timeout(within, rx.recv()).await.ok().flatten()
+    }
+
+    /// `n` members on 127.0.0.1, each started with `auth`.
+    async fn cluster(n: u64, auth: PeerAuth) -> (BTreeMap<u64, SocketAddr>, Vec<Node>) {
+        let mut listeners = Vec::new();
+        for _ in 0..n {
+            listeners.push(bind("127.0.0.1").await);
+        }
+        let members: BTreeMap<u64, SocketAddr> = (1..=n)
+            .zip(&listeners)
+            .map(|(id, l)| (id, l.local_addr().expect("an address")))
+            .collect();
+        let nodes = (1..=n)
+            .zip(listeners)
+            .map(|(id, l)| {
+                Peers::start(PeerConfig::new(id, members.clone(), auth.clone()), l)
+                    .expect("peers start")
+            })
+            .collect();
+        (members, nodes)
+    }
+
+    type Node = (Peers, mpsc::Receiver<Message>);
+
+    /// A raw connection to `addr` that sends `hello` and reads the answer
+    /// (none if the other side closed).
+    async fn raw(addr: SocketAddr, hello: Hello<'_>) -> (TcpStream, Option<Vec<u8>>) {
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        tcp.write_all(&hello.frame()).await.expect("write a hello");
+        let answer = timeout(Duration::from_secs(2), read_frame(&mut tcp, HELLO_MAX))
+            .await
+            .expect("answered or closed at once")
+            .ok();
+        (tcp, answer)
+    }
+
+    /// Writes `msg` as a frame, ignoring failures (the other side may have
+    /// closed).
+    async fn write_message(tcp: &mut TcpStream, msg: &Message) {
+        let bytes = prost::Message::encode_to_vec(msg);
+        let mut frame = (bytes.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&bytes);
+        let _ = tcp.write_all(&frame).await;
+    }
+
+    #[tokio::test]
+    async fn three_members_exchange_messages_both_ways() {
+        let (_, mut nodes) = cluster(3, PeerAuth::Credential(SECRET.into())).await;
+        nodes[0].0.send(message(MessageType::MsgAppend, 1, 2, 7));
+        nodes[1]
+            .0
+            .send(message(MessageType::MsgAppendResponse, 2, 1, 7));
+        nodes[2]
+            .0
+            .send(message(MessageType::MsgRequestVote, 3, 1, 8));
+        nodes[0].0.send(message(MessageType::MsgHeartbeat, 1, 3, 9));
+        let wait = Duration::from_secs(5);
+        let got = next(&mut nodes[1].1, wait).await.expect("2 hears from 1");
+        assert_eq!((got.from, got.to, got.term), (1, 2, 7));
+        assert_eq!(got.msg_type, MessageType::MsgAppend as i32);
+        let mut at_one = [
+            next(&mut nodes[0].1, wait).await.expect("1 hears"),
+            next(&mut nodes[0].1, wait).await.expect("1 hears twice"),
+        ];
+        at_one.sort_by_key(|m| m.from);
+        assert_eq!((at_one[0].from, at_one[0].term), (2, 7));
+        assert_eq!((at_one[1].from, at_one[1].term), (3, 8));
+        let got = next(&mut nodes[2].1, wait).await.expect("3 hears from 1");
+        assert_eq!((got.from, got.term), (1, 9));
+        let one = nodes[0].0.stats();
+        assert_eq!(
+            (one.sent, one.received, one.refused, one.dropped),
+            (2, 2, 0, 0)
+        );
+        assert_eq!(one.connects, 2);
+        assert_eq!(one.connected, BTreeMap::from([(2, true), (3, true)]));
+    }
+
+    #[tokio::test]
+    async fn a_restarted_peer_is_reached_again() {
+        let one_listener = bind("127.0.0.1").await;
+        let two_listener = bind("127.0.0.1").await;
+        let members = BTreeMap::from([
+            (1, one_listener.local_addr().expect("an address")),
+            (2, two_listener.local_addr().expect("an address")),
+        ]);
+        let start = |id, listener| {
+            Peers::start(
+                PeerConfig::new(id, members.clone(), PeerAuth::None),
+                listener,
+            )
+            .expect("peers start")
+        };
+        let (one, _one_rx) = start(1, one_listener);
+        let (two, mut two_rx) = start(2, two_listener);
+        one.send(message(MessageType::MsgHeartbeat, 1, 2, 1));
+        let got = next(&mut two_rx, Duration::from_secs(5)).await;
+        assert_eq!(got.map(|m| m.term), Some(1));
+        assert_eq!(one.stats().connected.get(&2), Some(&true));
+
+        // Node 2 goes away, its listener with it; 1 notices its link end.
+        drop((two, two_rx));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while one.stats().connected.get(&2) != Some(&false) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the link never ended"
+            );
+            sleep(Duration::from_millis(10)).await;
+        }
+        // And comes back on the same address.
+        let listener = loop {
+            match TcpListener::bind(members[&2]).await {
+                Ok(listener) => break listener,
+                Err(_) if tokio::time::Instant::now() < deadline => {
+                    sleep(Duration::from_millis(20)).await;
+                }
+                Err(e) => panic!("cannot bind node 2's address again: {e}"),
+            }
+        };
+        let (_two, mut two_rx) = start(2, listener);
+        // Raft would send again; so does this test, until one arrives.
+        let mut term = 2;
+        let got = loop {
+            one.send(message(MessageType::MsgHeartbeat, 1, 2, term));
+            if let Some(got) = next(&mut two_rx, Duration::from_millis(100)).await {
+                break got;
+            }
+            term += 1;
+            assert!(term < 100, "node 1 never reached node 2 again");
+        };
+        assert_eq!(got.from, 1);
+        let stats = one.stats();
+        assert_eq!(stats.connects, 2);
+        assert_eq!(stats.connected.get(&2), Some(&true));
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_drops_and_counts() {
+        // Member 2 accepts connections in its backlog and never answers a
+        // hello: nothing is ever sent, and the queue fills.
+        let silent = bind("127.0.0.1").await;
+        let own = bind("127.0.0.1").await;
+        let members = BTreeMap::from([
+            (1, own.local_addr().expect("an address")),
+            (2, silent.local_addr().expect("an address")),
+        ]);
+        let mut cfg = PeerConfig::new(1, members, PeerAuth::None);
+        cfg.queue_limit = 4;
+        let (one, _rx) = Peers::start(cfg, own).expect("peers start");
+        for term in 0..100 {
+            one.send(message(MessageType::MsgHeartbeat, 1, 2, term));
+        }
+        // At most the queue, and the one message the link took to dial.
+        let stats = one.stats();
+        assert!(
+            (95..=96).contains(&stats.dropped),
+            "dropped {}",
+            stats.dropped
+        );
+        sleep(Duration::from_millis(50)).await;
+        for term in 0..10 {
+            one.send(message(MessageType::MsgHeartbeat, 1, 2, term));
+        }
+        let stats = one.stats();
+        assert!(stats.dropped >= 105, "dropped {}", stats.dropped);
+        assert_eq!((stats.sent, stats.connects), (0, 0));
+        // A message for a member that is not a peer is dropped too.
+        one.send(message(MessageType::MsgHeartbeat, 1, 9, 1));
+        one.send(message(MessageType::MsgHeartbeat, 1, 1, 1));
+        assert_eq!(one.stats().dropped, stats.dropped + 2);
+        drop(silent);
+    }
+
+    #[tokio::test]
+    async fn a_non_member_or_a_wrong_credential_is_refused_before_any_message() {
+        let (members, mut nodes) = cluster(2, PeerAuth::Credential(SECRET.into())).await;
+        let (two, mut rx) = nodes.pop().expect("node 2");
+        let addr = members[&2];
+        let vote = |from| message(MessageType::MsgRequestVote, from, 2, 99);
+        let hellos = [
+            // Not a member, with the right credential.
+            Hello {
+                from: 9,
+                to: 2,
+                credential: SECRET.as_bytes(),
+            },
+            // A member, with the wrong credential, or none.
+            Hello {
+                from: 1,
+                to: 2,
+                credential: b"peer-s3creT",
+            },
+            Hello {
+                from: 1,
+                to: 2,
+                credential: b"",
+            },
+            // A member, to another node.
+            Hello {
+                from: 1,
+                to: 3,
+                credential: SECRET.as_bytes(),
+            },
+            // Node 2 itself.
+            Hello {
+                from: 2,
+                to: 2,
+                credential: SECRET.as_bytes(),
+            },
+        ];
+        let count = hellos.len() as u64;
+        for hello in hellos {
+            let from = hello.from;
+            let (mut tcp, answer) = raw(addr, hello).await;
+            assert_eq!(answer, None, "a hello from {from} was answered");
+            write_message(&mut tcp, &vote(from)).await;
+        }
+        // A hello that is not one, and one longer than any hello.
+        let mut tcp = TcpStream::connect(addr).await.expect("connect");
+        let _ = tcp.write_all(b"\0\0\0\x08H 2 me x\n").await;
+        let mut tcp2 = TcpStream::connect(addr).await.expect("connect");
+        let _ = tcp2.write_all(&100_000u32.to_be_bytes()).await;
+        assert_eq!(next(&mut rx, Duration::from_millis(300)).await, None);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while two.stats().refused < count + 2 {
+            assert!(tokio::time::Instant::now() < deadline, "{:?}", two.stats());
+            sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(two.stats().received, 0);
+
+        // The right hello is answered, and its vote goes through.
+        let (mut tcp, answer) = raw(
+            addr,
+            Hello {
+                from: 1,
+                to: 2,
+                credential: SECRET.as_bytes(),
+            },
+        )
+        .await;
+        let answer = answer.expect("answered");
+        assert_eq!(
+            Hello::parse(&answer),
+            Some(Hello {
+                from: 2,
+                to: 1,
+                credential: &[]
+            })
+        );
+        write_message(&mut tcp, &vote(1)).await;
+        let got = next(&mut rx, Duration::from_secs(5))
+            .await
+            .expect("the vote");
+        assert_eq!((got.from, got.term), (1, 99));
+    }
+
+    /// A raw connection to node 2 of `members`, authenticated as member 1.
+    async fn as_member_one(addr: SocketAddr) -> TcpStream {
+        let hello = Hello {
+            from: 1,
+            to: 2,
+            credential: SECRET.as_bytes(),
+        };
+        let (tcp, answer) = raw(addr, hello).await;
+        assert!(answer.is_some(), "member 1 was refused");
+        tcp
+    }
+
+    /// Whether the other side closes `tcp` within 2 s.
+    async fn closed(tcp: &mut TcpStream) -> bool {
+        let mut buf = [0; 16];
+        matches!(
+            timeout(Duration::from_secs(2), tcp.read(&mut buf)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn a_message_with_a_forged_sender_or_receiver_is_dropped() {
+        let (members, mut nodes) = cluster(3, PeerAuth::Credential(SECRET.into())).await;
+        let (two, rx) = &mut nodes[1];
+        let mut tcp = as_member_one(members[&2]).await;
+        // Member 1 speaking for member 3: a vote 3 never cast.
+        write_message(&mut tcp, &message(MessageType::MsgRequestVote, 3, 2, 50)).await;
+        // Member 1 sending node 2 what is meant for 3.
+        write_message(&mut tcp, &message(MessageType::MsgAppend, 1, 3, 51)).await;
+        write_message(&mut tcp, &message(MessageType::MsgRequestVote, 1, 2, 52)).await;
+        let got = next(rx, Duration::from_secs(5))
+            .await
+            .expect("the genuine vote");
+        assert_eq!((got.from, got.to, got.term), (1, 2, 52));
+        assert_eq!(next(rx, Duration::from_millis(100)).await, None);
+        let stats = two.stats();
+        assert_eq!((stats.refused, stats.received), (2, 1));
+        // The link stays up: dropping is enough.
+        write_message(&mut tcp, &message(MessageType::MsgHeartbeat, 1, 2, 53)).await;
+        let got = next(rx, Duration::from_secs(5)).await.expect("a heartbeat");
+        assert_eq!(got.term, 53);
+    }
+
+    #[tokio::test]
+    async fn a_bad_frame_closes_the_link() {
+        let (members, mut nodes) = cluster(2, PeerAuth::Credential(SECRET.into())).await;
+        let addr = members[&2];
+        // Longer than max_frame: closed before it is read.
+        let mut tcp = as_member_one(addr).await;
+        let too_long = u32::try_from(PeerConfig::DEFAULT_MAX_FRAME + 1).expect("fits");
+        tcp.write_all(&too_long.to_be_bytes()).await.expect("write");
+        assert!(closed(&mut tcp).await, "a frame too long was waited for");
+        // Not a message.
+        let mut tcp = as_member_one(addr).await;
+        tcp.write_all(&[0, 0, 0, 4, 0xff, 0xff, 0xff, 0xff])
+            .await
+            .expect("write");
+        assert!(closed(&mut tcp).await, "garbage was taken");
+        // A message of a type raft-rs does not know (it would panic).
+        let mut tcp = as_member_one(addr).await;
+        let mut odd = message(MessageType::MsgHeartbeat, 1, 2, 1);
+        odd.msg_type = 999;
+        write_message(&mut tcp, &odd).await;
+        assert!(closed(&mut tcp).await, "an unknown type was taken");
+        let mut tcp = as_member_one(addr).await;
+        let mut odd = message(MessageType::MsgAppend, 1, 2, 1);
+        odd.entries.push(raft::eraftpb::Entry {
+            entry_type: 77,
+            ..Default::default()
+        });
+        write_message(&mut tcp, &odd).await;
+        assert!(closed(&mut tcp).await, "an unknown entry type was taken");
+        assert_eq!(
+            next(&mut nodes[1].1, Duration::from_millis(100)).await,
+            None
+        );
+        assert_eq!(nodes[1].0.stats().received, 0);
+    }
+
+    #[tokio::test]
+    async fn no_authentication_or_a_credential_in_the_clear_is_refused_off_loopback() {
+        let here = || SocketAddr::from(([127, 0, 0, 1], 7979));
+        let away = SocketAddr::from(([10, 0, 0, 2], 7979));
+        let members = BTreeMap::from([(1, here()), (2, away)]);
+        let start =
+            |auth, listener| Peers::start(PeerConfig::new(1, members.clone(), auth), listener);
+
+        let err = start(PeerAuth::None, bind("127.0.0.1").await).expect_err("refused");
+        assert!(
+            matches!(err, PeerError::Unauthenticated { place: Place::Member(2), addr } if addr == away),
+            "{err:?}"
+        );
+        let said = err.to_string();
+        assert!(
+            said.contains("member 2") && said.contains("loopback"),
+            "{said}"
+        );
+
+        let err = start(PeerAuth::Credential(SECRET.into()), bind("127.0.0.1").await)
+            .expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                PeerError::CredentialInClear {
+                    place: Place::Member(2),
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+        assert!(err.to_string().contains("in the clear"), "{err}");
+        assert!(!err.to_string().contains(SECRET) && !format!("{err:?}").contains(SECRET));
+
+        // Every member on loopback, but a listener open to the network.
+        let local = BTreeMap::from([(1, here())]);
+        let open = bind("0.0.0.0").await;
+        let err = Peers::start(PeerConfig::new(1, local.clone(), PeerAuth::None), open)
+            .expect_err("refused");
+        assert!(
+            matches!(
+                err,
+                PeerError::Unauthenticated {
+                    place: Place::Listener,
+                    ..
+                }
+            ),
+            "{err:?}"
+        );
+
+        let mut cfg = PeerConfig::new(3, local.clone(), PeerAuth::None);
+        let refused = |cfg: PeerConfig| async { Peers::start(cfg, bind("127.0.0.1").await).err() };
+        assert!(matches!(
+            refused(cfg.clone()).await,
+            Some(PeerError::NotAMember { id: 3 })
+        ));
+        cfg.id = 1;
+        cfg.queue_limit = 0;
+        assert!(matches!(
+            refused(cfg.clone()).await,
+            Some(PeerError::ZeroQueueLimit)
+        ));
+        cfg.queue_limit = 1;
+        cfg.auth = PeerAuth::Credential("two words".into());
+        assert!(matches!(
+            refused(cfg.clone()).await,
+            Some(PeerError::BadCredential)
+        ));
+        cfg.auth = PeerAuth::None;
+        assert!(refused(cfg).await.is_none(), "a loopback cluster starts");
+        assert_eq!(
+            format!("{:?}", PeerAuth::Credential(SECRET.into())),
+            "Credential(..)"
+        );
+    }
+
+    #[test]
+    fn a_hello_reads_back_and_nothing_else_does() {
+        let hello = Hello {
+            from: 3,
+            to: 1,
+            credential: b"abc",
+        };
+        let frame = hello.frame();
+        assert_eq!(frame.len(), 4 + 27);
+        assert_eq!(Hello::parse(&frame[4..]), Some(hello));
+        for cut in 0..frame.len() - 4 {
+            assert_eq!(Hello::parse(&frame[4..4 + cut]), None, "cut at {cut}");
+        }
+        let mut longer = frame[4..].to_vec();
+        longer.push(0);
+        assert_eq!(Hello::parse(&longer), None);
+        let mut other = frame[4..].to_vec();
+        other[5] = 2;
+        assert_eq!(Hello::parse(&other), None, "another version");
+    }
+
+    /// Certificates for the TLS tests: a CA, and members' certificates
+    /// for the names asked (as `tests/pki` makes them).
+    #[cfg(feature = "tls")]
+    struct Ca {
+        issuer: rcgen::CertifiedIssuer<'static, rcgen::KeyPair>,
+    }
+
+    #[cfg(feature = "tls")]
+    impl Ca {
+        fn new() -> Ca {
+            use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyUsagePurpose};
+            let mut params = CertificateParams::new(Vec::<String>::new()).expect("no names");
+            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+            params
+                .distinguished_name
+                .push(DnType::CommonName, "peers CA");
+            params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+            let key = rcgen::KeyPair::generate().expect("a CA key");
+            let issuer = rcgen::CertifiedIssuer::self_signed(params, key).expect("a CA");
+            Ca { issuer }
+        }
+
+        fn roots(&self) -> rustls::RootCertStore {
+            let mut roots = rustls::RootCertStore::empty();
+            roots.add(self.issuer.der().clone()).expect("a root");
+            roots
+        }
+
+        fn identity(&self, name: &str) -> crate::tls::Identity {
+            use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};
+            let params = rcgen::CertificateParams::new(vec![name.to_owned()]).expect("a name");
+            let key = rcgen::KeyPair::generate().expect("a key");
+            let cert = params.signed_by(&key, &self.issuer).expect("a certificate");
+            let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(key.serialize_der()));
+            crate::tls::Identity::new(vec![cert.der().clone()], key)
+        }
+
+        /// Mutual TLS for a member whose certificates are for `name`.
+        fn auth(&self, name: &str, credential: Option<&str>) -> PeerAuth {
+            let server = crate::tls::ServerTls::builder()
+                .identity(self.identity(name))
+                .client_ca(self.roots())
+                .build()
+                .expect("a server config");
+            let client = crate::tls::ClientTls::builder()
+                .roots(self.roots())
+                .identity(self.identity(name))
+                .build()
+                .expect("a client config");
+            PeerAuth::tls(&server, &client, credential.map(str::to_owned))
+        }
+    }
+
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn mutual_tls_admits_a_certificate_for_the_member_and_no_other() {
+        let ca = Ca::new();
+        let (l1, l2, l3) = (
+            bind("127.0.0.1").await,
+            bind("127.0.0.2").await,
+            bind("127.0.0.3").await,
+        );
+        let members = BTreeMap::from([
+            (1, l1.local_addr().expect("an address")),
+            (2, l2.local_addr().expect("an address")),
+        ]);
+        let start = |id, auth, listener| {
+            Peers::start(PeerConfig::new(id, members.clone(), auth), listener).expect("start")
+        };
+        let (two, mut two_rx) = start(2, ca.auth("127.0.0.2", Some(SECRET)), l2);
+        // A node with a certificate the CA signed, for 127.0.0.3, that
+        // claims to be member 1 (at 127.0.0.1), with the right credential.
+        let (rogue, _rogue_rx) = start(1, ca.auth("127.0.0.3", Some(SECRET)), l3);
+        for term in 0..5 {
+            rogue.send(message(MessageType::MsgRequestVote, 1, 2, 100 + term));
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while two.stats().refused == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "{:?}", two.stats());
+            sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(next(&mut two_rx, Duration::from_millis(200)).await, None);
+        let stats = rogue.stats();
+        assert_eq!((stats.connects, stats.sent), (0, 0));
+        assert_eq!(stats.connected.get(&2), Some(&false));
+        drop(rogue);
+
+        // The real member 1, whose certificate is for 127.0.0.1.
+        let (one, mut one_rx) = start(1, ca.auth("127.0.0.1", Some(SECRET)), l1);
+        one.send(message(MessageType::MsgRequestVote, 1, 2, 7));
+        let got = next(&mut two_rx, Duration::from_secs(5))
+            .await
+            .expect("1's vote");
+        assert_eq!((got.from, got.term), (1, 7));
+        two.send(message(MessageType::MsgRequestVoteResponse, 2, 1, 7));
+        let got = next(&mut one_rx, Duration::from_secs(5))
+            .await
+            .expect("2's answer");
+        assert_eq!((got.from, got.term), (2, 7));
+        assert_eq!(one.stats().connected.get(&2), Some(&true));
+    }
+
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn mutual_tls_with_a_credential_refuses_a_wrong_one() {
+        let ca = Ca::new();
+        let (l1, l2) = (bind("127.0.0.1").await, bind("127.0.0.2").await);
+        let members = BTreeMap::from([
+            (1, l1.local_addr().expect("an address")),
+            (2, l2.local_addr().expect("an address")),
+        ]);
+        let start = |id, auth, listener| {
+            Peers::start(PeerConfig::new(id, members.clone(), auth), listener).expect("start")
+        };
+        let (two, mut two_rx) = start(2, ca.auth("127.0.0.2", Some(SECRET)), l2);
+        let (one, _one_rx) = start(1, ca.auth("127.0.0.1", Some("another")), l1);
+        one.send(message(MessageType::MsgRequestVote, 1, 2, 7));
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while two.stats().refused == 0 {
+            assert!(tokio::time::Instant::now() < deadline, "{:?}", two.stats());
+            sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(next(&mut two_rx, Duration::from_millis(200)).await, None);
+        assert_eq!(one.stats().connects, 0);
+    }
+
+    #[cfg(feature = "tls")]
+    #[tokio::test]
+    async fn mutual_tls_may_span_machines() {
+        let ca = Ca::new();
+        let members = BTreeMap::from([
+            (1, SocketAddr::from(([127, 0, 0, 1], 7979))),
+            (2, SocketAddr::from(([10, 0, 0, 2], 7979))),
+        ]);
+        let cfg = PeerConfig::new(1, members, ca.auth("127.0.0.1", None));
+        assert!(Peers::start(cfg, bind("127.0.0.1").await).is_ok());
+    }
+}
