@@ -244,5 +244,22 @@ pub use adapters::tls;
 #[cfg(feature = "tokio")]
 pub use adapters::tokio;
 
+/// A replicated cluster (PROTOCOL.md 4.3, feature `raft`): what
+/// `ticketing serve --raft-id` runs.
+///
+/// | item | layer | what |
+/// |---|---|---|
+/// | [`Replica`](raft::Replica) | core, sans-IO | the server core beside a raft-rs `RawNode`: decisions replicated, answers held until committed, a committed copy of the table on every member |
+/// | [`RaftDisk`](raft::RaftDisk) | adapter | the member's Raft state in its state directory, one write and one sync per `Ready` |
+/// | [`Peers`](raft::Peers) | adapter, tokio | the authenticated links between members |
+/// | [`spawn_member`](raft::spawn_member) | adapter, tokio | a member served on a listener, as `ticketing::serve` serves a single server |
+#[cfg(feature = "raft")]
+pub mod raft {
+    pub use crate::adapters::raft_disk::*;
+    pub use crate::adapters::raft_peers::*;
+    pub use crate::adapters::raft_serve::*;
+    pub use crate::server::raft::*;
+}
+
 pub use names::{Endpoint, Key, Name};
 pub use time::Time;

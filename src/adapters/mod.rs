@@ -42,7 +42,11 @@ pub mod metrics;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) mod notices;
 #[cfg(feature = "raft")]
+pub mod raft_disk;
+#[cfg(feature = "raft")]
 pub mod raft_peers;
+#[cfg(feature = "raft")]
+pub mod raft_serve;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) mod reply;
 #[cfg(feature = "server")]

@@ -242,25 +242,37 @@ pub fn spawn_with_origin<L: Listener>(
 /// from `epochs`: a state directory keeps each before it is used. While
 /// it fails, nothing is granted and it is tried again on every turn.
 pub fn spawn_with_epochs<L: Listener>(
-    mut listener: L,
+    listener: L,
     server: Server,
     origin: Instant,
     epochs: Box<dyn Epochs>,
 ) -> io::Result<ServerHandle> {
-    let addr = Listener::local_addr(&listener)?;
-    listener.set_handshake_timeout(server.config().handshake_timeout);
-    let (control, rx) = mpsc::unbounded_channel();
-    let task = ::tokio::spawn(async move {
-        run(listener, server, rx, origin, epochs)
-            .await
-            .into_server()
-    });
-    Ok(ServerHandle {
-        control,
-        addr,
-        origin,
-        task,
-    })
+    ServerHandle::spawn_core(listener, server, origin, epochs)
+}
+
+impl ServerHandle {
+    /// Serves `core` on `listener` on a task of its own.
+    pub(crate) fn spawn_core<L: Listener, C: Core>(
+        mut listener: L,
+        core: C,
+        origin: Instant,
+        epochs: Box<dyn Epochs>,
+    ) -> io::Result<ServerHandle> {
+        let addr = Listener::local_addr(&listener)?;
+        listener.set_handshake_timeout(core.handshake_timeout());
+        let (control, rx) = mpsc::unbounded_channel();
+        let task = ::tokio::spawn(async move {
+            run(listener, core, rx, origin, epochs)
+                .await
+                .into_server()
+        });
+        Ok(ServerHandle {
+            control,
+            addr,
+            origin,
+            task,
+        })
+    }
 }
 
 /// Binds `addr` and serves `server` on it.
@@ -873,7 +885,7 @@ impl<L: Listener, C: Core> Serving<L, C> {
     }
 }
 
-pub(crate) async fn run<L: Listener, C: Core>(
+async fn run<L: Listener, C: Core>(
     listener: L,
     server: C,
     control: mpsc::UnboundedReceiver<Control>,

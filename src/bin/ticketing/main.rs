@@ -7,6 +7,7 @@ mod demo;
 mod input;
 mod run;
 mod scrape;
+mod member;
 mod serve;
 mod sim;
 

@@ -18,6 +18,10 @@ use ticketing::{Endpoint, Name, Time};
 use tokio::net::TcpListener;
 
 use crate::common::{Secret, CREDENTIAL_ENV};
+use crate::member::{serve_member, MemberArgs, RaftPeer};
+
+/// Where `--raft-credential` may come from instead.
+const RAFT_CREDENTIAL_ENV: &str = "TICKETING_RAFT_CREDENTIAL";
 use crate::scrape;
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -101,6 +105,42 @@ pub struct Args {
         conflicts_with = "state_dir"
     )]
     etcd: Vec<String>,
+    /// This node's Raft id in a replicated cluster (PROTOCOL.md 4.3).
+    /// `--role` is then not used.
+    #[arg(
+        long,
+        value_name = "N",
+        requires_all = ["raft_listen", "raft_peer", "state_dir"],
+        conflicts_with = "etcd"
+    )]
+    raft_id: Option<u64>,
+    /// Where the other members reach this one.
+    #[arg(long, value_name = "ADDR", requires = "raft_id")]
+    raft_listen: Option<SocketAddr>,
+    /// Every member, this one included, once each:
+    /// `ID=CLIENT_ADDR/RAFT_ADDR`.
+    #[arg(long, value_name = "ID=CLIENT_ADDR/RAFT_ADDR", requires = "raft_id")]
+    raft_peer: Vec<RaftPeer>,
+    /// The very first start of a new cluster (every member, empty state
+    /// directories); refused on a directory that holds state.
+    #[arg(long, requires = "raft_id")]
+    raft_new_cluster: bool,
+    /// The least time a member waits without hearing from a leader before
+    /// it stands for election, in milliseconds (Raft draws each wait
+    /// between it and twice it).
+    #[arg(long, value_name = "N", default_value_t = 1_000, requires = "raft_id")]
+    election_timeout_ms: u64,
+    /// The credential members present to each other. Better from the
+    /// environment.
+    #[arg(
+        long,
+        value_parser = Secret,
+        allow_hyphen_values = true,
+        env = RAFT_CREDENTIAL_ENV,
+        hide_env_values = true,
+        requires = "raft_id"
+    )]
+    raft_credential: Option<Name>,
     /// The cluster's name in etcd: an atom without '/'.
     #[arg(long, value_name = "NAME", requires = "etcd", value_parser = cluster_name)]
     cluster: Option<String>,
@@ -164,6 +204,30 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     // sent as soon as that line is seen must stop the server cleanly.
     let stop = stop_signal()?;
     let prometheus = serve_metrics(args.metrics_listen).await?;
+    if let (Some(id), Some(raft_listen), Some(state_dir)) =
+        (args.raft_id, args.raft_listen, args.state_dir.as_deref())
+    {
+        config.role = Role::NoLeader;
+        let peer_tls = match (&args.tls_client_ca, &args.tls_cert, &args.tls_key) {
+            (Some(ca), Some(cert), Some(key)) => {
+                Some((Identity::from_pem_files(cert, key)?, ca.as_path()))
+            }
+            _ => None,
+        };
+        let member = MemberArgs {
+            id,
+            listen: &args.listen,
+            raft_listen,
+            peers: &args.raft_peer,
+            state_dir,
+            new_cluster: args.raft_new_cluster,
+            election_timeout: Duration::from_millis(args.election_timeout_ms),
+            credential: args.raft_credential.clone(),
+            tls,
+            peer_tls,
+        };
+        return serve_member(config, member, prometheus, stop).await;
+    }
     if let (Some(cluster), Some(advertise)) = (args.cluster.clone(), args.advertise.clone()) {
         let mut node = ClusterConfig::new(args.etcd.clone(), cluster, advertise);
         node.election_ttl = Duration::from_millis(args.election_ttl_ms);
@@ -398,7 +462,7 @@ const REPORT_EVERY: Duration = Duration::from_secs(10);
 /// server's counters published for Prometheus (with a recorder), and on
 /// stderr, each at most once every [`REPORT_EVERY`], handshakes refused
 /// for a wrong credential and epochs that could not be kept.
-async fn watch(handle: &ServerHandle, prometheus: Option<PrometheusHandle>, news: &EpochNews) {
+pub(crate) async fn watch(handle: &ServerHandle, prometheus: Option<PrometheusHandle>, news: &EpochNews) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut refused = Report::default();
     let mut unkept = Report::default();
@@ -461,7 +525,7 @@ impl Report {
 /// What the state directory's epochs came to, noted on the server's task
 /// ([`KeptEpochs::watch`]) and said by [`watch`].
 #[derive(Default)]
-struct EpochNews(Mutex<EpochTrouble>);
+pub(crate) struct EpochNews(Mutex<EpochTrouble>);
 
 /// The news so far.
 #[derive(Default, Clone)]

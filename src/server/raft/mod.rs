@@ -552,6 +552,11 @@ impl Replica {
         &self.server
     }
 
+    /// The server core, for good (the member stops).
+    pub fn into_server(self) -> Server {
+        self.server
+    }
+
     /// The committed table as this member applied it.
     pub fn copy(&self) -> &LockTable {
         &self.copy

@@ -1,0 +1,161 @@
+//! `ticketing serve --raft-id N ...`: a member of a replicated cluster
+//! (PROTOCOL.md 4.3, CLI.md). Everything it decides is the library's
+//! (`ticketing::raft`); this reads the options, opens the state directory
+//! and the peer links, and says on stderr how the member's role changes.
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::ExitCode;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use metrics_exporter_prometheus::PrometheusHandle;
+use ticketing::raft::{
+    spawn_member, Member, MemberNotice, PeerAuth, PeerConfig, Peers, RaftDisk, Replica,
+    ReplicaConfig, ReplicaEvent,
+};
+use ticketing::serve::TlsListener;
+use ticketing::server::{Config, Server};
+use ticketing::state::unix_now;
+use ticketing::tls::{ClientTls, Identity, ServerTls};
+use ticketing::{Endpoint, Name, Time};
+use tokio::net::TcpListener;
+
+use crate::serve::{watch, EpochNews};
+
+/// One `--raft-peer ID=CLIENT_ADDR/RAFT_ADDR`.
+#[derive(Debug, Clone)]
+pub struct RaftPeer {
+    id: u64,
+    client: Endpoint,
+    raft: SocketAddr,
+}
+
+impl FromStr for RaftPeer {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<RaftPeer, String> {
+        let bad = || format!("{s:?}: expected ID=CLIENT_ADDR/RAFT_ADDR, as 3=10.0.0.3:7878/10.0.0.3:7979");
+        let (id, addrs) = s.split_once('=').ok_or_else(bad)?;
+        let (client, raft) = addrs.split_once('/').ok_or_else(bad)?;
+        let id: u64 = id.parse().map_err(|_| bad())?;
+        if id == 0 {
+            return Err(format!("{s:?}: member ids start at 1"));
+        }
+        Ok(RaftPeer {
+            id,
+            client: Endpoint::new(client).map_err(|e| format!("{s:?}: {e}"))?,
+            raft: raft
+                .parse()
+                .map_err(|e| format!("{s:?}: the peer address must be IP:PORT ({e})"))?,
+        })
+    }
+}
+
+/// What `serve` hands over for a member.
+pub struct MemberArgs<'a> {
+    pub id: u64,
+    pub listen: &'a str,
+    pub raft_listen: SocketAddr,
+    pub peers: &'a [RaftPeer],
+    pub state_dir: &'a Path,
+    pub new_cluster: bool,
+    pub election_timeout: Duration,
+    pub credential: Option<Name>,
+    pub tls: Option<ServerTls>,
+    /// With `--tls-client-ca`: the peers speak mutual TLS, with this
+    /// identity and CA.
+    pub peer_tls: Option<(Identity, &'a Path)>,
+}
+
+/// Serves as a member until `stop`.
+pub async fn serve_member(
+    config: Config,
+    args: MemberArgs<'_>,
+    prometheus: Option<PrometheusHandle>,
+    stop: impl std::future::Future<Output = ()>,
+) -> Result<ExitCode, Box<dyn Error>> {
+    let mut clients = BTreeMap::new();
+    let mut raft_addrs = BTreeMap::new();
+    for p in args.peers {
+        if clients.insert(p.id, p.client.clone()).is_some() {
+            return Err(format!("--raft-peer names member {} twice", p.id).into());
+        }
+        raft_addrs.insert(p.id, p.raft);
+    }
+    if !clients.contains_key(&args.id) {
+        return Err(format!("--raft-id {} is not among the --raft-peer members", args.id).into());
+    }
+    let voters: Vec<u64> = clients.keys().copied().collect();
+    let (disk, restored) = RaftDisk::open(args.state_dir, args.new_cluster, &voters)?;
+    let wall_ms = u64::try_from(unix_now().as_millis()).unwrap_or(u64::MAX);
+    let replica_config = ReplicaConfig::new(args.id, clients, args.election_timeout, wall_ms);
+    let server = Server::new(config, Time::ZERO)?;
+    let replica = Replica::new(replica_config, server, restored, Time::ZERO)?;
+
+    let credential = args.credential.map(|c| c.as_str().to_owned());
+    let auth = match (&args.peer_tls, &args.tls) {
+        (Some((identity, ca)), Some(server_tls)) => {
+            let client = ClientTls::builder()
+                .ca_file(ca)?
+                .identity(identity.clone())
+                .build()?;
+            PeerAuth::tls(server_tls, &client, credential)
+        }
+        _ => match credential {
+            Some(c) => PeerAuth::Credential(c),
+            None => {
+                eprintln!("raft peers: no --raft-credential and no mutual TLS: every member must be on this machine (loopback addresses), and is trusted");
+                PeerAuth::None
+            }
+        },
+    };
+    let raft_listener = TcpListener::bind(args.raft_listen).await?;
+    let (peers, inbound) = Peers::start(
+        PeerConfig::new(args.id, raft_addrs, auth),
+        raft_listener,
+    )?;
+    let member = Member {
+        replica,
+        disk,
+        peers,
+        inbound,
+    };
+
+    let listener = TcpListener::bind(args.listen).await?;
+    let addr = listener.local_addr()?;
+    let origin = Instant::now();
+    let notify = |notice: MemberNotice| match notice {
+        MemberNotice::Replica(ReplicaEvent::Leading { term, index }) => {
+            eprintln!("leading (term {term}, from entry {index}; unix ms {})", unix_now().as_millis());
+        }
+        MemberNotice::Replica(ReplicaEvent::Following {
+            leader: Some(leader),
+            term,
+        }) => eprintln!("following {leader} (term {term})"),
+        MemberNotice::Replica(ReplicaEvent::Following { leader: None, term }) => {
+            eprintln!("no leader known (term {term})");
+        }
+        MemberNotice::Replica(ReplicaEvent::BadEntry { index }) => {
+            eprintln!("entry {index} of the log cannot be read: this member stops serving");
+        }
+        MemberNotice::DiskFailed(why) => {
+            eprintln!("cannot keep the Raft state, so this member acknowledges nothing until it can: {why}");
+        }
+        MemberNotice::DiskRecovered => eprintln!("the Raft state is kept again"),
+        _ => {}
+    };
+    let handle = match args.tls {
+        Some(tls) => spawn_member(TlsListener::new(listener, tls), member, origin, notify)?,
+        None => spawn_member(listener, member, origin, notify)?,
+    };
+    eprintln!("listening on {addr}");
+    tokio::select! {
+        () = stop => {}
+        () = watch(&handle, prometheus, &EpochNews::default()) => {}
+    }
+    handle.stop().await?;
+    Ok(ExitCode::SUCCESS)
+}
