@@ -41,6 +41,8 @@ pub(crate) mod lease;
 pub mod metrics;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) mod notices;
+#[cfg(feature = "raft")]
+pub mod raft_disk;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 pub(crate) mod reply;
 #[cfg(feature = "server")]
