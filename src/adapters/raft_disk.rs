@@ -115,7 +115,10 @@ pub struct Persist {
 /// What a start reads back.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Restored {
-    /// The latest hard state (the default one if none was ever kept).
+    /// The latest hard state (the default one if none was ever kept),
+    /// its commit raised to the snapshot's index if it was below it (what
+    /// a snapshot holds was committed; raft-rs refuses to start from a
+    /// commit below its snapshot).
     pub hard_state: HardState,
     /// From the latest snapshot's metadata, or the one given when the
     /// cluster was new.
@@ -368,17 +371,19 @@ impl RaftDisk {
                 })
             }
         };
+        let mut hard_state = replay.hard_state;
+        hard_state.commit = hard_state.commit.max(replay.tail.base);
         let disk = RaftDisk {
             dir,
             segments,
             log,
             snapshot_len,
             tail: replay.tail,
-            hard_state: replay.hard_state.clone(),
+            hard_state: hard_state.clone(),
             failed: false,
         };
         let restored = Restored {
-            hard_state: replay.hard_state,
+            hard_state,
             conf_state,
             snapshot: replay.snapshot,
             entries: replay.entries,
@@ -1315,7 +1320,7 @@ mod tests {
             if let Some(h) = &p.hard_state {
                 r.hard_state = h.clone();
             }
-            self.fix_conf();
+            self.settle();
         }
 
         fn compact(&mut self, s: &Snapshot) {
@@ -1324,10 +1329,13 @@ mod tests {
                 self.restored.snapshot = Some(s.clone());
                 self.restored.entries.retain(|e| e.index > index);
             }
-            self.fix_conf();
+            self.settle();
         }
 
-        fn fix_conf(&mut self) {
+        fn settle(&mut self) {
+            let base = self.base();
+            let commit = &mut self.restored.hard_state.commit;
+            *commit = (*commit).max(base);
             self.restored.conf_state = match &self.restored.snapshot {
                 Some(s) => s.get_metadata().get_conf_state().clone(),
                 None => self.first_conf.clone(),
