@@ -1201,7 +1201,7 @@ mod tests {
     /// The base seed when `TICKETING_QC_SEED` is not set (as in
     /// tests/properties.rs, whose seeding this follows).
     const DEFAULT_SEED: u64 = 0x7469_636b_6574_0001;
-    const CASES_MODEL: u64 = 150;
+    const CASES_MODEL: u64 = 300;
 
     fn base_seed() -> u64 {
         match std::env::var("TICKETING_QC_SEED") {
