@@ -83,10 +83,6 @@
 //!
 //! Every task ends when the last clone of [`Peers`] is dropped.
 
-// Nothing in the crate calls these links yet: the server loop will, and
-// `ticketing::raft` re-export them. Until then only the tests reach them.
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io;

@@ -7,11 +7,13 @@
 //! - **The disk** ([`RaftDisk`]): each [`Persist`] is written and synced
 //!   on a thread of its own, so that clients are read and answered while
 //!   it syncs; what comes meanwhile goes into the next write (group
-//!   commit). The replica goes on once it is durable. A write that fails
-//!   (a full disk, say) is tried again, a pause doubling from 10 ms to a
-//!   second, and said ([`MemberNotice::DiskFailed`]): until it works, the
-//!   member acknowledges nothing, so it costs the cluster a member, never
-//!   a promise.
+//!   commit). The replica goes on once it is durable. A write or sync
+//!   that fails (a full disk, say) stops the disk for good, and is said
+//!   ([`MemberNotice::DiskFailed`]): after a failed sync what the file
+//!   holds is not known, so the member acknowledges nothing more, and its
+//!   driver should stop it (`ticketing serve` exits): it costs the
+//!   cluster a member, never a promise. A restart reads back what was
+//!   synced.
 //!
 //! Every rule is the replica's; this module only moves bytes.
 
@@ -41,10 +43,9 @@ const MESSAGES_PER_PASS: usize = 256;
 pub enum MemberNotice {
     /// The replica's news: leading, following, a bad entry.
     Replica(ReplicaEvent),
-    /// Making its state durable failed; it is tried again.
+    /// Making its state durable failed: the member acknowledges nothing
+    /// more, and should be stopped.
     DiskFailed(String),
-    /// It works again.
-    DiskRecovered,
 }
 
 /// A member ready to serve: its replica, its state directory's Raft
@@ -68,7 +69,6 @@ enum DiskJob {
 enum DiskDone {
     Persisted,
     Failed(String),
-    Recovered,
 }
 
 /// The replica and its sources, as the serving task drives them.
@@ -113,40 +113,80 @@ pub fn spawn_member<L: Listener>(
     ServerHandle::spawn_core(listener, core, origin, Box::new(WallClock))
 }
 
-/// The disk thread: each job in turn, a write that fails tried again
-/// until it works.
+/// The disk thread: the jobs waiting are taken together, consecutive
+/// writes merged into one write and one sync (group commit); a write that
+/// fails is tried again until it works.
 fn keep(
     mut disk: RaftDisk,
     jobs: &std_mpsc::Receiver<DiskJob>,
     done: &mpsc::UnboundedSender<DiskDone>,
 ) {
-    while let Ok(job) = jobs.recv() {
-        let mut pause = Duration::from_millis(10);
-        let mut failed = false;
-        loop {
-            let result = match &job {
-                DiskJob::Persist(p) => disk.persist(p),
-                DiskJob::Compact(s) => disk.compact(s),
-            };
-            match result {
-                Ok(()) => break,
-                Err(e) => {
-                    failed = true;
-                    if done.send(DiskDone::Failed(e.to_string())).is_err() {
+    while let Ok(first) = jobs.recv() {
+        let mut batch = vec![first];
+        batch.extend(jobs.try_iter());
+        let mut merged: Vec<(DiskJob, usize)> = Vec::new();
+        for job in batch {
+            match (merged.last_mut(), job) {
+                (Some((DiskJob::Persist(into), n)), DiskJob::Persist(next)) => {
+                    match merge(into, next) {
+                        Ok(()) => *n += 1,
+                        Err(next) => merged.push((DiskJob::Persist(next), 1)),
+                    }
+                }
+                (_, job) => merged.push((job, 1)),
+            }
+        }
+        for (job, n) in merged {
+            if !do_job(&mut disk, &job, done) {
+                return;
+            }
+            if matches!(job, DiskJob::Persist(_)) {
+                for _ in 0..n {
+                    if done.send(DiskDone::Persisted).is_err() {
                         return;
                     }
-                    thread::sleep(pause);
-                    pause = (pause * 2).min(Duration::from_secs(1));
                 }
             }
         }
-        if failed {
-            let _ = done.send(DiskDone::Recovered);
-        }
-        if matches!(job, DiskJob::Persist(_)) && done.send(DiskDone::Persisted).is_err() {
-            return;
+    }
+}
+
+/// Does one job; `false` if it failed (the thread then stops: after a
+/// failed write or sync, what the file holds is not known, so nothing
+/// more is written or acknowledged) or nobody listens.
+fn do_job(disk: &mut RaftDisk, job: &DiskJob, done: &mpsc::UnboundedSender<DiskDone>) -> bool {
+    let result = match job {
+        DiskJob::Persist(p) => disk.persist(p),
+        DiskJob::Compact(s) => disk.compact(s),
+    };
+    match result {
+        Ok(()) => true,
+        Err(e) => {
+            let _ = done.send(DiskDone::Failed(e.to_string()));
+            false
         }
     }
+}
+
+/// Folds `next` into `into`, as writing both in turn would leave the log;
+/// a snapshot is never folded (`Err` gives `next` back).
+fn merge(into: &mut Persist, next: Persist) -> Result<(), Persist> {
+    if into.snapshot.is_some() || next.snapshot.is_some() {
+        return Err(next);
+    }
+    if let Some(first) = next.entries.first() {
+        let keep = into
+            .entries
+            .iter()
+            .take_while(|e| e.index < first.index)
+            .count();
+        into.entries.truncate(keep);
+    }
+    into.entries.extend(next.entries);
+    if next.hard_state.is_some() {
+        into.hard_state = next.hard_state;
+    }
+    Ok(())
 }
 
 impl Core for MemberCore {
@@ -178,7 +218,6 @@ impl Core for MemberCore {
                 }
                 Output::Send(m) => self.peers.send(m),
                 Output::Event(e) => (self.notify)(MemberNotice::Replica(e)),
-                _ => {}
             }
         }
     }
@@ -201,7 +240,6 @@ impl Core for MemberCore {
             match done {
                 DiskDone::Persisted => self.replica.handle_persisted(now),
                 DiskDone::Failed(why) => (self.notify)(MemberNotice::DiskFailed(why)),
-                DiskDone::Recovered => (self.notify)(MemberNotice::DiskRecovered),
             }
         }
         for _ in 0..MESSAGES_PER_PASS {

@@ -178,6 +178,12 @@ impl StateDir {
         self.dir.join(TABLE_FILE)
     }
 
+    /// The directory.
+    #[cfg_attr(not(feature = "raft"), allow(dead_code))]
+    pub(crate) fn path(&self) -> &Path {
+        &self.dir
+    }
+
     fn tmp_path(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{name}.tmp"))
     }
@@ -270,7 +276,7 @@ impl StateDir {
     /// renamed over `name`, then the directory synced so that the rename
     /// is kept. A temporary left by a failed write is removed first, and
     /// one this write leaves is removed when it fails.
-    fn write_durably(&self, name: &str, bytes: &[u8]) -> Result<(), StateError> {
+    pub(crate) fn write_durably(&self, name: &str, bytes: &[u8]) -> Result<(), StateError> {
         let tmp = self.tmp_path(name);
         remove_if_there(&tmp)?;
         let written = sys::create_private(&tmp).and_then(|mut file| {
@@ -289,7 +295,7 @@ impl StateDir {
         self.sync_dir()
     }
 
-    fn sync_dir(&self) -> Result<(), StateError> {
+    pub(crate) fn sync_dir(&self) -> Result<(), StateError> {
         File::open(&self.dir)
             .and_then(|dir| dir.sync_all())
             .map_err(|source| StateError::Io {
@@ -336,7 +342,7 @@ fn read_if_there(path: &Path, max: u64) -> Result<Option<Vec<u8>>, StateError> {
 }
 
 /// Removes the file (or link) at `path` if there is one.
-fn remove_if_there(path: &Path) -> Result<(), StateError> {
+pub(crate) fn remove_if_there(path: &Path) -> Result<(), StateError> {
     match fs::remove_file(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -346,6 +352,10 @@ fn remove_if_there(path: &Path) -> Result<(), StateError> {
         }),
     }
 }
+
+// For the Raft state kept beside (`raft_disk`).
+#[cfg(feature = "raft")]
+pub(crate) use sys::{open_regular, open_regular_rw};
 
 /// What the operating system is asked for: Unix, with rustix.
 #[cfg(unix)]
@@ -416,11 +426,25 @@ mod sys {
     /// Opens `path` for reading if it is a regular file; `Ok(None)` if it
     /// is something else. Links are not followed, and a FIFO does not
     /// block the open.
-    pub(super) fn open_regular(path: &Path) -> io::Result<Option<File>> {
+    pub(crate) fn open_regular(path: &Path) -> io::Result<Option<File>> {
         let flags = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
         let file = match rustix::fs::open(path, flags, Mode::empty()) {
             Ok(fd) => File::from(fd),
             // What O_NOFOLLOW says of a link.
+            Err(rustix::io::Errno::LOOP) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(file.metadata()?.is_file().then_some(file))
+    }
+
+    /// Opens `path` for reading and writing (not appending) if it is a
+    /// regular file; `Ok(None)` if it is something else. Links are not
+    /// followed.
+    #[cfg_attr(not(feature = "raft"), allow(dead_code))]
+    pub(crate) fn open_regular_rw(path: &Path) -> io::Result<Option<File>> {
+        let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let file = match rustix::fs::open(path, flags, Mode::empty()) {
+            Ok(fd) => File::from(fd),
             Err(rustix::io::Errno::LOOP) => return Ok(None),
             Err(e) => return Err(e.into()),
         };
@@ -463,11 +487,23 @@ mod sys {
         })
     }
 
-    pub(super) fn open_regular(path: &Path) -> io::Result<Option<File>> {
+    pub(crate) fn open_regular(path: &Path) -> io::Result<Option<File>> {
         if !fs::symlink_metadata(path)?.is_file() {
             return Ok(None);
         }
         File::open(path).map(Some)
+    }
+
+    #[cfg_attr(not(feature = "raft"), allow(dead_code))]
+    pub(crate) fn open_regular_rw(path: &Path) -> io::Result<Option<File>> {
+        if !fs::symlink_metadata(path)?.is_file() {
+            return Ok(None);
+        }
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .map(Some)
     }
 
     pub(super) fn create_private(path: &Path) -> io::Result<File> {

@@ -5,9 +5,9 @@ mod client;
 mod common;
 mod demo;
 mod input;
+mod member;
 mod run;
 mod scrape;
-mod member;
 mod serve;
 mod sim;
 

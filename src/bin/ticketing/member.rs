@@ -37,7 +37,9 @@ impl FromStr for RaftPeer {
     type Err = String;
 
     fn from_str(s: &str) -> Result<RaftPeer, String> {
-        let bad = || format!("{s:?}: expected ID=CLIENT_ADDR/RAFT_ADDR, as 3=10.0.0.3:7878/10.0.0.3:7979");
+        let bad = || {
+            format!("{s:?}: expected ID=CLIENT_ADDR/RAFT_ADDR, as 3=10.0.0.3:7878/10.0.0.3:7979")
+        };
         let (id, addrs) = s.split_once('=').ok_or_else(bad)?;
         let (client, raft) = addrs.split_once('/').ok_or_else(bad)?;
         let id: u64 = id.parse().map_err(|_| bad())?;
@@ -96,11 +98,11 @@ pub async fn serve_member(
     let replica = Replica::new(replica_config, server, restored, Time::ZERO)?;
 
     let credential = args.credential.map(|c| c.as_str().to_owned());
-    let auth = match (&args.peer_tls, &args.tls) {
+    let auth = match (args.peer_tls, &args.tls) {
         (Some((identity, ca)), Some(server_tls)) => {
             let client = ClientTls::builder()
                 .ca_file(ca)?
-                .identity(identity.clone())
+                .identity(identity)
                 .build()?;
             PeerAuth::tls(server_tls, &client, credential)
         }
@@ -113,10 +115,7 @@ pub async fn serve_member(
         },
     };
     let raft_listener = TcpListener::bind(args.raft_listen).await?;
-    let (peers, inbound) = Peers::start(
-        PeerConfig::new(args.id, raft_addrs, auth),
-        raft_listener,
-    )?;
+    let (peers, inbound) = Peers::start(PeerConfig::new(args.id, raft_addrs, auth), raft_listener)?;
     let member = Member {
         replica,
         disk,
@@ -129,7 +128,10 @@ pub async fn serve_member(
     let origin = Instant::now();
     let notify = |notice: MemberNotice| match notice {
         MemberNotice::Replica(ReplicaEvent::Leading { term, index }) => {
-            eprintln!("leading (term {term}, from entry {index}; unix ms {})", unix_now().as_millis());
+            eprintln!(
+                "leading (term {term}, from entry {index}; unix ms {})",
+                unix_now().as_millis()
+            );
         }
         MemberNotice::Replica(ReplicaEvent::Following {
             leader: Some(leader),
@@ -142,9 +144,11 @@ pub async fn serve_member(
             eprintln!("entry {index} of the log cannot be read: this member stops serving");
         }
         MemberNotice::DiskFailed(why) => {
-            eprintln!("cannot keep the Raft state, so this member acknowledges nothing until it can: {why}");
+            // A crash, as far as the cluster can tell: a restart reads
+            // back what was synced.
+            eprintln!("cannot keep the Raft state ({why}): stopping; the cluster goes on without this member");
+            std::process::exit(1);
         }
-        MemberNotice::DiskRecovered => eprintln!("the Raft state is kept again"),
         _ => {}
     };
     let handle = match args.tls {
@@ -152,9 +156,10 @@ pub async fn serve_member(
         None => spawn_member(listener, member, origin, notify)?,
     };
     eprintln!("listening on {addr}");
+    let no_news = EpochNews::default();
     tokio::select! {
         () = stop => {}
-        () = watch(&handle, prometheus, &EpochNews::default()) => {}
+        () = watch(&handle, prometheus, &no_news) => {}
     }
     handle.stop().await?;
     Ok(ExitCode::SUCCESS)

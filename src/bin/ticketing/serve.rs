@@ -462,7 +462,11 @@ const REPORT_EVERY: Duration = Duration::from_secs(10);
 /// server's counters published for Prometheus (with a recorder), and on
 /// stderr, each at most once every [`REPORT_EVERY`], handshakes refused
 /// for a wrong credential and epochs that could not be kept.
-pub(crate) async fn watch(handle: &ServerHandle, prometheus: Option<PrometheusHandle>, news: &EpochNews) {
+pub(crate) async fn watch(
+    handle: &ServerHandle,
+    prometheus: Option<PrometheusHandle>,
+    news: &EpochNews,
+) {
     let mut tick = tokio::time::interval(Duration::from_secs(1));
     let mut refused = Report::default();
     let mut unkept = Report::default();

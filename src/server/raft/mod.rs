@@ -132,7 +132,7 @@ pub enum ReplicaError {
 }
 
 /// What a member's state directory held at start (its driver reads it).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, PartialEq)]
 #[non_exhaustive]
 pub struct Restored {
     /// The latest hard state (term, vote, commit).
@@ -311,9 +311,11 @@ pub struct Replica {
     tick: Duration,
     next_tick: Time,
     max_ticks: usize,
-    /// The Ready whose state the driver is making durable, and the
-    /// messages that may go only after.
-    in_flight: Option<(raft::Ready, Vec<Message>)>,
+    /// The Readies whose state the driver is making durable, in order:
+    /// each one's number, the messages that may go only after, and
+    /// whether it had anything to write (one that had not is durable
+    /// with the write before it).
+    in_flight: VecDeque<(u64, Vec<Message>, bool)>,
     /// Inputs came since the last turn.
     dirty: bool,
     outputs: VecDeque<Output>,
@@ -404,7 +406,7 @@ impl Replica {
             tick,
             next_tick: now.saturating_add(tick),
             max_ticks: max,
-            in_flight: None,
+            in_flight: VecDeque::new(),
             dirty: true,
             outputs: VecDeque::new(),
             start: now,
@@ -463,21 +465,33 @@ impl Replica {
         let _ = self.node.step(message);
     }
 
-    /// The [`Persist`] handed out last is durable.
+    /// The oldest [`Persist`] handed out and not yet said durable is
+    /// durable (they are made durable in the order they were handed out).
     pub fn handle_persisted(&mut self, now: Time) {
         self.input(now);
-        let Some((ready, after)) = self.in_flight.take() else {
-            return;
-        };
-        self.send(after);
-        let mut light = self.node.advance(ready);
-        if let Some(commit) = light.commit_index() {
-            self.node.mut_store().commit_to(commit);
+        let mut last = None;
+        while let Some((number, after, wrote)) = self.in_flight.pop_front() {
+            if wrote && last.is_some() {
+                self.in_flight.push_front((number, after, wrote));
+                break;
+            }
+            last = Some(number);
+            self.send(after);
         }
-        self.send(light.take_messages());
-        let committed = light.take_committed_entries();
-        self.apply(&committed);
-        self.node.advance_apply();
+        if let Some(number) = last {
+            self.node.on_persist_ready(number);
+            self.mark_applied();
+        }
+    }
+
+    /// Tells raft-rs how far the table is applied, as far as it may know
+    /// it: a snapshot is applied at once, but counts once it is durable.
+    fn mark_applied(&mut self) {
+        let log = &self.node.raft.raft_log;
+        let to = self.applied.min(log.persisted).min(log.committed);
+        if to > log.applied {
+            self.node.advance_apply_to(to);
+        }
     }
 
     /// Time passed: Raft's ticks, and the server's timers.
@@ -609,7 +623,7 @@ impl Replica {
             self.ready();
             let before = self.leadership;
             self.follow_raft();
-            if before == self.leadership && (self.in_flight.is_some() || !self.node.has_ready()) {
+            if before == self.leadership && !self.node.has_ready() {
                 break;
             }
         }
@@ -667,9 +681,12 @@ impl Replica {
         }
     }
 
-    /// Takes raft-rs's Ready, unless one is being made durable.
+    /// Takes raft-rs's Ready: what it says to send goes now, what it
+    /// commits is applied, what it appends is handed out to be made
+    /// durable (several may be under way; the driver may write them in
+    /// one go), and the messages that must wait for that wait.
     fn ready(&mut self) {
-        if self.in_flight.is_some() || !self.node.has_ready() {
+        if !self.node.has_ready() {
             return;
         }
         let mut ready = self.node.ready();
@@ -692,18 +709,18 @@ impl Replica {
             persist.hard_state = Some(hs.clone());
         }
         let after = ready.take_persisted_messages();
-        if persist.is_empty() {
+        let number = ready.number();
+        self.node.advance_append_async(ready);
+        self.mark_applied();
+        if persist.is_empty() && self.in_flight.is_empty() {
+            self.node.on_persist_ready(number);
             self.send(after);
-            let mut light = self.node.advance(ready);
-            if let Some(commit) = light.commit_index() {
-                self.node.mut_store().commit_to(commit);
-            }
-            self.send(light.take_messages());
-            let committed = light.take_committed_entries();
-            self.apply(&committed);
-            self.node.advance_apply();
+        } else if persist.is_empty() {
+            // Nothing to write, but behind a write under way: durable
+            // when that one is.
+            self.in_flight.push_back((number, after, false));
         } else {
-            self.in_flight = Some((ready, after));
+            self.in_flight.push_back((number, after, true));
             self.outputs.push_back(Output::Persist(persist));
         }
     }

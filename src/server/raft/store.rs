@@ -68,11 +68,6 @@ impl LogStore {
         self.hard_state = hs;
     }
 
-    /// Notes a commit index raft-rs moved without a new hard state.
-    pub(crate) fn commit_to(&mut self, index: u64) {
-        self.hard_state.commit = self.hard_state.commit.max(index);
-    }
-
     /// Appends `entries`; the first replaces the entry at its index and
     /// every one after it (a leader's log wins over what it contradicts).
     /// Entries at or below the snapshot are already in it.

@@ -22,6 +22,9 @@ struct Cluster {
     closed: BTreeSet<(u64, ConnId)>,
     events: Vec<(u64, ReplicaEvent)>,
     snapshot_every: u64,
+    /// Writes made but not yet said durable: their syncs end at the next
+    /// step, while messages go on meanwhile.
+    syncing: Vec<u64>,
 }
 
 impl Cluster {
@@ -39,6 +42,7 @@ impl Cluster {
             closed: BTreeSet::new(),
             events: Vec::new(),
             snapshot_every,
+            syncing: Vec::new(),
         };
         for id in 1..=3 {
             c.disks
@@ -69,6 +73,7 @@ impl Cluster {
     /// A crash: what was not made durable is gone.
     fn kill(&mut self, id: u64) {
         self.replicas.remove(&id);
+        self.syncing.retain(|&n| n != id);
         self.sent.retain(|&(n, _), _| n != id);
     }
 
@@ -93,8 +98,7 @@ impl Cluster {
                         Output::Client(_) => {}
                         Output::Persist(p) => {
                             self.disks.get_mut(&id).unwrap().persist(&p);
-                            let now = self.now;
-                            self.replicas.get_mut(&id).unwrap().handle_persisted(now);
+                            self.syncing.push(id);
                         }
                         Output::Compact(s) => self.disks.get_mut(&id).unwrap().compact(&s),
                         Output::Send(m) => {
@@ -123,6 +127,11 @@ impl Cluster {
         while self.now < end {
             self.now = self.now.saturating_add(STEP);
             let now = self.now;
+            for id in std::mem::take(&mut self.syncing) {
+                if let Some(r) = self.replicas.get_mut(&id) {
+                    r.handle_persisted(now);
+                }
+            }
             for r in self.replicas.values_mut() {
                 r.handle_timeout(now);
             }
@@ -207,7 +216,7 @@ fn a_grant_is_answered_only_once_its_entry_is_committed() {
     // Decided and applied by the leader, not yet said.
     assert!(c.replicas[&leader].server().holder("k").is_some());
     assert!(!c.text(leader, conn).contains("G 1"));
-    c.settle();
+    c.run(Duration::from_millis(50));
     assert!(
         c.text(leader, conn).contains("G 1 A k "),
         "{}",
@@ -223,7 +232,7 @@ fn a_leader_cut_off_from_its_majority_says_nothing_more_and_closes_its_clients()
     let (mut c, leader) = elected();
     let conn = c.connect(leader, "H 2 c -\n");
     c.request(leader, conn, "A 1 k o 0 5000\n");
-    c.settle();
+    c.run(Duration::from_millis(50));
     let before = c.text(leader, conn).to_string();
     c.cut.insert(leader);
     c.request(leader, conn, "A 2 free o 0 5000\n");
@@ -250,7 +259,7 @@ fn a_new_leader_keeps_every_grant_and_grants_free_keys_at_once() {
     let (mut c, leader) = elected();
     let conn = c.connect(leader, "H 2 c -\n");
     c.request(leader, conn, "A 1 held o 0 60000\n");
-    c.settle();
+    c.run(Duration::from_millis(50));
     let token = c.token(leader, conn, "held");
     c.kill(leader);
     c.run(Duration::from_millis(600));
@@ -260,7 +269,7 @@ fn a_new_leader_keeps_every_grant_and_grants_free_keys_at_once() {
     c.request(new, conn, &format!("X 1 held {token} 8000\n"));
     c.request(new, conn, "A 2 held o 0 1000\n");
     c.request(new, conn, "A 3 free o 0 1000\n");
-    c.settle();
+    c.run(Duration::from_millis(50));
     let text = c.text(new, conn).to_string();
     assert!(text.contains(&format!("G 1 X held {token} 8000")), "{text}");
     assert!(text.contains("T 2 A held"), "{text}");
@@ -284,7 +293,7 @@ fn a_member_that_lost_its_disk_catches_up_from_a_snapshot() {
     let conn = c.connect(leader, "H 2 c -\n");
     for i in 0..20 {
         c.request(leader, conn, &format!("A {i} k{i} o 0 60000\n"));
-        c.settle();
+        c.run(Duration::from_millis(50));
     }
     assert!(c.disks[&leader].entries() < 8, "the log is compacted");
     c.kill(follower);
@@ -311,7 +320,7 @@ fn the_whole_cluster_restarted_from_its_disks_keeps_its_grants() {
     let (mut c, leader) = elected();
     let conn = c.connect(leader, "H 2 c -\n");
     c.request(leader, conn, "A 1 held o 0 60000\n");
-    c.settle();
+    c.run(Duration::from_millis(50));
     let token = c.token(leader, conn, "held");
     for id in 1..=3 {
         c.kill(id);
@@ -324,7 +333,7 @@ fn the_whole_cluster_restarted_from_its_disks_keeps_its_grants() {
     let conn = c.connect(new, "H 2 c -\n");
     c.request(new, conn, &format!("R 1 held {token}\n"));
     c.request(new, conn, "A 2 free o 0 1000\n");
-    c.settle();
+    c.run(Duration::from_millis(50));
     let text = c.text(new, conn).to_string();
     assert!(text.contains("D 1 R held"), "{text}");
     assert!(c.token(new, conn, "free") > token, "{text}");
