@@ -261,11 +261,10 @@ impl ServerHandle {
         let addr = Listener::local_addr(&listener)?;
         listener.set_handshake_timeout(core.handshake_timeout());
         let (control, rx) = mpsc::unbounded_channel();
-        let task = ::tokio::spawn(async move {
-            run(listener, core, rx, origin, epochs)
-                .await
-                .into_server()
-        });
+        let task =
+            ::tokio::spawn(
+                async move { run(listener, core, rx, origin, epochs).await.into_server() },
+            );
         Ok(ServerHandle {
             control,
             addr,
