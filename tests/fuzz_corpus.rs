@@ -55,3 +55,8 @@ fn the_decode_corpus_replays_cleanly() {
 fn the_client_corpus_keeps_every_invariant() {
     replay("client", fuzz::client);
 }
+
+#[test]
+fn the_decisions_corpus_reads_back_canonically() {
+    replay("decisions", fuzz::decisions);
+}

@@ -290,3 +290,32 @@ pub fn client(data: &[u8]) -> Result<(), InvariantViolation> {
     let (setup, steps) = scenario(data);
     Runner::run_twice(&setup, &steps).map(|_| ())
 }
+
+/// Why an entry of decisions broke a rule of its codec.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("decisions: {0}")]
+pub struct DecisionFailure(String);
+
+/// Reads `data` as a replicated cluster's entry of decisions
+/// ([`Decision::decode_entry`](crate::server::Decision::decode_entry)):
+/// never a panic; bytes that decode are the canonical encoding of what
+/// they decode to (so a member that re-encodes an entry agrees with the
+/// leader's bytes), and decoding that again gives the same decisions.
+pub fn decisions(data: &[u8]) -> Result<(), DecisionFailure> {
+    use crate::server::Decision;
+    let Ok(decisions) = Decision::decode_entry(data) else {
+        return Ok(());
+    };
+    let again = Decision::encode_entry(&decisions);
+    if again != data {
+        return Err(DecisionFailure(format!(
+            "{data:?} decodes to {decisions:?}, which encodes to {again:?}"
+        )));
+    }
+    match Decision::decode_entry(&again) {
+        Ok(twice) if twice == decisions => Ok(()),
+        other => Err(DecisionFailure(format!(
+            "{decisions:?} encoded reads back as {other:?}"
+        ))),
+    }
+}

@@ -7,8 +7,10 @@
 //! node with the lock table carried over; later still that leader crashes
 //! without handing the table over, and the first node leads again from a
 //! new term with a recovery grace (PROTOCOL.md 4.1): nothing is granted
-//! until every grant of the lost table has run out. The run ends with a
-//! table and exits non-zero if any safety check failed.
+//! until every grant of the lost table has run out. Then a second act
+//! (`demo_raft.rs`): a replicated cluster (PROTOCOL.md 4.3) whose leader
+//! stops dead costs an election, not a lease. The run ends with a table
+//! and exits non-zero if any safety check failed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::error::Error;
@@ -323,6 +325,15 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     }
     server_a.stop().await?;
     server_b.stop().await?;
+
+    // The second act: a leader crash on a replicated cluster.
+    let replicated = crate::demo_raft::run().await?;
+    world
+        .stats
+        .violations
+        .lock()
+        .expect("stats")
+        .extend(replicated);
 
     let stats = &world.stats;
     report(stats, &orphans.lock().expect("orphans"));

@@ -4,6 +4,7 @@
 mod client;
 mod common;
 mod demo;
+mod demo_raft;
 mod input;
 mod member;
 mod run;
