@@ -199,6 +199,7 @@
 //! | `server` | `ticketing::serve` and `ticketing::state`: the server core on tokio and TCP, a state directory | tokio |
 //! | `tls` | `ticketing::tls`, a `TlsConnector` in each client adapter, `serve::TlsListener` (rustls with ring) | rustls, tokio-rustls, futures-rustls |
 //! | `etcd` | `ticketing::cluster`: a node of a cluster on etcd (PROTOCOL.md 4.2) | etcd-client (its protoc from protoc-bin-vendored) |
+//! | `raft` | `ticketing::raft`: a member of a replicated cluster (PROTOCOL.md 4.3) | raft (raft-rs, prost codec), prost, slog (its protoc from protoc-bin-vendored) |
 //! | `metrics` | `ticketing::metrics`: the cores' counters in the `metrics` facade; the client adapters publish theirs | metrics |
 //! | `tracing` | the client adapters' notices as `tracing` events (target `ticketing`) | tracing |
 //! | `fuzzing` | `ticketing::testkit` | arbitrary |

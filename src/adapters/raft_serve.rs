@@ -127,11 +127,11 @@ fn keep(
         let mut merged: Vec<(DiskJob, usize)> = Vec::new();
         for job in batch {
             match (merged.last_mut(), job) {
-                (Some((DiskJob::Persist(into), n)), DiskJob::Persist(next)) => {
-                    match merge(into, next) {
-                        Ok(()) => *n += 1,
-                        Err(next) => merged.push((DiskJob::Persist(next), 1)),
-                    }
+                (Some((DiskJob::Persist(into), n)), DiskJob::Persist(next))
+                    if into.snapshot.is_none() && next.snapshot.is_none() =>
+                {
+                    fold(into, next);
+                    *n += 1;
                 }
                 (_, job) => merged.push((job, 1)),
             }
@@ -168,12 +168,9 @@ fn do_job(disk: &mut RaftDisk, job: &DiskJob, done: &mpsc::UnboundedSender<DiskD
     }
 }
 
-/// Folds `next` into `into`, as writing both in turn would leave the log;
-/// a snapshot is never folded (`Err` gives `next` back).
-fn merge(into: &mut Persist, next: Persist) -> Result<(), Persist> {
-    if into.snapshot.is_some() || next.snapshot.is_some() {
-        return Err(next);
-    }
+/// Folds `next` into `into`, as writing both in turn would leave the log
+/// (neither holds a snapshot).
+fn fold(into: &mut Persist, next: Persist) {
     if let Some(first) = next.entries.first() {
         let keep = into
             .entries
@@ -186,7 +183,6 @@ fn merge(into: &mut Persist, next: Persist) -> Result<(), Persist> {
     if next.hard_state.is_some() {
         into.hard_state = next.hard_state;
     }
-    Ok(())
 }
 
 impl Core for MemberCore {
@@ -263,5 +259,46 @@ impl Core for MemberCore {
     }
     fn into_server(self) -> Server {
         self.replica.into_server()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use raft::prelude::{Entry, HardState};
+
+    use super::*;
+
+    fn entries(range: core::ops::RangeInclusive<u64>, term: u64) -> Vec<Entry> {
+        range
+            .map(|index| Entry {
+                index,
+                term,
+                ..Entry::default()
+            })
+            .collect()
+    }
+
+    fn persist(entries: Vec<Entry>, commit: Option<u64>) -> Persist {
+        Persist {
+            entries,
+            hard_state: commit.map(|commit| HardState {
+                commit,
+                ..HardState::default()
+            }),
+            snapshot: None,
+        }
+    }
+
+    #[test]
+    fn folded_writes_leave_the_log_as_writing_them_in_turn_would() {
+        let mut into = persist(entries(1..=4, 1), Some(2));
+        // A later leader's entries replace 3 and 4.
+        fold(&mut into, persist(entries(3..=5, 2), None));
+        let got: Vec<(u64, u64)> = into.entries.iter().map(|e| (e.index, e.term)).collect();
+        assert_eq!(got, [(1, 1), (2, 1), (3, 2), (4, 2), (5, 2)]);
+        assert_eq!(into.hard_state.as_ref().map(|h| h.commit), Some(2));
+        fold(&mut into, persist(Vec::new(), Some(5)));
+        assert_eq!(into.entries.len(), 5);
+        assert_eq!(into.hard_state.as_ref().map(|h| h.commit), Some(5));
     }
 }
