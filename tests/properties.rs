@@ -46,6 +46,7 @@ const CASES_RUNS: u64 = 10_000;
 const CASES_DETERMINISM: u64 = 1_000;
 const CASES_FUZZ_BYTES: u64 = 1_000;
 const CASES_SERVER: u64 = 5_000;
+const CASES_DECISIONS: u64 = 2_000;
 
 fn base_seed() -> u64 {
     match std::env::var("TICKETING_QC_SEED") {
@@ -817,6 +818,71 @@ fn arbitrary_bytes_never_break_the_fuzz_entry_points() {
         verdict(fuzz::client(&data))
     }
     qc("fuzz_bytes", CASES_FUZZ_BYTES).quickcheck(prop as fn(Vec<u8>) -> TestResult);
+}
+
+// ----- a replicated cluster's entries of decisions -----------------------------------
+
+/// Decisions of every kind, with keys and numbers from the edges.
+#[derive(Debug, Clone)]
+struct Decisions(Vec<ticketing::server::Decision>);
+
+impl Arbitrary for Decisions {
+    fn arbitrary(g: &mut Gen) -> Decisions {
+        use std::num::NonZeroU64;
+        use ticketing::server::Decision;
+        let n = below(g, 12);
+        let nonzero = |g: &mut Gen| NonZeroU64::new(number(g)).unwrap_or(NonZeroU64::MIN);
+        let decisions = (0..n)
+            .map(|_| {
+                let key = Key::new(atom_text(g, MAX_ATOM)).expect("an atom");
+                match below(g, 5) {
+                    0 => Decision::Floor { epoch: number(g) },
+                    1 => Decision::Grant {
+                        key,
+                        token: nonzero(g).get(),
+                        lease_ms: nonzero(g),
+                    },
+                    2 => Decision::Release {
+                        key,
+                        token: nonzero(g).get(),
+                    },
+                    3 => Decision::Expire {
+                        key,
+                        token: nonzero(g).get(),
+                    },
+                    _ => Decision::Renew {
+                        key,
+                        token: nonzero(g).get(),
+                        lease_ms: nonzero(g),
+                    },
+                }
+            })
+            .collect();
+        Decisions(decisions)
+    }
+}
+
+#[test]
+fn entries_of_decisions_read_back_as_written_and_every_cut_is_refused_or_a_prefix() {
+    fn prop(d: Decisions) -> TestResult {
+        use ticketing::server::Decision;
+        let bytes = Decision::encode_entry(&d.0);
+        if Decision::decode_entry(&bytes).as_ref() != Ok(&d.0) {
+            return TestResult::error(format!("{:?} does not read back", d.0));
+        }
+        if let Err(e) = fuzz::decisions(&bytes) {
+            return TestResult::error(e.to_string());
+        }
+        for end in 0..bytes.len() {
+            if let Ok(prefix) = Decision::decode_entry(&bytes[..end]) {
+                if prefix[..] != d.0[..prefix.len()] {
+                    return TestResult::error(format!("cut at {end} reads as {prefix:?}"));
+                }
+            }
+        }
+        TestResult::passed()
+    }
+    qc("decisions", CASES_DECISIONS).quickcheck(prop as fn(Decisions) -> TestResult);
 }
 
 // ----- the model server is legal --------------------------------------------------
