@@ -36,12 +36,20 @@ pub(crate) struct Holdback {
     /// The latest turn whose entry is committed.
     committed: u64,
     held: VecDeque<Held>,
+    /// The simulator's sabotage `answer-before-commit`: nothing is ever
+    /// held back.
+    #[cfg(feature = "sabotage")]
+    pub(crate) never_hold: bool,
 }
 
 impl Holdback {
     /// The turn an answer computed now waits for, if it must wait:
     /// `open` tells whether the turn being filled holds decisions.
     pub(crate) fn barrier(&self, open: bool) -> Option<u64> {
+        #[cfg(feature = "sabotage")]
+        if self.never_hold {
+            return None;
+        }
         let after = if open { self.taken + 1 } else { self.taken };
         (after > self.committed).then_some(after)
     }
@@ -117,6 +125,18 @@ mod tests {
         assert_eq!(h.barrier(false), Some(2));
         let out: Vec<u64> = h.commit(5).map(|h| h.conn.0).collect();
         assert_eq!(out, [3]);
+        assert_eq!(h.barrier(false), None);
+    }
+
+    #[cfg(feature = "sabotage")]
+    #[test]
+    fn the_sabotage_holds_nothing_back() {
+        let mut h = Holdback {
+            never_hold: true,
+            ..Holdback::default()
+        };
+        assert_eq!(h.barrier(true), None);
+        h.take_turn();
         assert_eq!(h.barrier(false), None);
     }
 

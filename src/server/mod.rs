@@ -1235,5 +1235,21 @@ impl core::fmt::Debug for Server {
     }
 }
 
+/// The simulator's sabotage `answer-before-commit` (feature `sabotage`).
+#[cfg(feature = "sabotage")]
+impl Server {
+    /// Breaks PROTOCOL.md 4.3 on purpose, for the simulator to catch: as a
+    /// member of a replicated cluster, this server sends every answer as
+    /// soon as it is computed, never holding one back for the commit of
+    /// what it depends on. Call it before the server is handed to its
+    /// replica.
+    #[doc(hidden)]
+    pub fn answer_before_commit(&mut self) {
+        self.holdback
+            .get_or_insert_with(Holdback::default)
+            .never_hold = true;
+    }
+}
+
 #[cfg(test)]
 mod tests;

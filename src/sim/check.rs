@@ -460,9 +460,132 @@ impl Ledger {
     }
 }
 
+/// Invariant 8 over the grants a cluster answered (the replicated
+/// cluster's scenarios): for each key, tokens strictly increase, and no
+/// two grants are live at once. A grant is live from its `G` until the
+/// lease end of the member that answered it (moved by every renewal a
+/// member answered, never back), or until a member answered `D` to its
+/// release, or its release was committed unanswered (its holder asked; the
+/// leader that decided it stepped down before the commit, and a later one
+/// committed the entry with its own). Only answers count: a decision never
+/// answered is no grant.
+#[derive(Debug, Default)]
+#[cfg_attr(not(feature = "raft"), allow(dead_code))]
+pub(super) struct Answered {
+    keys: BTreeMap<Key, AnsweredKey>,
+    /// Grants checked.
+    pub(super) grants: u64,
+}
+
+/// One key's answered grants.
+#[derive(Debug, Default)]
+struct AnsweredKey {
+    /// The greatest token answered.
+    last: u64,
+    /// Grants that may still be live: token, lease end, release.
+    live: Vec<(u64, Time, Option<Time>)>,
+}
+
+#[cfg_attr(not(feature = "raft"), allow(dead_code))]
+impl Answered {
+    /// A `G` to an acquire of `key` with `token`, written at `now`, whose
+    /// lease ends at `end` by the member that answered; `released` tells
+    /// whether the release of an earlier grant of the key is committed.
+    pub(super) fn granted(
+        &mut self,
+        key: &Key,
+        token: u64,
+        end: Time,
+        now: Time,
+        released: impl Fn(u64) -> bool,
+    ) -> Result<(), Failure> {
+        self.grants += 1;
+        let k = self.keys.entry(key.clone()).or_default();
+        if token <= k.last {
+            return Err((
+                Check::ServerGrants,
+                None,
+                format!(
+                    "a grant of {key} with token {token} was answered at {now}, after one with token {}",
+                    k.last
+                ),
+            ));
+        }
+        k.last = token;
+        k.live.retain(|&(token, end, answered)| {
+            end > now && answered.map_or(true, |r| r > now) && !released(token)
+        });
+        if let Some(&(other, other_end, _)) = k.live.first() {
+            return Err((
+                Check::ServerGrants,
+                None,
+                format!(
+                    "a grant of {key} with token {token} was answered at {now} while the grant with token {other} is live until {other_end}"
+                ),
+            ));
+        }
+        k.live.push((token, end, None));
+        Ok(())
+    }
+
+    /// A `G` to a renewal of `(key, token)`: its lease ends at `end` at
+    /// least.
+    pub(super) fn renewed(&mut self, key: &Key, token: u64, end: Time) {
+        if let Some(k) = self.keys.get_mut(key) {
+            for g in k.live.iter_mut().filter(|g| g.0 == token) {
+                g.1 = g.1.max(end);
+            }
+        }
+    }
+
+    /// A `D` to a release of `(key, token)`, written at `now`.
+    pub(super) fn released(&mut self, key: &Key, token: u64, now: Time) {
+        if let Some(k) = self.keys.get_mut(key) {
+            for g in k.live.iter_mut().filter(|g| g.0 == token) {
+                g.2 = g.2.or(Some(now));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answered_grants_of_a_key_never_overlap_and_their_tokens_increase() {
+        let k = key("k");
+        let mut a = Answered::default();
+        a.granted(&k, 10, t(1_000), t(0), |_| false).unwrap();
+        // Another key is independent.
+        a.granted(&key("j"), 5, t(1_000), t(0), |_| false).unwrap();
+        // Live until 1,000 (renewed to 1,500): a grant before is caught.
+        a.renewed(&k, 10, t(1_500));
+        let (check, _, detail) = a
+            .granted(&k, 11, t(3_000), t(1_200), |_| false)
+            .unwrap_err();
+        assert_eq!(check, Check::ServerGrants);
+        assert!(detail.contains("token 10 is live until"), "{detail}");
+        // Its lease over, the next grant is fine; a smaller token is not.
+        let mut a = Answered::default();
+        a.granted(&k, 10, t(1_000), t(0), |_| false).unwrap();
+        a.granted(&k, 11, t(3_000), t(1_000), |_| false).unwrap();
+        assert_eq!(
+            a.granted(&k, 11, t(9_000), t(5_000), |_| false)
+                .unwrap_err()
+                .0,
+            Check::ServerGrants
+        );
+        // Released: free from then on.
+        let mut a = Answered::default();
+        a.granted(&k, 10, t(1_000), t(0), |_| false).unwrap();
+        a.released(&k, 10, t(400));
+        a.granted(&k, 12, t(1_000), t(400), |_| false).unwrap();
+        // Its release committed but never answered: free too.
+        a.granted(&k, 13, t(1_000), t(500), |token| token == 12)
+            .unwrap();
+        assert_eq!(a.grants, 3);
+    }
 
     fn t(ms: u64) -> Time {
         Time::from_millis(ms)

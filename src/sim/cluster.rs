@@ -463,8 +463,9 @@ impl Cluster {
             self.leader = None;
             out.push(Effect::LeaderChange);
             match self.scenario {
-                Scenario::Mixed => self.leaderless(now, out),
                 Scenario::LeaderCrash => self.await_key_expiry(n, now, out),
+                // (In the Raft scenarios these nodes never crash.)
+                _ => self.leaderless(now, out),
             }
         }
         drop(server);

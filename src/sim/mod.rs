@@ -13,6 +13,7 @@
 //! | `workload.rs` | what the embedders do: acquire (a third of the time renewing automatically), hold, write, renew (by hand, or automatically, asked later and maybe stopped), release, cancel, abandon, let a lease lapse, shut down; in [`Scenario::LeaderCrash`], hold keys of their own, renewed, beside light traffic |
 //! | `check.rs` | the global checks and the ground truth they use |
 //! | `failover.rs` | what leader changes cost the holders that renew ([`Failovers`]) |
+//! | `raft.rs` | the replicated cluster of `Scenario::Raft` (feature `raft`): real member cores on in-memory disks, the peers' network, its faults, and the answer-before-commit check |
 //!
 //! # One seeded run
 //!
@@ -82,6 +83,42 @@
 //! that follows stale hints (the sabotage `stale-hints`) is caught in it
 //! at once.
 //!
+//! # The Raft scenarios
+//!
+//! `Scenario::Raft` and `Scenario::Raft5` (feature `raft`; `ticketing sim
+//! --scenario raft`, `raft5`) run the replicated cluster of PROTOCOL.md
+//! 4.3: 3 or 5 real member cores (`ticketing::raft::Replica`), each with
+//! its server core and a raft-rs node, on in-memory disks that sync after a
+//! delay, over a peer network with its own latency. The election timeout of
+//! each member is pinned from the seed (distinct, above raft-rs's election
+//! tick), so raft-rs draws nothing and the run stays a function of the
+//! seed. The clients and the workload are those of the leader-crash
+//! scenario (holders that renew, light traffic beside them), with latency
+//! spikes and split writes on their side. During [`SimConfig::fault_time`]
+//! the members suffer crashes (a minority at most at a time, the leader
+//! half the time), some with the loss of their disk (the member then
+//! rejoins empty, and counts as down until it has caught up), partitions
+//! between members, and peer messages delayed and lost. `raft.rs` says how.
+//!
+//! On top of the checks below, two that only a view of every member and
+//! disk can make:
+//!
+//! * invariant 8 over the grants the members answered ([`Check::ServerGrants`]):
+//!   for each key, every `G` to an acquire that a member writes carries a
+//!   token above every earlier one of the key, and no earlier grant of the
+//!   key is live then, by the lease ends of the members that answered
+//!   (extended by the renewals they answered, ended by the releases they
+//!   answered). Only answers count: a decision a leader made and never
+//!   answered (its entry was never committed) is no grant;
+//! * answer before commit ([`Check::Uncommitted`]), at send time: the entry
+//!   holding the decision behind every `G` a member writes (a grant's or a
+//!   renewal's) must be committed, judged from the disks: a majority of
+//!   members synced that index with that term.
+//!
+//! [`Report::replication`] counts the members' faults and what these checks
+//! looked at; [`Report::failovers`] counts each leadership that ended, and
+//! the renewing holders that kept their grants across it.
+//!
 //! # The checks, after every step
 //!
 //! * invariants 1 to 7 of PROTOCOL.md section 5, renewal included (every
@@ -137,7 +174,9 @@
 //! One sabotage breaks a rule of the server's instead, with honest
 //! clients: `no-grace` starts the term of a leader elected after the lock
 //! table was lost as if it had been handed the table, with no recovery
-//! grace. `tests/sim.rs` shows each one caught, and within how many seeds;
+//! grace; `answer-before-commit` makes the replicated cluster's members
+//! answer as soon as they decide, before the commit (`tests/sim_raft.rs`).
+//! `tests/sim.rs` shows each one caught, and within how many seeds;
 //! a hidden `SimConfig::forget_lock_table` does the same for the global
 //! checks, with a cluster whose new leader starts with an empty table.
 //!
@@ -157,6 +196,8 @@ mod cluster;
 mod driven;
 mod failover;
 mod net;
+#[cfg(feature = "raft")]
+mod raft;
 #[cfg(feature = "sabotage")]
 mod sabotage;
 mod workload;
@@ -276,18 +317,57 @@ pub enum Scenario {
     /// PROTOCOL.md 4.1). [`Report::failovers`] tells whether the holders
     /// kept their grants.
     LeaderCrash,
+    /// A replicated cluster of 3 members (PROTOCOL.md 4.3, feature
+    /// `raft`) under crashes (some losing their disk), partitions between
+    /// members, and peer messages delayed and lost, with the clients of
+    /// [`Scenario::LeaderCrash`] (see the module documentation).
+    #[cfg(feature = "raft")]
+    Raft,
+    /// `Scenario::Raft` with 5 members.
+    #[cfg(feature = "raft")]
+    Raft5,
 }
 
 impl Scenario {
     /// Every scenario.
+    #[cfg(not(feature = "raft"))]
     pub const ALL: [Scenario; 2] = [Scenario::Mixed, Scenario::LeaderCrash];
+    /// Every scenario.
+    #[cfg(feature = "raft")]
+    pub const ALL: [Scenario; 4] = [
+        Scenario::Mixed,
+        Scenario::LeaderCrash,
+        Scenario::Raft,
+        Scenario::Raft5,
+    ];
 
     /// Its name on the command line (`ticketing sim --scenario NAME`).
     pub fn name(self) -> &'static str {
         match self {
             Scenario::Mixed => "mixed",
             Scenario::LeaderCrash => "leader-crash",
+            #[cfg(feature = "raft")]
+            Scenario::Raft => "raft",
+            #[cfg(feature = "raft")]
+            Scenario::Raft5 => "raft5",
         }
+    }
+
+    /// The members of its replicated cluster, if it runs one.
+    pub fn raft_members(self) -> Option<usize> {
+        match self {
+            #[cfg(feature = "raft")]
+            Scenario::Raft => Some(3),
+            #[cfg(feature = "raft")]
+            Scenario::Raft5 => Some(5),
+            _ => None,
+        }
+    }
+
+    /// Whether its clients hold keys of their own, renewed, beside light
+    /// traffic (the leader-crash workload).
+    pub(crate) fn holds_keys(self) -> bool {
+        self != Scenario::Mixed
     }
 }
 
@@ -413,6 +493,13 @@ pub enum Check {
     Allowlist,
     /// The run did not end.
     Stuck,
+    /// Invariant 8 over the grants a replicated cluster's members answered:
+    /// a key's token not above an earlier one, or two of its grants live at
+    /// once.
+    ServerGrants,
+    /// A member of a replicated cluster answered before the entry holding
+    /// the answer's decision was committed (PROTOCOL.md 4.3).
+    Uncommitted,
 }
 
 impl fmt::Display for Check {
@@ -425,6 +512,8 @@ impl fmt::Display for Check {
             Check::Lingering => f.write_str("lingering grant"),
             Check::Allowlist => f.write_str("allowlist"),
             Check::Stuck => f.write_str("run did not end"),
+            Check::ServerGrants => f.write_str("invariant 8 (answered grants)"),
+            Check::Uncommitted => f.write_str("answer before commit"),
         }
     }
 }
@@ -734,6 +823,48 @@ impl Failovers {
     }
 }
 
+/// The replicated cluster's side of a run (`Scenario::Raft`, feature
+/// `raft`; all zero in the other scenarios): the members' faults, and what
+/// the checks only such a cluster has looked at.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Replication {
+    /// Members, summed over the runs.
+    pub members: u64,
+    /// Leaderships: a member serving in a term.
+    pub leaderships: u64,
+    /// Members that crashed.
+    pub crashes: u64,
+    /// Of those, members that lost their disk with it.
+    pub disk_losses: u64,
+    /// Members started again.
+    pub restarts: u64,
+    /// Partitions between members.
+    pub partitions: u64,
+    /// Peer messages lost (at random, or cut by a partition or a crash).
+    pub lost: u64,
+    /// Peer messages delayed by a spike.
+    pub delayed: u64,
+    /// `G` answers checked at send time to depend on a committed entry.
+    pub answers_checked: u64,
+    /// Grants answered, checked for invariant 8.
+    pub grants_checked: u64,
+}
+
+impl Replication {
+    fn add(&mut self, o: &Replication) {
+        self.members += o.members;
+        self.leaderships += o.leaderships;
+        self.crashes += o.crashes;
+        self.disk_losses += o.disk_losses;
+        self.restarts += o.restarts;
+        self.partitions += o.partitions;
+        self.lost += o.lost;
+        self.delayed += o.delayed;
+        self.answers_checked += o.answers_checked;
+        self.grants_checked += o.grants_checked;
+    }
+}
+
 /// What one run, or many, did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
@@ -755,6 +886,9 @@ pub struct Report {
     /// Leader changes, and whether the holders that renew kept their
     /// grants across them.
     pub failovers: Failovers,
+    /// The replicated cluster's faults and checks (zero outside
+    /// `Scenario::Raft`).
+    pub replication: Replication,
     /// Violations found (at most one per seed: a violation ends its run).
     pub violations: Vec<Violation>,
     /// The trace hash: of one run (from [`run`]), or of every seed with its
@@ -776,6 +910,7 @@ impl Report {
         self.writes.add(&other.writes);
         self.checked.add(&other.checked);
         self.failovers.add(&other.failovers);
+        self.replication.add(&other.replication);
         self.violations.extend(other.violations);
         self.log.extend(other.log);
     }
@@ -826,6 +961,14 @@ impl fmt::Display for Report {
                 left.as_secs_f64()
             )?,
             None => writeln!(f)?,
+        }
+        let r = &self.replication;
+        if r.members > 0 {
+            writeln!(
+                f,
+                "raft: {} leaderships; member crashes {} ({} losing their disk), restarts {}, partitions {}, peer messages lost {}, delayed {}; {} G answers checked committed, {} answered grants checked for invariant 8",
+                r.leaderships, r.crashes, r.disk_losses, r.restarts, r.partitions, r.lost, r.delayed, r.answers_checked, r.grants_checked
+            )?;
         }
         writeln!(f, "faults injected: {}", self.faults.total())?;
         let kinds: Vec<String> = FaultKind::ALL

@@ -19,6 +19,7 @@
 //! | `stale-hints` | configuration | gives the core a `stale_hint` of 1 ns, so that it follows an `M` to a leader that just died, at once | an address whose latest connection ended by a transport failure less than `stale_hint` (1 s) ago is not followed as a hint |
 //! | `valid-until-from-arrival` | notices out | tells the workload, with every `Renewed`, a `valid_until` counted from the arrival of the renewal's `G` (plus the lease it gave) instead of from the renewal's send time | `valid_until` never runs past what a `G` proves (invariant 7) |
 //! | `no-grace` | the cluster | a leader elected after the lock table was lost begins its term as if it had been handed it: no recovery grace ([`as_if_handed_the_table`]) | a term begun without the table grants nothing until every earlier grant has run out or been reclaimed (PROTOCOL.md 4.1, invariant 8) |
+//! | `answer-before-commit` | the replicated cluster (`Scenario::Raft`, feature `raft`) | every member's answers skip the hold-back: a leader answers as soon as it decides (`Server::answer_before_commit`) | an answer waits until every entry it depends on is committed (PROTOCOL.md 4.3) |
 //!
 //! The checks keep the honest configuration: the world gives each checker,
 //! and its allowlist check, the configuration the workload drew, not the
@@ -77,11 +78,16 @@ pub enum Sabotage {
     /// been handed the table, with no recovery grace. The clients are
     /// honest.
     NoGrace,
+    /// Not a client rule but the replicated cluster's (PROTOCOL.md 4.3,
+    /// `Scenario::Raft`, feature `raft`): a leader sends its
+    /// answers as soon as it decides, without waiting for the commit of
+    /// the entries they depend on. The clients are honest.
+    AnswerBeforeCommit,
 }
 
 impl Sabotage {
     /// Every sabotage.
-    pub const ALL: [Sabotage; 8] = [
+    pub const ALL: [Sabotage; 9] = [
         Sabotage::MatchByArrival,
         Sabotage::ResendAfterClose,
         Sabotage::UseReservedSlot,
@@ -90,6 +96,7 @@ impl Sabotage {
         Sabotage::StaleHints,
         Sabotage::ValidUntilFromArrival,
         Sabotage::NoGrace,
+        Sabotage::AnswerBeforeCommit,
     ];
 
     /// Its name on the command line (`ticketing sim --sabotage NAME`).
@@ -103,13 +110,14 @@ impl Sabotage {
             Sabotage::StaleHints => "stale-hints",
             Sabotage::ValidUntilFromArrival => "valid-until-from-arrival",
             Sabotage::NoGrace => "no-grace",
+            Sabotage::AnswerBeforeCommit => "answer-before-commit",
         }
     }
 
     /// Whether it breaks a rule of the server's (the clients are honest)
     /// rather than a client's.
     pub fn breaks_the_server(self) -> bool {
-        matches!(self, Sabotage::NoGrace)
+        matches!(self, Sabotage::NoGrace | Sabotage::AnswerBeforeCommit)
     }
 }
 
@@ -199,7 +207,7 @@ impl BadClient {
             }
             Sabotage::ValidUntilFromArrival => Box::<ValidUntilFromArrival>::default(),
             // The server's sabotage: the client is honest.
-            Sabotage::NoGrace => Box::new(ByConfiguration),
+            Sabotage::NoGrace | Sabotage::AnswerBeforeCommit => Box::new(ByConfiguration),
         };
         Ok(BadClient {
             core: Client::new(config, now)?,

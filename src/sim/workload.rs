@@ -109,6 +109,8 @@ impl Params {
         match config.scenario {
             Scenario::Mixed => Params::mixed(rng),
             Scenario::LeaderCrash => Params::leader_crash(rng),
+            #[cfg(feature = "raft")]
+            Scenario::Raft | Scenario::Raft5 => Params::raft(rng, config.scenario),
         }
     }
 
@@ -184,6 +186,20 @@ impl Params {
     }
 }
 
+impl Params {
+    /// `Scenario::Raft`: the leader-crash scenario's clients and settings,
+    /// with latency spikes and split writes on the clients' side (the
+    /// members' faults are drawn by the cluster, `raft.rs`).
+    #[cfg(feature = "raft")]
+    fn raft(rng: &mut Rng, scenario: Scenario) -> Params {
+        let mut params = Params::leader_crash(rng);
+        params.scenario = scenario;
+        params.spike_pm = pick(rng, &[0, 5, 20]);
+        params.split_pm = pick(rng, &[0, 100, 300]);
+        params
+    }
+}
+
 /// Client `c`'s configuration: some nodes as endpoints (in a random order),
 /// the others allowlisted; the cluster's credential; random policies. In
 /// [`Scenario::LeaderCrash`] at least two nodes are endpoints (a client
@@ -200,9 +216,10 @@ pub(super) fn client_config(
         let j = rng.up_to(i as u64) as usize;
         order.swap(i, j);
     }
-    let least = match params.scenario {
-        Scenario::Mixed => 1,
-        Scenario::LeaderCrash => order.len().min(2),
+    let least = if params.scenario.holds_keys() {
+        order.len().min(2)
+    } else {
+        1
     };
     let count = least + rng.up_to((order.len() - least) as u64) as usize;
     let allow = order.split_off(count);
@@ -223,24 +240,21 @@ pub(super) fn client_config(
     config.answer_grace = Duration::from_millis(pick(rng, &[300, 1_000, 3_000]));
     config.release_attempts = pick(rng, &[2, 8]);
     config.max_acquires = pick(rng, &[4, 64]);
-    match params.scenario {
-        // Short timeouts and backoffs, so that a run under every fault gets
-        // on with its work.
-        Scenario::Mixed => {
-            let ms = Duration::from_millis;
-            config.connect_timeout = Duration::from_secs(1);
-            config.handshake_timeout = Duration::from_secs(1);
-            config.backoff.transport = Backoff::new(ms(50), ms(2_000));
-            config.backoff.no_leader = Backoff::new(ms(50), ms(1_000));
-            config.backoff.not_active = Backoff::new(ms(100), ms(2_000));
-            config.backoff.auth_failed = Backoff::new(ms(500), ms(2_000));
-            config.backoff.redirect = Backoff::new(ms(50), ms(1_000));
-            config.backoff.busy = Backoff::new(ms(10), ms(200));
-        }
-        // The defaults, as a deployed client has them: only the cap that a
-        // held lease puts on every wait keeps a holder from backing off
-        // (up to 5 s) past what is left of its lease.
-        Scenario::LeaderCrash => {}
+    // Short timeouts and backoffs, so that a run under every fault gets on
+    // with its work. Where holders renew, the defaults, as a deployed
+    // client has them: only the cap that a held lease puts on every wait
+    // keeps a holder from backing off (up to 5 s) past what is left of its
+    // lease.
+    if !params.scenario.holds_keys() {
+        let ms = Duration::from_millis;
+        config.connect_timeout = Duration::from_secs(1);
+        config.handshake_timeout = Duration::from_secs(1);
+        config.backoff.transport = Backoff::new(ms(50), ms(2_000));
+        config.backoff.no_leader = Backoff::new(ms(50), ms(1_000));
+        config.backoff.not_active = Backoff::new(ms(100), ms(2_000));
+        config.backoff.auth_failed = Backoff::new(ms(500), ms(2_000));
+        config.backoff.redirect = Backoff::new(ms(50), ms(1_000));
+        config.backoff.busy = Backoff::new(ms(10), ms(200));
     }
     config.seed = rng.next_u64();
     config
@@ -414,7 +428,7 @@ impl Workload {
                     shut_down: false,
                     finished: false,
                 };
-                if params.scenario == Scenario::LeaderCrash {
+                if params.scenario.holds_keys() {
                     // Holders let go of their keys when they are done.
                     embedder.release_at_shutdown = true;
                     for no in 0..1 + rng.up_to(1) {
@@ -505,9 +519,10 @@ impl Workload {
         if now >= self.work_end || self.embedders[c].shut_down {
             return;
         }
-        match self.scenario {
-            Scenario::Mixed => self.mixed_work(c, out),
-            Scenario::LeaderCrash => self.pass_by(c, out),
+        if self.scenario.holds_keys() {
+            self.pass_by(c, out);
+        } else {
+            self.mixed_work(c, out);
         }
         let (lo, hi) = self.embedders[c].interval_ms;
         let next = millis_between(&mut self.rng, lo, hi);
@@ -606,7 +621,7 @@ impl Workload {
             key: grant.key().clone(),
             token: grant.token(),
         });
-        if self.scenario == Scenario::LeaderCrash {
+        if self.scenario.holds_keys() {
             return self.keep_or_pass(c, grant, auto, now, out);
         }
         let lease_ms = grant.lease().as_millis() as u64;

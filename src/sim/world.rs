@@ -30,13 +30,17 @@ use std::collections::{BTreeMap, BinaryHeap};
 
 use bytes::Bytes;
 
-use super::check::{Failure, Ledger, OpInfo};
+use super::check::{Answered, Failure, Ledger, OpInfo};
 use super::cluster::{self, Cluster, Ending, IMPOSTOR};
 use super::driven::Driven;
 use super::failover::Tally;
 use super::net::{LinkId, Net, Partition, Request, Target, DELAY_PARTITION, MAX_DELAY};
+#[cfg(feature = "raft")]
+use super::raft::{self as replicated, Members};
 use super::workload::{self, client_config, Command, Params, Workload};
-use super::{millis_between, Check, FaultKind, Faults, Operations, Report, SimConfig, Violation};
+use super::{
+    millis_between, Check, FaultKind, Faults, Operations, Replication, Report, SimConfig, Violation,
+};
 use crate::client::{
     Action, Config as ClientConfig, ConnId, Error as ClientError, Event, Grant, OpId, Outcome,
     ReleaseResult, TransportEnd,
@@ -82,6 +86,9 @@ enum Ev {
     Cluster(cluster::Ev),
     /// Something an embedder scheduled.
     Workload(workload::Ev),
+    /// Something the replicated cluster scheduled.
+    #[cfg(feature = "raft")]
+    Raft(replicated::Ev),
 }
 
 struct Scheduled {
@@ -148,6 +155,16 @@ pub(super) struct World {
     seq: u64,
     clients: Vec<Slot>,
     cluster: Cluster,
+    /// The replicated cluster, in `Scenario::Raft`: it serves the clients
+    /// in the place of the cluster's nodes (which then stay idle, but for
+    /// their addresses).
+    #[cfg(feature = "raft")]
+    raft: Option<Members>,
+    /// Invariant 8 over the grants the replicated cluster answered.
+    answered: Answered,
+    /// A check of the replicated cluster's that failed, for the end of the
+    /// step.
+    raft_failure: Option<Failure>,
     workload: Workload,
     net: Net,
     ledger: Ledger,
@@ -174,9 +191,15 @@ impl World {
         } else {
             now
         };
+        // In the Raft scenarios the cluster's nodes only lend their
+        // addresses to the members.
+        let mut cluster_config = config.clone();
+        if let Some(members) = config.scenario.raft_members() {
+            cluster_config.nodes = members;
+        }
         let (cluster, planned) = Cluster::new(
             &params.server,
-            config,
+            &cluster_config,
             Rng::new(rng.next_u64()),
             now,
             faults_end,
@@ -192,6 +215,21 @@ impl World {
             work_end,
         );
         let addrs: Vec<_> = cluster.addrs().cloned().collect();
+        #[cfg(feature = "raft")]
+        let (raft, raft_first) = match config.scenario.raft_members() {
+            Some(_) => {
+                let (members, first) = Members::new(
+                    &params.server,
+                    config,
+                    &addrs,
+                    Rng::new(rng.next_u64()),
+                    now,
+                    faults_end,
+                );
+                (Some(members), first)
+            }
+            None => (None, Vec::new()),
+        };
         let hintable: Vec<_> = addrs
             .iter()
             .chain([cluster.impostor_addr()])
@@ -244,6 +282,10 @@ impl World {
             seq: 0,
             clients,
             cluster,
+            #[cfg(feature = "raft")]
+            raft,
+            answered: Answered::default(),
+            raft_failure: None,
             workload,
             net: Net::default(),
             ledger: Ledger::default(),
@@ -262,6 +304,8 @@ impl World {
             world.schedule(at, Ev::Workload(ev));
         }
         world.cluster_effects(planned);
+        #[cfg(feature = "raft")]
+        world.raft_effects(raft_first);
         if config.faults {
             for (kind, mean) in world.params.fault_means.clone() {
                 if let Some(mean) = mean {
@@ -289,6 +333,7 @@ impl World {
             writes: self.ledger.writes,
             checked: self.ledger.checked,
             failovers: self.failovers.counts,
+            replication: self.replication(),
             violations: result.err().map(|v| *v).into_iter().collect(),
             trace_hash: trace.get(),
             log: self.log.take().unwrap_or_default(),
@@ -305,7 +350,7 @@ impl World {
             .saturating_add(WIND_DOWN);
         loop {
             let event = self.heap.peek().map(|s| s.at);
-            let server = self.cluster.next_timeout();
+            let server = self.next_server_timeout();
             let client = self
                 .clients
                 .iter()
@@ -354,7 +399,7 @@ impl World {
                 "the client never finished its shutdown".to_owned(),
             ));
         }
-        if let Some((key, holder)) = self.cluster.holder_left() {
+        if let Some((key, holder)) = self.holder_left() {
             return Err(self.violation(
                 Check::Lingering,
                 None,
@@ -373,9 +418,12 @@ impl World {
 
     /// Global checks, and noticing that the cluster is healthy again.
     fn after_event(&mut self) -> Step {
+        if let Some(failure) = self.raft_failure.take() {
+            return Err(self.failure(failure));
+        }
         if self.heal_at.is_none()
             && self.now >= self.faults_end
-            && self.cluster.is_healthy()
+            && self.cluster_is_healthy()
             && !self.net.any_partition(self.now)
         {
             self.heal_at = Some(self.now);
@@ -444,6 +492,123 @@ impl World {
     fn failure(&self, failure: Failure) -> Box<Violation> {
         let (check, client, detail) = failure;
         self.violation(check, client, detail)
+    }
+
+    // ----- the server side: the cluster's nodes, or the replicated one ----
+
+    /// The earliest server timer, and whose.
+    fn next_server_timeout(&self) -> Option<(Time, usize)> {
+        #[cfg(feature = "raft")]
+        if let Some(members) = &self.raft {
+            return members.next_timeout();
+        }
+        self.cluster.next_timeout()
+    }
+
+    /// Whether the cluster is whole again.
+    fn cluster_is_healthy(&self) -> bool {
+        #[cfg(feature = "raft")]
+        if let Some(members) = &self.raft {
+            return members.is_healthy(self.now);
+        }
+        self.cluster.is_healthy()
+    }
+
+    /// A grant still held once every lease has run out, if any.
+    fn holder_left(&self) -> Option<(Key, crate::server::Holder)> {
+        #[cfg(feature = "raft")]
+        if let Some(members) = &self.raft {
+            return members.holder_left();
+        }
+        self.cluster.holder_left()
+    }
+
+    /// The instance of node `n`'s server core.
+    fn node_instance(&self, n: usize) -> u64 {
+        #[cfg(feature = "raft")]
+        if let Some(members) = self.raft.as_ref().filter(|_| n != IMPOSTOR) {
+            return members.instance(n);
+        }
+        self.cluster.instance(n)
+    }
+
+    /// Whether node `n` is up.
+    fn node_is_up(&mut self, n: usize) -> bool {
+        #[cfg(feature = "raft")]
+        if let Some(members) = self.raft.as_ref().filter(|_| n != IMPOSTOR) {
+            return members.is_up(n);
+        }
+        self.cluster.server_mut(n).is_some()
+    }
+
+    /// Node `n` accepts a connection, if it is up.
+    fn node_accept(&mut self, n: usize) -> Option<crate::server::ConnId> {
+        #[cfg(feature = "raft")]
+        if let Some(members) = self.raft.as_mut().filter(|_| n != IMPOSTOR) {
+            return members.accept(n, self.now);
+        }
+        Some(self.cluster.server_mut(n)?.handle_accept(self.now))
+    }
+
+    /// Bytes reach node `n`.
+    fn node_bytes(&mut self, n: usize, sconn: crate::server::ConnId, data: &[u8]) {
+        #[cfg(feature = "raft")]
+        if let Some(members) = self.raft.as_mut().filter(|_| n != IMPOSTOR) {
+            return members.bytes(n, self.now, sconn, data);
+        }
+        if let Some(server) = self.cluster.server_mut(n) {
+            server.handle_bytes(self.now, sconn, data);
+        }
+    }
+
+    /// Node `n` learns that a connection closed.
+    fn node_closed(&mut self, n: usize, sconn: crate::server::ConnId) {
+        #[cfg(feature = "raft")]
+        if let Some(members) = self.raft.as_mut().filter(|_| n != IMPOSTOR) {
+            return members.closed(n, self.now, sconn);
+        }
+        if let Some(server) = self.cluster.server_mut(n) {
+            server.handle_closed(self.now, sconn);
+        }
+    }
+
+    /// The replicated cluster's counts, with the answered grants checked.
+    fn replication(&self) -> Replication {
+        #[cfg(feature = "raft")]
+        let counts = self
+            .raft
+            .as_ref()
+            .map_or_else(Replication::default, |m| m.counts);
+        #[cfg(not(feature = "raft"))]
+        let counts = Replication::default();
+        Replication {
+            grants_checked: self.answered.grants,
+            ..counts
+        }
+    }
+
+    /// Carries out what the replicated cluster did, in order.
+    #[cfg(feature = "raft")]
+    fn raft_effects(&mut self, effects: Vec<replicated::Effect>) {
+        for effect in effects {
+            match effect {
+                replicated::Effect::At(at, ev) => self.schedule(at, Ev::Raft(ev)),
+                replicated::Effect::Served {
+                    node,
+                    instance,
+                    action,
+                } => self.serve(node, instance, action),
+                replicated::Effect::Gone { node, instance } => {
+                    self.connections_gone(node, instance, Ending::Crash { silent: false })
+                }
+                replicated::Effect::Fault(kind) => self.faults.bump(kind),
+                replicated::Effect::LeaderChange => self.failovers.leader_change(self.now),
+                replicated::Effect::Failure(failure) => {
+                    self.raft_failure.get_or_insert(failure);
+                }
+                replicated::Effect::Note(line) => self.note(|| line),
+            }
+        }
     }
 
     // ----- the network ----------------------------------------------------
@@ -621,6 +786,12 @@ impl World {
 
     /// Drains a server core's actions onto the network.
     fn drain_server(&mut self, n: usize) {
+        #[cfg(feature = "raft")]
+        if let Some(members) = self.raft.as_mut().filter(|_| n != IMPOSTOR) {
+            let mut effects = Vec::new();
+            members.drain(n, self.now, &mut effects);
+            return self.raft_effects(effects);
+        }
         let instance = self.cluster.instance(n);
         while let Some(action) = self.cluster.server_mut(n).and_then(|s| s.poll_action()) {
             self.serve(n, instance, action);
@@ -802,6 +973,15 @@ impl World {
                     Some(Request::Acquire { op }),
                 ) => {
                     let key = Key::from(answer.key);
+                    #[cfg(feature = "raft")]
+                    if let Some(members) = &self.raft {
+                        let end = members.lease_end(n, &key, token, self.now);
+                        let released = |old| members.release_committed(n, &key, old);
+                        let checked = self.answered.granted(&key, token, end, self.now, released);
+                        if let Err(failure) = checked {
+                            self.raft_failure.get_or_insert(failure);
+                        }
+                    }
                     let expires_at = self
                         .cluster
                         .server_mut(n)
@@ -817,12 +997,18 @@ impl World {
                     self.ledger.grant_made(token, key, client, op, expires_at);
                 }
                 (AnswerKind::Released, Some(Request::Release { key, token })) => {
+                    self.answered.released(&key, token, self.now);
                     self.ledger.released(&key, token, self.now);
                 }
                 (AnswerKind::Renewed { lease_ms, .. }, Some(Request::Renew { key, token })) => {
                     let expires_at = self
                         .now
                         .saturating_add(Duration::from_millis(lease_ms.get()));
+                    #[cfg(feature = "raft")]
+                    if let Some(members) = &self.raft {
+                        let end = members.lease_end(n, &key, token, self.now);
+                        self.answered.renewed(&key, token, end);
+                    }
                     self.ledger.renewed(&key, token, expires_at);
                     self.failovers
                         .cluster_renewed(client, &key, token, self.now);
@@ -835,6 +1021,12 @@ impl World {
 
     fn server_timeout(&mut self, n: usize) {
         self.trace_tag(b"server-timeout", n as u64);
+        #[cfg(feature = "raft")]
+        if let Some(members) = self.raft.as_mut() {
+            let mut effects = Vec::new();
+            members.timeout(n, self.now, &mut effects);
+            return self.raft_effects(effects);
+        }
         if let Some(server) = self.cluster.server_mut(n) {
             server.handle_timeout(self.now);
         }
@@ -872,6 +1064,8 @@ impl World {
                 cluster::Ev::CrashLeader => (20, 0, 0),
                 cluster::Ev::KeyExpired { node } => (21, *node as u64, 0),
             },
+            #[cfg(feature = "raft")]
+            Ev::Raft(ev) => ev.trace(),
         };
         self.trace.write_u64(self.now.as_nanos());
         self.trace.write_u64(kind);
@@ -912,7 +1106,7 @@ impl World {
                 let (Some(sconn), n) = (l.sconn, node_index(l.target)) else {
                     return Ok(());
                 };
-                if self.cluster.instance(n) != l.instance {
+                if self.node_instance(n) != l.instance {
                     return Ok(());
                 }
                 self.trace_tag(b"to-server", link);
@@ -923,9 +1117,7 @@ impl World {
                         String::from_utf8_lossy(&data)
                     )
                 });
-                if let Some(server) = self.cluster.server_mut(n) {
-                    server.handle_bytes(self.now, sconn, &data);
-                }
+                self.node_bytes(n, sconn, &data);
                 self.drain_server(n);
                 Ok(())
             }
@@ -1004,6 +1196,15 @@ impl World {
                 self.cluster_effects(effects);
                 Ok(())
             }
+            #[cfg(feature = "raft")]
+            Ev::Raft(ev) => {
+                let mut effects = Vec::new();
+                if let Some(members) = self.raft.as_mut() {
+                    members.handle(ev, self.now, &mut effects);
+                }
+                self.raft_effects(effects);
+                Ok(())
+            }
         }
     }
 
@@ -1075,7 +1276,7 @@ impl World {
         }
         self.trace_tag(b"connect-arrive", id);
         let n = node_index(target);
-        let up = target != Target::Nowhere && self.cluster.server_mut(n).is_some();
+        let up = target != Target::Nowhere && self.node_is_up(n);
         let refused = up
             && target != Target::Impostor
             && self.faults_on()
@@ -1085,9 +1286,8 @@ impl World {
         }
         let ok = up && !refused;
         if ok {
-            let instance = self.cluster.instance(n);
-            let server = self.cluster.server_mut(n).expect("up");
-            let sconn = server.handle_accept(self.now);
+            let instance = self.node_instance(n);
+            let sconn = self.node_accept(n).expect("up");
             self.net.accepted(id, n, instance, sconn);
             self.note(|| format!("{} accepts c{c}'s link {id}", node_name(n)));
             self.drain_server(n);
@@ -1111,11 +1311,9 @@ impl World {
         let n = node_index(l.target);
         l.server_closed = true;
         let instance = l.instance;
-        if self.cluster.instance(n) == instance {
+        if self.node_instance(n) == instance {
             self.trace_tag(b"server-closed", id);
-            if let Some(server) = self.cluster.server_mut(n) {
-                server.handle_closed(self.now, sconn);
-            }
+            self.node_closed(n, sconn);
             self.drain_server(n);
         }
         self.reap(id);
@@ -1187,6 +1385,12 @@ impl World {
                 return Err(self.checker_violation(c, v));
             }
             self.workload.finished(c);
+            #[cfg(feature = "raft")]
+            if self.clients.iter().all(|s| s.finished) {
+                if let Some(members) = self.raft.as_mut() {
+                    members.wind_down(self.now);
+                }
+            }
         }
         Ok(())
     }

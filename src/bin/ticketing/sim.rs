@@ -34,8 +34,11 @@ pub struct Args {
     /// report, trace hash included, does not depend on it.
     #[arg(long)]
     jobs: Option<usize>,
-    /// What happens: mixed (every kind of fault) or leader-crash (the
-    /// leader crashes, again and again, under holders that renew).
+    /// What happens: mixed (every kind of fault), leader-crash (the
+    /// leader crashes, again and again, under holders that renew), or
+    /// raft and raft5 (a replicated cluster of 3 or 5 members, under
+    /// crashes, disk losses, partitions and lost messages, with the
+    /// holders of leader-crash).
     #[arg(long, default_value_t = Scenario::Mixed)]
     scenario: Scenario,
     /// Client cores per run.
@@ -56,8 +59,9 @@ pub struct Args {
     /// Break one rule on purpose, to see the checks catch it:
     /// match-by-arrival, resend-after-close, use-reserved-slot,
     /// drop-orphan-release, any-hint, stale-hints,
-    /// valid-until-from-arrival (the clients' rules), or no-grace (the
-    /// server's).
+    /// valid-until-from-arrival (the clients' rules), no-grace (the
+    /// server's), or answer-before-commit (the replicated cluster's, with
+    /// --scenario raft or raft5).
     #[cfg(feature = "sabotage")]
     #[arg(long)]
     sabotage: Option<Sabotage>,

@@ -1,0 +1,913 @@
+//! The replicated cluster of [`Scenario::Raft`](super::Scenario::Raft) and
+//! [`Scenario::Raft5`](super::Scenario::Raft5): 3 or 5 [`Replica`]s (the
+//! real member core, PROTOCOL.md 4.3) on [`MemoryDisk`]s, over a simulated
+//! peer network, under faults, with the checks only a view of every member
+//! and every disk can make (feature `raft`).
+//!
+//! # What the members are given
+//!
+//! * **Election timeouts pinned** per member from the seed
+//!   ([`ReplicaConfig::pinned_election_ticks`]): distinct, two ticks apart,
+//!   each above [`ELECTION_TICKS`], so that raft-rs draws nothing and votes
+//!   do not split for ever.
+//! * **Disks** that sync after a delay drawn from the seed, in the order
+//!   they were given their writes: a member's [`Persist`] becomes durable
+//!   (written to its [`MemoryDisk`]) only then, and is lost if the member
+//!   crashes first.
+//! * **Peers** that deliver each Raft message after a base latency drawn
+//!   from the seed, sometimes after a delay spike, sometimes never (loss),
+//!   in any order; a message between two members on opposite sides of a
+//!   partition is lost, whether the partition was there when it was sent or
+//!   when it arrives.
+//!
+//! # The faults (while [`SimConfig::fault_time`] runs)
+//!
+//! * **Crashes** of a minority at most at a time, the leader half the
+//!   time: what was not synced is lost, the clients' connections are reset.
+//!   The member restarts from its disk 0.3 to 2 s later, or, a third of the
+//!   time, **without it** (disk loss: a new disk, started with
+//!   [`ReplicaConfig::rejoining`]); a member that lost its disk counts as
+//!   down until it has caught up with what was committed when it crashed,
+//!   so that no majority ever depends on members that forgot.
+//! * **Partitions** between members: one member (the leader half the time)
+//!   cut off from the others, or the members split in two, for 0.2 to 3 s.
+//! * **Message delays and loss**, at rates drawn from the seed.
+//!
+//! The world adds the clients' side: latency, spikes and split writes.
+//!
+//! # The checks this module makes
+//!
+//! * **Answer before commit** ([`Check::Uncommitted`]), at send time:
+//!   every `G` a member writes to a client (a grant, `G <id> A`, or a
+//!   renewal, `G <id> X`) depends on the entry that holds its decision;
+//!   that entry must be committed, judged from the disks, not from the
+//!   member's own claim: a majority of members must have synced that index
+//!   with that term (an entry of an earlier term than the sender's counts
+//!   only below one of the sender's term that a majority synced, Raft's
+//!   rule). What a member synced is mirrored as its disk is written (index
+//!   and term of every entry, kept while a later write does not replace
+//!   them): an acknowledgement given from a disk that is lost later still
+//!   counted when it was given.
+//! * **Leader changes** for [`Failovers`](super::Failovers): a leadership
+//!   (a member serving in a term) ends when its member crashes or stops
+//!   serving, or when another member serves in a later term.
+//!
+//! The world checks invariant 8 over the answered grants
+//! ([`Answered`](super::check::Answered)), with the lease ends of the
+//! member that answered ([`Members::lease_end`]).
+
+use core::time::Duration;
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use ::raft::prelude::{Entry, EntryType, Message};
+
+use super::check::Failure;
+use super::{millis_between, Check, FaultKind, Replication, SimConfig};
+use crate::names::{Endpoint, Key, Name};
+use crate::rng::Rng;
+use crate::server::raft::{
+    MemoryDisk, Output, Persist, Replica, ReplicaConfig, ReplicaEvent, Restored, ELECTION_TICKS,
+};
+use crate::server::{Action, Config, ConnId, Decision, Holder, Server};
+use crate::time::Time;
+use crate::wire::{AnswerKind, ServerFrame};
+
+/// The election timeout: ten ticks of 20 ms.
+const ELECTION_TIMEOUT: Duration = Duration::from_millis(200);
+/// The wall clock at the simulation's time zero (a first leader's floor
+/// for tokens).
+const WALL_MS_AT_ZERO: u64 = 1_700_000_000_000;
+/// How long after the clients have finished the members run on: every
+/// lease they were given runs out within the longest lease.
+const WIND_DOWN_MARGIN: Duration = Duration::from_secs(2);
+
+/// Something the members scheduled for themselves.
+#[derive(Debug)]
+pub(super) enum Ev {
+    /// A Raft message reaches member `to` (an index), if it is still in
+    /// the life it was sent to.
+    Deliver {
+        from: usize,
+        to: usize,
+        life: u64,
+        message: Box<Message>,
+    },
+    /// Member `member`'s disk has synced the oldest write it was given in
+    /// `life`.
+    Synced { member: usize, life: u64 },
+    /// A member crashes, and the next crash is planned.
+    Crash,
+    /// A partition between members begins, and the next is planned.
+    Partition,
+    /// A crashed member starts again.
+    Restart { member: usize, life: u64 },
+}
+
+impl Ev {
+    /// For the trace: a kind and two numbers.
+    pub(super) fn trace(&self) -> (u64, u64, u64) {
+        match self {
+            Ev::Deliver {
+                from, to, message, ..
+            } => (
+                30,
+                (*from as u64) << 8 | *to as u64,
+                (message.msg_type as u64) << 48 ^ message.index ^ message.term << 32,
+            ),
+            Ev::Synced { member, life } => (31, *member as u64, *life),
+            Ev::Crash => (32, 0, 0),
+            Ev::Partition => (33, 0, 0),
+            Ev::Restart { member, life } => (34, *member as u64, *life),
+        }
+    }
+}
+
+/// What the world must do for the members, in order.
+#[derive(Debug)]
+pub(super) enum Effect {
+    /// Schedule an event.
+    At(Time, Ev),
+    /// An action of member `node`'s server core at `instance`, for the
+    /// clients' network.
+    Served {
+        node: usize,
+        instance: u64,
+        action: Action,
+    },
+    /// Member `node` crashed: the connections of its `instance` are reset.
+    Gone { node: usize, instance: u64 },
+    /// A fault happened.
+    Fault(FaultKind),
+    /// A leadership ended.
+    LeaderChange,
+    /// A check failed.
+    Failure(Failure),
+    /// A line for the log.
+    Note(String),
+}
+
+/// One member.
+struct Member {
+    name: Name,
+    /// Its pinned election timeout, in ticks.
+    ticks: usize,
+    /// `None` while it is down.
+    replica: Option<Replica>,
+    disk: MemoryDisk,
+    /// What it handed its disk and the disk has not synced yet, oldest
+    /// first (several may be under way; they sync in order).
+    syncing: VecDeque<Persist>,
+    /// When the latest of them syncs.
+    synced_at: Time,
+    /// Bumped at every crash: events of an earlier life are void.
+    life: u64,
+    /// Bumped at every start: connections to an earlier one are gone.
+    instance: u64,
+    /// It lost its disk and has not yet caught up with this commit index.
+    amnesia: Option<u64>,
+    /// Every (index, term) its disks synced, while no later write replaced
+    /// it.
+    synced: BTreeMap<u64, u64>,
+}
+
+/// A partition: `side` apart from the others until `until`.
+#[derive(Debug, Clone)]
+struct Cut {
+    side: BTreeSet<usize>,
+    until: Time,
+}
+
+/// What a decision did to a grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Did {
+    Grant,
+    Renew,
+    Release,
+}
+
+/// A decision as the checks name it: what it did, key, token.
+type DecisionKey = (Did, Key, u64);
+
+/// The replicated cluster.
+pub(super) struct Members {
+    members: Vec<Member>,
+    ids: BTreeMap<u64, Endpoint>,
+    template: Config,
+    rng: Rng,
+    snapshot_every: u64,
+    /// One-way peer latency, in microseconds.
+    latency_us: (u64, u64),
+    /// Per mille of peer messages delayed by a spike.
+    spike_pm: u64,
+    /// Per mille of peer messages lost.
+    loss_pm: u64,
+    /// Mean intervals of crashes and partitions, in milliseconds.
+    crash_mean: Option<u64>,
+    partition_mean: Option<u64>,
+    /// Disk sync delay, in microseconds.
+    sync_us: (u64, u64),
+    cuts: Vec<Cut>,
+    faults_end: Time,
+    /// Where each decision is in the logs handed to the disks: the
+    /// entries (index, term) that hold it.
+    entries_of: BTreeMap<DecisionKey, BTreeSet<(u64, u64)>>,
+    /// The leadership under way: member and term.
+    leader: Option<(usize, u64)>,
+    /// The latest term a leadership was seen in.
+    last_term: u64,
+    /// From then on the members stop (the clients are done).
+    stop_at: Option<Time>,
+    /// Answer-before-commit: the members' answers skip the hold-back.
+    #[cfg(feature = "sabotage")]
+    answer_before_commit: bool,
+    trace: bool,
+    pub(super) counts: Replication,
+}
+
+impl Members {
+    /// `count` members at `addrs` (the world's node addresses, in order),
+    /// with `template`'s limits; with the events to schedule first.
+    pub(super) fn new(
+        template: &Config,
+        sim: &SimConfig,
+        addrs: &[Endpoint],
+        mut rng: Rng,
+        now: Time,
+        faults_end: Time,
+    ) -> (Members, Vec<Effect>) {
+        let count = addrs.len();
+        // Distinct election timeouts, two ticks apart, above ELECTION_TICKS.
+        let mut ticks: Vec<usize> = (0..count).map(|i| ELECTION_TICKS + 1 + 2 * i).collect();
+        for i in (1..ticks.len()).rev() {
+            let j = rng.up_to(i as u64) as usize;
+            ticks.swap(i, j);
+        }
+        let ids: BTreeMap<u64, Endpoint> = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, a)| (i as u64 + 1, a.clone()))
+            .collect();
+        let voters: Vec<u64> = ids.keys().copied().collect();
+        let members = addrs
+            .iter()
+            .enumerate()
+            .map(|(i, _)| Member {
+                name: Name::new(format!("n{i}")).expect("an atom"),
+                ticks: ticks[i],
+                replica: None,
+                disk: MemoryDisk::new(Restored::new_cluster(voters.iter().copied())),
+                syncing: VecDeque::new(),
+                synced_at: now,
+                life: 0,
+                instance: 0,
+                amnesia: None,
+                synced: BTreeMap::new(),
+            })
+            .collect();
+        let low = 100 + rng.up_to(1_000);
+        let latency_us = (low, low + rng.up_to(5_000));
+        let spike_pm = [0, 5, 20][rng.up_to(2) as usize];
+        let loss_pm = [0, 5, 30][rng.up_to(2) as usize];
+        let crash_mean = Some(1_500 + rng.up_to(2_500));
+        let partition_mean = rng.chance(3, 4).then(|| 1_500 + rng.up_to(3_000));
+        let sync_us = (20, 20 + rng.up_to(2_000));
+        let snapshot_every = [16, 64, 10_000][rng.up_to(2) as usize];
+        let mut m = Members {
+            members,
+            ids,
+            template: template.clone(),
+            rng,
+            snapshot_every,
+            latency_us,
+            spike_pm,
+            loss_pm,
+            crash_mean,
+            partition_mean,
+            sync_us,
+            cuts: Vec::new(),
+            faults_end,
+            entries_of: BTreeMap::new(),
+            leader: None,
+            last_term: 0,
+            stop_at: None,
+            #[cfg(feature = "sabotage")]
+            answer_before_commit: sim.sabotage == Some(super::Sabotage::AnswerBeforeCommit),
+            trace: sim.trace,
+            counts: Replication {
+                members: count as u64,
+                ..Replication::default()
+            },
+        };
+        let mut out = Vec::new();
+        for i in 0..count {
+            m.start(i, false, now, &mut out);
+        }
+        m.note(&mut out, || {
+            let ticks: Vec<String> = m
+                .members
+                .iter()
+                .map(|x| format!("{} {}", x.name, x.ticks))
+                .collect();
+            format!(
+                "raft: {count} members, election ticks {}, peer latency {:?} us, spikes {}/1000, loss {}/1000, snapshot every {}",
+                ticks.join(", "),
+                m.latency_us,
+                m.spike_pm,
+                m.loss_pm,
+                m.snapshot_every
+            )
+        });
+        if sim.faults {
+            if let Some(mean) = m.crash_mean {
+                // After the holders have their grants.
+                let at = now.saturating_add(millis_between(&mut m.rng, 1_000, 1_000 + 2 * mean));
+                out.push(Effect::At(at, Ev::Crash));
+            }
+            if let Some(mean) = m.partition_mean {
+                let at = now.saturating_add(millis_between(&mut m.rng, 500, 500 + 2 * mean));
+                out.push(Effect::At(at, Ev::Partition));
+            }
+        }
+        (m, out)
+    }
+
+    fn note(&self, out: &mut Vec<Effect>, line: impl FnOnce() -> String) {
+        if self.trace {
+            out.push(Effect::Note(line()));
+        }
+    }
+
+    fn stopped(&self, now: Time) -> bool {
+        self.stop_at.is_some_and(|at| now >= at)
+    }
+
+    // ----- what the world asks --------------------------------------------
+
+    /// The instance of member `n`'s server core.
+    pub(super) fn instance(&self, n: usize) -> u64 {
+        self.members.get(n).map_or(u64::MAX, |m| m.instance)
+    }
+
+    /// Whether member `n` is up (it accepts connections).
+    pub(super) fn is_up(&self, n: usize) -> bool {
+        self.members.get(n).is_some_and(|m| m.replica.is_some())
+    }
+
+    /// The earliest member timer, and whose.
+    pub(super) fn next_timeout(&self) -> Option<(Time, usize)> {
+        if self.stop_at.is_some_and(|at| {
+            self.members
+                .iter()
+                .filter_map(|m| m.replica.as_ref()?.poll_timeout())
+                .all(|t| t >= at)
+        }) {
+            return None;
+        }
+        self.members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| Some((m.replica.as_ref()?.poll_timeout()?, i)))
+            .min()
+    }
+
+    /// Every member up and caught up, no partition, and a leader serving.
+    pub(super) fn is_healthy(&self, now: Time) -> bool {
+        self.leader.is_some()
+            && self.cuts.iter().all(|c| c.until <= now)
+            && self
+                .members
+                .iter()
+                .all(|m| m.replica.is_some() && m.amnesia.is_none())
+    }
+
+    /// A grant still in the serving leader's table, if any.
+    pub(super) fn holder_left(&self) -> Option<(Key, Holder)> {
+        let (l, _) = self.leader?;
+        let table = self.members[l].replica.as_ref()?.server().lock_table();
+        table.holders().next().map(|(k, h)| (k.clone(), h))
+    }
+
+    /// The end of the grant `(key, token)` by member `n`'s table, which
+    /// just answered for it: the lease end it holds, or `now` if its table
+    /// no longer has it (it ran out or was released before the answer
+    /// left, which held back until the commit).
+    pub(super) fn lease_end(&self, n: usize, key: &Key, token: u64, now: Time) -> Time {
+        self.members
+            .get(n)
+            .and_then(|m| m.replica.as_ref())
+            .and_then(|r| r.server().holder(key.as_str()))
+            .filter(|h| h.token == token)
+            .map_or(now, |h| h.expires_at)
+    }
+
+    /// Whether the release of `(key, token)` is committed, judged from the
+    /// disks as for member `n`: a grant its holder released, whose `D` may
+    /// never have been said (a leader stepped down before the commit, and
+    /// a later one committed the entry with its own).
+    pub(super) fn release_committed(&self, n: usize, key: &Key, token: u64) -> bool {
+        let Some(term_now) = self
+            .members
+            .get(n)
+            .and_then(|m| Some(m.replica.as_ref()?.term()))
+        else {
+            return false;
+        };
+        self.entries_of
+            .get(&(Did::Release, key.clone(), token))
+            .is_some_and(|set| set.iter().any(|&(i, t)| self.committed(i, t, term_now)))
+    }
+
+    /// The clients are done at `now`: the members run on until every lease
+    /// could have run out, then stop.
+    pub(super) fn wind_down(&mut self, now: Time) {
+        if self.stop_at.is_none() {
+            let at = now
+                .saturating_add(self.template.max_lease)
+                .saturating_add(WIND_DOWN_MARGIN);
+            self.stop_at = Some(at);
+        }
+    }
+
+    // ----- inputs from the clients' network --------------------------------
+
+    /// A client connects to member `n`.
+    pub(super) fn accept(&mut self, n: usize, now: Time) -> Option<ConnId> {
+        Some(
+            self.members
+                .get_mut(n)?
+                .replica
+                .as_mut()?
+                .handle_accept(now),
+        )
+    }
+
+    /// Bytes from a client.
+    pub(super) fn bytes(&mut self, n: usize, now: Time, conn: ConnId, data: &[u8]) {
+        if let Some(r) = self.members.get_mut(n).and_then(|m| m.replica.as_mut()) {
+            r.handle_bytes(now, conn, data);
+        }
+    }
+
+    /// A client's connection closed.
+    pub(super) fn closed(&mut self, n: usize, now: Time, conn: ConnId) {
+        if let Some(r) = self.members.get_mut(n).and_then(|m| m.replica.as_mut()) {
+            r.handle_closed(now, conn);
+        }
+    }
+
+    /// Member `n`'s timer.
+    pub(super) fn timeout(&mut self, n: usize, now: Time, out: &mut Vec<Effect>) {
+        if let Some(r) = self.members.get_mut(n).and_then(|m| m.replica.as_mut()) {
+            r.handle_timeout(now);
+        }
+        self.drain(n, now, out);
+    }
+
+    // ----- the members' own events ------------------------------------------
+
+    /// One of the members' own events.
+    pub(super) fn handle(&mut self, ev: Ev, now: Time, out: &mut Vec<Effect>) {
+        if self.stopped(now) {
+            return;
+        }
+        match ev {
+            Ev::Deliver {
+                from,
+                to,
+                life,
+                message,
+            } => {
+                if self.members[to].life != life || self.is_cut(from, to, now) {
+                    self.counts.lost += 1;
+                    return;
+                }
+                if let Some(r) = self.members[to].replica.as_mut() {
+                    r.handle_message(now, *message);
+                    self.drain(to, now, out);
+                }
+            }
+            Ev::Synced { member, life } => {
+                let m = &mut self.members[member];
+                if m.life != life {
+                    return;
+                }
+                let Some(p) = m.syncing.pop_front() else {
+                    return;
+                };
+                m.disk.persist(&p);
+                mirror(&mut m.synced, &p);
+                if let Some(r) = m.replica.as_mut() {
+                    r.handle_persisted(now);
+                }
+                self.drain(member, now, out);
+            }
+            Ev::Crash => {
+                if now < self.faults_end {
+                    self.crash(now, out);
+                    if let Some(mean) = self.crash_mean {
+                        let next = millis_between(&mut self.rng, mean / 2, mean * 3 / 2);
+                        out.push(Effect::At(now.saturating_add(next), Ev::Crash));
+                    }
+                }
+            }
+            Ev::Partition => {
+                if now < self.faults_end {
+                    self.partition(now, out);
+                    if let Some(mean) = self.partition_mean {
+                        let next = millis_between(&mut self.rng, mean / 2, mean * 3 / 2);
+                        out.push(Effect::At(now.saturating_add(next), Ev::Partition));
+                    }
+                }
+            }
+            Ev::Restart { member, life } => {
+                if self.members[member].life == life && self.members[member].replica.is_none() {
+                    let lost = self.members[member].amnesia.is_some();
+                    self.start(member, lost, now, out);
+                    out.push(Effect::Fault(FaultKind::Restart));
+                    self.counts.restarts += 1;
+                    self.drain(member, now, out);
+                }
+            }
+        }
+    }
+
+    /// Whether a message between `a` and `b` is cut at `now`.
+    fn is_cut(&self, a: usize, b: usize, now: Time) -> bool {
+        self.cuts
+            .iter()
+            .any(|c| c.until > now && c.side.contains(&a) != c.side.contains(&b))
+    }
+
+    /// Starts member `i` from its disk (`rejoining`: a new one).
+    fn start(&mut self, i: usize, rejoining: bool, now: Time, out: &mut Vec<Effect>) {
+        let m = &mut self.members[i];
+        let mut server_config = self.template.clone();
+        server_config.node_id = m.name.clone();
+        #[allow(unused_mut)]
+        let mut server =
+            Server::new(server_config, now).expect("the simulator's configs are valid");
+        #[cfg(feature = "sabotage")]
+        if self.answer_before_commit {
+            server.answer_before_commit();
+        }
+        let id = i as u64 + 1;
+        let wall_ms = WALL_MS_AT_ZERO + now.as_nanos() / 1_000_000;
+        let mut config = ReplicaConfig::new(id, self.ids.clone(), ELECTION_TIMEOUT, wall_ms);
+        config.pinned_election_ticks = Some(m.ticks);
+        config.snapshot_every = self.snapshot_every;
+        config.rejoining = rejoining;
+        let replica = Replica::new(config, server, m.disk.restored(), now)
+            .expect("a member starts from its own disk");
+        m.replica = Some(replica);
+        m.instance += 1;
+        let (name, rejoining) = (m.name.clone(), rejoining);
+        self.note(out, || {
+            format!("raft: {name} starts (rejoining with an empty disk: {rejoining})")
+        });
+    }
+
+    /// A minority at most down at a time (counting those that lost their
+    /// disk and have not caught up): crashes the leader half the time,
+    /// else any member that is up; a third of the time with its disk.
+    fn crash(&mut self, now: Time, out: &mut Vec<Effect>) {
+        let n = self.members.len();
+        let down = self
+            .members
+            .iter()
+            .filter(|m| m.replica.is_none() || m.amnesia.is_some())
+            .count();
+        if down + 1 > (n - 1) / 2 {
+            return;
+        }
+        let up: Vec<usize> = (0..n)
+            .filter(|&i| self.members[i].replica.is_some() && self.members[i].amnesia.is_none())
+            .collect();
+        let victim = match self.leader {
+            Some((l, _)) if up.contains(&l) && self.rng.chance(1, 2) => l,
+            _ => up[self.rng.up_to(up.len() as u64 - 1) as usize],
+        };
+        let disk_loss = self.rng.chance(1, 3);
+        let committed = self
+            .members
+            .iter()
+            .filter_map(|m| m.replica.as_ref().map(Replica::committed))
+            .max()
+            .unwrap_or(0);
+        self.note(out, || {
+            format!("fault: raft member n{victim} crashes (disk lost: {disk_loss}, cluster committed {committed})")
+        });
+        out.push(Effect::Fault(FaultKind::Crash));
+        self.counts.crashes += 1;
+        let instance = self.members[victim].instance;
+        let m = &mut self.members[victim];
+        m.replica = None;
+        m.syncing.clear();
+        m.life += 1;
+        let life = m.life;
+        if disk_loss {
+            self.counts.disk_losses += 1;
+            let voters: Vec<u64> = self.ids.keys().copied().collect();
+            m.disk = MemoryDisk::new(Restored::new_cluster(voters));
+            m.amnesia = Some(committed);
+        }
+        out.push(Effect::Gone {
+            node: victim,
+            instance,
+        });
+        let at = now.saturating_add(millis_between(&mut self.rng, 300, 2_000));
+        out.push(Effect::At(
+            at,
+            Ev::Restart {
+                member: victim,
+                life,
+            },
+        ));
+        self.follow_leadership(now, out);
+    }
+
+    /// Cuts one member (the leader half the time) off from the others, or
+    /// splits the members in two, for a while.
+    fn partition(&mut self, now: Time, out: &mut Vec<Effect>) {
+        let n = self.members.len();
+        let mut side = BTreeSet::new();
+        if self.rng.chance(1, 2) {
+            let one = match self.leader {
+                Some((l, _)) if self.rng.chance(1, 2) => l,
+                _ => self.rng.up_to(n as u64 - 1) as usize,
+            };
+            side.insert(one);
+        } else {
+            // A random nonempty proper subset.
+            while side.is_empty() || side.len() == n {
+                side = (0..n).filter(|_| self.rng.chance(1, 2)).collect();
+            }
+        }
+        let length = millis_between(&mut self.rng, 200, 3_000);
+        let until = now.saturating_add(length);
+        self.note(out, || {
+            format!("fault: raft members {side:?} cut off from the others for {length:?}")
+        });
+        self.counts.partitions += 1;
+        self.cuts.retain(|c| c.until > now);
+        self.cuts.push(Cut { side, until });
+    }
+
+    // ----- the members' outputs ---------------------------------------------
+
+    /// Drains member `n`'s outputs: client actions for the world (each `G`
+    /// checked first), disk writes, peer messages, events.
+    pub(super) fn drain(&mut self, n: usize, now: Time, out: &mut Vec<Effect>) {
+        loop {
+            let Some(output) = self.members[n]
+                .replica
+                .as_mut()
+                .and_then(Replica::poll_output)
+            else {
+                break;
+            };
+            match output {
+                Output::Client(action) => {
+                    if let Action::Send { data, .. } = &action {
+                        if let Err(failure) = self.check_answers(n, data) {
+                            out.push(Effect::Failure(failure));
+                        }
+                    }
+                    out.push(Effect::Served {
+                        node: n,
+                        instance: self.members[n].instance,
+                        action,
+                    });
+                }
+                Output::Persist(p) => {
+                    self.index_decisions(&p.entries);
+                    let delay = millis_us(&mut self.rng, self.sync_us);
+                    let m = &mut self.members[n];
+                    m.syncing.push_back(p);
+                    // In the order they were handed out.
+                    m.synced_at = m.synced_at.max(now.saturating_add(delay));
+                    let life = m.life;
+                    out.push(Effect::At(m.synced_at, Ev::Synced { member: n, life }));
+                }
+                Output::Compact(snapshot) => self.members[n].disk.compact(&snapshot),
+                Output::Send(message) => self.send(n, message, now, out),
+                Output::Event(event) => {
+                    let name = &self.members[n].name;
+                    self.note(out, || format!("raft: {name} {event:?}"));
+                    if let ReplicaEvent::BadEntry { index } = event {
+                        out.push(Effect::Failure((
+                            Check::Uncommitted,
+                            None,
+                            format!("member {name} could not read the committed entry {index}"),
+                        )));
+                    }
+                }
+            }
+        }
+        if let Some(target) = self.members[n].amnesia {
+            let caught_up = self.members[n]
+                .replica
+                .as_ref()
+                .is_some_and(|r| r.committed() >= target && r.applied() >= target);
+            if caught_up {
+                self.members[n].amnesia = None;
+                let name = self.members[n].name.clone();
+                self.note(out, || {
+                    format!("raft: {name} caught up after its disk loss")
+                });
+            }
+        }
+        self.follow_leadership(now, out);
+    }
+
+    /// A message from member `from` to its peer: delayed, maybe lost.
+    fn send(&mut self, from: usize, message: Message, now: Time, out: &mut Vec<Effect>) {
+        let Some(to) = usize::try_from(message.to)
+            .ok()
+            .and_then(|id| id.checked_sub(1))
+            .filter(|&to| to < self.members.len())
+        else {
+            return;
+        };
+        let faults = now < self.faults_end;
+        if self.is_cut(from, to, now) || (faults && self.rng.chance(self.loss_pm, 1000)) {
+            self.counts.lost += 1;
+            return;
+        }
+        let mut delay = millis_us(&mut self.rng, self.latency_us);
+        if faults && self.rng.chance(self.spike_pm, 1000) {
+            delay = millis_between(&mut self.rng, 20, 400);
+            self.counts.delayed += 1;
+        }
+        let life = self.members[to].life;
+        out.push(Effect::At(
+            now.saturating_add(delay),
+            Ev::Deliver {
+                from,
+                to,
+                life,
+                message: Box::new(message),
+            },
+        ));
+    }
+
+    /// Notes where each decision of `entries` is.
+    fn index_decisions(&mut self, entries: &[Entry]) {
+        for e in entries {
+            if e.entry_type != EntryType::EntryNormal as i32 || e.data.is_empty() {
+                continue;
+            }
+            let Ok(decisions) = Decision::decode_entry(&e.data) else {
+                continue;
+            };
+            for d in decisions {
+                let key = match d {
+                    Decision::Grant { key, token, .. } => (Did::Grant, key, token),
+                    Decision::Renew { key, token, .. } => (Did::Renew, key, token),
+                    Decision::Release { key, token } => (Did::Release, key, token),
+                    _ => continue,
+                };
+                self.entries_of
+                    .entry(key)
+                    .or_default()
+                    .insert((e.index, e.term));
+            }
+        }
+    }
+
+    /// How many members synced `(index, term)`.
+    fn synced_by(&self, index: u64, term: u64) -> usize {
+        self.members
+            .iter()
+            .filter(|m| m.synced.get(&index) == Some(&term))
+            .count()
+    }
+
+    /// Whether `(index, term)` is committed by the disks, for a sender in
+    /// `term_now`: a majority synced it, and, if it is of an earlier term,
+    /// a majority synced an entry of `term_now` after it.
+    fn committed(&self, index: u64, term: u64, term_now: u64) -> bool {
+        let majority = self.members.len() / 2 + 1;
+        if self.synced_by(index, term) < majority {
+            return false;
+        }
+        term == term_now
+            || self
+                .entries_of
+                .values()
+                .flatten()
+                .any(|&(i, t)| i > index && t == term_now && self.synced_by(i, t) >= majority)
+    }
+
+    /// Every `G` in `data`, written by member `n`, must depend on a
+    /// committed entry: the latest one of the sender's term that holds its
+    /// decision (a grant's, or a renewal's), or failing that the latest of
+    /// any term.
+    fn check_answers(&mut self, n: usize, data: &[u8]) -> Result<(), Failure> {
+        let Some(term_now) = self.members[n].replica.as_ref().map(Replica::term) else {
+            return Ok(());
+        };
+        for line in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            let Ok(ServerFrame::Answer(answer)) = ServerFrame::parse(line) else {
+                continue;
+            };
+            let (renewal, token) = match answer.kind {
+                AnswerKind::Granted { token, .. } => (false, token),
+                AnswerKind::Renewed { token, .. } => (true, token),
+                _ => continue,
+            };
+            let key = Key::from(answer.key);
+            self.counts.answers_checked += 1;
+            let what = if renewal { "renewal" } else { "grant" };
+            let name = &self.members[n].name;
+            let did = if renewal { Did::Renew } else { Did::Grant };
+            let entries = self.entries_of.get(&(did, key.clone(), token));
+            let entry = entries.and_then(|set| {
+                set.iter()
+                    .rev()
+                    .find(|&&(_, t)| t == term_now)
+                    .or_else(|| set.iter().next_back())
+                    .copied()
+            });
+            let Some((index, term)) = entry else {
+                return Err((
+                    Check::Uncommitted,
+                    None,
+                    format!(
+                        "{name} (term {term_now}) answered the {what} of ({key}, {token}) that no entry handed to a disk holds"
+                    ),
+                ));
+            };
+            if !self.committed(index, term, term_now) {
+                return Err((
+                    Check::Uncommitted,
+                    None,
+                    format!(
+                        "{name} (term {term_now}) answered the {what} of ({key}, {token}) before its entry {index} of term {term} was committed: {} of {} members synced it",
+                        self.synced_by(index, term),
+                        self.members.len()
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Follows who serves: a leadership ends when its member crashed or
+    /// stopped serving, or another serves in a later term.
+    fn follow_leadership(&mut self, now: Time, out: &mut Vec<Effect>) {
+        let serving = self
+            .members
+            .iter()
+            .enumerate()
+            .filter_map(|(i, m)| {
+                let r = m.replica.as_ref()?;
+                r.is_serving().then(|| (r.term(), i))
+            })
+            .max();
+        if let Some((l, term)) = self.leader {
+            let still = self.members[l]
+                .replica
+                .as_ref()
+                .is_some_and(|r| r.is_serving() && r.term() == term);
+            let superseded = serving.is_some_and(|(t, _)| t > term);
+            if !still || superseded {
+                self.leader = None;
+                self.note(out, || {
+                    format!("raft: the leadership of n{l} in term {term} ends at {now}")
+                });
+                out.push(Effect::LeaderChange);
+            }
+        }
+        if self.leader.is_none() {
+            if let Some((term, i)) = serving.filter(|&(t, _)| t > self.last_term) {
+                self.leader = Some((i, term));
+                self.last_term = term;
+                self.counts.leaderships += 1;
+                self.note(out, || format!("raft: n{i} serves in term {term}"));
+            }
+        }
+    }
+}
+
+/// Mirrors a disk write: every entry replaces the one at its index and
+/// every one after it; a snapshot that the log does not match at its
+/// index replaces the whole log.
+fn mirror(synced: &mut BTreeMap<u64, u64>, p: &Persist) {
+    if let Some(meta) = p.snapshot.as_ref().and_then(|s| s.metadata.as_ref()) {
+        if synced.get(&meta.index) != Some(&meta.term) {
+            synced.clear();
+        }
+        synced.insert(meta.index, meta.term);
+    }
+    if let Some(first) = p.entries.first() {
+        synced.split_off(&first.index);
+        for e in &p.entries {
+            synced.insert(e.index, e.term);
+        }
+    }
+}
+
+/// A draw in `range` microseconds.
+fn millis_us(rng: &mut Rng, (lo, hi): (u64, u64)) -> Duration {
+    Duration::from_micros(lo + rng.up_to(hi.saturating_sub(lo)))
+}
