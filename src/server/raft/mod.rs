@@ -20,7 +20,7 @@
 //!     while let Some(out) = replica.poll_output() {
 //!         match out {
 //!             Output::Client(action) => { /* send or close */ }
-//!             Output::Persist(p) => { /* one write, one sync; then */ replica.handle_persisted(now) }
+//!             Output::Persist(p) => { /* write and sync, in order; then */ replica.handle_persisted(now) }
 //!             Output::Compact(snapshot) => { /* write it, drop the log before it */ }
 //!             Output::Send(message) => { /* to message.to */ }
 //!             Output::Event(e) => { /* `leading`, `following ADDR` */ }
@@ -33,9 +33,11 @@
 //!
 //! The inputs since the last `poll_output` are one turn of the leader's
 //! loop: their decisions go into one Raft entry when `poll_output` is next
-//! called. The node hands out one [`Persist`] at a time, and nothing that
-//! must follow it (its messages, its commits) before
-//! [`Replica::handle_persisted`].
+//! called. [`Persist`]s are handed out in order, and several may be under
+//! way: the driver makes them durable in that order (it may fold those
+//! waiting into one write and one sync) and says so once per `Persist`
+//! with [`Replica::handle_persisted`]. What must follow one (its
+//! messages, what it lets commit) waits for that.
 
 mod store;
 
