@@ -643,6 +643,13 @@ impl Replica {
         let Leadership::Serving { term } = self.leadership else {
             return;
         };
+        if self.node.raft.state != StateRole::Leader || self.node.raft.term != term {
+            // Its leadership ended since the last turn: what it decided
+            // meanwhile rests on a table that may hold what was never
+            // committed, and must not be proposed in another term.
+            self.step_down(Role::NoLeader);
+            return;
+        }
         let floor = self.floor_to_propose.take();
         let decisions = self.server.take_decisions();
         if floor.is_none() && decisions.is_none() {
