@@ -309,8 +309,13 @@ if [[ -z "${SKIP_FAILOVER:-}" ]]; then
     rtoken=$(echo "$renewed" | grep -o '"token":[0-9]*' | cut -d: -f2 || true)
     echo "${renewed%% *}" >>"$WORK/renewed"
     [[ -n "$renewed" && "$rtoken" == "$HOLD_TOKEN" ]] && kept=$((kept + 1))
-    tok=$(again "${ADDR[fo$new]}")
-    echo "$tok" >>"$WORK/tokens"
+    # On whoever leads now (another election may have followed).
+    tok=""
+    for _ in 1 2 3; do
+      tok=$(again "${ADDR[fo$(leader_index fo)]}")
+      [[ -n "$tok" ]] && break
+    done
+    echo "${tok:-missing}" >>"$WORK/tokens"
     echo "$line | leading after ${leading%% *} ms (term ${leading##* }) | holder renewed after ${renewed%% *} ms, token ${rtoken:-none} | again token ${tok:-none}" \
       | tee -a "$WORK/failover.txt"
     while kill -0 "${PID[fo$old]}" 2>/dev/null; do sleep 0.05; done
@@ -322,7 +327,10 @@ if [[ -z "${SKIP_FAILOVER:-}" ]]; then
   awk '$1=="FAILOVER" { print $2 }' "$WORK/failover.txt" >"$WORK/grant"
   awk '$1=="FAILOVER" { print $3 }' "$WORK/failover.txt" >"$WORK/reclaim"
   lost=$(grep -c -E '"event":"lease_(lost|expired)"' "$WORK/holder.out" || true)
-  increasing=$(awk 'NF == 0 { bad = 1 } NR > 1 && $1 <= prev { bad = 1 } { prev = $1 } END { print bad ? "NO" : "yes" }' "$WORK/tokens")
+  # Compared as decimal strings: tokens are u64, beyond a double's 53 bits.
+  increasing=$(awk 'function gt(a, b) { return length(a) != length(b) ? length(a) > length(b) : (a "") > (b "") }
+    $1 == "missing" { miss++; next } n++ && !gt($1, prev) { bad = 1 } { prev = $1 }
+    END { printf "%s%s", bad ? "NO" : "yes", miss ? " (" miss " missing)" : "" }' "$WORK/tokens")
   echo
   echo "kill to the new leader's leading line:      median $(median "$WORK/leading") ms, worst $(worst "$WORK/leading") ms"
   echo "kill to its first W:                        median $(median "$WORK/w") ms, worst $(worst "$WORK/w") ms"
@@ -338,41 +346,60 @@ if [[ -z "${SKIP_FAILOVER:-}" ]]; then
 fi
 
 if [[ -z "${SKIP_SOAK:-}" ]]; then
-  echo "== soak: ${SOAK_SECS}s of the e2e bench at $SOAK_CONC tasks against the leader, state on $SOAK_DIR"
+  echo "== soak: ${SOAK_SECS}s of the e2e bench at $SOAK_CONC tasks against the leader, state on $SOAK_DIR, election timeout $TIMEOUT_MS ms"
   new_cluster soak "$SOAK_DIR"; start_cluster soak
   lead=$(leader_index soak)
   echo "leader n$lead pid ${PID[soak$lead]}"
-  end=$(( $(date +%s) + SOAK_SECS ))
+  start_s=$(date +%s)
+  end=$(( start_s + SOAK_SECS ))
+  : >"$WORK/soak-load.txt"
+  # The load: runs of at most 30 s, each against whoever leads when it
+  # starts (a run whose leader steps down ends with an error, counted).
   (
-    while (( $(date +%s) < end )); do
-      left=$(( end - $(date +%s) )); (( left > 60 )) && left=60; (( left < 1 )) && break
-      "$E2E_BIN" --addr "${ADDR[soak$lead]}" --secs "$left" --warmup 0 --conc "$SOAK_CONC" --keys "$KEYS" \
-        | grep '^RESULT' >>"$WORK/soak-load.txt" || true
+    trap 'kill "$e2e" 2>/dev/null; exit 0' TERM
+    e2e=""
+    while (( $(date +%s) < end - 1 )); do
+      left=$(( end - $(date +%s) )); (( left > 30 )) && left=30
+      l=$(leader_index soak 2>/dev/null) || { sleep 0.2; continue; }
+      "$E2E_BIN" --addr "${ADDR[soak$l]}" --secs "$left" --warmup 0 --conc "$SOAK_CONC" --keys "$KEYS" \
+        >"$WORK/soak-run.txt" 2>"$WORK/soak-run.err" &
+      e2e=$!
+      if wait "$e2e"; then
+        grep '^RESULT' "$WORK/soak-run.txt" | sed "s/^/$(date +%s) n$l /" >>"$WORK/soak-load.txt"
+      else
+        echo "$(date +%s) n$l FAILED $(grep -m1 -o 'reason: [A-Za-z]*' "$WORK/soak-run.err" || true)" >>"$WORK/soak-load.txt"
+      fi
     done
   ) &
   LOAD_PID=$!
-  printf '| %3s | %12s | %12s | %12s | %16s | %10s | %s |\n' min "n0 bytes" "n1 bytes" "n2 bytes" "files n0/n1/n2" "leader RSS" "leader"
-  printf '|-----|--------------|--------------|--------------|------------------|------------|--------|\n'
+  printf '| %3s | %12s | %12s | %12s | %14s | %12s | %s |\n' min "n0 bytes" "n1 bytes" "n2 bytes" "files n0/n1/n2" "leader RSS" "leader"
+  printf '|-----|--------------|--------------|--------------|----------------|--------------|--------|\n'
   : >"$WORK/soak.txt"
   minute=0
   while (( $(date +%s) < end )); do
-    sleep $(( end - $(date +%s) < 60 ? end - $(date +%s) : 60 ))
+    next=$(( start_s + 60 * (minute + 1) )); (( next > end )) && next=$end
+    sleep $(( next - $(date +%s) > 0 ? next - $(date +%s) : 0 )) & wait $!
     minute=$((minute + 1))
     sizes=() files=()
     for i in 0 1 2; do
       sizes+=("$(du -sb "${DIR[soak$i]}" | cut -f1)")
       files+=("$(find "${DIR[soak$i]}" -maxdepth 1 -name 'raft-*' | wc -l)")
     done
-    now=$(hello "${ADDR[soak$lead]}")
-    rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/${PID[soak$lead]}/status" 2>/dev/null || echo 0)
-    echo "$minute ${sizes[*]} $rss" >>"$WORK/soak.txt"
-    printf '| %3s | %12s | %12s | %12s | %16s | %7s kB | %s |\n' "$minute" "${sizes[0]}" "${sizes[1]}" "${sizes[2]}" \
-      "${files[0]}/${files[1]}/${files[2]}" "$rss" "n$lead ${now%% *}"
+    now=$(leader_index soak 2>/dev/null || echo "?")
+    rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/${PID[soak$now]:-0}/status" 2>/dev/null || echo 0)
+    echo "$minute ${sizes[*]} $rss $now" >>"$WORK/soak.txt"
+    printf '| %3s | %12s | %12s | %12s | %14s | %9s kB | %s |\n' "$minute" "${sizes[0]}" "${sizes[1]}" "${sizes[2]}" \
+      "${files[0]}/${files[1]}/${files[2]}" "$rss" "n$now"
   done
-  wait "$LOAD_PID" 2>/dev/null || true; LOAD_PID=""
-  echo "files in n$lead: $(cd "${DIR[soak$lead]}" && ls | tr '\n' ' ')"
+  stop_pid "$LOAD_PID"; LOAD_PID=""
+  for i in 0 1 2; do echo "files in n$i: $(cd "${DIR[soak$i]}" && ls | tr '\n' ' ')"; done
   awk '$1 == 2 { for (i = 2; i <= 5; i++) base[i] = $i } { for (i = 2; i <= 5; i++) last[i] = $i; m = $1 }
-    END { if (m > 2) printf "growth from minute 2 to %d: n0 %+d B, n1 %+d B, n2 %+d B, leader RSS %+d kB\n", m, last[2] - base[2], last[3] - base[3], last[4] - base[4], last[5] - base[5] }' "$WORK/soak.txt"
-  awk '{ n++; p += $4; e += $12 } END { if (n) printf "load: %d runs, mean %.0f pairs/s, %d errors\n", n, p / n, e }' "$WORK/soak-load.txt"
+    END { if (m > 2) printf "growth from minute 2 to %d: n0 %+d B, n1 %+d B, n2 %+d B, RSS of the leader %+d kB (the member that led at each minute: last column)\n", m, last[2] - base[2], last[3] - base[3], last[4] - base[4], last[5] - base[5] }' "$WORK/soak.txt"
+  # RESULT lines: unix_s member RESULT NAME C pairs ...
+  awk '$3 == "RESULT" { n++; p += $6; e += $14 } $3 == "FAILED" { f++ } END { printf "load: %d runs of up to 30 s, mean %.0f pairs/s, %d errors; %d runs ended by a leader change or an error\n", n, n ? p / n : 0, e, f }' "$WORK/soak-load.txt"
+  echo "leading lines in the soak, the first election included (no fault injected): $(cat "$WORK"/soak?.err | grep -c '^leading')"
+  for i in 0 1 2; do
+    grep -E '^(leading|following|no leader)' "$WORK/soak$i.err" | sed "s/^/  n$i: /"
+  done
   stop_cluster soak
 fi

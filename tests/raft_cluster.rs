@@ -393,10 +393,12 @@ fn first_grant(addrs: &[String], key: &str, since: Instant) -> (Duration, u64) {
 /// token given after a change is above every token given before.
 ///
 /// Bounds, T the election timeout (400 ms): the median of kill to
-/// `leading` at most 2T + 0.5 s and every one at most 2T + 1.5 s; the
-/// median of kill to a fresh grant at most 2T + 1 s and every one at most
-/// 2T + 2 s. The extra second on each single kill is slack for a loaded
-/// machine of two cores (a split vote adds up to 2T more, too).
+/// `leading` at most 2T + 0.5 s, of kill to a fresh grant at most
+/// 2T + 1 s (the bounds). Every single kill within 4T + 1 s and
+/// 4T + 1.5 s: a split vote between the two survivors (both pre-vote,
+/// then each votes for itself) costs a second round of up to 2T, and the
+/// extra second is slack for a loaded machine of two cores (seen: 2036 ms
+/// for one kill with a split vote while other builds ran).
 #[test]
 fn leader_kills_cost_an_election_and_a_renewing_holder_keeps_its_grant() {
     const KILLS: usize = 4;
@@ -527,8 +529,8 @@ fn leader_kills_cost_an_election_and_a_renewing_holder_keeps_its_grant() {
         ms(&to_leading)
     );
     assert!(
-        to_leading[KILLS - 1] <= bound(1500),
-        "a kill to leading above 2T + 1.5 s: {:?}",
+        to_leading[KILLS - 1] <= 4 * t + Duration::from_millis(1000),
+        "a kill to leading above 4T + 1 s: {:?}",
         ms(&to_leading)
     );
     assert!(
@@ -538,8 +540,8 @@ fn leader_kills_cost_an_election_and_a_renewing_holder_keeps_its_grant() {
         ms(&to_grant)
     );
     assert!(
-        to_grant[KILLS - 1] <= bound(2000),
-        "a kill to a fresh grant above 2T + 2 s: {:?}",
+        to_grant[KILLS - 1] <= 4 * t + Duration::from_millis(1500),
+        "a kill to a fresh grant above 4T + 1.5 s: {:?}",
         ms(&to_grant)
     );
 }
