@@ -309,18 +309,19 @@ if [[ -z "${SKIP_FAILOVER:-}" ]]; then
     rtoken=$(echo "$renewed" | grep -o '"token":[0-9]*' | cut -d: -f2 || true)
     echo "${renewed%% *}" >>"$WORK/renewed"
     [[ -n "$renewed" && "$rtoken" == "$HOLD_TOKEN" ]] && kept=$((kept + 1))
-    # On whoever leads now (another election may have followed).
+    while kill -0 "${PID[fo$old]}" 2>/dev/null; do sleep 0.05; done
+    start_member fo "$old"
+    # `again` on whoever leads once the killed member follows (another
+    # election may have followed the measured one).
     tok=""
     for _ in 1 2 3; do
-      tok=$(again "${ADDR[fo$(leader_index fo)]}")
+      lead=$(leader_index fo)
+      tok=$(again "${ADDR[fo$lead]}")
       [[ -n "$tok" ]] && break
     done
     echo "${tok:-missing}" >>"$WORK/tokens"
-    echo "$line | leading after ${leading%% *} ms (term ${leading##* }) | holder renewed after ${renewed%% *} ms, token ${rtoken:-none} | again token ${tok:-none}" \
+    echo "$line | leading after ${leading%% *} ms (term ${leading##* }) | holder renewed after ${renewed%% *} ms, token ${rtoken:-none} | again token ${tok:-none} on n$lead" \
       | tee -a "$WORK/failover.txt"
-    while kill -0 "${PID[fo$old]}" 2>/dev/null; do sleep 0.05; done
-    start_member fo "$old"
-    leader_index fo >/dev/null
   done
   # FAILOVER grant_ms reclaim_ms old new W_ms killed_at
   awk '$1=="FAILOVER" { print $6 }' "$WORK/failover.txt" >"$WORK/w"
