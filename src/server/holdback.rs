@@ -16,16 +16,17 @@
 
 use std::collections::VecDeque;
 
-use bytes::Bytes;
+use bytes::BytesMut;
 
 use super::action::ConnId;
 
-/// One answer, encoded, and the turn it waits for.
+/// One answer waiting: the turn it waits for, its connection, and how
+/// many bytes of [`Holdback`]'s buffer its frame takes.
 #[derive(Debug)]
-pub(crate) struct Held {
-    pub(crate) after: u64,
-    pub(crate) conn: ConnId,
-    pub(crate) frame: Bytes,
+struct Held {
+    after: u64,
+    conn: ConnId,
+    len: usize,
 }
 
 /// The turns taken and committed, and the answers waiting for them.
@@ -36,6 +37,9 @@ pub(crate) struct Holdback {
     /// The latest turn whose entry is committed.
     committed: u64,
     held: VecDeque<Held>,
+    /// The frames of `held`, one after another, in one buffer (an answer
+    /// costs no allocation of its own).
+    frames: BytesMut,
     /// The simulator's sabotage `answer-before-commit`: nothing is ever
     /// held back.
     #[cfg(feature = "sabotage")]
@@ -54,8 +58,13 @@ impl Holdback {
         (after > self.committed).then_some(after)
     }
 
-    pub(crate) fn hold(&mut self, held: Held) {
-        self.held.push_back(held);
+    /// Holds the answer `encode` writes for `conn` until turn `after` is
+    /// committed.
+    pub(crate) fn hold(&mut self, after: u64, conn: ConnId, encode: impl FnOnce(&mut BytesMut)) {
+        let before = self.frames.len();
+        encode(&mut self.frames);
+        let len = self.frames.len() - before;
+        self.held.push_back(Held { after, conn, len });
     }
 
     /// Counts a turn taken; its number.
@@ -64,16 +73,25 @@ impl Holdback {
         self.taken
     }
 
-    /// Notes that `turn`'s entry is committed; the answers that may go out
-    /// now, in order.
-    pub(crate) fn commit(&mut self, turn: u64) -> impl Iterator<Item = Held> + '_ {
+    /// Notes that `turn`'s entry is committed, and hands `out` each answer
+    /// that may go now, in order, with its connection.
+    pub(crate) fn commit(&mut self, turn: u64, mut out: impl FnMut(ConnId, &[u8])) {
         self.committed = self.committed.max(turn.min(self.taken));
-        let ready = self
-            .held
-            .iter()
-            .take_while(|h| h.after <= self.committed)
-            .count();
-        self.held.drain(..ready)
+        let mut at = 0;
+        while let Some(held) = self.held.front() {
+            if held.after > self.committed {
+                break;
+            }
+            out(held.conn, &self.frames[at..at + held.len]);
+            at += held.len;
+            self.held.pop_front();
+        }
+        if self.held.is_empty() {
+            // Its capacity stays for the next ones.
+            self.frames.clear();
+        } else {
+            let _ = self.frames.split_to(at);
+        }
     }
 
     /// Forgets every answer held and every turn not committed: the
@@ -82,6 +100,7 @@ impl Holdback {
         self.committed = self.taken;
         let n = self.held.len();
         self.held.clear();
+        self.frames.clear();
         n
     }
 
@@ -95,12 +114,20 @@ impl Holdback {
 mod tests {
     use super::*;
 
-    fn held(after: u64, conn: u64) -> Held {
-        Held {
-            after,
-            conn: ConnId(conn),
-            frame: Bytes::from_static(b"x"),
-        }
+    fn hold(h: &mut Holdback, after: u64, conn: u64) {
+        h.hold(after, ConnId(conn), |buf| {
+            buf.extend_from_slice(format!("frame {conn}\n").as_bytes())
+        });
+    }
+
+    /// The connections (and their frames) `turn`'s commit lets go.
+    fn commit(h: &mut Holdback, turn: u64) -> Vec<u64> {
+        let mut out = Vec::new();
+        h.commit(turn, |conn, frame| {
+            assert_eq!(frame, format!("frame {}\n", conn.0).as_bytes());
+            out.push(conn.0);
+        });
+        out
     }
 
     #[test]
@@ -110,21 +137,21 @@ mod tests {
         assert_eq!(h.barrier(false), None);
         // Decisions in the open turn: wait for turn 1.
         assert_eq!(h.barrier(true), Some(1));
-        h.hold(held(1, 1));
+        hold(&mut h, 1, 1);
         assert_eq!(h.take_turn(), 1);
         // Computed after turn 1 was taken, no decision since: turn 1 too.
         assert_eq!(h.barrier(false), Some(1));
-        h.hold(held(1, 2));
-        h.hold(held(2, 3));
+        hold(&mut h, 1, 2);
+        hold(&mut h, 2, 3);
         assert_eq!(h.take_turn(), 2);
         // A commit of a turn not taken yet counts only as far as taken.
-        assert_eq!(h.commit(0).count(), 0);
-        let out: Vec<u64> = h.commit(1).map(|h| h.conn.0).collect();
-        assert_eq!(out, [1, 2]);
+        assert_eq!(commit(&mut h, 0), [0u64; 0]);
+        assert_eq!(commit(&mut h, 1), [1, 2]);
         assert_eq!(h.len(), 1);
         assert_eq!(h.barrier(false), Some(2));
-        let out: Vec<u64> = h.commit(5).map(|h| h.conn.0).collect();
-        assert_eq!(out, [3]);
+        // Held after a commit let some go: its frame is still whole.
+        hold(&mut h, 2, 4);
+        assert_eq!(commit(&mut h, 5), [3, 4]);
         assert_eq!(h.barrier(false), None);
     }
 
@@ -143,11 +170,11 @@ mod tests {
     #[test]
     fn a_discard_drops_what_was_held_and_later_turns_count_on() {
         let mut h = Holdback::default();
-        h.hold(held(1, 1));
+        hold(&mut h, 1, 1);
         h.take_turn();
         assert_eq!(h.discard(), 1);
         assert_eq!(h.barrier(false), None);
-        assert_eq!(h.commit(1).count(), 0);
+        assert_eq!(commit(&mut h, 1), [0u64; 0]);
         assert_eq!(h.barrier(true), Some(2));
     }
 }

@@ -84,7 +84,7 @@ pub use term::{
 use core::time::Duration;
 
 use self::credential::Credential;
-use self::holdback::{Held, Holdback};
+use self::holdback::Holdback;
 use self::table::{Acquired, Limits, Renewal, Reply};
 use crate::names::Endpoint;
 use crate::time::Time;
@@ -623,16 +623,16 @@ impl Server {
         let Some(mut holdback) = self.holdback.take() else {
             return;
         };
-        for held in holdback.commit(turn) {
+        holdback.commit(turn, |conn, frame| {
             let Some(Phase::Ready { unanswered, .. }) =
-                self.conns.get_mut(&held.conn).map(|c| &mut c.phase)
+                self.conns.get_mut(&conn).map(|c| &mut c.phase)
             else {
                 // Its connection closed meanwhile.
-                continue;
+                return;
             };
             *unanswered = unanswered.saturating_sub(1);
-            self.output(held.conn).extend_from_slice(&held.frame);
-        }
+            self.output(conn).extend_from_slice(frame);
+        });
         self.holdback = Some(holdback);
     }
 
@@ -953,19 +953,13 @@ impl Server {
         let frame = ServerFrame::Answer(Answer { id, key, kind });
         let open = self.table.has_journal();
         if let Some(after) = self.holdback.as_ref().and_then(|h| h.barrier(open)) {
-            let mut bytes = BytesMut::new();
-            frame.encode(&mut bytes);
             if let Some(Phase::Ready { unanswered, .. }) =
                 self.conns.get_mut(&conn).map(|c| &mut c.phase)
             {
                 *unanswered = unanswered.saturating_add(1);
             }
             if let Some(holdback) = &mut self.holdback {
-                holdback.hold(Held {
-                    after,
-                    conn,
-                    frame: bytes.freeze(),
-                });
+                holdback.hold(after, conn, |buf| frame.encode(buf));
             }
             return;
         }

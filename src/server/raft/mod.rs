@@ -78,6 +78,11 @@ pub struct ReplicaConfig {
     /// Entries applied between two snapshots of the table, which the log
     /// is then compacted behind.
     pub snapshot_every: u64,
+    /// The most entries the leader has proposed and not seen committed;
+    /// decisions made meanwhile wait for the next entry. Fewer, larger
+    /// entries under load (less to send, write and sync per decision); a
+    /// quiet leader proposes at once.
+    pub max_in_flight: usize,
     /// The wall clock (milliseconds since 1970) at the `now` the replica
     /// is made at: a first leader's floor for tokens ([`Decision::Floor`]).
     pub wall_ms: u64,
@@ -103,6 +108,7 @@ impl ReplicaConfig {
             election_timeout,
             pinned_election_ticks: None,
             snapshot_every: 10_000,
+            max_in_flight: 2,
             wall_ms,
             rejoining: false,
         }
@@ -289,9 +295,21 @@ enum Leadership {
     Stopped,
 }
 
-/// The leader's turns not yet committed, in order: (turn, index, term).
+/// One entry the leader proposed and has not seen committed.
+#[derive(Debug)]
+struct Proposal {
+    /// The server's turn (0: none, the floor alone).
+    turn: u64,
+    index: u64,
+    term: u64,
+    /// What it holds, so that the leader applies it to its copy without
+    /// reading its own bytes back.
+    decisions: Vec<Decision>,
+}
+
+/// The leader's entries not yet committed, in order.
 #[derive(Debug, Default)]
-struct Proposals(VecDeque<(u64, u64, u64)>);
+struct Proposals(VecDeque<Proposal>);
 
 /// A member of a replicated cluster: see the module's documentation.
 pub struct Replica {
@@ -309,6 +327,7 @@ pub struct Replica {
     /// The index applied to `copy`.
     applied: u64,
     snapshot_every: u64,
+    max_in_flight: usize,
     rejoining: bool,
     tick: Duration,
     next_tick: Time,
@@ -404,6 +423,7 @@ impl Replica {
             floor_to_propose: None,
             applied: snapshot_index,
             snapshot_every: config.snapshot_every.max(1),
+            max_in_flight: config.max_in_flight.max(1),
             rejoining: config.rejoining,
             tick,
             next_tick: now.saturating_add(tick),
@@ -540,7 +560,7 @@ impl Replica {
             match self.server.poll_action()? {
                 Action::NeedEpoch { .. } => {
                     // A turn granted 2^22 - 1 times: its entry is full.
-                    self.propose_turn();
+                    self.propose_turn(true);
                     let epoch = self.entry_epoch();
                     let _ = self.server.begin_epoch(self.now, epoch);
                     self.dirty = true;
@@ -618,17 +638,25 @@ impl Replica {
     // ----- a turn -----------------------------------------------------------
 
     fn turn(&mut self) {
-        self.propose_turn();
-        // Raft's output may commit entries, which may move leadership and
-        // make answers go: until it has nothing more to say.
+        // Raft's output may commit entries, which may move leadership, make
+        // answers go and make room for the next entry: until it has
+        // nothing more to say.
         for _ in 0..8 {
+            let waiting = self.proposals.0.len();
+            self.propose_turn(false);
             self.ready();
             let before = self.leadership;
             self.follow_raft();
-            if before == self.leadership && !self.node.has_ready() {
+            let moved = self.proposals.0.len() < waiting && self.server_has_decisions();
+            if before == self.leadership && !self.node.has_ready() && !moved {
                 break;
             }
         }
+    }
+
+    /// Whether the server made decisions not yet proposed.
+    fn server_has_decisions(&self) -> bool {
+        self.server.lock_table().has_journal()
     }
 
     /// The tokens of the next entry: `(floor + its index) * 2^22 + n`.
@@ -638,11 +666,16 @@ impl Replica {
             .saturating_add(1)
     }
 
-    /// Proposes this turn's decisions as one entry.
-    fn propose_turn(&mut self) {
+    /// Proposes the decisions made since the last entry as one entry,
+    /// unless [`ReplicaConfig::max_in_flight`] entries wait for their
+    /// commit (`force`: even then, when the entry's tokens ran out).
+    fn propose_turn(&mut self, force: bool) {
         let Leadership::Serving { term } = self.leadership else {
             return;
         };
+        if !force && self.proposals.0.len() >= self.max_in_flight {
+            return;
+        }
         if self.node.raft.state != StateRole::Leader || self.node.raft.term != term {
             // Its leadership ended since the last turn: what it decided
             // meanwhile rests on a table that may hold what was never
@@ -669,9 +702,12 @@ impl Replica {
             self.step_down(Role::NoLeader);
             return;
         }
-        if turn != 0 {
-            self.proposals.0.push_back((turn, index, term));
-        }
+        self.proposals.0.push_back(Proposal {
+            turn,
+            index,
+            term,
+            decisions,
+        });
         self.server.set_entry_epoch(self.entry_epoch());
     }
 
@@ -742,7 +778,20 @@ impl Replica {
                 continue;
             }
             self.applied = entry.index;
-            if entry.entry_type == EntryType::EntryNormal as i32 && !entry.data.is_empty() {
+            let own = match self.proposals.0.front_mut() {
+                Some(p) if p.index == entry.index && p.term == entry.term => {
+                    Some(core::mem::take(&mut p.decisions))
+                }
+                _ => None,
+            };
+            if let Some(decisions) = own {
+                for d in &decisions {
+                    if let Decision::Floor { epoch } = d {
+                        self.floor = self.floor.max(*epoch);
+                    }
+                    self.copy.apply(self.now, d);
+                }
+            } else if entry.entry_type == EntryType::EntryNormal as i32 && !entry.data.is_empty() {
                 match Decision::decode_entry(&entry.data) {
                     Ok(decisions) => {
                         for d in &decisions {
@@ -763,7 +812,10 @@ impl Replica {
                     }
                 }
             }
-            while let Some(&(turn, index, term)) = self.proposals.0.front() {
+            while let Some(&Proposal {
+                turn, index, term, ..
+            }) = self.proposals.0.front()
+            {
                 if index > entry.index {
                     break;
                 }
@@ -869,7 +921,7 @@ impl Replica {
             let floor = self.wall_ms.saturating_add(elapsed).max(1);
             self.floor = floor;
             self.floor_to_propose = Some(floor);
-            self.propose_turn();
+            self.propose_turn(true);
         }
         let epoch = self.entry_epoch();
         self.server

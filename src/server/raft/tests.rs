@@ -352,3 +352,23 @@ fn the_same_inputs_at_the_same_times_give_the_same_cluster() {
     };
     assert_eq!(run(), run());
 }
+
+#[test]
+fn decisions_made_while_entries_wait_for_their_commit_go_into_one_entry() {
+    let (mut c, leader) = elected();
+    let conn = c.connect(leader, "H 2 c -\n");
+    let (_, before) = c.replicas[&leader].log_span();
+    for i in 0..10 {
+        // No time passes: the first entry's sync has not ended.
+        c.request(leader, conn, &format!("A {i} k{i} o 0 5000\n"));
+        c.settle();
+    }
+    c.run(Duration::from_millis(100));
+    let (_, after) = c.replicas[&leader].log_span();
+    // One entry for the first acquire, one for the next (max_in_flight 2),
+    // one for the other eight.
+    assert_eq!(after - before, 3, "entries {before}..{after}");
+    for i in 0..10 {
+        assert!(c.token(leader, conn, &format!("k{i}")) > 0);
+    }
+}
