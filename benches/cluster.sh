@@ -56,10 +56,6 @@ ETCD="${ETCD:-$(command -v etcd || echo /usr/bin/etcd)}"
 [[ -x "$ETCD" ]] || { echo "no etcd: bash .ci/install-etcd" >&2; exit 1; }
 
 
-bench_bin() { # the executable of release bench $1
-  cargo build --release --quiet --features cli --bench "$1" --message-format=json \
-    | grep -o '"executable":"[^"]*"' | sed 's/"executable":"//; s/"$//' | grep "/$1-" | tail -1
-}
 
 echo "== build (release)"
 cargo build --release --quiet --features cli --bin ticketing

@@ -22,3 +22,8 @@ free_port() {
   done
   echo "no free port found" >&2; return 1
 }
+
+bench_bin() { # the executable of release bench $1
+  cargo build --release --quiet --features cli --bench "$1" --message-format=json \
+    | grep -o '"executable":"[^"]*"' | sed 's/"executable":"//; s/"$//' | grep "/$1-" | tail -1
+}

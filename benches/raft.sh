@@ -72,10 +72,6 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-bench_bin() { # the executable of release bench $1 (as benches/cluster.sh)
-  cargo build --release --quiet --features cli --bench "$1" --message-format=json \
-    | grep -o '"executable":"[^"]*"' | sed 's/"executable":"//; s/"$//' | grep "/$1-" | tail -1
-}
 
 echo "== build (release)"
 cargo build --release --quiet --features cli --bin ticketing

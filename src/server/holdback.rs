@@ -105,7 +105,8 @@ impl Holdback {
     }
 
     /// How many answers wait.
-    pub(crate) fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.held.len()
     }
 }

@@ -671,11 +671,6 @@ impl Server {
         self.table.set_entry_epoch(epoch);
     }
 
-    /// How many answers wait for a commit.
-    pub fn held_answers(&self) -> usize {
-        self.holdback.as_ref().map_or(0, Holdback::len)
-    }
-
     /// The lock table written out at `now` (to be encoded with
     /// [`TableImage::encode`] and kept): every grant with what is left of
     /// its lease, the epoch and the counter, the greatest lease given, and

@@ -374,8 +374,12 @@ impl Replica {
         if tick < Duration::from_millis(1) {
             return Err(ReplicaError::ElectionTimeout);
         }
+        // raft-rs draws each timeout in [min, max): one apart, no draw.
         let (min, max) = match config.pinned_election_ticks {
-            Some(t) => (t.max(ELECTION_TICKS + 1), t.max(ELECTION_TICKS + 1) + 1),
+            Some(t) => {
+                let t = t.max(ELECTION_TICKS + 1);
+                (t, t + 1)
+            }
             None => (ELECTION_TICKS, 2 * ELECTION_TICKS),
         };
         let snapshot_index = restored
@@ -520,13 +524,6 @@ impl Replica {
     pub fn handle_timeout(&mut self, now: Time) {
         self.input(now);
         self.server.handle_timeout(now);
-    }
-
-    /// A peer could not be reached: Raft stops sending it entries in a
-    /// stream until it answers.
-    pub fn handle_unreachable(&mut self, now: Time, peer: u64) {
-        self.input(now);
-        self.node.report_unreachable(peer);
     }
 
     fn input(&mut self, now: Time) {
