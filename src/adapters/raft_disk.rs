@@ -863,32 +863,11 @@ fn io_error(path: &Path) -> impl FnOnce(io::Error) -> RaftDiskError + '_ {
 /// CRC-32 (IEEE 802.3, reflected, as zlib's) of the parts, one after the
 /// other.
 fn crc32(parts: &[&[u8]]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut table = [0; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut c = i as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 == 1 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-                k += 1;
-            }
-            table[i] = c;
-            i += 1;
-        }
-        table
-    };
-    let mut crc = !0u32;
+    let mut hasher = crc32fast::Hasher::new();
     for part in parts {
-        for &byte in *part {
-            crc = TABLE[((crc ^ u32::from(byte)) & 0xff) as usize] ^ (crc >> 8);
-        }
+        hasher.update(part);
     }
-    !crc
+    hasher.finalize()
 }
 
 #[cfg(test)]
