@@ -92,7 +92,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use raft::eraftpb::{EntryType, Message, MessageType};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::time::{sleep, timeout};
@@ -116,6 +116,8 @@ const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
 /// How many bytes of frames a batch gathers before it is written.
 const BATCH_BYTES: usize = 256 << 10;
+/// The buffer an inbound link is read through.
+const RELAY_BUFFER: usize = 64 << 10;
 /// How long a batch may take to be written before the link is given up
 /// (a peer that stopped reading).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -843,8 +845,10 @@ impl Door {
     }
 
     /// Hands `member`'s messages to the receiver until the link ends or
-    /// breaks a rule.
-    async fn relay(&self, member: u64, mut stream: BoxStream) {
+    /// breaks a rule. Read through a buffer: one read takes every frame
+    /// that has come, not two reads a frame.
+    async fn relay(&self, member: u64, stream: BoxStream) {
+        let mut stream = BufReader::with_capacity(RELAY_BUFFER, stream);
         loop {
             let Ok(frame) = read_frame(&mut stream, self.max_frame).await else {
                 return;
