@@ -6,7 +6,9 @@
 #    try-lock a random key among $KEYS, release by token) against a plain
 #    `ticketing serve` and against the leaders of two 3-member clusters,
 #    one with its state directories on tmpfs ($TMPFS_DIR) and one on disk
-#    ($DISK_DIR), interleaved level by level. The disk's sync latency
+#    ($DISK_DIR), interleaved: at each level $ROUNDS rounds of the three in
+#    turn, the medians reported and each round's ratios (the machine's
+#    figures move by a fifth between runs of a few seconds). The disk's sync latency
 #    (write + fdatasync of 4 KiB, as a member syncs a record) is measured
 #    first, and with it the bound 256 / (2 x sync) pairs/s at 256 tasks if
 #    every commit cost one sync and no batching (a pair is two commits).
@@ -32,13 +34,14 @@
 # what it started.
 #
 # Environment: TIMEOUT_MS (1000) KILLS (10) HOLD_LEASE_MS (8000) SECS (5)
-#   WARMUP (1) CONC (1,16,256) KEYS (1000) TMPFS_DIR (/dev/shm)
+#   WARMUP (1) ROUNDS (3) CONC (1,16,256) KEYS (1000) TMPFS_DIR (/dev/shm)
 #   DISK_DIR (/tmp) SOAK_SECS (600) SOAK_CONC (64) SOAK_DIR ($DISK_DIR)
 #   SKIP_THROUGHPUT / SKIP_FAILOVER / SKIP_SOAK (unset) CARGO_TARGET_DIR
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$(pwd)"
 TIMEOUT_MS="${TIMEOUT_MS:-1000}"
+ROUNDS="${ROUNDS:-3}"
 KILLS="${KILLS:-10}"
 HOLD_LEASE_MS="${HOLD_LEASE_MS:-8000}"
 SECS="${SECS:-5}"
@@ -222,18 +225,30 @@ if [[ -z "${SKIP_THROUGHPUT:-}" ]]; then
   IFS=',' read -r -a LEVELS <<<"$CONC"
   : >"$WORK/tput.txt"
   for c in "${LEVELS[@]}"; do
-    for target in single tmpfs disk; do
-      case "$target" in
-        single) addr="$SINGLE_ADDR" ;;
-        tmpfs) addr="${ADDR[tmpfs$TL]}" ;;
-        disk) addr="${ADDR[disk$DL]}" ;;
-      esac
-      "$E2E_BIN" --addr "$addr" --secs "$SECS" --warmup "$WARMUP" --conc "$c" --keys "$KEYS" \
-        | awk -v t="$target" '$1=="RESULT" { $2 = t; print }' >>"$WORK/tput.txt"
+    for round in $(seq "$ROUNDS"); do
+      for target in single tmpfs disk; do
+        case "$target" in
+          single) addr="$SINGLE_ADDR" ;;
+          tmpfs) addr="${ADDR[tmpfs$TL]}" ;;
+          disk) addr="${ADDR[disk$DL]}" ;;
+        esac
+        "$E2E_BIN" --addr "$addr" --secs "$SECS" --warmup "$WARMUP" --conc "$c" --keys "$KEYS" \
+          | awk -v t="$target" -v r="$round" '$1=="RESULT" { $2 = t; print $0, r }' >>"$WORK/tput.txt"
+      done
     done
   done
-  # RESULT NAME C pairs acq_p50 acq_p99 pair_p50 pair_p99 A/s contended busy errors
-  f() { awk -v t="$1" -v c="$2" -v k="$3" '$1=="RESULT" && $2==t && $3==c { print $k }' "$WORK/tput.txt"; }
+  # RESULT NAME C pairs acq_p50 acq_p99 pair_p50 pair_p99 A/s contended
+  # busy errors ROUND; f: the median over the rounds of column $3.
+  f() {
+    awk -v t="$1" -v c="$2" -v k="$3" '$1=="RESULT" && $2==t && $3==c { print $k }' "$WORK/tput.txt" \
+      | sort -g | awk '{ v[NR] = $1 } END { if (NR) print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+  }
+  # ratios TARGET C: the target's pairs/s over the single server's, round by round.
+  ratios() {
+    awk -v t="$1" -v c="$2" '$1=="RESULT" && $3==c && $2=="single" { s[$13] = $4 }
+      $1=="RESULT" && $3==c && $2==t { v[$13] = $4 }
+      END { for (r = 1; r in v; r++) printf "%s%.2fx", (r > 1 ? " " : ""), (s[r] > 0 ? v[r] / s[r] : 0) }' "$WORK/tput.txt"
+  }
   printf '| %4s | %14s | %14s | %14s | %6s | %6s | %22s | %22s | %22s |\n' C "single pairs/s" "tmpfs pairs/s" "disk pairs/s" "tmpfs" "disk" "single acq p50/p99 us" "tmpfs acq p50/p99 us" "disk acq p50/p99 us"
   printf '|------|----------------|----------------|----------------|--------|--------|------------------------|------------------------|------------------------|\n'
   for c in "${LEVELS[@]}"; do
@@ -243,8 +258,11 @@ if [[ -z "${SKIP_THROUGHPUT:-}" ]]; then
       "$(awk -v a="$d" -v b="$s" 'BEGIN { print (b > 0) ? a / b : 0 }')" \
       "$(f single "$c" 5)/$(f single "$c" 6)" "$(f tmpfs "$c" 5)/$(f tmpfs "$c" 6)" "$(f disk "$c" 5)/$(f disk "$c" 6)"
   done
-  echo "errors (busy, errors+release misses): $(awk '$1=="RESULT" { printf "%s C=%s %s %s; ", $2, $3, $11, $12 }' "$WORK/tput.txt")"
-  echo "(the ratios are the leader's pairs/s over the single server's; acquire latency added by replication = leader p50/p99 - single p50/p99)"
+  echo "(medians over $ROUNDS rounds, each round single, tmpfs, disk in turn; the ratios are the leader's pairs/s over the single server's; acquire latency added by replication = leader p50/p99 - single p50/p99)"
+  for c in "${LEVELS[@]}"; do
+    echo "C=$c round by round: tmpfs $(ratios tmpfs "$c"); disk $(ratios disk "$c")"
+  done
+  echo "errors (busy, errors+release misses): $(awk '$1=="RESULT" && ($11 || $12) { n++; printf "%s C=%s round %s: %s %s; ", $2, $3, $13, $11, $12 } END { if (!n) print "none" }' "$WORK/tput.txt")"
   # A commit as the disk leader's clients see it: its acquire p50 at the
   # lowest level (one task: nothing to batch with).
   commit_us=$(f disk "${LEVELS[0]}" 5)
