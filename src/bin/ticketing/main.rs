@@ -16,12 +16,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-/// The server's tables, a member's log and the clients' buffers are many
-/// small allocations made and freed on every request: mimalloc's
-/// thread-local free lists take them for less than glibc's malloc does.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 /// Ticketing: locks with fencing tokens.
 #[derive(Parser)]
 #[command(name = "ticketing", version, about)]
