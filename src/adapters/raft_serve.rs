@@ -142,7 +142,8 @@ impl Writer {
             return Written::Failed(None);
         }
         if self.queued > 0 || (leads && self.last_sync >= IN_PLACE_BELOW) {
-            return self.hand_off(DiskJob::Persist(p));
+            self.hand_off(DiskJob::Persist(p));
+            return Written::Queued;
         }
         let begun = Instant::now();
         let result = lock_disk(&self.disk).persist(&p);
@@ -160,40 +161,39 @@ impl Writer {
     /// be large, and the Persists after it wait there behind it.
     fn compact(&mut self, snapshot: Snapshot) {
         if !self.failed {
-            let _ = self.hand_off(DiskJob::Compact(snapshot));
+            self.hand_off(DiskJob::Compact(snapshot));
         }
     }
 
-    fn hand_off(&mut self, job: DiskJob) -> Written {
+    fn hand_off(&mut self, job: DiskJob) {
         // The thread lives as long as the sender, unless a write failed,
         // which its DiskDone says.
         if self.jobs.send(job).is_ok() {
             self.queued += 1;
         }
-        Written::Queued
     }
 
     /// What the thread finished: `Some(Ok(()))` for each Persist made
     /// durable, in the order they were handed to it.
     fn poll_done(&mut self, cx: &mut Context<'_>) -> Poll<Option<Result<(), String>>> {
         loop {
-            return match self.done.poll_recv(cx) {
-                Poll::Ready(Some(DiskDone::Persisted(took))) => {
+            let done = match self.done.poll_recv(cx) {
+                Poll::Ready(Some(done)) => done,
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => return Poll::Pending,
+            };
+            match done {
+                DiskDone::Persisted(took) => {
                     self.queued = self.queued.saturating_sub(1);
                     self.last_sync = took;
-                    Poll::Ready(Some(Ok(())))
+                    return Poll::Ready(Some(Ok(())));
                 }
-                Poll::Ready(Some(DiskDone::Compacted)) => {
-                    self.queued = self.queued.saturating_sub(1);
-                    continue;
-                }
-                Poll::Ready(Some(DiskDone::Failed(why))) => {
+                DiskDone::Compacted => self.queued = self.queued.saturating_sub(1),
+                DiskDone::Failed(why) => {
                     self.failed = true;
-                    Poll::Ready(Some(Err(why)))
+                    return Poll::Ready(Some(Err(why)));
                 }
-                Poll::Ready(None) => Poll::Ready(None),
-                Poll::Pending => Poll::Pending,
-            };
+            }
         }
     }
 }
@@ -212,9 +212,6 @@ struct MemberCore {
     inbound: mpsc::Receiver<Message>,
     writer: Writer,
     notify: Box<dyn FnMut(MemberNotice) + Send>,
-    /// The latest time an input came with: a write in place is durable
-    /// then.
-    now: Time,
 }
 
 /// Serves `member` on `listener`, its time counting from `origin`;
@@ -239,7 +236,6 @@ pub fn spawn_member<L: Listener>(
         inbound,
         writer: Writer::start(disk)?,
         notify: Box::new(notify),
-        now: Time::ZERO,
     };
     ServerHandle::spawn_core(listener, core, origin, Box::new(WallClock))
 }
@@ -310,23 +306,18 @@ fn fold(into: &mut Persist, next: Persist) {
 
 impl Core for MemberCore {
     fn handle_accept(&mut self, now: Time) -> ConnId {
-        self.now = now;
         self.replica.handle_accept(now)
     }
     fn handle_bytes(&mut self, now: Time, conn: ConnId, data: &[u8]) {
-        self.now = now;
         self.replica.handle_bytes(now, conn, data);
     }
     fn handle_closed(&mut self, now: Time, conn: ConnId) {
-        self.now = now;
         self.replica.handle_closed(now, conn);
     }
     fn handle_written(&mut self, now: Time, conn: ConnId, n: usize) {
-        self.now = now;
         self.replica.handle_written(now, conn, n);
     }
     fn handle_timeout(&mut self, now: Time) {
-        self.now = now;
         self.replica.handle_timeout(now);
     }
     fn poll_action(&mut self) -> Option<Action> {
@@ -334,7 +325,8 @@ impl Core for MemberCore {
             match self.replica.poll_output()? {
                 Output::Client(action) => return Some(action),
                 Output::Persist(p) => match self.writer.persist(p, self.replica.leads()) {
-                    Written::Durable => self.replica.handle_persisted(self.now),
+                    // Durable as of the latest input's time.
+                    Written::Durable => self.replica.handle_persisted(self.replica.now()),
                     Written::Queued | Written::Failed(None) => {}
                     Written::Failed(Some(why)) => (self.notify)(MemberNotice::DiskFailed(why)),
                 },
@@ -357,7 +349,6 @@ impl Core for MemberCore {
         self.replica.server().config().handshake_timeout
     }
     fn poll_sources(&mut self, cx: &mut Context<'_>, now: Time) -> bool {
-        self.now = now;
         let mut took = false;
         while let Poll::Ready(Some(done)) = self.writer.poll_done(cx) {
             took = true;

@@ -616,6 +616,11 @@ impl Replica {
         self.node.raft.state == StateRole::Leader
     }
 
+    /// The latest time an input came with.
+    pub fn now(&self) -> Time {
+        self.now
+    }
+
     /// The Raft term.
     pub fn term(&self) -> u64 {
         self.node.raft.term
@@ -797,22 +802,10 @@ impl Replica {
                 _ => None,
             };
             if let Some(decisions) = own {
-                for d in &decisions {
-                    if let Decision::Floor { epoch } = d {
-                        self.floor = self.floor.max(*epoch);
-                    }
-                    self.copy.apply(self.now, d);
-                }
+                self.apply_decisions(&decisions);
             } else if entry.entry_type == EntryType::EntryNormal as i32 && !entry.data.is_empty() {
                 match Decision::decode_entry(&entry.data) {
-                    Ok(decisions) => {
-                        for d in &decisions {
-                            if let Decision::Floor { epoch } = d {
-                                self.floor = self.floor.max(*epoch);
-                            }
-                            self.copy.apply(self.now, d);
-                        }
-                    }
+                    Ok(decisions) => self.apply_decisions(&decisions),
                     Err(_) => {
                         self.step_down(Role::NotActive);
                         self.leadership = Leadership::Stopped;
@@ -842,6 +835,17 @@ impl Replica {
             }
         }
         self.snapshot_if_due();
+    }
+
+    /// Applies one committed entry's decisions to the copy; a floor
+    /// among them raises the cluster's.
+    fn apply_decisions(&mut self, decisions: &[Decision]) {
+        for d in decisions {
+            if let Decision::Floor { epoch } = d {
+                self.floor = self.floor.max(*epoch);
+            }
+            self.copy.apply(self.now, d);
+        }
     }
 
     /// Takes a snapshot of the copy and compacts the log behind it, every
