@@ -209,8 +209,12 @@ pub(super) struct Members {
     cuts: Vec<Cut>,
     faults_end: Time,
     /// Where each decision is in the logs handed to the disks: the
-    /// entries (index, term) that hold it.
-    entries_of: BTreeMap<DecisionKey, BTreeSet<(u64, u64)>>,
+    /// entries (index, term) that hold it, and how many times each does
+    /// (a key renewed twice with one token in one turn).
+    entries_of: BTreeMap<DecisionKey, BTreeMap<(u64, u64), u64>>,
+    /// How many `G` answers to each decision each term's leader sent: the
+    /// k-th answers the k-th such decision of the term.
+    answered: BTreeMap<(DecisionKey, u64), u64>,
     /// The leadership under way: member and term.
     leader: Option<(usize, u64)>,
     /// The latest term a leadership was seen in.
@@ -287,6 +291,7 @@ impl Members {
             cuts: Vec::new(),
             faults_end,
             entries_of: BTreeMap::new(),
+            answered: BTreeMap::new(),
             leader: None,
             last_term: 0,
             stop_at: None,
@@ -414,7 +419,7 @@ impl Members {
         };
         self.entries_of
             .get(&(Did::Release, key.clone(), token))
-            .is_some_and(|set| set.iter().any(|&(i, t)| self.committed(i, t, term_now)))
+            .is_some_and(|held| held.keys().any(|&(i, t)| self.committed(i, t, term_now)))
     }
 
     /// The clients are done at `now`: the members run on until every lease
@@ -759,6 +764,7 @@ impl Members {
             let Ok(decisions) = Decision::decode_entry(&e.data) else {
                 continue;
             };
+            let mut counted: BTreeMap<DecisionKey, u64> = BTreeMap::new();
             for d in decisions {
                 let key = match d {
                     Decision::Grant { key, token, .. } => (Did::Grant, key, token),
@@ -766,10 +772,14 @@ impl Members {
                     Decision::Release { key, token } => (Did::Release, key, token),
                     _ => continue,
                 };
+                *counted.entry(key).or_default() += 1;
+            }
+            // Every member hands out the same entry: counted once.
+            for (key, n) in counted {
                 self.entries_of
                     .entry(key)
                     .or_default()
-                    .insert((e.index, e.term));
+                    .insert((e.index, e.term), n);
             }
         }
     }
@@ -794,14 +804,16 @@ impl Members {
             || self
                 .entries_of
                 .values()
-                .flatten()
+                .flat_map(BTreeMap::keys)
                 .any(|&(i, t)| i > index && t == term_now && self.synced_by(i, t) >= majority)
     }
 
     /// Every `G` in `data`, written by member `n`, must depend on a
-    /// committed entry: the latest one of the sender's term that holds its
-    /// decision (a grant's, or a renewal's), or failing that the latest of
-    /// any term.
+    /// committed entry: the one that holds its decision (a grant's, or a
+    /// renewal's). A leader answers in the order it decided, so its k-th
+    /// answer to one decision (a holder may renew one token twice) waits
+    /// at least for the k-th entry of its term that holds it; failing
+    /// such an entry, the latest of its term or of any.
     fn check_answers(&mut self, n: usize, data: &[u8]) -> Result<(), Failure> {
         let Some(term_now) = self.members[n].replica.as_ref().map(Replica::term) else {
             return Ok(());
@@ -820,13 +832,25 @@ impl Members {
             let what = if renewal { "renewal" } else { "grant" };
             let name = &self.members[n].name;
             let did = if renewal { Did::Renew } else { Did::Grant };
-            let entries = self.entries_of.get(&(did, key.clone(), token));
-            let entry = entries.and_then(|set| {
-                set.iter()
-                    .rev()
-                    .find(|&&(_, t)| t == term_now)
-                    .or_else(|| set.iter().next_back())
-                    .copied()
+            let decision = (did, key.clone(), token);
+            let answered = self
+                .answered
+                .entry((decision.clone(), term_now))
+                .or_default();
+            *answered += 1;
+            let k = *answered;
+            let entry = self.entries_of.get(&decision).and_then(|held| {
+                let mut decided = 0;
+                held.iter()
+                    .filter(|(&(_, t), _)| t == term_now)
+                    .find_map(|(&at, &n)| {
+                        decided += n;
+                        (decided >= k).then_some(at)
+                    })
+                    .or_else(|| {
+                        let of_term = held.keys().rev().find(|&&(_, t)| t == term_now);
+                        of_term.or_else(|| held.keys().next_back()).copied()
+                    })
             });
             let Some((index, term)) = entry else {
                 return Err((
