@@ -225,11 +225,13 @@ pub fn spawn_member<L: Listener>(
     notify: impl FnMut(MemberNotice) + Send + 'static,
 ) -> io::Result<ServerHandle> {
     let Member {
-        replica,
+        mut replica,
         disk,
         peers,
         inbound,
     } = member;
+    // Its acknowledgements and answers go before its copy catches up.
+    replica.defer_apply();
     let core = MemberCore {
         replica,
         peers,
@@ -367,6 +369,12 @@ impl Core for MemberCore {
             }
         }
         took
+    }
+    fn has_deferred(&self) -> bool {
+        self.replica.has_deferred()
+    }
+    fn handle_deferred(&mut self, now: Time) {
+        self.replica.handle_deferred(now);
     }
     fn begin_epoch(&mut self, _now: Time, _epoch: u64) {
         // A replica never asks: its tokens come from the log.

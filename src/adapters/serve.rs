@@ -513,6 +513,16 @@ pub(crate) trait Core: Send + 'static {
         let _ = (cx, now);
         false
     }
+    /// Whether the core put work off until what it said is on its way (a
+    /// replica's copy of the table): the task then lets the runtime run
+    /// the tasks that write it, and calls [`Core::handle_deferred`].
+    fn has_deferred(&self) -> bool {
+        false
+    }
+    /// Does the work put off.
+    fn handle_deferred(&mut self, now: Time) {
+        let _ = now;
+    }
     /// Gives the core the epoch it asked for ([`Action::NeedEpoch`]).
     fn begin_epoch(&mut self, now: Time, epoch: u64);
     /// Carries out a command of the handle about the lock table or the
@@ -631,11 +641,23 @@ impl<L: Listener, C: Core> Serving<L, C> {
     /// Serves until told to stop (or until the handle is gone).
     fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
         register(&mut lock(&self.ready.task), cx);
+        if self.server.has_deferred() {
+            // The tasks woken since the last poll (a replica's peer
+            // links) have run: what the core said is on its way.
+            self.server.handle_deferred(self.now());
+            self.answer();
+        }
         // Bounded, so that a flood of input cannot starve the runtime.
         for _ in 0..PASSES_PER_POLL {
             match self.pass(cx) {
                 None => return Poll::Ready(()),
-                Some(false) => return Poll::Pending,
+                Some(false) => {
+                    if self.server.has_deferred() {
+                        // Polled again after the tasks woken meanwhile.
+                        cx.waker().wake_by_ref();
+                    }
+                    return Poll::Pending;
+                }
                 Some(true) => {}
             }
         }

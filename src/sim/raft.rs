@@ -10,6 +10,9 @@
 //!   ([`ReplicaConfig::pinned_election_ticks`]): distinct, two ticks apart,
 //!   each above [`ELECTION_TICKS`], so that raft-rs draws nothing and votes
 //!   do not split for ever.
+//! * **Copies that trail** on the members with an even id, as under the
+//!   tokio driver ([`Replica::defer_apply`]): what commits goes into the
+//!   copy 1 ms after the turn that committed it.
 //! * **Disks** that sync after a delay drawn from the seed, in the order
 //!   they were given their writes: a member's [`Persist`] becomes durable
 //!   (written to its [`MemoryDisk`]) only then, and is lost if the member
@@ -74,6 +77,9 @@ use crate::wire::{AnswerKind, ServerFrame};
 
 /// The election timeout: ten ticks of 20 ms.
 const ELECTION_TIMEOUT: Duration = Duration::from_millis(200);
+/// How long after a turn a member that defers its copy (the even ids,
+/// [`Replica::defer_apply`]) brings it up to date.
+const CATCH_UP_AFTER: Duration = Duration::from_millis(1);
 /// The wall clock at the simulation's time zero (a first leader's floor
 /// for tokens).
 const WALL_MS_AT_ZERO: u64 = 1_700_000_000_000;
@@ -101,6 +107,9 @@ pub(super) enum Ev {
     Partition,
     /// A crashed member starts again.
     Restart { member: usize, life: u64 },
+    /// Member `member` brings its copy up to what is committed (it defers
+    /// that, [`Replica::defer_apply`]).
+    CatchUp { member: usize, life: u64 },
 }
 
 impl Ev {
@@ -118,6 +127,7 @@ impl Ev {
             Ev::Crash => (32, 0, 0),
             Ev::Partition => (33, 0, 0),
             Ev::Restart { member, life } => (34, *member as u64, *life),
+            Ev::CatchUp { member, life } => (35, *member as u64, *life),
         }
     }
 }
@@ -165,6 +175,8 @@ struct Member {
     instance: u64,
     /// It lost its disk and has not yet caught up with this commit index.
     amnesia: Option<u64>,
+    /// Its [`Ev::CatchUp`] is planned.
+    catch_up_due: bool,
     /// Every (index, term) its disks synced, while no later write replaced
     /// it.
     synced: BTreeMap<u64, u64>,
@@ -265,6 +277,7 @@ impl Members {
                 life: 0,
                 instance: 0,
                 amnesia: None,
+                catch_up_due: false,
                 synced: BTreeMap::new(),
             })
             .collect();
@@ -524,6 +537,17 @@ impl Members {
                     }
                 }
             }
+            Ev::CatchUp { member, life } => {
+                let m = &mut self.members[member];
+                if m.life != life {
+                    return;
+                }
+                m.catch_up_due = false;
+                if let Some(r) = m.replica.as_mut() {
+                    r.handle_deferred(now);
+                }
+                self.drain(member, now, out);
+            }
             Ev::Restart { member, life } => {
                 if self.members[member].life == life && self.members[member].replica.is_none() {
                     let lost = self.members[member].amnesia.is_some();
@@ -561,9 +585,15 @@ impl Members {
         config.pinned_election_ticks = Some(m.ticks);
         config.snapshot_every = self.snapshot_every;
         config.rejoining = rejoining;
-        let replica = Replica::new(config, server, m.disk.restored(), now)
+        let mut replica = Replica::new(config, server, m.disk.restored(), now)
             .expect("a member starts from its own disk");
+        if id % 2 == 0 {
+            // As the tokio driver does: its copy trails, caught up after
+            // what each turn said has gone ([`CATCH_UP_AFTER`] here).
+            replica.defer_apply();
+        }
         m.replica = Some(replica);
+        m.catch_up_due = false;
         m.instance += 1;
         let (name, rejoining) = (m.name.clone(), rejoining);
         self.note(out, || {
@@ -707,6 +737,15 @@ impl Members {
                     }
                 }
             }
+        }
+        let m = &mut self.members[n];
+        if !m.catch_up_due && m.replica.as_ref().is_some_and(Replica::has_deferred) {
+            m.catch_up_due = true;
+            let life = m.life;
+            out.push(Effect::At(
+                now.saturating_add(CATCH_UP_AFTER),
+                Ev::CatchUp { member: n, life },
+            ));
         }
         if let Some(target) = self.members[n].amnesia {
             let caught_up = self.members[n]

@@ -7,6 +7,7 @@
 //! | [`Server`] | connections, the leader's table, answers held back | sections 4 and 4.3 "An answer waits" (`holdback.rs`) |
 //! | `RawNode<LogStore>` | terms, votes, the log in memory | Raft itself |
 //! | [`Replica::copy`] | the committed table, every lease counted from when this member applied it | 4.3 "Leases survive a leader change" |
+//! | `Unapplied` | entries committed and not yet applied to the copy | when the copy catches up ([`Replica::defer_apply`]) |
 //! | `Leadership` | whether this member serves, and since which entry | 4.3 "No recovery grace", "Who answers" |
 //! | `Proposals` | the leader's turns not yet committed, by Raft index | 4.3 "What is replicated", one entry per turn |
 //!
@@ -38,6 +39,13 @@
 //! waiting into one write and one sync) and says so once per `Persist`
 //! with [`Replica::handle_persisted`]. What must follow one (its
 //! messages, what it lets commit) waits for that.
+//!
+//! A driver that can send before it does more work may ask for the copy
+//! to be brought up to date later ([`Replica::defer_apply`]): committed
+//! entries then still release the leader's answers at once, but go into
+//! the copy only at [`Replica::handle_deferred`], once what the turn said
+//! is on its way. A follower's acknowledgement and a leader's answers no
+//! longer wait for the copy.
 
 mod store;
 
@@ -311,6 +319,39 @@ struct Proposal {
 #[derive(Debug, Default)]
 struct Proposals(VecDeque<Proposal>);
 
+/// One committed entry not yet applied to the copy.
+#[derive(Debug)]
+enum Committed {
+    /// This leader's own: the decisions it proposed.
+    Own {
+        index: u64,
+        decisions: Vec<Decision>,
+    },
+    /// Another leader's, still to be read.
+    Read(Entry),
+}
+
+impl Committed {
+    fn index(&self) -> u64 {
+        match self {
+            Committed::Own { index, .. } => *index,
+            Committed::Read(entry) => entry.index,
+        }
+    }
+}
+
+/// Entries committed and not yet in the copy, in order: empty after every
+/// turn unless the driver defers them ([`Replica::defer_apply`]).
+#[derive(Debug, Default)]
+struct Unapplied {
+    entries: VecDeque<Committed>,
+    /// The last index committed and booked (answers released), which the
+    /// copy may trail.
+    booked: u64,
+    /// The driver brings the copy up to date itself.
+    deferred: bool,
+}
+
 /// A member of a replicated cluster: see the module's documentation.
 pub struct Replica {
     server: Server,
@@ -322,6 +363,7 @@ pub struct Replica {
     members: BTreeMap<u64, Endpoint>,
     leadership: Leadership,
     proposals: Proposals,
+    unapplied: Unapplied,
     /// A floor this leader decided and has still to propose.
     floor_to_propose: Option<u64>,
     /// The index applied to `copy`.
@@ -433,6 +475,10 @@ impl Replica {
             members: config.members,
             leadership: Leadership::Following { leader: 0 },
             proposals: Proposals::default(),
+            unapplied: Unapplied {
+                booked: snapshot_index,
+                ..Unapplied::default()
+            },
             floor_to_propose: None,
             applied: snapshot_index,
             snapshot_every: config.snapshot_every.max(1),
@@ -529,10 +575,37 @@ impl Replica {
         }
     }
 
-    /// Time passed: Raft's ticks, and the server's timers.
+    /// Time passed: Raft's ticks, and the server's timers. The copy
+    /// catches up too, so that it never trails by more than a tick.
     pub fn handle_timeout(&mut self, now: Time) {
         self.input(now);
+        self.catch_up();
         self.server.handle_timeout(now);
+    }
+
+    /// Has the copy trail what is committed until
+    /// [`Replica::handle_deferred`] (or the next [`Replica::handle_timeout`]),
+    /// instead of applying each entry in the turn that commits it: for a
+    /// driver that can send what a turn said (a follower's
+    /// acknowledgement, a leader's answers) before it applies, and then
+    /// calls [`Replica::handle_deferred`]. Leases in the copy count from
+    /// that call, never earlier than from the commit, so a later leader
+    /// holds them at least as long.
+    pub fn defer_apply(&mut self) {
+        self.unapplied.deferred = true;
+    }
+
+    /// Whether the copy trails what is committed: the driver calls
+    /// [`Replica::handle_deferred`] once what it was told to send is on
+    /// its way.
+    pub fn has_deferred(&self) -> bool {
+        !self.unapplied.entries.is_empty()
+    }
+
+    /// Brings the copy up to what is committed.
+    pub fn handle_deferred(&mut self, now: Time) {
+        self.input(now);
+        self.catch_up();
     }
 
     fn input(&mut self, now: Time) {
@@ -599,7 +672,9 @@ impl Replica {
         self.server
     }
 
-    /// The committed table as this member applied it.
+    /// The committed table as this member applied it (it may trail what is
+    /// committed until [`Replica::handle_deferred`], see
+    /// [`Replica::defer_apply`]).
     pub fn copy(&self) -> &LockTable {
         &self.copy
     }
@@ -761,7 +836,7 @@ impl Replica {
             persist.snapshot = Some(snapshot);
         }
         let committed = ready.take_committed_entries();
-        self.apply(&committed);
+        self.book(committed);
         if !ready.entries().is_empty() {
             self.node.mut_store().append(ready.entries());
             persist.entries = ready.take_entries();
@@ -787,45 +862,36 @@ impl Replica {
         }
     }
 
-    /// Applies committed entries to the copy; the leader's answers that
-    /// waited for them go.
-    fn apply(&mut self, entries: &[Entry]) {
+    /// Books committed entries: the leader's answers that waited for them
+    /// go, and they wait in [`Unapplied`] for the copy, which takes them
+    /// at once unless the driver defers it.
+    fn book(&mut self, entries: Vec<Entry>) {
         for entry in entries {
-            if entry.index <= self.applied {
+            if entry.index <= self.unapplied.booked {
                 continue;
             }
-            self.applied = entry.index;
-            let own = match self.proposals.0.front_mut() {
-                Some(p) if p.index == entry.index && p.term == entry.term => {
-                    Some(core::mem::take(&mut p.decisions))
-                }
-                _ => None,
+            self.unapplied.booked = entry.index;
+            let (index, term) = (entry.index, entry.term);
+            let committed = match self.proposals.0.front_mut() {
+                Some(p) if p.index == index && p.term == term => Committed::Own {
+                    index,
+                    decisions: core::mem::take(&mut p.decisions),
+                },
+                _ => Committed::Read(entry),
             };
-            if let Some(decisions) = own {
-                self.apply_decisions(&decisions);
-            } else if entry.entry_type == EntryType::EntryNormal as i32 && !entry.data.is_empty() {
-                match Decision::decode_entry(&entry.data) {
-                    Ok(decisions) => self.apply_decisions(&decisions),
-                    Err(_) => {
-                        self.step_down(Role::NotActive);
-                        self.leadership = Leadership::Stopped;
-                        self.outputs
-                            .push_back(Output::Event(ReplicaEvent::BadEntry {
-                                index: entry.index,
-                            }));
-                        return;
-                    }
-                }
-            }
+            self.unapplied.entries.push_back(committed);
             while let Some(&Proposal {
-                turn, index, term, ..
+                turn,
+                index: proposed,
+                term: of,
+                ..
             }) = self.proposals.0.front()
             {
-                if index > entry.index {
+                if proposed > index {
                     break;
                 }
                 self.proposals.0.pop_front();
-                if index == entry.index && term == entry.term {
+                if proposed == index && of == term {
                     self.server.handle_committed(self.now, turn);
                 } else {
                     // Another leader's entry took its place.
@@ -834,7 +900,39 @@ impl Replica {
                 }
             }
         }
+        if !self.unapplied.deferred {
+            self.catch_up();
+        }
+    }
+
+    /// Applies what is committed to the copy, as of now.
+    fn catch_up(&mut self) {
+        while let Some(committed) = self.unapplied.entries.pop_front() {
+            self.applied = committed.index();
+            match committed {
+                Committed::Own { decisions, .. } => self.apply_decisions(&decisions),
+                Committed::Read(entry) => {
+                    if entry.entry_type != EntryType::EntryNormal as i32 || entry.data.is_empty() {
+                        continue;
+                    }
+                    match Decision::decode_entry(&entry.data) {
+                        Ok(decisions) => self.apply_decisions(&decisions),
+                        Err(_) => {
+                            self.unapplied.entries.clear();
+                            self.step_down(Role::NotActive);
+                            self.leadership = Leadership::Stopped;
+                            self.outputs
+                                .push_back(Output::Event(ReplicaEvent::BadEntry {
+                                    index: entry.index,
+                                }));
+                            return;
+                        }
+                    }
+                }
+            }
+        }
         self.snapshot_if_due();
+        self.mark_applied();
     }
 
     /// Applies one committed entry's decisions to the copy; a floor
@@ -876,11 +974,24 @@ impl Replica {
         self.copy = copy;
         self.floor = self.floor.max(floor);
         self.applied = snapshot.metadata.as_ref().map_or(0, |m| m.index);
+        // What the copy had still to take is in the snapshot.
+        let applied = self.applied;
+        self.unapplied.entries.retain(|c| c.index() > applied);
+        self.unapplied.booked = self.unapplied.booked.max(applied);
     }
 
     /// Follows Raft's role: serve once elected and caught up, step down
     /// when no longer leading, and say who leads.
     fn follow_raft(&mut self) {
+        if self.node.raft.state == StateRole::Leader
+            && !matches!(
+                self.leadership,
+                Leadership::Serving { .. } | Leadership::Stopped
+            )
+        {
+            // It serves from its copy: up to date first.
+            self.catch_up();
+        }
         let raft = &self.node.raft;
         let (state, term, leader) = (raft.state, raft.term, raft.leader_id);
         match (self.leadership, state) {

@@ -25,10 +25,17 @@ struct Cluster {
     /// Writes made but not yet said durable: their syncs end at the next
     /// step, while messages go on meanwhile.
     syncing: Vec<u64>,
+    /// The members' copies trail what is committed, brought up to date at
+    /// each step ([`Replica::defer_apply`]), as under the tokio driver.
+    defer: bool,
 }
 
 impl Cluster {
     fn new(snapshot_every: u64) -> Cluster {
+        Cluster::with(snapshot_every, false)
+    }
+
+    fn with(snapshot_every: u64, defer: bool) -> Cluster {
         let members: BTreeMap<u64, Endpoint> = (1..=3)
             .map(|id| (id, Endpoint::new(format!("10.0.0.{id}:7878")).unwrap()))
             .collect();
@@ -43,6 +50,7 @@ impl Cluster {
             events: Vec::new(),
             snapshot_every,
             syncing: Vec::new(),
+            defer,
         };
         for id in 1..=3 {
             c.disks
@@ -66,7 +74,10 @@ impl Cluster {
         config.snapshot_every = self.snapshot_every;
         config.rejoining = rejoining;
         let restored = self.disks[&id].restored();
-        let replica = Replica::new(config, server, restored, self.now).unwrap();
+        let mut replica = Replica::new(config, server, restored, self.now).unwrap();
+        if self.defer {
+            replica.defer_apply();
+        }
         self.replicas.insert(id, replica);
     }
 
@@ -136,6 +147,12 @@ impl Cluster {
                 r.handle_timeout(now);
             }
             self.settle();
+            for r in self.replicas.values_mut() {
+                if r.has_deferred() {
+                    r.handle_deferred(now);
+                }
+            }
+            self.settle();
         }
     }
 
@@ -184,7 +201,11 @@ impl Cluster {
 }
 
 fn elected() -> (Cluster, u64) {
-    let mut c = Cluster::new(10_000);
+    elected_with(false)
+}
+
+fn elected_with(defer: bool) -> (Cluster, u64) {
+    let mut c = Cluster::with(10_000, defer);
     c.run(Duration::from_secs(1));
     let leader = c.leader().expect("a leader within a second");
     (c, leader)
@@ -255,8 +276,45 @@ fn a_leader_cut_off_from_its_majority_says_nothing_more_and_closes_its_clients()
 }
 
 #[test]
+fn a_deferred_copy_trails_but_answers_do_not_wait_for_it() {
+    let (mut c, leader) = elected_with(true);
+    let conn = c.connect(leader, "H 2 c -\n");
+    c.request(leader, conn, "A 1 k o 0 5000\n");
+    c.settle();
+    // Its sync ends and its followers acknowledge: committed, answered.
+    let now = c.now;
+    for id in std::mem::take(&mut c.syncing) {
+        c.replicas.get_mut(&id).unwrap().handle_persisted(now);
+    }
+    c.settle();
+    assert!(
+        c.text(leader, conn).contains("G 1 A k "),
+        "answered at its commit: {}",
+        c.text(leader, conn)
+    );
+    let token = c.token(leader, conn, "k");
+    let r = c.replicas.get_mut(&leader).unwrap();
+    assert!(r.has_deferred());
+    assert!(r.copy().holder("k").is_none(), "the copy trails");
+    // Brought up to date later: the lease counts from then, not earlier.
+    let later = now.saturating_add(Duration::from_millis(7));
+    r.handle_deferred(later);
+    assert!(!r.has_deferred());
+    let held = r.copy().holder("k").expect("the copy caught up");
+    assert_eq!(held.token, token);
+    assert_eq!(held.granted_at, later);
+    assert_eq!(r.applied(), r.committed());
+}
+
+#[test]
 fn a_new_leader_keeps_every_grant_and_grants_free_keys_at_once() {
-    let (mut c, leader) = elected();
+    for defer in [false, true] {
+        a_new_leader_keeps_every_grant(defer);
+    }
+}
+
+fn a_new_leader_keeps_every_grant(defer: bool) {
+    let (mut c, leader) = elected_with(defer);
     let conn = c.connect(leader, "H 2 c -\n");
     c.request(leader, conn, "A 1 held o 0 60000\n");
     c.run(Duration::from_millis(50));
