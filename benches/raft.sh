@@ -27,8 +27,8 @@
 #    directory and follows before the next kill.
 # 3. Soak: $SOAK_SECS of the e2e bench at $SOAK_CONC tasks in a loop
 #    against the leader of a cluster on $SOAK_DIR; every minute each state
-#    directory's size and file count and the leader's RSS; the growth from
-#    minute 2 to the last.
+#    directory's peak size and the leader's peak RSS (one sample a second)
+#    and the file count; the growth of the peaks from minute 2 to the last.
 #
 # Builds release, starts the members on free loopback ports, stops by pid
 # what it started.
@@ -387,29 +387,42 @@ if [[ -z "${SKIP_SOAK:-}" ]]; then
     done
   ) &
   LOAD_PID=$!
+  # Each minute's peak of samples taken every second: a directory's size
+  # is a sawtooth (a log segment fills, then a snapshot lets it go), so
+  # one sample a minute says where the tooth was, not whether it grows.
+  echo "(each column: the minute's peak of one sample a second; files: at the minute's end)"
   printf '| %3s | %12s | %12s | %12s | %14s | %12s | %s |\n' min "n0 bytes" "n1 bytes" "n2 bytes" "files n0/n1/n2" "leader RSS" "leader"
   printf '|-----|--------------|--------------|--------------|----------------|--------------|--------|\n'
   : >"$WORK/soak.txt"
   minute=0
+  lead_now="$lead"
   while (( $(date +%s) < end )); do
     next=$(( start_s + 60 * (minute + 1) )); (( next > end )) && next=$end
-    sleep $(( next - $(date +%s) > 0 ? next - $(date +%s) : 0 )) & wait $!
+    peak=(0 0 0); rss_peak=0
+    while (( $(date +%s) < next )); do
+      sleep 1 & wait $!
+      for i in 0 1 2; do
+        size=$(du -sb "${DIR[soak$i]}" 2>/dev/null | cut -f1); size=${size:-0}
+        (( size > peak[i] )) && peak[i]=$size
+      done
+      rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/${PID[soak$lead_now]:-0}/status" 2>/dev/null || echo 0)
+      (( ${rss:-0} > rss_peak )) && rss_peak=$rss
+    done
     minute=$((minute + 1))
-    sizes=() files=()
+    files=()
     for i in 0 1 2; do
-      sizes+=("$(du -sb "${DIR[soak$i]}" | cut -f1)")
       files+=("$(find "${DIR[soak$i]}" -maxdepth 1 -name 'raft-*' | wc -l)")
     done
-    now=$(leader_index soak 2>/dev/null || echo "?")
-    rss=$(awk '/^VmRSS:/ { print $2 }' "/proc/${PID[soak$now]:-0}/status" 2>/dev/null || echo 0)
-    echo "$minute ${sizes[*]} $rss $now" >>"$WORK/soak.txt"
-    printf '| %3s | %12s | %12s | %12s | %14s | %9s kB | %s |\n' "$minute" "${sizes[0]}" "${sizes[1]}" "${sizes[2]}" \
-      "${files[0]}/${files[1]}/${files[2]}" "$rss" "n$now"
+    lead_now=$(leader_index soak 2>/dev/null || echo "$lead_now")
+    echo "$minute ${peak[*]} $rss_peak $lead_now" >>"$WORK/soak.txt"
+    printf '| %3s | %12s | %12s | %12s | %14s | %9s kB | %s |\n' "$minute" "${peak[0]}" "${peak[1]}" "${peak[2]}" \
+      "${files[0]}/${files[1]}/${files[2]}" "$rss_peak" "n$lead_now"
   done
   stop_pid "$LOAD_PID"; LOAD_PID=""
   for i in 0 1 2; do echo "files in n$i: $(cd "${DIR[soak$i]}" && ls | tr '\n' ' ')"; done
   awk '$1 == 2 { for (i = 2; i <= 5; i++) base[i] = $i } { for (i = 2; i <= 5; i++) last[i] = $i; m = $1 }
-    END { if (m > 2) printf "growth from minute 2 to %d: n0 %+d B, n1 %+d B, n2 %+d B, RSS of the leader %+d kB (the member that led at each minute: last column)\n", m, last[2] - base[2], last[3] - base[3], last[4] - base[4], last[5] - base[5] }' "$WORK/soak.txt"
+    function pct(a, b) { return b > 0 ? 100 * (a - b) / b : 0 }
+    END { if (m > 2) printf "growth of the peaks from minute 2 to %d: n0 %+d B (%+.1f%%), n1 %+d B (%+.1f%%), n2 %+d B (%+.1f%%), RSS of the leader %+d kB (%+.1f%%) (the member that led: last column)\n", m, last[2] - base[2], pct(last[2], base[2]), last[3] - base[3], pct(last[3], base[3]), last[4] - base[4], pct(last[4], base[4]), last[5] - base[5], pct(last[5], base[5]) }' "$WORK/soak.txt"
   # RESULT lines: unix_s member RESULT NAME C pairs ...
   awk '$3 == "RESULT" { n++; p += $6; e += $14 } $3 == "FAILED" { f++ } END { printf "load: %d runs of up to 30 s, mean %.0f pairs/s, %d errors; %d runs ended by a leader change or an error\n", n, n ? p / n : 0, e, f }' "$WORK/soak-load.txt"
   echo "leading lines in the soak, the first election included (no fault injected): $(cat "$WORK"/soak?.err | grep -c '^leading')"
