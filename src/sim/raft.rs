@@ -222,7 +222,7 @@ pub(super) struct Members {
     faults_end: Time,
     /// Where each decision is in the logs handed to the disks: the
     /// entries (index, term) that hold it, and how many times each does
-    /// (a key renewed twice with one token in one turn).
+    /// (a token renewed twice in one turn).
     entries_of: BTreeMap<DecisionKey, BTreeMap<(u64, u64), u64>>,
     /// How many `G` answers to each decision each term's leader sent: the
     /// k-th answers the k-th such decision of the term.
@@ -850,9 +850,10 @@ impl Members {
     /// Every `G` in `data`, written by member `n`, must depend on a
     /// committed entry: the one that holds its decision (a grant's, or a
     /// renewal's). A leader answers in the order it decided, so its k-th
-    /// answer to one decision (a holder may renew one token twice) waits
-    /// at least for the k-th entry of its term that holds it; failing
-    /// such an entry, the latest of its term or of any.
+    /// answer to one decision (a holder renews its token again and again,
+    /// and may have two renewals of it under way) waits at least for the
+    /// k-th entry of its term that holds it; failing such an entry, the
+    /// latest of its term or of any.
     fn check_answers(&mut self, n: usize, data: &[u8]) -> Result<(), Failure> {
         let Some(term_now) = self.members[n].replica.as_ref().map(Replica::term) else {
             return Ok(());

@@ -345,9 +345,6 @@ impl Committed {
 #[derive(Debug, Default)]
 struct Unapplied {
     entries: VecDeque<Committed>,
-    /// The last index committed and booked (answers released), which the
-    /// copy may trail.
-    booked: u64,
     /// The driver brings the copy up to date itself.
     deferred: bool,
 }
@@ -475,10 +472,7 @@ impl Replica {
             members: config.members,
             leadership: Leadership::Following { leader: 0 },
             proposals: Proposals::default(),
-            unapplied: Unapplied {
-                booked: snapshot_index,
-                ..Unapplied::default()
-            },
+            unapplied: Unapplied::default(),
             floor_to_propose: None,
             applied: snapshot_index,
             snapshot_every: config.snapshot_every.max(1),
@@ -867,10 +861,9 @@ impl Replica {
     /// at once unless the driver defers it.
     fn book(&mut self, entries: Vec<Entry>) {
         for entry in entries {
-            if entry.index <= self.unapplied.booked {
+            if entry.index <= self.booked() {
                 continue;
             }
-            self.unapplied.booked = entry.index;
             let (index, term) = (entry.index, entry.term);
             let committed = match self.proposals.0.front_mut() {
                 Some(p) if p.index == index && p.term == term => Committed::Own {
@@ -905,8 +898,20 @@ impl Replica {
         }
     }
 
+    /// The last index committed and booked (answers released), which the
+    /// copy may trail.
+    fn booked(&self) -> u64 {
+        self.unapplied
+            .entries
+            .back()
+            .map_or(self.applied, Committed::index)
+    }
+
     /// Applies what is committed to the copy, as of now.
     fn catch_up(&mut self) {
+        if self.unapplied.entries.is_empty() {
+            return;
+        }
         while let Some(committed) = self.unapplied.entries.pop_front() {
             self.applied = committed.index();
             match committed {
@@ -977,7 +982,6 @@ impl Replica {
         // What the copy had still to take is in the snapshot.
         let applied = self.applied;
         self.unapplied.entries.retain(|c| c.index() > applied);
-        self.unapplied.booked = self.unapplied.booked.max(applied);
     }
 
     /// Follows Raft's role: serve once elected and caught up, step down
