@@ -352,6 +352,7 @@ impl RaftDisk {
             conf_state,
             snapshot: replay.snapshot,
             entries: replay.entries,
+            cluster: None,
         };
         Ok((disk, restored))
     }
@@ -951,12 +952,14 @@ mod tests {
             hard_state: Some(hard_state(1, 1, 0)),
             entries: entries(1, 5, 1),
             snapshot: None,
+            cluster: None,
         })
         .unwrap();
         disk.persist(&Persist {
             hard_state: Some(hard_state(2, 3, 2)),
             entries: entries(3, 4, 2),
             snapshot: None,
+            cluster: None,
         })
         .unwrap();
         let err = disk
@@ -1018,6 +1021,7 @@ mod tests {
                 hard_state: Some(hard_state(i, 1, i - 1)),
                 entries: entries(i, i, i),
                 snapshot: None,
+                cluster: None,
             })
             .unwrap();
             ends.push(disk.size());
@@ -1112,6 +1116,7 @@ mod tests {
                     hard_state: Some(hard_state(round, 1, last - 5)),
                     entries: batch,
                     snapshot: None,
+                    cluster: None,
                 })
                 .unwrap();
             }
@@ -1308,6 +1313,7 @@ mod tests {
                     .map(|(t, c)| hard_state(u64::from(t), u64::from(t % 3), u64::from(c))),
                 entries,
                 snapshot,
+                cluster: None,
             }
         }
     }

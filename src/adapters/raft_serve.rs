@@ -304,6 +304,9 @@ fn fold(into: &mut Persist, next: Persist) {
     if next.hard_state.is_some() {
         into.hard_state = next.hard_state;
     }
+    if next.cluster.is_some() {
+        into.cluster = next.cluster;
+    }
 }
 
 impl Core for MemberCore {
@@ -413,6 +416,7 @@ mod tests {
                 ..HardState::default()
             }),
             snapshot: None,
+            cluster: None,
         }
     }
 

@@ -47,6 +47,7 @@
 //! is on its way. A follower's acknowledgement and a leader's answers no
 //! longer wait for the copy.
 
+mod identity;
 mod store;
 
 use core::time::Duration;
@@ -56,6 +57,7 @@ use raft::prelude::{ConfState, Entry, EntryType, HardState, Message, MessageType
 use raft::{RawNode, StateRole};
 use thiserror::Error;
 
+pub use self::identity::{ClusterId, ClusterIdError};
 use self::store::LogStore;
 use super::{Action, ConnId, Decision, LockTable, Role, Server, TableImage};
 use crate::names::Endpoint;
@@ -99,6 +101,10 @@ pub struct ReplicaConfig {
     /// leader has sent it the log, since it may have voted in this term
     /// before. This narrows, not closes, the gap a lost vote opens.
     pub rejoining: bool,
+    /// Random bits from the driver: the cluster's identity
+    /// ([`ClusterId`]) if this member is the first leader of a cluster
+    /// that has none (0 is taken as 1). The core draws nothing itself.
+    pub draw: u128,
 }
 
 impl ReplicaConfig {
@@ -119,6 +125,7 @@ impl ReplicaConfig {
             max_in_flight: 2,
             wall_ms,
             rejoining: false,
+            draw: 1,
         }
     }
 }
@@ -159,6 +166,8 @@ pub struct Restored {
     pub snapshot: Option<Snapshot>,
     /// Every entry after it.
     pub entries: Vec<Entry>,
+    /// The cluster's identity, once this member recorded it.
+    pub cluster: Option<ClusterId>,
 }
 
 impl Restored {
@@ -181,6 +190,7 @@ impl Restored {
 #[derive(Debug, Default)]
 pub struct MemoryDisk {
     log: LogStore,
+    cluster: Option<ClusterId>,
 }
 
 impl MemoryDisk {
@@ -193,6 +203,7 @@ impl MemoryDisk {
                 restored.snapshot,
                 restored.entries,
             ),
+            cluster: restored.cluster,
         }
     }
 
@@ -205,6 +216,9 @@ impl MemoryDisk {
         if let Some(hs) = &p.hard_state {
             self.log.set_hard_state(hs.clone());
         }
+        if p.cluster.is_some() {
+            self.cluster = p.cluster;
+        }
     }
 
     /// Keeps `snapshot` and drops the log before it.
@@ -214,7 +228,10 @@ impl MemoryDisk {
 
     /// What a start reads back.
     pub fn restored(&self) -> Restored {
-        self.log.to_restored()
+        Restored {
+            cluster: self.cluster,
+            ..self.log.to_restored()
+        }
     }
 
     /// How many entries it holds after its snapshot.
@@ -236,11 +253,17 @@ pub struct Persist {
     pub entries: Vec<Entry>,
     /// A leader's snapshot: it replaces the log up to its index.
     pub snapshot: Option<Snapshot>,
+    /// The cluster's identity, which this member has just learnt (applied
+    /// from the log, or read in a snapshot): recorded beside its Raft id.
+    pub cluster: Option<ClusterId>,
 }
 
 impl Persist {
     fn is_empty(&self) -> bool {
-        self.hard_state.is_none() && self.entries.is_empty() && self.snapshot.is_none()
+        self.hard_state.is_none()
+            && self.entries.is_empty()
+            && self.snapshot.is_none()
+            && self.cluster.is_none()
     }
 }
 

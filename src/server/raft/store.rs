@@ -61,6 +61,7 @@ impl LogStore {
             conf_state: self.conf_state.clone(),
             snapshot: (self.snapshot_index() > 0).then(|| self.snapshot.clone()),
             entries: self.entries.clone(),
+            cluster: None,
         }
     }
 
