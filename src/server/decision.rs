@@ -5,13 +5,14 @@
 //! them to its copy of the table ([`LockTable::apply`](super::LockTable)).
 //!
 //! An entry is `D`, a format byte (1), then each decision as a tag byte and
-//! its fields, numbers as 8 bytes little-endian, a key as its length (one
-//! byte: keys are atoms of at most [`MAX_ATOM`] bytes) and its bytes. A
+//! its fields, numbers as 8 bytes little-endian (a cluster identity as 16),
+//! a key as its length (one byte: keys are atoms of at most [`MAX_ATOM`]
+//! bytes) and its bytes. A
 //! decoder takes nothing on trust: a key that is not an atom, a token or a
 //! lease of 0, a truncated field or an unknown tag is an error, never a
 //! guess.
 
-use core::num::NonZeroU64;
+use core::num::{NonZeroU128, NonZeroU64};
 
 use thiserror::Error;
 
@@ -27,6 +28,7 @@ const GRANT: u8 = 1;
 const RELEASE: u8 = 2;
 const EXPIRE: u8 = 3;
 const RENEW: u8 = 4;
+const CLUSTER: u8 = 5;
 
 /// One change to the lock table, as a leader decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +41,13 @@ pub enum Decision {
     Floor {
         /// The floor's epoch (a wall-clock time in milliseconds).
         epoch: u64,
+    },
+    /// The cluster's identity (PROTOCOL.md 4.3, "A state directory knows
+    /// whose it is"): drawn once, by the first leader that finds none
+    /// committed; every member records it. It changes nothing in the table.
+    Cluster {
+        /// Its 128 bits.
+        id: NonZeroU128,
     },
     /// `key` granted with `token` for `lease_ms`, counted from when a
     /// member applies it.
@@ -94,7 +103,8 @@ pub enum DecisionError {
         /// Its offset.
         at: usize,
     },
-    /// A key that is not an atom, or a token or lease of 0, at this offset.
+    /// A key that is not an atom, or a token, lease or cluster identity of
+    /// 0, at this offset.
     #[error("invalid field at byte {0}")]
     Invalid(usize),
 }
@@ -124,6 +134,7 @@ impl Decision {
             let tag = r.byte()?;
             out.push(match tag {
                 FLOOR => Decision::Floor { epoch: r.u64()? },
+                CLUSTER => Decision::Cluster { id: r.id()? },
                 GRANT => Decision::Grant {
                     token: r.token()?,
                     lease_ms: r.lease()?,
@@ -159,6 +170,10 @@ impl Decision {
             Decision::Floor { epoch } => {
                 out.push(FLOOR);
                 out.extend_from_slice(&epoch.to_le_bytes());
+            }
+            Decision::Cluster { id } => {
+                out.push(CLUSTER);
+                out.extend_from_slice(&id.get().to_le_bytes());
             }
             Decision::Grant {
                 key: k,
@@ -222,6 +237,13 @@ impl Reader<'_> {
         Ok(u64::from_le_bytes(word))
     }
 
+    fn id(&mut self) -> Result<NonZeroU128, DecisionError> {
+        let at = self.at;
+        let mut word = [0; 16];
+        word.copy_from_slice(self.take(16)?);
+        NonZeroU128::new(u128::from_le_bytes(word)).ok_or(DecisionError::Invalid(at))
+    }
+
     fn token(&mut self) -> Result<u64, DecisionError> {
         let at = self.at;
         match self.u64()? {
@@ -261,6 +283,9 @@ mod tests {
     fn every_kind() -> Vec<Decision> {
         vec![
             Decision::Floor { epoch: u64::MAX },
+            Decision::Cluster {
+                id: NonZeroU128::new(u128::MAX - 1).expect("nonzero"),
+            },
             Decision::Grant {
                 key: key("a"),
                 token: 7,

@@ -933,7 +933,7 @@ impl LockTable {
     /// its own timers: leases end when the leader says so.
     pub(crate) fn apply(&mut self, now: Time, decision: &Decision) {
         match decision {
-            Decision::Floor { .. } => {}
+            Decision::Floor { .. } | Decision::Cluster { .. } => {}
             Decision::Grant {
                 key,
                 token,

@@ -500,6 +500,9 @@ pub enum Check {
     /// A member of a replicated cluster answered before the entry holding
     /// the answer's decision was committed (PROTOCOL.md 4.3).
     Uncommitted,
+    /// Members of one replicated cluster learnt two identities of it, or
+    /// one refused the identity its log committed (PROTOCOL.md 4.3).
+    Identity,
 }
 
 impl fmt::Display for Check {
@@ -514,6 +517,7 @@ impl fmt::Display for Check {
             Check::Stuck => f.write_str("run did not end"),
             Check::ServerGrants => f.write_str("invariant 8 (answered grants)"),
             Check::Uncommitted => f.write_str("answer before commit"),
+            Check::Identity => f.write_str("cluster identity"),
         }
     }
 }

@@ -69,7 +69,8 @@ use super::{millis_between, Check, FaultKind, Replication, SimConfig};
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
 use crate::server::raft::{
-    MemoryDisk, Output, Persist, Replica, ReplicaConfig, ReplicaEvent, Restored, ELECTION_TICKS,
+    ClusterId, MemoryDisk, Output, Persist, Replica, ReplicaConfig, ReplicaEvent, Restored,
+    ELECTION_TICKS,
 };
 use crate::server::{Action, Config, ConnId, Decision, Holder, Server};
 use crate::time::Time;
@@ -220,6 +221,8 @@ pub(super) struct Members {
     sync_us: (u64, u64),
     cuts: Vec<Cut>,
     faults_end: Time,
+    /// The cluster's identity, as the first member to learn it told it.
+    identity: Option<ClusterId>,
     /// Where each decision is in the logs handed to the disks: the
     /// entries (index, term) that hold it, and how many times each does
     /// (a token renewed twice in one turn).
@@ -303,6 +306,7 @@ impl Members {
             sync_us,
             cuts: Vec::new(),
             faults_end,
+            identity: None,
             entries_of: BTreeMap::new(),
             answered: BTreeMap::new(),
             leader: None,
@@ -585,6 +589,9 @@ impl Members {
         config.pinned_election_ticks = Some(m.ticks);
         config.snapshot_every = self.snapshot_every;
         config.rejoining = rejoining;
+        // Each member's own bits, whichever leads first: no draw from the
+        // run's generator, whose sequence the scenarios come from.
+        config.draw = u128::from(id) << 64 | 0x5eed;
         let mut replica = Replica::new(config, server, m.disk.restored(), now)
             .expect("a member starts from its own disk");
         if id % 2 == 0 {
@@ -728,12 +735,32 @@ impl Members {
                 Output::Event(event) => {
                     let name = &self.members[n].name;
                     self.note(out, || format!("raft: {name} {event:?}"));
-                    if let ReplicaEvent::BadEntry { index } = event {
-                        out.push(Effect::Failure((
+                    let failure = match event {
+                        ReplicaEvent::BadEntry { index } => Some((
                             Check::Uncommitted,
-                            None,
                             format!("member {name} could not read the committed entry {index}"),
-                        )));
+                        )),
+                        ReplicaEvent::OtherCluster {
+                            recorded,
+                            committed,
+                        } => Some((
+                            Check::Identity,
+                            format!("member {name} recorded cluster {recorded} and its log committed {committed}"),
+                        )),
+                        ReplicaEvent::Cluster { id } => match self.identity {
+                            Some(first) if first != id => Some((
+                                Check::Identity,
+                                format!("member {name} learnt cluster {id}, another learnt {first}"),
+                            )),
+                            _ => {
+                                self.identity = Some(id);
+                                None
+                            }
+                        },
+                        _ => None,
+                    };
+                    if let Some((check, detail)) = failure {
+                        out.push(Effect::Failure((check, None, detail)));
                     }
                 }
             }

@@ -48,8 +48,10 @@
 //! longer wait for the copy.
 
 mod identity;
+mod snapshot;
 mod store;
 
+use core::num::NonZeroU128;
 use core::time::Duration;
 use std::collections::{BTreeMap, VecDeque};
 
@@ -58,8 +60,9 @@ use raft::{RawNode, StateRole};
 use thiserror::Error;
 
 pub use self::identity::{ClusterId, ClusterIdError};
+use self::snapshot::SnapshotData;
 use self::store::LogStore;
-use super::{Action, ConnId, Decision, LockTable, Role, Server, TableImage};
+use super::{Action, ConnId, Decision, LockTable, Role, Server};
 use crate::names::Endpoint;
 use crate::time::Time;
 
@@ -152,6 +155,17 @@ pub enum ReplicaError {
     /// The election timeout is shorter than a tick of a millisecond.
     #[error("the election timeout must be at least {ELECTION_TICKS} ms")]
     ElectionTimeout,
+    /// The state directory recorded one cluster's identity, and its
+    /// snapshot holds another's.
+    #[error(
+        "the state directory is cluster {recorded}'s, but its snapshot is cluster {committed}'s"
+    )]
+    OtherCluster {
+        /// The identity recorded.
+        recorded: ClusterId,
+        /// The identity in the snapshot.
+        committed: ClusterId,
+    },
 }
 
 /// What a member's state directory held at start (its driver reads it).
@@ -291,6 +305,21 @@ pub enum ReplicaEvent {
         /// Its index.
         index: u64,
     },
+    /// This member knows its cluster's identity (from its state
+    /// directory, a snapshot, or the entry that committed it): its peer
+    /// links carry it from now on, and refuse a peer of another cluster.
+    Cluster {
+        /// The identity.
+        id: ClusterId,
+    },
+    /// The log committed another cluster's identity than the one this
+    /// member recorded: it stops serving.
+    OtherCluster {
+        /// The identity it recorded.
+        recorded: ClusterId,
+        /// The identity the log holds.
+        committed: ClusterId,
+    },
 }
 
 /// One thing for the driver to do.
@@ -363,6 +392,20 @@ impl Committed {
     }
 }
 
+/// One [`Persist`] handed out, or a Ready with nothing to write behind
+/// one, whose durability the driver has still to say.
+#[derive(Debug)]
+struct InFlight {
+    /// The raft-rs Ready it came from; none for one that only records the
+    /// cluster's identity.
+    ready: Option<u64>,
+    /// Messages that may go only once it is durable.
+    after: Vec<Message>,
+    /// Whether it was handed out (a Ready with nothing to write is durable
+    /// with the write before it).
+    wrote: bool,
+}
+
 /// Entries committed and not yet in the copy, in order: empty after every
 /// turn unless the driver defers them ([`Replica::defer_apply`]).
 #[derive(Debug, Default)]
@@ -386,6 +429,8 @@ pub struct Replica {
     unapplied: Unapplied,
     /// A floor this leader decided and has still to propose.
     floor_to_propose: Option<u64>,
+    /// An identity this leader drew and has still to propose.
+    cluster_to_propose: Option<NonZeroU128>,
     /// The index applied to `copy`.
     applied: u64,
     snapshot_every: u64,
@@ -394,11 +439,14 @@ pub struct Replica {
     tick: Duration,
     next_tick: Time,
     max_ticks: usize,
-    /// The Readies whose state the driver is making durable, in order:
-    /// each one's number, the messages that may go only after, and
-    /// whether it had anything to write (one that had not is durable
-    /// with the write before it).
-    in_flight: VecDeque<(u64, Vec<Message>, bool)>,
+    /// What the driver is making durable, in order.
+    in_flight: VecDeque<InFlight>,
+    /// The cluster's identity, once known: committed in the log, and
+    /// recorded by this member.
+    cluster: Option<ClusterId>,
+    /// The driver's random bits, for an identity if this member is the
+    /// first leader of a cluster that has none.
+    draw: u128,
     /// Inputs came since the last turn.
     dirty: bool,
     outputs: VecDeque<Output>,
@@ -449,11 +497,20 @@ impl Replica {
             .as_ref()
             .and_then(|s| s.metadata.as_ref())
             .map_or(0, |m| m.index);
-        let (copy, floor) = match &restored.snapshot {
+        let (copy, floor, in_snapshot) = match &restored.snapshot {
             Some(s) if !s.data.is_empty() => {
                 table_of(&server, now, &s.data).ok_or(ReplicaError::Snapshot)?
             }
-            _ => (server.lock_table().successor(), 0),
+            _ => (server.lock_table().successor(), 0, None),
+        };
+        let cluster = match (restored.cluster, in_snapshot) {
+            (Some(recorded), Some(committed)) if recorded != committed => {
+                return Err(ReplicaError::OtherCluster {
+                    recorded,
+                    committed,
+                })
+            }
+            (recorded, committed) => recorded.or(committed),
         };
         let store = LogStore::restored(
             restored.hard_state,
@@ -487,7 +544,11 @@ impl Replica {
         let node = RawNode::new(&raft_config, store, &logger)?;
         server.replicate();
         server.set_role(now, Role::NoLeader);
-        Ok(Replica {
+        let mut outputs = VecDeque::new();
+        if let Some(id) = cluster {
+            outputs.push_back(Output::Event(ReplicaEvent::Cluster { id }));
+        }
+        let mut replica = Replica {
             server,
             node,
             copy,
@@ -497,6 +558,7 @@ impl Replica {
             proposals: Proposals::default(),
             unapplied: Unapplied::default(),
             floor_to_propose: None,
+            cluster_to_propose: None,
             applied: snapshot_index,
             snapshot_every: config.snapshot_every.max(1),
             max_in_flight: config.max_in_flight.max(1),
@@ -505,12 +567,19 @@ impl Replica {
             next_tick: now.saturating_add(tick),
             max_ticks: max,
             in_flight: VecDeque::new(),
+            cluster,
+            draw: config.draw.max(1),
             dirty: true,
-            outputs: VecDeque::new(),
+            outputs,
             start: now,
             wall_ms: config.wall_ms,
             now,
-        })
+        };
+        if restored.cluster.is_none() && cluster.is_some() {
+            // Read in the snapshot only: recorded from now on.
+            replica.record_cluster();
+        }
+        Ok(replica)
     }
 
     // ----- inputs -----------------------------------------------------------
@@ -567,14 +636,16 @@ impl Replica {
     /// durable (they are made durable in the order they were handed out).
     pub fn handle_persisted(&mut self, now: Time) {
         self.input(now);
+        let mut said = false;
         let mut last = None;
-        while let Some((number, after, wrote)) = self.in_flight.pop_front() {
-            if wrote && last.is_some() {
-                self.in_flight.push_front((number, after, wrote));
+        while let Some(next) = self.in_flight.pop_front() {
+            if next.wrote && said {
+                self.in_flight.push_front(next);
                 break;
             }
-            last = Some(number);
-            self.send(after);
+            said = true;
+            last = next.ready.or(last);
+            self.send(next.after);
         }
         if let Some(number) = last {
             self.node.on_persist_ready(number);
@@ -744,6 +815,11 @@ impl Replica {
         self.floor
     }
 
+    /// The cluster's identity, once this member knows it.
+    pub fn cluster(&self) -> Option<ClusterId> {
+        self.cluster
+    }
+
     // ----- a turn -----------------------------------------------------------
 
     fn turn(&mut self) {
@@ -793,14 +869,17 @@ impl Replica {
             return;
         }
         let floor = self.floor_to_propose.take();
+        let cluster = self.cluster_to_propose.take();
         let decisions = self.server.take_decisions();
-        if floor.is_none() && decisions.is_none() {
+        if floor.is_none() && cluster.is_none() && decisions.is_none() {
             return;
         }
         let (turn, mut decisions) = decisions.unwrap_or((0, Vec::new()));
-        if let Some(epoch) = floor {
-            decisions.insert(0, Decision::Floor { epoch });
-        }
+        let first = floor
+            .map(|epoch| Decision::Floor { epoch })
+            .into_iter()
+            .chain(cluster.map(|id| Decision::Cluster { id }));
+        decisions.splice(0..0, first);
         let index = self.node.raft.raft_log.last_index() + 1;
         let data = Decision::encode_entry(&decisions);
         let proposed = self.node.propose(Vec::new(), data).is_ok()
@@ -869,14 +948,60 @@ impl Replica {
         if persist.is_empty() && self.in_flight.is_empty() {
             self.node.on_persist_ready(number);
             self.send(after);
-        } else if persist.is_empty() {
-            // Nothing to write, but behind a write under way: durable
-            // when that one is.
-            self.in_flight.push_back((number, after, false));
-        } else {
-            self.in_flight.push_back((number, after, true));
+            return;
+        }
+        // Nothing to write, but behind a write under way: durable when
+        // that one is.
+        let wrote = !persist.is_empty();
+        self.in_flight.push_back(InFlight {
+            ready: Some(number),
+            after,
+            wrote,
+        });
+        if wrote {
             self.outputs.push_back(Output::Persist(persist));
         }
+    }
+
+    /// Hands out the cluster's identity to be recorded beside this
+    /// member's Raft id, in order with what it makes durable.
+    fn record_cluster(&mut self) {
+        self.in_flight.push_back(InFlight {
+            ready: None,
+            after: Vec::new(),
+            wrote: true,
+        });
+        self.outputs.push_back(Output::Persist(Persist {
+            cluster: self.cluster,
+            ..Persist::default()
+        }));
+    }
+
+    /// The cluster's identity, committed in the log (or in a snapshot):
+    /// learnt, recorded and told, unless another was recorded, which stops
+    /// this member.
+    fn learn_cluster(&mut self, id: ClusterId) {
+        match self.cluster {
+            Some(known) if known == id => {}
+            Some(recorded) => self.stop(ReplicaEvent::OtherCluster {
+                recorded,
+                committed: id,
+            }),
+            None => {
+                self.cluster = Some(id);
+                self.record_cluster();
+                self.outputs
+                    .push_back(Output::Event(ReplicaEvent::Cluster { id }));
+            }
+        }
+    }
+
+    /// Stops serving for good, saying why.
+    fn stop(&mut self, why: ReplicaEvent) {
+        self.unapplied.entries.clear();
+        self.step_down(Role::NotActive);
+        self.leadership = Leadership::Stopped;
+        self.outputs.push_back(Output::Event(why));
     }
 
     /// Books committed entries: the leader's answers that waited for them
@@ -946,17 +1071,15 @@ impl Replica {
                     match Decision::decode_entry(&entry.data) {
                         Ok(decisions) => self.apply_decisions(&decisions),
                         Err(_) => {
-                            self.unapplied.entries.clear();
-                            self.step_down(Role::NotActive);
-                            self.leadership = Leadership::Stopped;
-                            self.outputs
-                                .push_back(Output::Event(ReplicaEvent::BadEntry {
-                                    index: entry.index,
-                                }));
+                            let index = entry.index;
+                            self.stop(ReplicaEvent::BadEntry { index });
                             return;
                         }
                     }
                 }
+            }
+            if self.leadership == Leadership::Stopped {
+                return;
             }
         }
         self.snapshot_if_due();
@@ -967,8 +1090,14 @@ impl Replica {
     /// among them raises the cluster's.
     fn apply_decisions(&mut self, decisions: &[Decision]) {
         for d in decisions {
-            if let Decision::Floor { epoch } = d {
-                self.floor = self.floor.max(*epoch);
+            match d {
+                Decision::Floor { epoch } => self.floor = self.floor.max(*epoch),
+                Decision::Cluster { id } => {
+                    if let Some(id) = ClusterId::new(id.get()) {
+                        self.learn_cluster(id);
+                    }
+                }
+                _ => {}
             }
             self.copy.apply(self.now, d);
         }
@@ -984,27 +1113,30 @@ impl Replica {
         let mut image = self.copy.image(self.now, Duration::ZERO);
         image.epoch = self.floor;
         image.count = 0;
-        if let Some(snapshot) = self.node.mut_store().compact(self.applied, image.encode()) {
+        let data = SnapshotData {
+            cluster: self.cluster,
+            image,
+        };
+        if let Some(snapshot) = self.node.mut_store().compact(self.applied, data.encode()) {
             self.outputs.push_back(Output::Compact(snapshot));
         }
     }
 
     /// A leader's snapshot replaces the copy.
     fn install(&mut self, snapshot: &Snapshot) {
-        let Some((copy, floor)) = table_of(&self.server, self.now, &snapshot.data) else {
-            self.step_down(Role::NotActive);
-            self.leadership = Leadership::Stopped;
-            let index = snapshot.metadata.as_ref().map_or(0, |m| m.index);
-            self.outputs
-                .push_back(Output::Event(ReplicaEvent::BadEntry { index }));
+        let index = snapshot.metadata.as_ref().map_or(0, |m| m.index);
+        let Some((copy, floor, cluster)) = table_of(&self.server, self.now, &snapshot.data) else {
+            self.stop(ReplicaEvent::BadEntry { index });
             return;
         };
         self.copy = copy;
         self.floor = self.floor.max(floor);
-        self.applied = snapshot.metadata.as_ref().map_or(0, |m| m.index);
+        self.applied = index;
         // What the copy had still to take is in the snapshot.
-        let applied = self.applied;
-        self.unapplied.entries.retain(|c| c.index() > applied);
+        self.unapplied.entries.retain(|c| c.index() > index);
+        if let Some(id) = cluster {
+            self.learn_cluster(id);
+        }
     }
 
     /// Follows Raft's role: serve once elected and caught up, step down
@@ -1075,6 +1207,13 @@ impl Replica {
             let floor = self.wall_ms.saturating_add(elapsed).max(1);
             self.floor = floor;
             self.floor_to_propose = Some(floor);
+        }
+        if self.cluster.is_none() {
+            // Every committed entry is applied, and none holds an
+            // identity: this cluster is new, or began before identities.
+            self.cluster_to_propose = NonZeroU128::new(self.draw);
+        }
+        if self.floor_to_propose.is_some() || self.cluster_to_propose.is_some() {
             self.propose_turn(true);
         }
         let epoch = self.entry_epoch();
@@ -1090,6 +1229,7 @@ impl Replica {
     fn step_down(&mut self, role: Role) {
         self.proposals.0.clear();
         self.floor_to_propose = None;
+        self.cluster_to_propose = None;
         if matches!(
             self.leadership,
             Leadership::Serving { .. } | Leadership::Elected { .. }
@@ -1100,13 +1240,19 @@ impl Replica {
     }
 }
 
-/// A table and floor from a snapshot's image, or `None` if it is not one.
-fn table_of(server: &Server, now: Time, data: &[u8]) -> Option<(LockTable, u64)> {
-    let image = TableImage::decode(data).ok()?;
+/// A table, floor and cluster identity from a snapshot's data, or `None`
+/// if it is not a snapshot.
+fn table_of(
+    server: &Server,
+    now: Time,
+    data: &[u8],
+) -> Option<(LockTable, u64, Option<ClusterId>)> {
+    let SnapshotData { cluster, image } = SnapshotData::decode(data)?;
     let empty = server.lock_table().successor();
     Some((
         empty.resumed(now, image.epoch, &image, Duration::ZERO),
         image.epoch,
+        cluster,
     ))
 }
 

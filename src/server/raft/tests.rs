@@ -73,6 +73,7 @@ impl Cluster {
         config.pinned_election_ticks = Some(ELECTION_TICKS + 1 + id as usize * 3);
         config.snapshot_every = self.snapshot_every;
         config.rejoining = rejoining;
+        config.draw = draw(id);
         let restored = self.disks[&id].restored();
         let mut replica = Replica::new(config, server, restored, self.now).unwrap();
         if self.defer {
@@ -429,4 +430,153 @@ fn decisions_made_while_entries_wait_for_their_commit_go_into_one_entry() {
     for i in 0..10 {
         assert!(c.token(leader, conn, &format!("k{i}")) > 0);
     }
+}
+
+// ----- whose state it is ------------------------------------------------------
+
+/// The bits member `id`'s driver gives it: each member's differ, so that
+/// whose identity the cluster took shows.
+fn draw(id: u64) -> u128 {
+    0xc1a5_0000_0000_0000_0000_0000_0000_0000 | u128::from(id)
+}
+
+/// Every member's identity and what its disk recorded, which must agree.
+fn identities(c: &Cluster) -> BTreeSet<Option<ClusterId>> {
+    c.replicas
+        .iter()
+        .map(|(id, r)| {
+            assert_eq!(
+                c.disks[id].restored().cluster,
+                r.cluster(),
+                "member {id} recorded what it knows"
+            );
+            r.cluster()
+        })
+        .collect()
+}
+
+fn told(c: &Cluster, id: u64) -> Vec<ClusterId> {
+    c.events
+        .iter()
+        .filter_map(|(from, e)| match e {
+            ReplicaEvent::Cluster { id: told } if *from == id => Some(*told),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_first_leader_draws_the_identity_and_every_member_records_and_tells_it() {
+    let (mut c, leader) = elected();
+    c.run(Duration::from_millis(100));
+    let id = ClusterId::new(draw(leader)).unwrap();
+    assert_eq!(identities(&c), BTreeSet::from([Some(id)]));
+    for member in 1..=3 {
+        assert_eq!(told(&c, member), [id], "member {member} told it once");
+    }
+    // A restart knows it from its disk, and tells it at once.
+    c.kill(2);
+    c.events.clear();
+    c.start(2);
+    c.settle();
+    assert_eq!(c.replicas[&2].cluster(), Some(id));
+    assert_eq!(told(&c, 2), [id]);
+    // The next leader keeps it.
+    c.kill(leader);
+    c.start(leader);
+    c.run(Duration::from_secs(1));
+    assert!(c.leader().is_some());
+    assert_eq!(identities(&c), BTreeSet::from([Some(id)]));
+}
+
+#[test]
+fn a_member_that_lost_its_disk_learns_the_identity_from_a_snapshot() {
+    let mut c = Cluster::new(4);
+    c.run(Duration::from_secs(1));
+    let leader = c.leader().unwrap();
+    let id = ClusterId::new(draw(leader)).unwrap();
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let conn = c.connect(leader, "H 2 c -\n");
+    for i in 0..20 {
+        c.request(leader, conn, &format!("A {i} k{i} o 0 60000\n"));
+        c.run(Duration::from_millis(50));
+    }
+    // The entry that held the identity is compacted away.
+    assert!(c.disks[&leader].restored().entries.len() < 8);
+    c.kill(follower);
+    c.disks
+        .insert(follower, MemoryDisk::new(Restored::new_cluster(1..=3)));
+    c.start_with(follower, true);
+    assert_eq!(c.replicas[&follower].cluster(), None);
+    c.run(Duration::from_millis(300));
+    c.request(leader, conn, "A 99 next o 0 60000\n");
+    c.run(Duration::from_millis(300));
+    assert_eq!(identities(&c), BTreeSet::from([Some(id)]));
+}
+
+#[test]
+fn a_cluster_begun_before_identities_adopts_one_at_its_next_leader() {
+    // What a directory written before identities holds: the first
+    // leader's floor, committed, and no identity.
+    let floor = Entry {
+        index: 1,
+        term: 1,
+        data: Decision::encode_entry(&[Decision::Floor { epoch: 1_000 }]),
+        ..Entry::default()
+    };
+    let mut older = Restored::new_cluster(1..=3);
+    older.hard_state = HardState {
+        term: 1,
+        vote: 1,
+        commit: 1,
+    };
+    older.entries = vec![floor];
+    let mut c = Cluster::new(10_000);
+    for id in 1..=3 {
+        c.kill(id);
+        c.disks.insert(id, MemoryDisk::new(older.clone()));
+        c.start(id);
+    }
+    assert_eq!(identities(&c), BTreeSet::from([None]));
+    c.run(Duration::from_secs(1));
+    let leader = c.leader().expect("a leader");
+    c.run(Duration::from_millis(100));
+    let id = ClusterId::new(draw(leader)).unwrap();
+    assert_eq!(identities(&c), BTreeSet::from([Some(id)]));
+    assert_eq!(c.replicas[&leader].floor(), 1_000, "the floor is kept");
+}
+
+#[test]
+fn a_member_recorded_for_another_cluster_stops_when_it_applies_this_ones() {
+    let (mut c, leader) = elected();
+    c.run(Duration::from_millis(100));
+    let id = ClusterId::new(draw(leader)).unwrap();
+    let other = ClusterId::new(7).unwrap();
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    c.kill(follower);
+    // Its directory says it is another cluster's (a directory moved by
+    // hand, say), and holds no entry yet.
+    let mut moved = Restored::new_cluster(1..=3);
+    moved.cluster = Some(other);
+    c.disks.insert(follower, MemoryDisk::new(moved));
+    c.start_with(follower, true);
+    c.run(Duration::from_millis(300));
+    let conn = c.connect(leader, "H 2 c -\n");
+    c.request(leader, conn, "A 1 k o 0 60000\n");
+    c.run(Duration::from_millis(300));
+    assert!(
+        c.events.iter().any(|(from, e)| *from == follower
+            && *e
+                == ReplicaEvent::OtherCluster {
+                    recorded: other,
+                    committed: id
+                }),
+        "{:?}",
+        c.events
+    );
+    assert_eq!(c.replicas[&follower].cluster(), Some(other));
+    let conn = c.connect(follower, "H 2 c -\n");
+    assert_eq!(c.text(follower, conn), "E not_active\n");
+    // The others go on.
+    assert_eq!(c.leader(), Some(leader));
 }
