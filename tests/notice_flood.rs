@@ -28,10 +28,23 @@ struct Flood {
     total: usize,
 }
 
+/// What the flood server does once the flood is written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Then {
+    /// Keeps the connection open until the client closes it.
+    Wait,
+    /// Closes it.
+    Close,
+}
+
 const HINTS: [&str; 2] = ["L evil-a.example:1\n", "L evil-b.example:1\n"];
 
 impl Flood {
     fn start(lines: usize) -> Flood {
+        Flood::start_then(lines, Then::Wait)
+    }
+
+    fn start_then(lines: usize, then: Then) -> Flood {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let addr = listener.local_addr().expect("addr").to_string();
         let written = Arc::new(AtomicUsize::new(0));
@@ -45,7 +58,7 @@ impl Flood {
                 .read_line(&mut hello)
                 .expect("the client's hello");
             assert!(hello.starts_with("H "), "{hello:?}");
-            write_flood(stream, lines, &w, &d);
+            write_flood(stream, lines, &w, &d, then);
         });
         Flood {
             addr,
@@ -81,7 +94,13 @@ impl Flood {
     }
 }
 
-fn write_flood(mut stream: TcpStream, lines: usize, written: &AtomicUsize, done: &AtomicBool) {
+fn write_flood(
+    mut stream: TcpStream,
+    lines: usize,
+    written: &AtomicUsize,
+    done: &AtomicBool,
+    then: Then,
+) {
     let _ = stream.write_all(b"W node-1 16\n");
     // In batches of both hints, so that each write is one syscall.
     let batch: Vec<u8> = HINTS.concat().repeat(512).into_bytes();
@@ -96,6 +115,9 @@ fn write_flood(mut stream: TcpStream, lines: usize, written: &AtomicUsize, done:
         left -= n;
     }
     done.store(true, Ordering::SeqCst);
+    if then == Then::Close {
+        return;
+    }
     // Keep the connection open until the client closes it.
     let mut sink = [0u8; 64];
     let _ = std::io::Read::read(&mut stream, &mut sink);
@@ -271,4 +293,67 @@ fn the_binary_stays_flat_under_two_million_hints() {
         growth <= GROWTH_BOUND_KB,
         "the client grew by {growth} kB under {MILLIONS} hints"
     );
+}
+
+/// The audit's flood: a hostile server's 4 s of `L` lines made 399,236
+/// `hint_ignored` lines (26 MB) on stdout. Now a connection prints at most
+/// one a second, each with the `count` of hints it stands for: every hint
+/// is counted once, and the lines are few.
+#[test]
+fn the_binary_prints_a_hint_ignored_line_a_second_with_the_count_it_folds() {
+    use serde_json::Value;
+    const HINTS_SENT: usize = 400_000;
+    let flood = Flood::start_then(HINTS_SENT, Then::Close);
+    let mut child = Command::new(cli::BIN)
+        .args(["client", "--endpoint", &flood.addr, "--seed", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start ticketing client");
+    let stdout = BufReader::new(child.stdout.take().expect("its stdout"));
+    let start = Instant::now();
+    // Until the flood's connection ends: the hint lines, when each came.
+    let mut hints: Vec<(Duration, u64)> = Vec::new();
+    let mut lines = stdout.lines();
+    let closed_at = loop {
+        let line = lines
+            .next()
+            .expect("the client printed `closed` before it ended")
+            .expect("a line");
+        let v: Value = serde_json::from_str(&line).expect("JSON");
+        match v["event"].as_str() {
+            Some("hint_ignored") => {
+                let count = v["count"].as_u64().expect("a count");
+                assert!(count >= 1, "{line}");
+                hints.push((start.elapsed(), count));
+            }
+            Some("closed") => break start.elapsed(),
+            _ => {}
+        }
+        assert!(start.elapsed() < Duration::from_secs(120), "{line}");
+    };
+    drop(child.stdin.take());
+    let _ = child.wait();
+    let counted: u64 = hints.iter().map(|&(_, n)| n).sum();
+    eprintln!(
+        "{HINTS_SENT} hints in {:.1} s: {} hint_ignored lines, counting {counted}",
+        closed_at.as_secs_f64(),
+        hints.len()
+    );
+    assert_eq!(counted, HINTS_SENT as u64, "every hint counted once");
+    // One at once, then at most one a second, and what was folded at the
+    // end (before `closed`).
+    let seconds = closed_at.as_secs() + 1;
+    assert!(
+        hints.len() as u64 <= seconds + 2,
+        "{} lines in {closed_at:?}",
+        hints.len()
+    );
+    for pair in hints[..hints.len() - 1].windows(2) {
+        assert!(
+            pair[1].0 - pair[0].0 >= Duration::from_millis(900),
+            "two lines within a second: {hints:?}"
+        );
+    }
 }

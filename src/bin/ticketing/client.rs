@@ -13,13 +13,13 @@ use std::future::Future;
 use std::io::Write;
 use std::pin::Pin;
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clap::Args as ClapArgs;
 use serde_json::{json, Value};
 use ticketing::client::{self as core, CloseReason, Event, Grant, OpId, Outcome, ReleaseResult};
 use ticketing::tokio::{AcquireError, Canceller, Handle, RequestError};
-use ticketing::{Key, Name, Time};
+use ticketing::{Endpoint, Key, Name, Time};
 use tokio::io::BufReader;
 use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
@@ -288,6 +288,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         handle,
         tags: HashMap::new(),
         renewals: Renewals::default(),
+        hints: IgnoredHints::default(),
         reports,
         open: 0,
         waiting: 0,
@@ -310,6 +311,9 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             // queued is never taken for that renewal's.
             biased;
             Some(event) = notices.recv() => session.notice(event),
+            () = sleep_until(session.hints.due()), if session.hints.due().is_some() => {
+                session.hints.flush(Instant::now());
+            }
             Some(report) = reported.recv() => session.report(report),
             Some(()) = sigint.recv(), if stop.is_none() => stop = Some(STOP_BUDGET),
             Some(()) = sigterm.recv(), if stop.is_none() => stop = Some(STOP_BUDGET),
@@ -355,6 +359,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
         };
         session.report(report);
     }
+    session.hints.flush(Instant::now());
     emit(json!({"type": "done"}));
     Ok(ExitCode::SUCCESS)
 }
@@ -364,6 +369,7 @@ struct Session {
     handle: Handle,
     tags: HashMap<String, Tagged>,
     renewals: Renewals,
+    hints: IgnoredHints,
     reports: mpsc::UnboundedSender<Report>,
     /// Tasks started whose report has not come back.
     open: usize,
@@ -662,7 +668,16 @@ impl Session {
     }
 
     fn notice(&mut self, event: Event) {
-        self.renewals.notice(event, self.handle.now());
+        match event {
+            Event::HintIgnored { addr } => self.hints.ignored(addr, Instant::now()),
+            event => {
+                if matches!(event, Event::Closed { .. }) {
+                    // What its connection folded goes before its end.
+                    self.hints.end(Instant::now());
+                }
+                self.renewals.notice(event, self.handle.now());
+            }
+        }
     }
 
     /// Starts a task whose report the session waits for.
@@ -922,6 +937,68 @@ impl Renewals {
     }
 }
 
+/// `hint_ignored` lines, at most one a second per connection (CLI.md): a
+/// server that floods hints outside the allowlist makes a line a second,
+/// not one a hint. The first of a connection is printed at once; those
+/// that come within a second of a line are folded into the next, printed
+/// once that second is over (or before the connection's `closed` line, or
+/// `done`), with how many it stands for (`count`) and the latest address.
+#[derive(Default)]
+struct IgnoredHints {
+    /// When this connection's latest `hint_ignored` line was printed.
+    printed: Option<Instant>,
+    /// Hints ignored since then, and the latest one's address.
+    folded: u64,
+    addr: Option<Endpoint>,
+}
+
+impl IgnoredHints {
+    const EVERY: Duration = Duration::from_secs(1);
+
+    fn ignored(&mut self, addr: Endpoint, now: Instant) {
+        self.folded += 1;
+        self.addr = Some(addr);
+        if self.due().is_some_and(|due| due <= now) {
+            self.flush(now);
+        }
+    }
+
+    /// When what is folded is to be printed, if anything is.
+    fn due(&self) -> Option<Instant> {
+        let after = |at: Instant| at + IgnoredHints::EVERY;
+        (self.folded > 0).then(|| self.printed.map_or_else(Instant::now, after))
+    }
+
+    fn flush(&mut self, now: Instant) {
+        let Some(addr) = self.addr.take().filter(|_| self.folded > 0) else {
+            return;
+        };
+        emit(json!({
+            "type": "event",
+            "event": "hint_ignored",
+            "addr": addr.as_str(),
+            "count": self.folded,
+        }));
+        self.folded = 0;
+        self.printed = Some(now);
+    }
+
+    /// The connection ended: what it folded is printed, and the next one
+    /// begins afresh.
+    fn end(&mut self, now: Instant) {
+        self.flush(now);
+        self.printed = None;
+    }
+}
+
+/// Sleeps until `at`, for ever without one.
+async fn sleep_until(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 fn millis_until(at: Time, now: Time) -> u64 {
     u64::try_from(at.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
 }
@@ -937,7 +1014,6 @@ fn notice(event: &Event) {
             json!({"event": "closed", "addr": addr.as_str(), "reason": reason.to_string()})
         }
         Event::LeaderHint { addr } => json!({"event": "leader_hint", "addr": addr.as_str()}),
-        Event::HintIgnored { addr } => json!({"event": "hint_ignored", "addr": addr.as_str()}),
         Event::OrphanRelease { key, token } => {
             json!({"event": "orphan_release", "key": key.as_str(), "token": token})
         }
