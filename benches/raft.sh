@@ -131,6 +131,11 @@ new_cluster() {
     DIR[$name$i]="$base/n$i"
   done
 }
+# Members authenticate each other always: by a credential drawn for the
+# run (which main's builds take too, for side-by-side runs).
+TICKETING_RAFT_CREDENTIAL="bench-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')"
+export TICKETING_RAFT_CREDENTIAL
+
 # start_member NAME I [--raft-new-cluster]
 start_member() {
   local name="$1" i="$2" peers=() j

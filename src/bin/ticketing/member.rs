@@ -66,10 +66,50 @@ pub struct MemberArgs<'a> {
     pub new_cluster: bool,
     pub election_timeout: Duration,
     pub credential: Option<Name>,
+    /// `--raft-insecure`: peers do not authenticate (loopback only).
+    pub insecure: bool,
+    pub snapshot_every: u64,
     pub tls: Option<ServerTls>,
     /// With `--tls-client-ca`: the peers speak mutual TLS, with this
     /// identity and CA.
     pub peer_tls: Option<(Identity, &'a Path)>,
+}
+
+/// How the peers authenticate: mutual TLS (with `--tls-client-ca`), a
+/// peer credential, or, when told so, not at all (loopback only, which
+/// the peer links check); a member never starts without being told which.
+fn peer_auth(
+    credential: Option<Name>,
+    insecure: bool,
+    peer_tls: Option<(Identity, &Path)>,
+    tls: &Option<ServerTls>,
+) -> Result<PeerAuth, Box<dyn Error>> {
+    let credential = credential.map(|c| c.as_str().to_owned());
+    match (peer_tls, tls, credential) {
+        (Some((identity, ca)), Some(server_tls), credential) => {
+            let client = ClientTls::builder()
+                .ca_file(ca)?
+                .identity(identity)
+                .build()?;
+            Ok(PeerAuth::tls(server_tls, &client, credential))
+        }
+        (_, _, Some(credential)) => Ok(PeerAuth::Credential(credential)),
+        (_, _, None) if insecure => {
+            eprintln!(
+                "raft peers: --raft-insecure: members do not authenticate each other; allowed \
+                 only with every peer address on loopback, where any process of this machine \
+                 could act as a member"
+            );
+            Ok(PeerAuth::None)
+        }
+        (_, _, None) => Err(
+            "a member's peers must authenticate: give --raft-credential C (or \
+             TICKETING_RAFT_CREDENTIAL), or mutual TLS (--tls-cert, --tls-key and \
+             --tls-client-ca), or --raft-insecure for a cluster on one machine (loopback \
+             addresses only)"
+                .into(),
+        ),
+    }
 }
 
 /// Serves as a member until `stop`.
@@ -90,30 +130,18 @@ pub async fn serve_member(
     if !clients.contains_key(&args.id) {
         return Err(format!("--raft-id {} is not among the --raft-peer members", args.id).into());
     }
+    let auth = peer_auth(args.credential, args.insecure, args.peer_tls, &args.tls)?;
     let voters: Vec<u64> = clients.keys().copied().collect();
     let (disk, restored) = RaftDisk::open(args.state_dir, args.new_cluster, &voters)?;
     let wall_ms = u64::try_from(unix_now().as_millis()).unwrap_or(u64::MAX);
-    let replica_config = ReplicaConfig::new(args.id, clients, args.election_timeout, wall_ms);
+    let mut replica_config = ReplicaConfig::new(args.id, clients, args.election_timeout, wall_ms);
+    replica_config.snapshot_every = args.snapshot_every;
+    // The cluster's identity if this member is its first leader.
+    replica_config.draw = crate::serve::secret();
     let server = Server::new(config, Time::ZERO)?;
     let replica = Replica::new(replica_config, server, restored, Time::ZERO)?;
+    let client_credential = replica.server().config().credential.is_some();
 
-    let credential = args.credential.map(|c| c.as_str().to_owned());
-    let auth = match (args.peer_tls, &args.tls) {
-        (Some((identity, ca)), Some(server_tls)) => {
-            let client = ClientTls::builder()
-                .ca_file(ca)?
-                .identity(identity)
-                .build()?;
-            PeerAuth::tls(server_tls, &client, credential)
-        }
-        _ => match credential {
-            Some(c) => PeerAuth::Credential(c),
-            None => {
-                eprintln!("raft peers: no --raft-credential and no mutual TLS: every member must be on this machine (loopback addresses), and is trusted");
-                PeerAuth::None
-            }
-        },
-    };
     let raft_listener = TcpListener::bind(args.raft_listen).await?;
     let (peers, inbound) = Peers::start(PeerConfig::new(args.id, raft_addrs, auth), raft_listener)?;
     let member = Member {
@@ -125,6 +153,7 @@ pub async fn serve_member(
 
     let listener = TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;
+    crate::serve::warn_if_exposed(addr, client_credential, args.tls.is_some());
     let origin = Instant::now();
     let notify = |notice: MemberNotice| match notice {
         MemberNotice::Replica(ReplicaEvent::Leading { term, index }) => {

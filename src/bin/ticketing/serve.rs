@@ -141,6 +141,21 @@ pub struct Args {
         requires = "raft_id"
     )]
     raft_credential: Option<Name>,
+    /// Members do not authenticate each other: for a cluster on one
+    /// machine only (every peer address a loopback one), where any local
+    /// process could act as a member. Said on stderr at every start.
+    #[arg(long, requires = "raft_id", conflicts_with_all = ["raft_credential", "tls_client_ca"])]
+    raft_insecure: bool,
+    /// Entries applied between two snapshots of the table, which the log
+    /// is then compacted behind (tests and benchmarks).
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 10_000,
+        requires = "raft_id",
+        hide = true
+    )]
+    raft_snapshot_every: u64,
     /// The cluster's name in etcd: an atom without '/'.
     #[arg(long, value_name = "NAME", requires = "etcd", value_parser = cluster_name)]
     cluster: Option<String>,
@@ -223,6 +238,8 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             new_cluster: args.raft_new_cluster,
             election_timeout: Duration::from_millis(args.election_timeout_ms),
             credential: args.raft_credential.clone(),
+            insecure: args.raft_insecure,
+            snapshot_every: args.raft_snapshot_every,
             tls,
             peer_tls,
         };
@@ -295,7 +312,7 @@ async fn bind_and_serve(
 /// loopback one), what its options leave open: with no credential, anyone
 /// who reaches the port can take and release every lock; with one but no
 /// TLS, the credential crosses the network in the clear.
-fn warn_if_exposed(addr: SocketAddr, credential: bool, tls: bool) {
+pub(crate) fn warn_if_exposed(addr: SocketAddr, credential: bool, tls: bool) {
     if addr.ip().is_loopback() {
         return;
     }
@@ -426,9 +443,9 @@ fn stop_signal() -> std::io::Result<impl std::future::Future<Output = ()>> {
     }
 }
 
-/// 128 bits of the operating system's entropy, for the lock table's
-/// hashing, by way of std's randomly keyed hasher.
-fn secret() -> u128 {
+/// 128 bits of the operating system's entropy (the lock table's hashing key,
+/// a replicated cluster's identity), by way of std's randomly keyed hasher.
+pub(crate) fn secret() -> u128 {
     use std::hash::{BuildHasher, RandomState};
     let half = |n: u8| u128::from(RandomState::new().hash_one(n));
     (half(0) << 64) | half(1)
