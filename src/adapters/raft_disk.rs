@@ -1144,6 +1144,63 @@ mod tests {
         fs::remove_dir_all(dir).unwrap();
     }
 
+    /// How long a `persist` takes, one small `Ready` at a time (an entry
+    /// of 128 bytes and a hard state): the cost of its write and its sync.
+    /// Not run by default; run it on the disks to compare, in release:
+    ///
+    /// ```text
+    /// TICKETING_BENCH_DIR=/tmp cargo test --release --features raft --lib \
+    ///     raft_disk::tests::persist_timing -- --ignored --nocapture
+    /// ```
+    #[test]
+    #[ignore = "a timing loop, run by hand"]
+    fn persist_timing() {
+        let base = std::env::var_os("TICKETING_BENCH_DIR")
+            .map_or_else(|| PathBuf::from("/dev/shm"), PathBuf::from);
+        let count: u64 = std::env::var("TICKETING_BENCH_COUNT")
+            .ok()
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(5_000);
+        for round in 0..3 {
+            let dir = base.join(format!(
+                "ticketing-raft-disk-timing-{}-{round}",
+                std::process::id()
+            ));
+            let _ = fs::remove_dir_all(&dir);
+            let (mut disk, _) = RaftDisk::open(&dir, true, &[1]).unwrap();
+            let mut took = Vec::with_capacity(count as usize);
+            for i in 1..=count {
+                let p = Persist {
+                    hard_state: Some(hard_state(1, 1, i - 1)),
+                    entries: vec![Entry {
+                        index: i,
+                        term: 1,
+                        data: vec![7; 128],
+                        ..Entry::default()
+                    }],
+                    snapshot: None,
+                    cluster: None,
+                };
+                let start = std::time::Instant::now();
+                disk.persist(&p).unwrap();
+                took.push(start.elapsed());
+            }
+            drop(disk);
+            fs::remove_dir_all(&dir).unwrap();
+            let total: std::time::Duration = took.iter().sum();
+            took.sort_unstable();
+            let at = |q: f64| took[((took.len() - 1) as f64 * q) as usize];
+            println!(
+                "{}: {count} persists, {:.1} us each on average (p50 {:.1} us, p99 {:.1} us), {:.0} a second",
+                base.display(),
+                total.as_secs_f64() * 1e6 / count as f64,
+                at(0.5).as_secs_f64() * 1e6,
+                at(0.99).as_secs_f64() * 1e6,
+                count as f64 / total.as_secs_f64(),
+            );
+        }
+    }
+
     // The model test: random runs of persist, compact (crashing at each
     // of its steps), reopen and torn writes, against an in-memory model.
 
