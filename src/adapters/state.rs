@@ -202,7 +202,9 @@ impl StateDir {
         &self.dir
     }
 
-    fn tmp_path(&self, name: &str) -> PathBuf {
+    /// Where `name` is written before it is put in place: its temporary,
+    /// `name.tmp`.
+    pub(crate) fn tmp_path(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{name}.tmp"))
     }
 
@@ -301,6 +303,32 @@ impl StateDir {
             let _ = fs::remove_file(&tmp);
             return Err(StateError::Io { path, source });
         }
+        self.sync_dir()
+    }
+
+    /// The first half of [`StateDir::write_durably`], for a write whose
+    /// file must be kept before something else is done and put in place
+    /// only after: `name`'s temporary ([`StateDir::tmp_path`]) made anew,
+    /// written, synced, and the directory synced, so that from then on it
+    /// is there whole whatever happens. Removed if this fails. Then
+    /// [`StateDir::put_in_place`].
+    #[cfg_attr(not(feature = "raft"), allow(dead_code))]
+    pub(crate) fn write_pending(&self, name: &str, bytes: &[u8]) -> Result<(), StateError> {
+        let tmp = self.write_tmp(name, bytes)?;
+        if let Err(e) = self.sync_dir() {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The second half: `name`'s temporary renamed over `name`, and the
+    /// directory synced. If this fails the temporary is left where it is,
+    /// whole, for a start to find.
+    #[cfg_attr(not(feature = "raft"), allow(dead_code))]
+    pub(crate) fn put_in_place(&self, name: &str) -> Result<(), StateError> {
+        let path = self.dir.join(name);
+        fs::rename(self.tmp_path(name), &path).map_err(|source| StateError::Io { path, source })?;
         self.sync_dir()
     }
 

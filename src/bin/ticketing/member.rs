@@ -91,7 +91,12 @@ pub async fn serve_member(
         return Err(format!("--raft-id {} is not among the --raft-peer members", args.id).into());
     }
     let voters: Vec<u64> = clients.keys().copied().collect();
-    let (disk, restored) = RaftDisk::open(args.state_dir, args.new_cluster, &voters)?;
+    let start = if args.new_cluster {
+        ticketing::raft::Start::NewCluster
+    } else {
+        ticketing::raft::Start::Existing
+    };
+    let (disk, restored) = RaftDisk::open(args.state_dir, start, args.id, &voters)?;
     let wall_ms = u64::try_from(unix_now().as_millis()).unwrap_or(u64::MAX);
     let replica_config = ReplicaConfig::new(args.id, clients, args.election_timeout, wall_ms);
     let server = Server::new(config, Time::ZERO)?;
