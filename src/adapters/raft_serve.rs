@@ -429,7 +429,13 @@ mod tests {
         let dir =
             std::env::temp_dir().join(format!("ticketing-raft-writer-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        let (disk, _) = RaftDisk::open(&dir, true, &[1, 2, 3]).expect("a new state directory");
+        let (disk, _) = RaftDisk::open(
+            &dir,
+            crate::adapters::raft_disk::Start::NewCluster,
+            1,
+            &[1, 2, 3],
+        )
+        .expect("a new state directory");
         let mut writer = Writer::start(disk).expect("the disk thread");
 
         // A follower, its sync as slow as can be: in place.
@@ -464,7 +470,12 @@ mod tests {
         drop(writer);
         let mut reopened = None;
         for _ in 0..500 {
-            if let Ok(opened) = RaftDisk::open(&dir, false, &[1, 2, 3]) {
+            if let Ok(opened) = RaftDisk::open(
+                &dir,
+                crate::adapters::raft_disk::Start::Existing,
+                1,
+                &[1, 2, 3],
+            ) {
                 reopened = Some(opened);
                 break;
             }

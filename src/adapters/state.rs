@@ -22,7 +22,11 @@
 //!   whatever the umask: the table lists every key and token. A directory
 //!   that others may get into (any permission bit for its group or
 //!   others) is tightened to `0700` when this user owns it, and refused
-//!   otherwise ([`StateError::Exposed`]).
+//!   otherwise ([`StateError::Exposed`]); so is every regular file already
+//!   in it (`0600`, or [`StateError::ExposedFile`]), whatever wrote it:
+//!   an older version, a copy, a hand. Only regular files are touched,
+//!   each through a descriptor opened without following a link, so that a
+//!   link planted there never has its target's mode changed.
 //! - **Nothing followed, nothing unbounded.** Temporaries are created
 //!   anew (`O_EXCL`), so a link planted in their place is never written
 //!   through; the temporaries a failed write (a full disk) left are
@@ -125,6 +129,17 @@ pub enum StateError {
         /// Its owner.
         owner: u32,
     },
+    /// A file in the directory is open to others, and another user owns
+    /// it, so it cannot be made private.
+    #[error("{path}: open to others (mode {mode:04o}) and another user (uid {owner}) owns it, so it cannot be made private; refusing to keep state beside it")]
+    ExposedFile {
+        /// The file.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+        /// Its owner.
+        owner: u32,
+    },
 }
 
 /// A state directory, held by this process while it (or a clone) lives.
@@ -152,12 +167,15 @@ pub struct NextTerm {
 impl StateDir {
     /// The directory `dir`, made (`0700`) if it does not exist, and held
     /// by this process: refused if another process holds it, or if others
-    /// may get into it and another user owns it. Temporaries a failed
-    /// write left behind are removed.
+    /// may get into it or into a file in it and another user owns that.
+    /// Every regular file in it that others may read or write is made
+    /// `0600` (links and other entries are left alone). Temporaries a
+    /// failed write left behind are removed.
     pub fn open(dir: impl Into<PathBuf>) -> Result<StateDir, StateError> {
         let dir = dir.into();
         sys::make_private(&dir)?;
         let lock = sys::lock(&dir)?;
+        sys::make_files_private(&dir)?;
         let state = StateDir {
             dir,
             _lock: Arc::new(lock),
@@ -184,7 +202,9 @@ impl StateDir {
         &self.dir
     }
 
-    fn tmp_path(&self, name: &str) -> PathBuf {
+    /// Where `name` is written before it is put in place: its temporary,
+    /// `name.tmp`.
+    pub(crate) fn tmp_path(&self, name: &str) -> PathBuf {
         self.dir.join(format!("{name}.tmp"))
     }
 
@@ -277,6 +297,44 @@ impl StateDir {
     /// is kept. A temporary left by a failed write is removed first, and
     /// one this write leaves is removed when it fails.
     pub(crate) fn write_durably(&self, name: &str, bytes: &[u8]) -> Result<(), StateError> {
+        let tmp = self.write_tmp(name, bytes)?;
+        let path = self.dir.join(name);
+        if let Err(source) = fs::rename(&tmp, &path) {
+            let _ = fs::remove_file(&tmp);
+            return Err(StateError::Io { path, source });
+        }
+        self.sync_dir()
+    }
+
+    /// The first half of [`StateDir::write_durably`], for a write whose
+    /// file must be kept before something else is done and put in place
+    /// only after: `name`'s temporary ([`StateDir::tmp_path`]) made anew,
+    /// written, synced, and the directory synced, so that from then on it
+    /// is there whole whatever happens. Removed if this fails. Then
+    /// [`StateDir::put_in_place`].
+    #[cfg_attr(not(feature = "raft"), allow(dead_code))]
+    pub(crate) fn write_pending(&self, name: &str, bytes: &[u8]) -> Result<(), StateError> {
+        let tmp = self.write_tmp(name, bytes)?;
+        if let Err(e) = self.sync_dir() {
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// The second half: `name`'s temporary renamed over `name`, and the
+    /// directory synced. If this fails the temporary is left where it is,
+    /// whole, for a start to find.
+    #[cfg_attr(not(feature = "raft"), allow(dead_code))]
+    pub(crate) fn put_in_place(&self, name: &str) -> Result<(), StateError> {
+        let path = self.dir.join(name);
+        fs::rename(self.tmp_path(name), &path).map_err(|source| StateError::Io { path, source })?;
+        self.sync_dir()
+    }
+
+    /// `name`'s temporary made anew (a temporary a failed write left is
+    /// removed first), written and synced; removed if that fails.
+    fn write_tmp(&self, name: &str, bytes: &[u8]) -> Result<PathBuf, StateError> {
         let tmp = self.tmp_path(name);
         remove_if_there(&tmp)?;
         let written = sys::create_private(&tmp).and_then(|mut file| {
@@ -287,12 +345,7 @@ impl StateDir {
             let _ = fs::remove_file(&tmp);
             return Err(StateError::Io { path: tmp, source });
         }
-        let path = self.dir.join(name);
-        if let Err(source) = fs::rename(&tmp, &path) {
-            let _ = fs::remove_file(&tmp);
-            return Err(StateError::Io { path, source });
-        }
-        self.sync_dir()
+        Ok(tmp)
     }
 
     pub(crate) fn sync_dir(&self) -> Result<(), StateError> {
@@ -407,6 +460,72 @@ mod sys {
         fs::set_permissions(dir, fs::Permissions::from_mode(PRIVATE_DIR)).map_err(io_error(dir))
     }
 
+    /// Makes every regular file in `dir` that others may read or write
+    /// `0600` when this user owns it, and refuses the first one another
+    /// user owns. Nothing is followed: an entry is looked at with `lstat`,
+    /// and only a regular file is opened (`O_NOFOLLOW`, never blocking,
+    /// never a controlling terminal), then judged again through its
+    /// descriptor and changed with `fchmod` on it, so that a link or a
+    /// file swapped in meanwhile never has another file's mode changed.
+    pub(super) fn make_files_private(dir: &Path) -> Result<(), StateError> {
+        let me = rustix::process::geteuid().as_raw();
+        for entry in fs::read_dir(dir).map_err(io_error(dir))? {
+            let path = entry.map_err(io_error(dir))?.path();
+            let meta = match fs::symlink_metadata(&path) {
+                Ok(meta) => meta,
+                // Gone meanwhile: nothing to make private.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(io_error(&path)(e)),
+            };
+            if !exposed_file(&path, &meta, me)? {
+                continue;
+            }
+            let Some(file) = open_to_chmod(&path)? else {
+                continue;
+            };
+            let meta = file.metadata().map_err(io_error(&path))?;
+            if exposed_file(&path, &meta, me)? {
+                rustix::fs::fchmod(&file, Mode::from_raw_mode(PRIVATE_FILE))
+                    .map_err(|e| io_error(&path)(e.into()))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether `meta` is a regular file that others may read or write and
+    /// this user (`me`) owns, so that it is to be tightened; refused if
+    /// another user owns it.
+    fn exposed_file(path: &Path, meta: &fs::Metadata, me: u32) -> Result<bool, StateError> {
+        let mode = meta.mode() & 0o7777;
+        if !meta.file_type().is_file() || mode & OTHERS == 0 {
+            return Ok(false);
+        }
+        if meta.uid() != me {
+            return Err(StateError::ExposedFile {
+                path: path.to_path_buf(),
+                mode,
+                owner: meta.uid(),
+            });
+        }
+        Ok(true)
+    }
+
+    /// `path` opened so that `fchmod` may be called on it, never through
+    /// a link: for reading, or for writing if its owner may not read it.
+    /// `None` if it became a link or went away meanwhile.
+    fn open_to_chmod(path: &Path) -> Result<Option<File>, StateError> {
+        let flags = OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::NOCTTY | OFlags::CLOEXEC;
+        let mut opened = rustix::fs::open(path, flags | OFlags::RDONLY, Mode::empty());
+        if matches!(opened, Err(rustix::io::Errno::ACCESS)) {
+            opened = rustix::fs::open(path, flags | OFlags::WRONLY, Mode::empty());
+        }
+        match opened {
+            Ok(fd) => Ok(Some(File::from(fd))),
+            Err(rustix::io::Errno::LOOP | rustix::io::Errno::NOENT) => Ok(None),
+            Err(e) => Err(io_error(path)(e.into())),
+        }
+    }
+
     /// Opens and locks the lock file of `dir`, for as long as the file
     /// is open.
     pub(super) fn lock(dir: &Path) -> Result<File, StateError> {
@@ -478,6 +597,10 @@ mod sys {
             path: dir.to_path_buf(),
             source,
         })
+    }
+
+    pub(super) fn make_files_private(_dir: &Path) -> Result<(), StateError> {
+        Ok(())
     }
 
     pub(super) fn lock(dir: &Path) -> Result<File, StateError> {
@@ -722,6 +845,90 @@ mod tests {
         assert!(err.to_string().contains(&*dir.to_string_lossy()), "{err}");
         drop(clone);
         StateDir::open(&dir).expect("free once every clone is gone");
+        fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[cfg(unix)]
+    fn mode_of(path: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        fs::symlink_metadata(path).unwrap().permissions().mode() & 0o7777
+    }
+
+    #[cfg(unix)]
+    fn set_mode(path: &Path, mode: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(mode)).unwrap();
+    }
+
+    /// Files left open to others (by an older version, a copy, a hand)
+    /// are made private when the directory is opened; a link planted
+    /// among them does not get its target changed, nor does anything
+    /// that is not a regular file, nor a file already private.
+    #[cfg(unix)]
+    #[test]
+    fn files_open_to_others_are_made_private_and_links_are_not_followed() {
+        let dir = scratch("modes");
+        drop(StateDir::open(&dir).unwrap());
+        let outside = scratch("modes-outside");
+        fs::create_dir_all(&outside).unwrap();
+        let target = outside.join("not-ours-to-change");
+        fs::write(&target, b"elsewhere").unwrap();
+        set_mode(&target, 0o666);
+        let loose = [
+            LOCK_FILE,
+            EPOCH_FILE,
+            TABLE_FILE,
+            "raft-log.0",
+            "raft-snapshot",
+            "raft-log.1.tmp",
+        ];
+        for name in loose {
+            fs::write(dir.join(name), b"x").unwrap();
+            set_mode(&dir.join(name), 0o666);
+        }
+        fs::write(dir.join("read-only"), b"x").unwrap();
+        set_mode(&dir.join("read-only"), 0o400);
+        std::os::unix::fs::symlink(&target, dir.join("raft-log.7")).unwrap();
+        fs::create_dir(dir.join("a-directory")).unwrap();
+        set_mode(&dir.join("a-directory"), 0o755);
+
+        let state = StateDir::open(&dir).unwrap();
+        for name in loose {
+            assert_eq!(mode_of(&dir.join(name)), 0o600, "{name}");
+        }
+        assert_eq!(mode_of(&dir.join("read-only")), 0o400, "never loosened");
+        assert_eq!(mode_of(&target), 0o666, "a link's target is left alone");
+        assert_eq!(mode_of(&dir.join("a-directory")), 0o755);
+        drop(state);
+        fs::remove_dir_all(dir).unwrap();
+        fs::remove_dir_all(outside).unwrap();
+    }
+
+    /// A file open to others that another user owns cannot be made
+    /// private: refused, naming it, as the directory itself would be. One
+    /// that is private already is left as it is. (Only root can give a
+    /// file away, so only root runs this.)
+    #[cfg(unix)]
+    #[test]
+    fn a_file_open_to_others_that_another_user_owns_is_refused() {
+        if rustix::process::geteuid().as_raw() != 0 {
+            return;
+        }
+        let dir = scratch("modes-owner");
+        drop(StateDir::open(&dir).unwrap());
+        let theirs = dir.join("raft-snapshot");
+        fs::write(&theirs, b"x").unwrap();
+        std::os::unix::fs::chown(&theirs, Some(4242), Some(4242)).unwrap();
+        set_mode(&theirs, 0o600);
+        drop(StateDir::open(&dir).expect("private already"));
+        assert_eq!(mode_of(&theirs), 0o600);
+        set_mode(&theirs, 0o644);
+        let err = StateDir::open(&dir).unwrap_err();
+        assert!(matches!(err, StateError::ExposedFile { .. }), "{err}");
+        let text = err.to_string();
+        assert!(text.contains(&*theirs.to_string_lossy()), "{text}");
+        assert!(text.contains("0644") && text.contains("4242"), "{text}");
+        assert_eq!(mode_of(&theirs), 0o644, "left as it was");
         fs::remove_dir_all(dir).unwrap();
     }
 

@@ -40,7 +40,12 @@ impl Cluster {
     /// Starts member `id` (on the very first start, as a new cluster).
     async fn start(&mut self, id: u64, new: bool) -> Result<(), Box<dyn Error>> {
         let voters: Vec<u64> = self.clients.keys().copied().collect();
-        let (disk, restored) = RaftDisk::open(&self.dirs[&id], new, &voters)?;
+        let start = if new {
+            ticketing::raft::Start::NewCluster
+        } else {
+            ticketing::raft::Start::Existing
+        };
+        let (disk, restored) = RaftDisk::open(&self.dirs[&id], start, id, &voters)?;
         let wall_ms = u64::try_from(ticketing::state::unix_now().as_millis()).unwrap_or(0);
         let config = ReplicaConfig::new(id, self.clients.clone(), ELECTION_TIMEOUT, wall_ms);
         let server = Server::new(

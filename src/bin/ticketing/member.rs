@@ -132,7 +132,12 @@ pub async fn serve_member(
     }
     let auth = peer_auth(args.credential, args.insecure, args.peer_tls, &args.tls)?;
     let voters: Vec<u64> = clients.keys().copied().collect();
-    let (disk, restored) = RaftDisk::open(args.state_dir, args.new_cluster, &voters)?;
+    let start = if args.new_cluster {
+        ticketing::raft::Start::NewCluster
+    } else {
+        ticketing::raft::Start::Existing
+    };
+    let (disk, restored) = RaftDisk::open(args.state_dir, start, args.id, &voters)?;
     let wall_ms = u64::try_from(unix_now().as_millis()).unwrap_or(u64::MAX);
     let mut replica_config = ReplicaConfig::new(args.id, clients, args.election_timeout, wall_ms);
     replica_config.snapshot_every = args.snapshot_every;
