@@ -61,9 +61,10 @@
 //! longer than [`PeerConfig::max_frame`], closes the link.
 //!
 //! Which authentication a node needs is checked at start ([`PeerAuth`]):
-//! none only when every member's peer address, and the listener's, are
-//! loopback addresses (a cluster on one machine); a credential without TLS
-//! only then too, so that it never crosses a network in the clear.
+//! none ([`PeerAuth::InsecureLoopback`], asked for by name) only when every
+//! member's peer address, and the listener's, are loopback addresses (a
+//! cluster on one machine); a credential without TLS only then too, so
+//! that it never crosses a network in the clear.
 //!
 //! # Bounds
 //!
@@ -128,10 +129,12 @@ const ACCEPT_RETRY: Duration = Duration::from_millis(100);
 /// How members prove to each other that they are members.
 #[derive(Clone)]
 pub enum PeerAuth {
-    /// No authentication: allowed only when every member's peer address
-    /// (and the listener's) is a loopback address, a cluster on one
-    /// machine; [`Peers::start`] refuses otherwise, saying so.
-    None,
+    /// No authentication at all: any process that can reach the peer
+    /// listener is taken for the member its hello names. Allowed only
+    /// when every member's peer address (and the listener's) is a loopback
+    /// address, a cluster on one machine for tests (`--raft-insecure`);
+    /// [`Peers::start`] refuses otherwise, saying so.
+    InsecureLoopback,
     /// A peer credential shared by the members, sent in the dialling
     /// side's hello and compared in constant time. Without TLS, allowed
     /// only on loopback addresses (it would travel in the clear). 1 to 250
@@ -177,7 +180,7 @@ impl PeerAuth {
 impl fmt::Debug for PeerAuth {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            PeerAuth::None => f.write_str("None"),
+            PeerAuth::InsecureLoopback => f.write_str("InsecureLoopback"),
             PeerAuth::Credential(_) => f.write_str("Credential(..)"),
             #[cfg(feature = "tls")]
             PeerAuth::Tls { credential, .. } => f
@@ -265,12 +268,14 @@ pub enum PeerError {
         /// The limit given.
         max_frame: usize,
     },
-    /// No authentication, and an address that is not a loopback one.
+    /// [`PeerAuth::InsecureLoopback`], and an address that is not a
+    /// loopback one.
     #[error(
-        "{place} ({addr}) is not a loopback address, and peers do not authenticate: \
-         that is allowed only on one machine; give a peer credential with TLS, or mutual TLS"
+        "{place} ({addr}) is not a loopback address, and peers run insecure (without \
+         authentication): that is allowed only on one machine, every address a loopback one; \
+         give a peer credential with TLS, or mutual TLS"
     )]
-    Unauthenticated {
+    InsecureOffLoopback {
         /// Which address.
         place: Place,
         /// The address.
@@ -490,8 +495,8 @@ fn check(cfg: &PeerConfig, listener: &TcpListener) -> Result<Auth, PeerError> {
             .map_err(|_| PeerError::BadCredential)
     };
     let (offered, required) = match &cfg.auth {
-        PeerAuth::None => match outside {
-            Some((place, addr)) => return Err(PeerError::Unauthenticated { place, addr }),
+        PeerAuth::InsecureLoopback => match outside {
+            Some((place, addr)) => return Err(PeerError::InsecureOffLoopback { place, addr }),
             None => (Vec::new(), None),
         },
         PeerAuth::Credential(c) => match outside {
@@ -982,7 +987,7 @@ mod tests {
         ]);
         let start = |id, listener| {
             Peers::start(
-                PeerConfig::new(id, members.clone(), PeerAuth::None),
+                PeerConfig::new(id, members.clone(), PeerAuth::InsecureLoopback),
                 listener,
             )
             .expect("peers start")
@@ -1041,7 +1046,7 @@ mod tests {
             (1, own.local_addr().expect("an address")),
             (2, silent.local_addr().expect("an address")),
         ]);
-        let mut cfg = PeerConfig::new(1, members, PeerAuth::None);
+        let mut cfg = PeerConfig::new(1, members, PeerAuth::InsecureLoopback);
         cfg.queue_limit = 4;
         let (one, _rx) = Peers::start(cfg, own).expect("peers start");
         for term in 0..100 {
@@ -1232,22 +1237,26 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn no_authentication_or_a_credential_in_the_clear_is_refused_off_loopback() {
+    async fn insecure_loopback_or_a_credential_in_the_clear_is_refused_off_loopback() {
         let here = || SocketAddr::from(([127, 0, 0, 1], 7979));
         let away = SocketAddr::from(([10, 0, 0, 2], 7979));
         let members = BTreeMap::from([(1, here()), (2, away)]);
         let start =
             |auth, listener| Peers::start(PeerConfig::new(1, members.clone(), auth), listener);
 
-        let err = start(PeerAuth::None, bind("127.0.0.1").await).expect_err("refused");
+        let err = start(PeerAuth::InsecureLoopback, bind("127.0.0.1").await).expect_err("refused");
         assert!(
-            matches!(err, PeerError::Unauthenticated { place: Place::Member(2), addr } if addr == away),
+            matches!(err, PeerError::InsecureOffLoopback { place: Place::Member(2), addr } if addr == away),
             "{err:?}"
         );
         let said = err.to_string();
         assert!(
-            said.contains("member 2") && said.contains("loopback"),
+            said.contains("member 2") && said.contains("loopback") && said.contains("insecure"),
             "{said}"
+        );
+        assert_eq!(
+            format!("{:?}", PeerAuth::InsecureLoopback),
+            "InsecureLoopback"
         );
 
         let err = start(PeerAuth::Credential(SECRET.into()), bind("127.0.0.1").await)
@@ -1268,12 +1277,15 @@ mod tests {
         // Every member on loopback, but a listener open to the network.
         let local = BTreeMap::from([(1, here())]);
         let open = bind("0.0.0.0").await;
-        let err = Peers::start(PeerConfig::new(1, local.clone(), PeerAuth::None), open)
-            .expect_err("refused");
+        let err = Peers::start(
+            PeerConfig::new(1, local.clone(), PeerAuth::InsecureLoopback),
+            open,
+        )
+        .expect_err("refused");
         assert!(
             matches!(
                 err,
-                PeerError::Unauthenticated {
+                PeerError::InsecureOffLoopback {
                     place: Place::Listener,
                     ..
                 }
@@ -1281,7 +1293,7 @@ mod tests {
             "{err:?}"
         );
 
-        let mut cfg = PeerConfig::new(3, local.clone(), PeerAuth::None);
+        let mut cfg = PeerConfig::new(3, local.clone(), PeerAuth::InsecureLoopback);
         let refused = |cfg: PeerConfig| async { Peers::start(cfg, bind("127.0.0.1").await).err() };
         assert!(matches!(
             refused(cfg.clone()).await,
@@ -1299,7 +1311,7 @@ mod tests {
             refused(cfg.clone()).await,
             Some(PeerError::BadCredential)
         ));
-        cfg.auth = PeerAuth::None;
+        cfg.auth = PeerAuth::InsecureLoopback;
         assert!(refused(cfg).await.is_none(), "a loopback cluster starts");
         assert_eq!(
             format!("{:?}", PeerAuth::Credential(SECRET.into())),

@@ -110,7 +110,7 @@ pub async fn serve_member(
             Some(c) => PeerAuth::Credential(c),
             None => {
                 eprintln!("raft peers: no --raft-credential and no mutual TLS: every member must be on this machine (loopback addresses), and is trusted");
-                PeerAuth::None
+                PeerAuth::InsecureLoopback
             }
         },
     };
