@@ -54,11 +54,15 @@
 //!   member's certificate cannot speak for another member;
 //! - it takes longer than 5 s (TLS handshake included).
 //!
-//! After that, a message whose `from` is not the authenticated member or
-//! whose `to` is not this node is dropped and counted as refused: Raft
-//! never sees it. A frame that does not decode, or that names a message
-//! or entry type raft-rs does not know (it would panic on one), or that is
-//! longer than [`PeerConfig::max_frame`], closes the link.
+//! After that, what a link checks is structural: a frame longer than
+//! [`PeerConfig::max_frame`], or one that does not decode as a
+//! `raft::eraftpb::Message`, closes the link; a message whose `from` is
+//! not the authenticated member or whose `to` is not this node is dropped
+//! and counted as refused. Every other message is handed over as it is,
+//! whatever its type and contents: which messages a member takes is its
+//! replica core's decision (`server::raft`'s screen drops and counts what
+//! raft-rs would refuse or panic on, unknown message and entry types
+//! included), made in one place for every transport.
 //!
 //! Which authentication a node needs is checked at start ([`PeerAuth`]):
 //! none ([`PeerAuth::InsecureLoopback`], asked for by name) only when every
@@ -92,7 +96,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use raft::eraftpb::{EntryType, Message, MessageType};
+use raft::eraftpb::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -595,16 +599,6 @@ async fn read_frame(stream: &mut (impl AsyncRead + Unpin), limit: usize) -> io::
     Ok(frame)
 }
 
-/// Whether raft-rs can take `msg` without panicking: its type and its
-/// entries' types are ones it knows (it unwraps them).
-fn well_formed(msg: &Message) -> bool {
-    MessageType::from_i32(msg.msg_type).is_some()
-        && msg
-            .entries
-            .iter()
-            .all(|e| EntryType::from_i32(e.entry_type).is_some())
-}
-
 /// The outbound link to one peer.
 struct Link {
     me: u64,
@@ -862,9 +856,6 @@ impl Door {
                 Ok(msg) => msg,
                 Err(_) => return,
             };
-            if !well_formed(&msg) {
-                return;
-            }
             if msg.from != member || msg.to != self.me {
                 bump(&self.counters.refused, 1);
                 continue;
@@ -880,6 +871,7 @@ impl Door {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use raft::eraftpb::MessageType;
 
     const SECRET: &str = "peer-s3cret";
 
@@ -1215,25 +1207,39 @@ mod tests {
             .await
             .expect("write");
         assert!(closed(&mut tcp).await, "garbage was taken");
-        // A message of a type raft-rs does not know (it would panic).
-        let mut tcp = as_member_one(addr).await;
-        let mut odd = message(MessageType::MsgHeartbeat, 1, 2, 1);
-        odd.msg_type = 999;
-        write_message(&mut tcp, &odd).await;
-        assert!(closed(&mut tcp).await, "an unknown type was taken");
-        let mut tcp = as_member_one(addr).await;
-        let mut odd = message(MessageType::MsgAppend, 1, 2, 1);
-        odd.entries.push(raft::eraftpb::Entry {
-            entry_type: 77,
-            ..Default::default()
-        });
-        write_message(&mut tcp, &odd).await;
-        assert!(closed(&mut tcp).await, "an unknown entry type was taken");
         assert_eq!(
             next(&mut nodes[1].1, Duration::from_millis(100)).await,
             None
         );
         assert_eq!(nodes[1].0.stats().received, 0);
+        // A message that decodes but whose message or entry type raft-rs
+        // does not know is not the link's to judge: it is handed over (the
+        // replica core screens it), and the link stays up.
+        let mut tcp = as_member_one(addr).await;
+        let mut odd = message(MessageType::MsgHeartbeat, 1, 2, 1);
+        odd.msg_type = 999;
+        write_message(&mut tcp, &odd).await;
+        let mut odder = message(MessageType::MsgAppend, 1, 2, 2);
+        odder.entries.push(raft::eraftpb::Entry {
+            entry_type: 77,
+            ..Default::default()
+        });
+        write_message(&mut tcp, &odder).await;
+        let rx = &mut nodes[1].1;
+        let got = next(rx, Duration::from_secs(5))
+            .await
+            .expect("the odd type");
+        assert_eq!((got.msg_type, got.term), (999, 1));
+        let got = next(rx, Duration::from_secs(5))
+            .await
+            .expect("the odd entry");
+        assert_eq!((got.entries.len(), got.entries[0].entry_type), (1, 77));
+        write_message(&mut tcp, &message(MessageType::MsgHeartbeat, 1, 2, 3)).await;
+        let got = next(rx, Duration::from_secs(5))
+            .await
+            .expect("the link is up");
+        assert_eq!(got.term, 3);
+        assert_eq!(nodes[1].0.stats().received, 3);
     }
 
     #[tokio::test]
