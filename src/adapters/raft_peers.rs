@@ -27,13 +27,25 @@
 //! # The hello
 //!
 //! The first frame on every connection is the dialling side's hello: the
-//! magic `TKRP`, the version (2 bytes, 1), its own member id and the id of
-//! the member it means to reach (8 bytes each), and the peer credential
-//! (2 bytes of length, then its bytes; none if there is none). The
-//! accepting side answers with a hello of its own (its id, then the
-//! dialler's, no credential), and only then does the dialler send
+//! magic `TKRP`, the version (2 bytes, 2), its own member id and the id of
+//! the member it means to reach (8 bytes each), the cluster's identity as
+//! the sender knows it (16 bytes, a [`ClusterId`]'s bits; 0 while it does
+//! not know it yet), and the peer credential (2 bytes of length, then its
+//! bytes; none if there is none), every number big-endian. The accepting
+//! side answers with a hello of its own (its id, then the dialler's, its
+//! cluster identity, no credential), and only then does the dialler send
 //! messages: a link is counted up, and its backoff reset, once the answer
-//! names the member it dialled.
+//! names the member it dialled and no other cluster. Only version 2 is
+//! spoken: a hello of any other version is refused like a malformed one.
+//!
+//! A member knows its cluster's identity once it has it in its state
+//! directory or has applied the entry that draws it, and says so with
+//! [`Peers::set_cluster`] (PROTOCOL.md 4.3, "A state directory knows whose
+//! it is"). From then on its hellos and answers carry it, and it refuses a
+//! peer whose hello or answer carries another one: a member of another
+//! cluster, whose votes and entries would corrupt this one's log. An
+//! identity of 0, on either side, is no clash: that member has not learnt
+//! it yet (a member just added, whose log has not reached the entry).
 //!
 //! # What is refused, and why
 //!
@@ -52,7 +64,18 @@
 //!   already checked is signed by the CA) is not valid for the host of the
 //!   claimed member's peer address, as webpki checks a server's name: a
 //!   member's certificate cannot speak for another member;
-//! - it takes longer than 5 s (TLS handshake included).
+//! - it takes longer than 5 s (TLS handshake included);
+//! - the member is authenticated, but its hello carries a cluster identity
+//!   other than this node's, both known (counted in [`PeerStats::foreign`]
+//!   instead, with the member and the identity in
+//!   [`PeerStats::last_foreign`]).
+//!
+//! The dialling side likewise gives a connection up, and tries again after
+//! its backoff, when the answer does not name the member dialled, or
+//! carries another cluster's identity (counted in `foreign`). When
+//! [`Peers::set_cluster`] gives this node an identity, the links already up
+//! whose peer's hello or answer carried another one are closed (counted
+//! in `foreign` too).
 //!
 //! After that, what a link checks is structural: a frame longer than
 //! [`PeerConfig::max_frame`], or one that does not decode as a
@@ -93,7 +116,7 @@ use std::fmt;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use raft::eraftpb::Message;
@@ -104,14 +127,16 @@ use tokio::time::{sleep, timeout};
 
 use crate::names::Name;
 use crate::server::credential::Credential;
+use crate::server::raft::ClusterId;
 use crate::wire::MAX_ATOM;
 
 /// The first bytes of every hello.
 const MAGIC: [u8; 4] = *b"TKRP";
-/// The version of the peer link this module speaks.
-const VERSION: u16 = 1;
-/// The longest hello: magic, version, two ids, the credential's length
-/// and the longest credential, with room to spare.
+/// The version of the peer link this module speaks, and the only one.
+const VERSION: u16 = 2;
+/// The longest hello: magic, version, two ids, the cluster's identity,
+/// the credential's length and the longest credential (290 bytes), with
+/// room to spare.
 const HELLO_MAX: usize = 512;
 /// How long an inbound connection may take to authenticate, and an
 /// outbound one to be acknowledged (TLS handshake included).
@@ -311,7 +336,7 @@ pub enum PeerError {
     NoRuntime,
 }
 
-/// The links' counters, since start.
+/// The links' counters, since start, and what they last saw.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct PeerStats {
@@ -331,6 +356,13 @@ pub struct PeerStats {
     pub connects: u64,
     /// For every peer, whether its outbound link is up.
     pub connected: BTreeMap<u64, bool>,
+    /// Hellos of authenticated members, inbound, and answers of the
+    /// members dialled, refused because they carried another cluster's
+    /// identity; and links closed because this node learnt an identity
+    /// other than the one its peer's hello or answer carried.
+    pub foreign: u64,
+    /// The member, and the identity it carried, of the latest of those.
+    pub last_foreign: Option<(u64, ClusterId)>,
 }
 
 /// Counters shared by the tasks.
@@ -342,10 +374,47 @@ struct Counters {
     refused: AtomicU64,
     connects: AtomicU64,
     connected: BTreeMap<u64, AtomicBool>,
+    foreign: AtomicU64,
+    last_foreign: Mutex<Option<(u64, ClusterId)>>,
+}
+
+impl Counters {
+    /// Counts a refusal of `member`, which carried `cluster`.
+    fn foreign(&self, member: u64, cluster: ClusterId) {
+        bump(&self.foreign, 1);
+        *self
+            .last_foreign
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some((member, cluster));
+    }
 }
 
 fn bump(counter: &AtomicU64, by: u64) {
     counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// This node's cluster identity, as [`Peers::set_cluster`] last gave it.
+type Ours = watch::Receiver<Option<ClusterId>>;
+
+/// The identity `theirs` carried (0: not known yet), if it is another
+/// cluster's than `ours`: both known, and different.
+fn clash(ours: &Ours, theirs: u128) -> Option<ClusterId> {
+    let ours = *ours.borrow();
+    ClusterId::new(theirs).filter(|&theirs| ours.is_some_and(|ours| ours != theirs))
+}
+
+/// Resolves with the identity `theirs` once this node's identity is known
+/// and is another: the peer that carried `theirs` is of another cluster.
+/// Never, if `theirs` is 0.
+async fn clash_later(mut ours: Ours, theirs: u128) -> ClusterId {
+    loop {
+        if let Some(theirs) = clash(&ours, theirs) {
+            return theirs;
+        }
+        if theirs == 0 || ours.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
 }
 
 /// The links to the other members: a cheap, cloneable handle. Every task
@@ -359,6 +428,8 @@ pub struct Peers {
 struct Inner {
     queues: BTreeMap<u64, mpsc::Sender<Message>>,
     counters: Arc<Counters>,
+    /// This node's cluster identity, once known: every task reads it.
+    cluster: watch::Sender<Option<ClusterId>>,
     /// Dropped with the last handle: every task watches it.
     _stop: watch::Sender<()>,
 }
@@ -391,6 +462,7 @@ impl Peers {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| PeerError::NoRuntime)?;
         let auth = Arc::new(auth);
         let (stop, stopped) = watch::channel(());
+        let (cluster, ours) = watch::channel(None);
         let counters = Arc::new(Counters {
             connected: cfg
                 .members
@@ -411,6 +483,7 @@ impl Peers {
                 max_frame: cfg.max_frame,
                 auth: Arc::clone(&auth),
                 counters: Arc::clone(&counters),
+                ours: ours.clone(),
             };
             runtime.spawn(until(stopped.clone(), link.run(rx)));
         }
@@ -422,11 +495,13 @@ impl Peers {
             counters: Arc::clone(&counters),
             inbound,
             members: cfg.members,
+            ours,
         });
         runtime.spawn(until(stopped.clone(), door.accept(listener, stopped)));
         let inner = Inner {
             queues,
             counters,
+            cluster,
             _stop: stop,
         };
         Ok((
@@ -450,6 +525,20 @@ impl Peers {
         }
     }
 
+    /// Gives this node its cluster's identity, once it knows it (from its
+    /// state directory, or from the entry that drew it): from now on its
+    /// hellos and answers carry it, a peer whose hello or answer carries
+    /// another is refused, and the links up with such a peer are closed
+    /// (each counted in [`PeerStats::foreign`]). Given again, the same
+    /// identity changes nothing (a member's never changes).
+    pub fn set_cluster(&self, cluster: ClusterId) {
+        self.inner.cluster.send_if_modified(|known| {
+            let changed = *known != Some(cluster);
+            *known = Some(cluster);
+            changed
+        });
+    }
+
     /// The counters, and which links are up.
     pub fn stats(&self) -> PeerStats {
         let c = &self.inner.counters;
@@ -465,6 +554,11 @@ impl Peers {
                 .iter()
                 .map(|(&id, up)| (id, up.load(Ordering::Relaxed)))
                 .collect(),
+            foreign: get(&c.foreign),
+            last_foreign: *c
+                .last_foreign
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
         }
     }
 }
@@ -535,19 +629,21 @@ async fn until(mut stop: watch::Receiver<()>, task: impl std::future::Future<Out
     }
 }
 
-/// A hello: who sends, to whom, with what credential. The answer to one
-/// is a hello from the other side, without a credential.
+/// A hello: who sends, to whom, for which cluster (0: not known yet),
+/// with what credential. The answer to one is a hello from the other side,
+/// without a credential.
 #[derive(Debug, PartialEq, Eq)]
 struct Hello<'a> {
     from: u64,
     to: u64,
+    cluster: u128,
     credential: &'a [u8],
 }
 
 impl Hello<'_> {
     /// The hello as a frame, its length first.
     fn frame(&self) -> Vec<u8> {
-        let body = 4 + 2 + 8 + 8 + 2 + self.credential.len();
+        let body = 4 + 2 + 8 + 8 + 16 + 2 + self.credential.len();
         let mut out = Vec::with_capacity(4 + body);
         // A credential is at most MAX_ATOM bytes: both fit.
         out.extend_from_slice(&(body as u32).to_be_bytes());
@@ -555,6 +651,7 @@ impl Hello<'_> {
         out.extend_from_slice(&VERSION.to_be_bytes());
         out.extend_from_slice(&self.from.to_be_bytes());
         out.extend_from_slice(&self.to.to_be_bytes());
+        out.extend_from_slice(&self.cluster.to_be_bytes());
         out.extend_from_slice(&(self.credential.len() as u16).to_be_bytes());
         out.extend_from_slice(self.credential);
         out
@@ -566,6 +663,7 @@ impl Hello<'_> {
         let (version, rest) = rest.split_first_chunk::<2>()?;
         let (from, rest) = rest.split_first_chunk::<8>()?;
         let (to, rest) = rest.split_first_chunk::<8>()?;
+        let (cluster, rest) = rest.split_first_chunk::<16>()?;
         let (len, credential) = rest.split_first_chunk::<2>()?;
         let ok = *magic == MAGIC
             && u16::from_be_bytes(*version) == VERSION
@@ -573,6 +671,7 @@ impl Hello<'_> {
         ok.then(|| Hello {
             from: u64::from_be_bytes(*from),
             to: u64::from_be_bytes(*to),
+            cluster: u128::from_be_bytes(*cluster),
             credential,
         })
     }
@@ -607,6 +706,7 @@ struct Link {
     max_frame: usize,
     auth: Arc<Auth>,
     counters: Arc<Counters>,
+    ours: Ours,
 }
 
 impl Link {
@@ -623,8 +723,8 @@ impl Link {
                     None => return,
                 },
             };
-            let stream = match timeout(HELLO_TIMEOUT, self.dial()).await {
-                Ok(Ok(stream)) => stream,
+            let (stream, theirs) = match timeout(HELLO_TIMEOUT, self.dial()).await {
+                Ok(Ok(dialled)) => dialled,
                 Ok(Err(_)) | Err(_) => {
                     held = Some(first);
                     sleep(backoff).await;
@@ -635,7 +735,14 @@ impl Link {
             backoff = BACKOFF_START;
             bump(&self.counters.connects, 1);
             self.up(true);
-            let open = self.carry(stream, first, &mut queue).await;
+            let open = tokio::select! {
+                open = self.carry(stream, first, &mut queue) => open,
+                // What the link held is lost: Raft sends again.
+                cluster = clash_later(self.ours.clone(), theirs) => {
+                    self.counters.foreign(self.peer, cluster);
+                    true
+                }
+            };
             self.up(false);
             if !open {
                 return;
@@ -650,8 +757,8 @@ impl Link {
     }
 
     /// A connection to the peer, its hello acknowledged by the member
-    /// dialled.
-    async fn dial(&self) -> io::Result<BoxStream> {
+    /// dialled, and the cluster identity its answer carried.
+    async fn dial(&self) -> io::Result<(BoxStream, u128)> {
         let tcp = TcpStream::connect(self.addr).await?;
         tcp.set_nodelay(true)?;
         #[cfg(feature = "tls")]
@@ -667,23 +774,23 @@ impl Link {
         let hello = Hello {
             from: self.me,
             to: self.peer,
+            cluster: ClusterId::bits_of(*self.ours.borrow()),
             credential: &self.auth.offered,
         };
         stream.write_all(&hello.frame()).await?;
         stream.flush().await?;
         let answer = read_frame(&mut stream, HELLO_MAX).await?;
-        let expected = Hello {
-            from: self.peer,
-            to: self.me,
-            credential: &[],
-        };
-        match Hello::parse(&answer) {
-            Some(answer) if answer == expected => Ok(stream),
-            _ => Err(io::Error::new(
+        let answer = Hello::parse(&answer)
+            .filter(|a| a.from == self.peer && a.to == self.me && a.credential.is_empty())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not the member dialled"))?;
+        if let Some(theirs) = clash(&self.ours, answer.cluster) {
+            self.counters.foreign(self.peer, theirs);
+            return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                "not the member dialled",
-            )),
+                "a member of another cluster",
+            ));
         }
+        Ok((stream, answer.cluster))
     }
 
     /// Writes `first`, then what the queue holds, in batches, until the
@@ -758,6 +865,15 @@ struct Door {
     auth: Arc<Auth>,
     counters: Arc<Counters>,
     inbound: mpsc::Sender<Message>,
+    ours: Ours,
+}
+
+/// Why an inbound connection was not admitted.
+enum Refusal {
+    /// Not a member, or not authenticated as one: counted as refused.
+    Refused,
+    /// An authenticated member, of another cluster.
+    Foreign(u64, ClusterId),
 }
 
 impl Door {
@@ -786,15 +902,40 @@ impl Door {
 
     /// Authenticates the connection's member, then relays its messages.
     async fn serve(&self, tcp: TcpStream) {
-        match timeout(HELLO_TIMEOUT, self.admit(tcp)).await {
-            Ok(Some((member, stream))) => self.relay(member, stream).await,
-            Ok(None) | Err(_) => bump(&self.counters.refused, 1),
+        let admitted = timeout(HELLO_TIMEOUT, async {
+            let (member, theirs, mut stream) = self.authenticate(tcp).await?;
+            self.answer(&mut stream, member)
+                .await
+                .map_err(|_| Refusal::Refused)?;
+            Ok((member, theirs, stream))
+        });
+        match admitted.await {
+            Ok(Ok((member, theirs, stream))) => tokio::select! {
+                () = self.relay(member, stream) => {}
+                cluster = clash_later(self.ours.clone(), theirs) => {
+                    self.counters.foreign(member, cluster);
+                }
+            },
+            Ok(Err(Refusal::Foreign(member, cluster))) => self.counters.foreign(member, cluster),
+            Ok(Err(Refusal::Refused)) | Err(_) => bump(&self.counters.refused, 1),
         }
     }
 
-    /// The member on the other end, once its hello (and certificate) say
-    /// it is one and its hello is answered; nothing if they do not.
-    async fn admit(&self, tcp: TcpStream) -> Option<(u64, BoxStream)> {
+    /// The member on the other end, and the cluster identity its hello
+    /// carried, once its hello (and certificate) say it is one of this
+    /// cluster's members.
+    async fn authenticate(&self, tcp: TcpStream) -> Result<(u64, u128, BoxStream), Refusal> {
+        let (member, theirs, stream) = self.member(tcp).await.ok_or(Refusal::Refused)?;
+        match clash(&self.ours, theirs) {
+            Some(cluster) => Err(Refusal::Foreign(member, cluster)),
+            None => Ok((member, theirs, stream)),
+        }
+    }
+
+    /// The member on the other end, and the cluster identity its hello
+    /// carried, once its hello (and certificate) say it is one; nothing if
+    /// they do not.
+    async fn member(&self, tcp: TcpStream) -> Option<(u64, u128, BoxStream)> {
         let _ = tcp.set_nodelay(true);
         #[cfg(feature = "tls")]
         let (mut stream, cert): (BoxStream, _) = match &self.auth.tls {
@@ -833,14 +974,20 @@ impl Door {
         }
         #[cfg(not(feature = "tls"))]
         let _ = addr;
+        Some((hello.from, hello.cluster, stream))
+    }
+
+    /// Answers `member`'s hello, with this node's cluster identity as it
+    /// is now.
+    async fn answer(&self, stream: &mut BoxStream, member: u64) -> io::Result<()> {
         let answer = Hello {
             from: self.me,
-            to: hello.from,
+            to: member,
+            cluster: ClusterId::bits_of(*self.ours.borrow()),
             credential: &[],
         };
-        stream.write_all(&answer.frame()).await.ok()?;
-        stream.flush().await.ok()?;
-        Some((hello.from, stream))
+        stream.write_all(&answer.frame()).await?;
+        stream.flush().await
     }
 
     /// Hands `member`'s messages to the receiver until the link ends or
@@ -1076,29 +1223,34 @@ mod tests {
             Hello {
                 from: 9,
                 to: 2,
+                cluster: 0,
                 credential: SECRET.as_bytes(),
             },
             // A member, with the wrong credential, or none.
             Hello {
                 from: 1,
                 to: 2,
+                cluster: 0,
                 credential: b"peer-s3creT",
             },
             Hello {
                 from: 1,
                 to: 2,
+                cluster: 0,
                 credential: b"",
             },
             // A member, to another node.
             Hello {
                 from: 1,
                 to: 3,
+                cluster: 0,
                 credential: SECRET.as_bytes(),
             },
             // Node 2 itself.
             Hello {
                 from: 2,
                 to: 2,
+                cluster: 0,
                 credential: SECRET.as_bytes(),
             },
         ];
@@ -1128,6 +1280,7 @@ mod tests {
             Hello {
                 from: 1,
                 to: 2,
+                cluster: 0,
                 credential: SECRET.as_bytes(),
             },
         )
@@ -1138,6 +1291,7 @@ mod tests {
             Some(Hello {
                 from: 2,
                 to: 1,
+                cluster: 0,
                 credential: &[]
             })
         );
@@ -1153,6 +1307,7 @@ mod tests {
         let hello = Hello {
             from: 1,
             to: 2,
+            cluster: 0,
             credential: SECRET.as_bytes(),
         };
         let (tcp, answer) = raw(addr, hello).await;
@@ -1167,6 +1322,198 @@ mod tests {
             timeout(Duration::from_secs(2), tcp.read(&mut buf)).await,
             Ok(Ok(0) | Err(_))
         )
+    }
+
+    /// Waits (at most 5 s: far more than any of these takes, even on a
+    /// loaded machine) until `peers`' counters satisfy `cond`.
+    async fn eventually(peers: &Peers, what: &str, cond: impl Fn(&PeerStats) -> bool) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let stats = peers.stats();
+            if cond(&stats) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{what}: not within 5 s; {stats:?}"
+            );
+            sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Whether a heartbeat of `from` (member `from_id`) reaches member
+    /// `to_id` through `to_rx` within `within`: sent again every 20 ms, as
+    /// Raft would, since a message queued while a link is down is lost.
+    async fn reaches(
+        from: &Peers,
+        from_id: u64,
+        to_rx: &mut mpsc::Receiver<Message>,
+        to_id: u64,
+        within: Duration,
+    ) -> bool {
+        let deadline = tokio::time::Instant::now() + within;
+        let mut term = 0;
+        while tokio::time::Instant::now() < deadline {
+            term += 1;
+            from.send(message(MessageType::MsgHeartbeat, from_id, to_id, term));
+            if let Some(got) = next(to_rx, Duration::from_millis(20)).await {
+                assert_eq!((got.from, got.to), (from_id, to_id));
+                return true;
+            }
+        }
+        false
+    }
+
+    fn id(bits: u128) -> ClusterId {
+        ClusterId::new(bits).expect("not 0")
+    }
+
+    /// Two members on credentials, 1 knowing identity `one`, 2 `two`.
+    async fn pair(one: Option<ClusterId>, two: Option<ClusterId>) -> (SocketAddr, Node, Node) {
+        let (members, nodes) = cluster(2, PeerAuth::Credential(SECRET.into())).await;
+        let mut nodes = nodes.into_iter();
+        let (a, b) = (nodes.next().expect("1"), nodes.next().expect("2"));
+        if let Some(one) = one {
+            a.0.set_cluster(one);
+        }
+        if let Some(two) = two {
+            b.0.set_cluster(two);
+        }
+        (members[&2], a, b)
+    }
+
+    #[tokio::test]
+    async fn members_of_one_cluster_or_not_knowing_it_yet_are_linked() {
+        let wait = Duration::from_secs(5);
+        for (one, two) in [
+            (Some(id(7)), Some(id(7))),
+            (Some(id(7)), None),
+            (None, Some(id(7))),
+            (None, None),
+        ] {
+            let (_, (p1, mut rx1), (p2, mut rx2)) = pair(one, two).await;
+            assert!(
+                reaches(&p1, 1, &mut rx2, 2, wait).await,
+                "{one:?} to {two:?}"
+            );
+            assert!(
+                reaches(&p2, 2, &mut rx1, 1, wait).await,
+                "{two:?} to {one:?}"
+            );
+            for stats in [p1.stats(), p2.stats()] {
+                assert_eq!((stats.foreign, stats.last_foreign), (0, None));
+            }
+        }
+        // The answer carries the identity of the side that answers.
+        let (addr, _one, _two) = pair(None, Some(id(7))).await;
+        let hello = Hello {
+            from: 1,
+            to: 2,
+            cluster: 0,
+            credential: SECRET.as_bytes(),
+        };
+        let (_tcp, answer) = raw(addr, hello).await;
+        let answer = answer.expect("answered");
+        assert_eq!(Hello::parse(&answer).map(|a| a.cluster), Some(7));
+    }
+
+    #[tokio::test]
+    async fn a_member_of_another_cluster_is_refused_both_ways() {
+        let (addr, (p1, mut rx1), (p2, mut rx2)) = pair(Some(id(7)), Some(id(8))).await;
+        // 1 dials 2: 2 refuses 1's hello, which carries 7.
+        for term in 0..5 {
+            p1.send(message(MessageType::MsgHeartbeat, 1, 2, term));
+        }
+        eventually(&p2, "2 refuses 1's hello", |s| s.foreign >= 1).await;
+        assert_eq!(p2.stats().last_foreign, Some((1, id(7))));
+        // 2 dials 1: 1 refuses 2's hello, which carries 8.
+        for term in 0..5 {
+            p2.send(message(MessageType::MsgHeartbeat, 2, 1, term));
+        }
+        eventually(&p1, "1 refuses 2's hello", |s| s.foreign >= 1).await;
+        assert_eq!(p1.stats().last_foreign, Some((2, id(8))));
+        assert_eq!(next(&mut rx1, Duration::from_millis(100)).await, None);
+        assert_eq!(next(&mut rx2, Duration::from_millis(100)).await, None);
+        for stats in [p1.stats(), p2.stats()] {
+            assert_eq!((stats.connects, stats.received, stats.refused), (0, 0, 0));
+        }
+        // Refused without an answer: nothing told to a member of another
+        // cluster, not even this one's identity.
+        let hello = Hello {
+            from: 1,
+            to: 2,
+            cluster: 9,
+            credential: SECRET.as_bytes(),
+        };
+        let (_tcp, answer) = raw(addr, hello).await;
+        assert_eq!(answer, None);
+        eventually(&p2, "counted", |s| s.last_foreign == Some((1, id(9)))).await;
+        // A hello from a forger of the credential is refused as such, not
+        // counted as foreign, whatever identity it carries.
+        let before = p2.stats();
+        let hello = Hello {
+            from: 1,
+            to: 2,
+            cluster: 9,
+            credential: b"wrong",
+        };
+        assert_eq!(raw(addr, hello).await.1, None);
+        eventually(&p2, "refused", |s| s.refused == before.refused + 1).await;
+        assert_eq!(p2.stats().foreign, before.foreign);
+
+        // The dialling side: an answer that carries another identity.
+        let fake = bind("127.0.0.1").await;
+        let own = bind("127.0.0.1").await;
+        let members = BTreeMap::from([
+            (1, own.local_addr().expect("an address")),
+            (2, fake.local_addr().expect("an address")),
+        ]);
+        let (one, _rx) = Peers::start(PeerConfig::new(1, members, PeerAuth::InsecureLoopback), own)
+            .expect("start");
+        one.set_cluster(id(7));
+        one.send(message(MessageType::MsgHeartbeat, 1, 2, 1));
+        let (mut tcp, _) = fake.accept().await.expect("1 dials");
+        let hello = read_frame(&mut tcp, HELLO_MAX).await.expect("a hello");
+        assert_eq!(Hello::parse(&hello).map(|h| h.cluster), Some(7));
+        let answer = Hello {
+            from: 2,
+            to: 1,
+            cluster: 8,
+            credential: &[],
+        };
+        tcp.write_all(&answer.frame()).await.expect("answer");
+        eventually(&one, "1 refuses 2's answer", |s| s.foreign == 1).await;
+        let stats = one.stats();
+        assert_eq!(stats.last_foreign, Some((2, id(8))));
+        assert_eq!((stats.connects, stats.sent), (0, 0));
+        assert!(closed(&mut tcp).await, "1 kept a link to another cluster");
+    }
+
+    #[tokio::test]
+    async fn links_to_another_cluster_close_when_the_identity_is_learnt() {
+        // 2 knows 8; 1 knows nothing yet, and takes 2 either way.
+        let (_, (p1, mut rx1), (p2, mut rx2)) = pair(None, Some(id(8))).await;
+        let wait = Duration::from_secs(5);
+        assert!(reaches(&p1, 1, &mut rx2, 2, wait).await);
+        assert!(reaches(&p2, 2, &mut rx1, 1, wait).await);
+        // 1 learns it is of cluster 7: both its links with 2 close, the
+        // one it dialled (2's answer carried 8) and the one 2 dialled (2's
+        // hello did).
+        p1.set_cluster(id(7));
+        eventually(&p1, "both links closed", |s| s.foreign == 2).await;
+        assert_eq!(p1.stats().last_foreign, Some((2, id(8))));
+        eventually(&p1, "1's link down", |s| {
+            s.connected.get(&2) == Some(&false)
+        })
+        .await;
+        eventually(&p2, "2's link down", |s| {
+            s.connected.get(&1) == Some(&false)
+        })
+        .await;
+        // And are not made again: each side now refuses the other.
+        assert!(!reaches(&p1, 1, &mut rx2, 2, Duration::from_millis(300)).await);
+        assert!(!reaches(&p2, 2, &mut rx1, 1, Duration::from_millis(300)).await);
+        assert!(p2.stats().foreign >= 1, "{:?}", p2.stats());
     }
 
     #[tokio::test]
@@ -1330,10 +1677,17 @@ mod tests {
         let hello = Hello {
             from: 3,
             to: 1,
+            cluster: 0x0011_2233_4455_6677_8899_aabb_ccdd_eeff,
             credential: b"abc",
         };
         let frame = hello.frame();
-        assert_eq!(frame.len(), 4 + 27);
+        // As the module's docs lay it out, byte for byte.
+        let mut expected = vec![0, 0, 0, 43];
+        expected.extend_from_slice(b"TKRP\x00\x02");
+        expected.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1]);
+        expected.extend((0..16).map(|i| i * 0x11));
+        expected.extend_from_slice(b"\x00\x03abc");
+        assert_eq!(frame, expected);
         assert_eq!(Hello::parse(&frame[4..]), Some(hello));
         for cut in 0..frame.len() - 4 {
             assert_eq!(Hello::parse(&frame[4..4 + cut]), None, "cut at {cut}");
@@ -1342,8 +1696,10 @@ mod tests {
         longer.push(0);
         assert_eq!(Hello::parse(&longer), None);
         let mut other = frame[4..].to_vec();
-        other[5] = 2;
-        assert_eq!(Hello::parse(&other), None, "another version");
+        other[5] = 1;
+        assert_eq!(Hello::parse(&other), None, "version 1");
+        other[5] = 3;
+        assert_eq!(Hello::parse(&other), None, "version 3");
     }
 
     /// Certificates for the TLS tests: a CA, and members' certificates
