@@ -121,7 +121,7 @@ use std::time::Duration;
 
 use raft::eraftpb::Message;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio::time::{sleep, timeout};
 
@@ -141,6 +141,9 @@ const HELLO_MAX: usize = 512;
 /// How long an inbound connection may take to authenticate, and an
 /// outbound one to be acknowledged (TLS handshake included).
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How many connections not yet accepted the kernel keeps for the peer
+/// listener [`Peers::listener`] makes (at most `net.core.somaxconn`).
+const LISTEN_BACKLOG: u32 = 1024;
 /// The first wait after a failed connect, and the longest.
 const BACKOFF_START: Duration = Duration::from_millis(50);
 const BACKOFF_MAX: Duration = Duration::from_secs(2);
@@ -450,10 +453,29 @@ struct Auth {
 }
 
 impl Peers {
-    /// Starts accepting on `listener` and dialling (when there is
-    /// something to send, with backoff) every other member. Messages from
-    /// authenticated members, whose `from` is that member and whose `to`
-    /// is this node, come out of the receiver.
+    /// A listener for the peer link on `addr` (address reuse on, as
+    /// tokio's `TcpListener::bind`), whose kernel queue holds up to 1024
+    /// connections not yet accepted, not the 128 of `TcpListener::bind`:
+    /// when that queue is full, new connections' first packets are
+    /// dropped, a member's among them, and sent again only a second later.
+    /// Within a tokio runtime.
+    pub fn listener(addr: SocketAddr) -> io::Result<TcpListener> {
+        if tokio::runtime::Handle::try_current().is_err() {
+            return Err(io::Error::other(PeerError::NoRuntime));
+        }
+        let socket = match addr {
+            SocketAddr::V4(_) => TcpSocket::new_v4()?,
+            SocketAddr::V6(_) => TcpSocket::new_v6()?,
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(LISTEN_BACKLOG)
+    }
+
+    /// Starts accepting on `listener` (best made by [`Peers::listener`])
+    /// and dialling (when there is something to send, with backoff) every
+    /// other member. Messages from authenticated members, whose `from` is
+    /// that member and whose `to` is this node, come out of the receiver.
     pub fn start(
         cfg: PeerConfig,
         listener: TcpListener,
@@ -1023,7 +1045,8 @@ mod tests {
     const SECRET: &str = "peer-s3cret";
 
     async fn bind(ip: &str) -> TcpListener {
-        TcpListener::bind((ip, 0)).await.expect("a loopback port")
+        let ip: std::net::IpAddr = ip.parse().expect("an address");
+        Peers::listener(SocketAddr::new(ip, 0)).expect("a loopback port")
     }
 
     fn message(kind: MessageType, from: u64, to: u64, term: u64) -> Message {
@@ -1081,6 +1104,35 @@ mod tests {
         let mut frame = (bytes.len() as u32).to_be_bytes().to_vec();
         frame.extend_from_slice(&bytes);
         let _ = tcp.write_all(&frame).await;
+    }
+
+    #[tokio::test]
+    async fn the_listener_holds_a_burst_of_connections_not_yet_accepted() {
+        // 300 connections at once, none accepted: with the 128 places of
+        // `TcpListener::bind`, the kernel would drop the first packets of
+        // those beyond and send them again only after a second.
+        let listener = bind("127.0.0.1").await;
+        let addr = listener.local_addr().expect("an address");
+        let mut connects = tokio::task::JoinSet::new();
+        for _ in 0..300 {
+            connects.spawn(timeout(
+                Duration::from_millis(900),
+                TcpStream::connect(addr),
+            ));
+        }
+        let mut open = Vec::new();
+        while let Some(made) = connects.join_next().await {
+            match made.expect("a connect") {
+                Ok(Ok(tcp)) => open.push(tcp),
+                other => panic!("connection {}: {other:?}", open.len()),
+            }
+        }
+        // Outside a runtime: an error, not a panic.
+        let anywhere = SocketAddr::from(([127, 0, 0, 1], 0));
+        let made = std::thread::spawn(move || Peers::listener(anywhere).map(drop));
+        let err = made.join().expect("no panic").expect_err("no runtime");
+        assert!(err.to_string().contains("tokio runtime"), "{err}");
+        drop(listener);
     }
 
     #[tokio::test]
@@ -1150,7 +1202,7 @@ mod tests {
         }
         // And comes back on the same address.
         let listener = loop {
-            match TcpListener::bind(members[&2]).await {
+            match Peers::listener(members[&2]) {
                 Ok(listener) => break listener,
                 Err(_) if tokio::time::Instant::now() < deadline => {
                     sleep(Duration::from_millis(20)).await;
