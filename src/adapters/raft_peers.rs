@@ -127,7 +127,10 @@
 //! handshake across a continent, and no loss for a member, which dials
 //! again after its backoff), however it drips its bytes: the second counts
 //! from the accept. An authenticated link is out of all this: it is never
-//! counted against these bounds and never waits behind them.
+//! counted against these bounds and never waits behind them, and at most
+//! one inbound link per member is kept (a newer authenticated link from
+//! the same member closes the older, counted in [`PeerStats::replaced`]),
+//! so there are at most as many as there are members.
 //!
 //! Ahead of all this is the kernel's queue of connections not yet
 //! accepted: when it is full, new connections' first packets are dropped,
@@ -171,8 +174,9 @@
 //!   is dropped and counted, one too long to receive closes the link. A
 //!   hello is at most 512 bytes, whoever sends it.
 //! - At most 16 unauthenticated inbound connections per source address
-//!   and 64 in all are open at once, each for at most 1 s (above). The
-//!   number unauthenticated now is [`PeerStats::unauthenticated`].
+//!   and 64 in all are open at once, each for at most 1 s (above); one
+//!   authenticated inbound link per member is kept. The number
+//!   unauthenticated now is [`PeerStats::unauthenticated`].
 //! - A dial that is not answered within 1 s, TLS handshake included, is
 //!   given up, and tried again after its backoff.
 //! - Inbound messages wait in a channel of `queue_limit` messages; when
@@ -445,6 +449,9 @@ pub struct PeerStats {
     pub evicted: u64,
     /// Unauthenticated inbound connections open now: at most 64.
     pub unauthenticated: u64,
+    /// Inbound links closed because their member authenticated a newer
+    /// one.
+    pub replaced: u64,
 }
 
 /// Counters shared by the tasks.
@@ -460,6 +467,7 @@ struct Counters {
     last_foreign: Mutex<Option<(u64, ClusterId)>>,
     evicted: AtomicU64,
     unauthenticated: AtomicU64,
+    replaced: AtomicU64,
 }
 
 impl Counters {
@@ -606,6 +614,7 @@ impl Peers {
                 )),
                 counters: Arc::clone(&counters),
             }),
+            links: Mutex::default(),
         });
         runtime.spawn(until(stopped.clone(), door.accept(listener, stopped)));
         let inner = Inner {
@@ -671,6 +680,7 @@ impl Peers {
                 .unwrap_or_else(PoisonError::into_inner),
             evicted: get(&c.evicted),
             unauthenticated: get(&c.unauthenticated),
+            replaced: get(&c.replaced),
         }
     }
 }
@@ -1114,6 +1124,34 @@ struct Door {
     ours: Ours,
     /// The connections not authenticated yet.
     waiting: Arc<Waiting>,
+    /// The inbound link kept for each member.
+    links: Mutex<Links>,
+}
+
+/// The inbound links kept, one per member.
+#[derive(Default)]
+struct Links {
+    /// For each member, the number of its link (the count of links kept
+    /// before it), and the sender whose drop tells the link to close.
+    kept: BTreeMap<u64, (u64, oneshot::Sender<()>)>,
+    next: u64,
+}
+
+/// An inbound link kept for its member, forgotten when it is dropped
+/// unless a newer one took its place.
+struct Kept<'a> {
+    links: &'a Mutex<Links>,
+    member: u64,
+    number: u64,
+}
+
+impl Drop for Kept<'_> {
+    fn drop(&mut self) {
+        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        if links.kept.get(&self.member).map(|(n, _)| *n) == Some(self.number) {
+            links.kept.remove(&self.member);
+        }
+    }
 }
 
 /// Why an inbound connection was not admitted.
@@ -1160,7 +1198,7 @@ impl Door {
     }
 
     /// Authenticates the connection's member, unless it is closed first to
-    /// make room; then relays its messages.
+    /// make room; then keeps its link, and relays its messages.
     async fn serve(&self, tcp: TcpStream, ticket: Ticket, evicted: oneshot::Receiver<()>) {
         let authenticated = tokio::select! {
             // Closed to make room for a newer one: counted then.
@@ -1182,12 +1220,34 @@ impl Door {
         if !matches!(answer, Ok(Ok(()))) {
             return;
         }
+        let (_kept, replaced) = self.keep(member);
         tokio::select! {
             () = self.relay(member, stream) => {}
+            // A newer link from the same member took this one's place.
+            _ = replaced => {}
             cluster = clash_later(self.ours.clone(), theirs) => {
                 self.counters.foreign(member, cluster);
             }
         }
+    }
+
+    /// Keeps a new inbound link for `member`, closing the one kept before
+    /// if any (counted): its place, and what tells it that a newer link
+    /// took it.
+    fn keep(&self, member: u64) -> (Kept<'_>, oneshot::Receiver<()>) {
+        let mut links = self.links.lock().unwrap_or_else(PoisonError::into_inner);
+        let number = links.next;
+        links.next += 1;
+        let (closer, replaced) = oneshot::channel();
+        if links.kept.insert(member, (number, closer)).is_some() {
+            bump(&self.counters.replaced, 1);
+        }
+        let kept = Kept {
+            links: &self.links,
+            member,
+            number,
+        };
+        (kept, replaced)
     }
 
     /// The member on the other end, and the cluster identity its hello
@@ -2324,6 +2384,38 @@ mod tests {
         assert!(
             at >= Duration::from_millis(950) && at < Duration::from_millis(2500),
             "{what}: closed at {at:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_newer_link_from_a_member_replaces_the_older() {
+        let (members, mut nodes) = cluster(2, PeerAuth::Credential(SECRET.into())).await;
+        let addr = members[&2];
+        let mut older = as_member_one(addr).await;
+        write_message(&mut older, &message(MessageType::MsgHeartbeat, 1, 2, 1)).await;
+        let (two, rx) = &mut nodes[1];
+        assert_eq!(
+            next(rx, Duration::from_secs(5)).await.map(|m| m.term),
+            Some(1)
+        );
+        let mut newer = as_member_one(addr).await;
+        assert!(closed(&mut older).await, "the older link was kept");
+        write_message(&mut newer, &message(MessageType::MsgHeartbeat, 1, 2, 2)).await;
+        assert_eq!(
+            next(rx, Duration::from_secs(5)).await.map(|m| m.term),
+            Some(2)
+        );
+        let stats = two.stats();
+        assert_eq!((stats.replaced, stats.unauthenticated), (1, 0));
+        // Authenticated links were never among the unauthenticated: none
+        // was evicted, nor did any wait.
+        assert_eq!((stats.evicted, stats.refused), (0, 0));
+        // The newer one outlives the hello timeout: it is authenticated.
+        sleep(HELLO_TIMEOUT + Duration::from_millis(200)).await;
+        write_message(&mut newer, &message(MessageType::MsgHeartbeat, 1, 2, 3)).await;
+        assert_eq!(
+            next(rx, Duration::from_secs(5)).await.map(|m| m.term),
+            Some(3)
         );
     }
 
