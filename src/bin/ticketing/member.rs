@@ -100,7 +100,7 @@ fn peer_auth(
                  only with every peer address on loopback, where any process of this machine \
                  could act as a member"
             );
-            Ok(PeerAuth::None)
+            Ok(PeerAuth::InsecureLoopback)
         }
         (_, _, None) => Err(
             "a member's peers must authenticate: give --raft-credential C (or \
@@ -147,7 +147,7 @@ pub async fn serve_member(
     let replica = Replica::new(replica_config, server, restored, Time::ZERO)?;
     let client_credential = replica.server().config().credential.is_some();
 
-    let raft_listener = TcpListener::bind(args.raft_listen).await?;
+    let raft_listener = Peers::listener(args.raft_listen)?;
     let (peers, inbound) = Peers::start(PeerConfig::new(args.id, raft_addrs, auth), raft_listener)?;
     let member = Member {
         replica,
