@@ -337,7 +337,14 @@ impl Core for MemberCore {
                 },
                 Output::Compact(s) => self.writer.compact(s),
                 Output::Send(m) => self.peers.send(m),
-                Output::Event(e) => (self.notify)(MemberNotice::Replica(e)),
+                Output::Event(e) => {
+                    if let ReplicaEvent::Cluster { id } = e {
+                        // Hellos carry it from now on; a peer of another
+                        // cluster is refused.
+                        self.peers.set_cluster(id);
+                    }
+                    (self.notify)(MemberNotice::Replica(e));
+                }
             }
         }
     }

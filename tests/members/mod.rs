@@ -302,13 +302,15 @@ pub fn first_grant(addrs: &[String], key: &str, since: Instant) -> (Duration, u6
 }
 
 /// A peer hello (raft_peers.rs): a frame of 4 bytes of length, then `TKRP`,
-/// version 1, from and to (8 bytes each), the credential's length (2) and
-/// its bytes; all big-endian.
+/// version 2, from and to (8 bytes each), the cluster's identity (16 bytes:
+/// 0, not known yet, which every member takes), the credential's length
+/// (2) and its bytes; all big-endian.
 pub fn peer_hello(from: u64, to: u64, credential: &[u8]) -> Vec<u8> {
     let mut body = b"TKRP".to_vec();
-    body.extend_from_slice(&1u16.to_be_bytes());
+    body.extend_from_slice(&2u16.to_be_bytes());
     body.extend_from_slice(&from.to_be_bytes());
     body.extend_from_slice(&to.to_be_bytes());
+    body.extend_from_slice(&0u128.to_be_bytes());
     body.extend_from_slice(&u16::try_from(credential.len()).unwrap().to_be_bytes());
     body.extend_from_slice(credential);
     frame(&body)
@@ -335,7 +337,7 @@ pub fn forged_heartbeat(from: u64, to: u64) -> Vec<u8> {
 
 /// Connects to a peer listener, sends `bytes`, and returns what comes back
 /// until the connection ends (at most 8 s: an unauthenticated link lasts
-/// at most 5 s) and whether it ended.
+/// at most 1 s) and whether it ended.
 pub fn peer_exchange(raft_addr: &str, bytes: &[u8]) -> (Vec<u8>, bool) {
     let mut s = TcpStream::connect(raft_addr).unwrap_or_else(|e| panic!("{raft_addr}: {e}"));
     let _ = s.write_all(bytes);
@@ -354,7 +356,7 @@ pub fn peer_exchange(raft_addr: &str, bytes: &[u8]) -> (Vec<u8>, bool) {
             Ok(n) => {
                 got.extend_from_slice(&buf[..n]);
                 // An answered hello: the link is up; no need to wait more.
-                if got.len() >= 4 + 4 + 2 + 8 + 8 + 2 {
+                if got.len() >= 4 + 4 + 2 + 8 + 8 + 16 + 2 {
                     return (got, false);
                 }
             }

@@ -34,6 +34,9 @@ struct Cluster {
     dirs: BTreeMap<u64, PathBuf>,
     running: BTreeMap<u64, ServerHandle>,
     news: mpsc::UnboundedSender<(u64, ReplicaEvent, Instant)>,
+    /// The peer credential, drawn for this run: members authenticate
+    /// each other always.
+    credential: String,
 }
 
 impl Cluster {
@@ -47,17 +50,17 @@ impl Cluster {
         };
         let (disk, restored) = RaftDisk::open(&self.dirs[&id], start, id, &voters)?;
         let wall_ms = u64::try_from(ticketing::state::unix_now().as_millis()).unwrap_or(0);
-        let config = ReplicaConfig::new(id, self.clients.clone(), ELECTION_TIMEOUT, wall_ms);
+        let mut config = ReplicaConfig::new(id, self.clients.clone(), ELECTION_TIMEOUT, wall_ms);
+        config.draw = crate::serve::secret();
         let server = Server::new(
             server::Config::new(Name::new(format!("member-{id}"))?),
             Time::ZERO,
         )?;
         let replica = Replica::new(config, server, restored, Time::ZERO)?;
-        let raft_listener = TcpListener::bind(self.rafts[&id]).await?;
-        let (peers, inbound) = Peers::start(
-            PeerConfig::new(id, self.rafts.clone(), PeerAuth::InsecureLoopback),
-            raft_listener,
-        )?;
+        let raft_listener = Peers::listener(self.rafts[&id])?;
+        let auth = PeerAuth::Credential(self.credential.clone());
+        let (peers, inbound) =
+            Peers::start(PeerConfig::new(id, self.rafts.clone(), auth), raft_listener)?;
         let listener = TcpListener::bind(self.clients[&id].as_str()).await?;
         let news = self.news.clone();
         let member = Member {
@@ -107,6 +110,7 @@ pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
         dirs: BTreeMap::new(),
         running: BTreeMap::new(),
         news,
+        credential: format!("demo-{:032x}", crate::serve::secret()),
     };
     for id in 1..=3 {
         // Free ports, bound again by the members at once.

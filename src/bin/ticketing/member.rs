@@ -138,6 +138,9 @@ pub async fn serve_member(
         ticketing::raft::Start::Existing
     };
     let (disk, restored) = RaftDisk::open(args.state_dir, start, args.id, &voters)?;
+    for tail in disk.dropped() {
+        eprintln!("{tail}");
+    }
     let wall_ms = u64::try_from(unix_now().as_millis()).unwrap_or(u64::MAX);
     let mut replica_config = ReplicaConfig::new(args.id, clients, args.election_timeout, wall_ms);
     replica_config.snapshot_every = args.snapshot_every;
@@ -160,7 +163,8 @@ pub async fn serve_member(
     let addr = listener.local_addr()?;
     crate::serve::warn_if_exposed(addr, client_credential, args.tls.is_some());
     let origin = Instant::now();
-    let notify = |notice: MemberNotice| match notice {
+    let raft_id = args.id;
+    let notify = move |notice: MemberNotice| match notice {
         MemberNotice::Replica(ReplicaEvent::Leading { term, index }) => {
             eprintln!(
                 "leading (term {term}, from entry {index}; unix ms {})",
@@ -176,6 +180,16 @@ pub async fn serve_member(
         }
         MemberNotice::Replica(ReplicaEvent::BadEntry { index }) => {
             eprintln!("entry {index} of the log cannot be read: this member stops serving");
+        }
+        MemberNotice::Replica(ReplicaEvent::Cluster { id }) => {
+            eprintln!("cluster {id}, member {raft_id}");
+        }
+        MemberNotice::Replica(ReplicaEvent::OtherCluster {
+            recorded,
+            committed,
+        }) => {
+            eprintln!("this state directory is cluster {recorded}'s, and the log of the cluster it was started in committed {committed}: stopping");
+            std::process::exit(1);
         }
         MemberNotice::DiskFailed(why) => {
             // A crash, as far as the cluster can tell: a restart reads
