@@ -433,7 +433,9 @@ mod tests {
     //! For each refusal, the state in which raft-rs panics (or misbehaves)
     //! on the message, shown on a `RawNode` as the replica configures it,
     //! and the screen refusing it; what an honest member sends in that
-    //! state passes.
+    //! state passes. Honest traffic under elections, crashes, catch-up and
+    //! repeats is `tests.rs`'s, whose cluster refuses nothing; below, a
+    //! property steps forged messages into that cluster.
 
     use core::time::Duration;
     use std::cell::Cell;
@@ -444,7 +446,8 @@ mod tests {
     use raft::prelude::{Entry, HardState, Snapshot, SnapshotMetadata};
     use raft::{RawNode, Ready};
 
-    use super::super::Decision;
+    use super::super::tests::{Cluster, STEP};
+    use super::super::{Decision, MemoryDisk, Restored};
     use super::*;
 
     thread_local! {
@@ -1180,5 +1183,472 @@ mod tests {
         assert_eq!(screen(&timeout, &n.raft), Ok(()));
         n.step(timeout).unwrap();
         assert_eq!((n.raft.state, n.raft.term), (StateRole::Candidate, 2));
+    }
+
+    // ----- forged messages into a running cluster ---------------------------
+
+    const CASES_FORGED: u64 = 500;
+
+    /// A term or index of a forged message, most often near the
+    /// receiver's own (its term, its last index), where raft-rs's
+    /// conditions turn.
+    #[derive(Debug, Clone, Copy)]
+    enum Num {
+        Zero,
+        Near(i8),
+        Small(u8),
+        Any(u64),
+        Max,
+    }
+
+    impl Arbitrary for Num {
+        fn arbitrary(g: &mut Gen) -> Num {
+            match u8::arbitrary(g) % 20 {
+                0..=1 => Num::Zero,
+                2..=13 => Num::Near(i8::arbitrary(g) % 4),
+                14..=16 => Num::Small(u8::arbitrary(g) % 32),
+                17..=18 => Num::Any(u64::arbitrary(g)),
+                _ => Num::Max,
+            }
+        }
+    }
+
+    impl Num {
+        /// A number a member could send: near its own, or small.
+        fn tame(g: &mut Gen) -> Num {
+            match u8::arbitrary(g) % 10 {
+                0 => Num::Zero,
+                1 => Num::Small(u8::arbitrary(g) % 32),
+                _ => Num::Near(i8::arbitrary(g) % 4),
+            }
+        }
+
+        /// Tame, or (`wild`: one forged message in four) any number.
+        fn pick(g: &mut Gen, wild: bool) -> Num {
+            if wild {
+                Num::arbitrary(g)
+            } else {
+                Num::tame(g)
+            }
+        }
+
+        fn near(self, mine: u64) -> u64 {
+            match self {
+                Num::Zero => 0,
+                Num::Near(d) => mine.saturating_add_signed(i64::from(d)),
+                Num::Small(n) => u64::from(n),
+                Num::Any(n) => n,
+                Num::Max => u64::MAX,
+            }
+        }
+    }
+
+    /// An entry: its index (`None`: the next one), term, type, data.
+    #[derive(Debug, Clone)]
+    struct ForgedEntry {
+        index: Option<Num>,
+        term: Num,
+        entry_type: i32,
+        data: u8,
+    }
+
+    impl ForgedEntry {
+        fn arbitrary(g: &mut Gen, wild: bool) -> ForgedEntry {
+            ForgedEntry {
+                index: (u8::arbitrary(g) % 5 == 0).then(|| Num::pick(g, wild)),
+                term: Num::pick(g, wild),
+                entry_type: match u8::arbitrary(g) % 10 {
+                    0..=6 => 0,
+                    7 => 1,
+                    8 => 2,
+                    _ => i32::arbitrary(g),
+                },
+                data: u8::arbitrary(g),
+            }
+        }
+    }
+
+    /// A message as a peer could forge it: well typed, every field free.
+    #[derive(Debug, Clone)]
+    struct Forged {
+        kind: i32,
+        /// The receiver, among the members running (`to` is its id, but
+        /// now and then another).
+        at: u8,
+        to: Option<u8>,
+        from: u8,
+        term: Num,
+        log_term: Num,
+        index: Num,
+        commit: Num,
+        commit_term: Num,
+        reject: bool,
+        reject_hint: Num,
+        request_snapshot: Option<Num>,
+        priority: i64,
+        transfer: bool,
+        entries: Vec<ForgedEntry>,
+        snapshot: Option<(Num, Num, Conf, u8)>,
+    }
+
+    impl Arbitrary for Forged {
+        fn arbitrary(g: &mut Gen) -> Forged {
+            let from_a_peer = [3, 4, 5, 6, 7, 8, 9, 14, 17, 18];
+            let wild = u8::arbitrary(g) % 4 == 0;
+            let num = |g: &mut Gen| Num::pick(g, wild);
+            Forged {
+                kind: match u8::arbitrary(g) % 10 {
+                    0..=7 => *g.choose(&from_a_peer).unwrap(),
+                    8 => i32::from(u8::arbitrary(g) % 19),
+                    _ => i32::arbitrary(g),
+                },
+                at: u8::arbitrary(g),
+                to: (u8::arbitrary(g) % 64 == 0).then(|| u8::arbitrary(g) % 5),
+                from: u8::arbitrary(g),
+                term: if wild {
+                    Num::arbitrary(g)
+                } else {
+                    Num::Near(i8::arbitrary(g) % 3)
+                },
+                log_term: num(g),
+                index: num(g),
+                commit: num(g),
+                commit_term: num(g),
+                reject: bool::arbitrary(g),
+                reject_hint: num(g),
+                request_snapshot: (u8::arbitrary(g) % 8 == 0).then(|| num(g)),
+                priority: if u8::arbitrary(g) % 8 == 0 {
+                    i64::arbitrary(g)
+                } else {
+                    0
+                },
+                transfer: u8::arbitrary(g) % 8 == 0,
+                entries: (0..usize::arbitrary(g) % 4)
+                    .map(|_| ForgedEntry::arbitrary(g, wild))
+                    .collect(),
+                snapshot: (u8::arbitrary(g) % 3 > 0).then(|| {
+                    let (index, term) = (num(g), num(g));
+                    let mut conf = Conf::arbitrary(g);
+                    if bool::arbitrary(g) {
+                        conf.0 = voters(&[1, 2, 3]);
+                    }
+                    (index, term, conf, u8::arbitrary(g))
+                }),
+            }
+        }
+    }
+
+    /// Data for an entry or a snapshot: none, bytes that mean nothing, or
+    /// what a member writes (no decision; this member's table).
+    fn data(pick: u8, c: &Cluster, at: u64) -> Vec<u8> {
+        match pick % 4 {
+            0 => Vec::new(),
+            1 => vec![pick; 5],
+            2 => Decision::encode_entry(&[]),
+            _ => c.replicas[&at].copy().image(c.now, Duration::ZERO).encode(),
+        }
+    }
+
+    impl Forged {
+        /// The message, its numbers around where member `at` stands.
+        fn message(&self, c: &Cluster, at: u64) -> Message {
+            let r = &c.replicas[&at];
+            let (term, last) = (r.term(), r.log_span().1);
+            let others: Vec<u64> = (1..=3).filter(|&id| id != at).collect();
+            let from = match self.from % 64 {
+                0 => at,
+                1 => 0,
+                2 => 4,
+                n => others[usize::from(n) % 2],
+            };
+            let index = self.index.near(last);
+            let mut next = index;
+            let entries = self
+                .entries
+                .iter()
+                .map(|e| {
+                    next = e.index.map_or(next.saturating_add(1), |i| i.near(last));
+                    Entry {
+                        entry_type: e.entry_type,
+                        term: e.term.near(term),
+                        index: next,
+                        data: data(e.data, c, at),
+                        ..Entry::default()
+                    }
+                })
+                .collect();
+            let snapshot = self
+                .snapshot
+                .as_ref()
+                .map(|(index, term_of, conf, pick)| Snapshot {
+                    data: data(*pick, c, at),
+                    metadata: Some(SnapshotMetadata {
+                        conf_state: Some(conf.0.clone()),
+                        index: index.near(last),
+                        term: term_of.near(term),
+                    }),
+                });
+            Message {
+                msg_type: self.kind,
+                to: self.to.map_or(at, u64::from),
+                from,
+                // Around the receiver's term, from one below to three above.
+                term: self.term.near(term + 1),
+                log_term: self.log_term.near(term),
+                index,
+                entries,
+                commit: self.commit.near(last),
+                commit_term: self.commit_term.near(term),
+                snapshot,
+                request_snapshot: self.request_snapshot.map_or(0, |n| n.near(last)),
+                reject: self.reject,
+                reject_hint: self.reject_hint.near(last),
+                context: if self.transfer {
+                    raft::CAMPAIGN_TRANSFER.to_vec()
+                } else {
+                    Vec::new()
+                },
+                priority: self.priority,
+                ..Message::default()
+            }
+        }
+    }
+
+    /// Where the cluster starts.
+    #[derive(Debug, Clone, Copy)]
+    enum Start {
+        /// Never ran: every member at term 0, no log.
+        Fresh,
+        /// A leader elected, grants made.
+        Serving,
+        /// Grants made past compactions (a snapshot every 4 entries).
+        Compacted,
+        /// A member cut off while grants are made, then back.
+        Lagging,
+    }
+
+    /// What happens next.
+    #[derive(Debug, Clone)]
+    enum Op {
+        Forge(Box<Forged>),
+        /// Time passes, this many steps.
+        Run(u8),
+        /// A client's acquire at the member serving, if one does.
+        Grant,
+        /// A member is cut off (or, past 3, every cut healed).
+        Cut(u8),
+        /// A member crashes and starts again (without its disk: rejoining).
+        Crash(u8, bool),
+        /// A write under way: turns without time passing.
+        Settle,
+    }
+
+    impl Arbitrary for Start {
+        fn arbitrary(g: &mut Gen) -> Start {
+            *g.choose(&[
+                Start::Fresh,
+                Start::Serving,
+                Start::Compacted,
+                Start::Lagging,
+            ])
+            .unwrap()
+        }
+    }
+
+    impl Arbitrary for Op {
+        fn arbitrary(g: &mut Gen) -> Op {
+            match u8::arbitrary(g) % 20 {
+                0..=11 => Op::Forge(Box::new(Forged::arbitrary(g))),
+                12..=14 => Op::Run(u8::arbitrary(g) % 40),
+                15..=16 => Op::Grant,
+                17 => Op::Cut(u8::arbitrary(g) % 5),
+                18 => Op::Crash(u8::arbitrary(g) % 3 + 1, bool::arbitrary(g)),
+                _ => Op::Settle,
+            }
+        }
+    }
+
+    /// Refused and stepped forged messages, over every case.
+    #[derive(Debug, Default)]
+    struct Tally {
+        stepped: u64,
+        refused: std::collections::BTreeMap<String, u64>,
+    }
+
+    fn grant(c: &mut Cluster, n: u64) {
+        let serving = c
+            .replicas
+            .iter()
+            .find(|(_, r)| r.is_serving())
+            .map(|(&id, _)| id);
+        if let Some(id) = serving {
+            let conn = c.connect(id, "H 2 c -\n");
+            c.request(id, conn, &format!("A 1 k{n} o 0 60000\n"));
+            c.settle();
+        }
+    }
+
+    fn start(how: Start) -> Cluster {
+        let mut c = Cluster::new(if matches!(how, Start::Compacted) {
+            4
+        } else {
+            10_000
+        });
+        c.honest = false;
+        if matches!(how, Start::Fresh) {
+            return c;
+        }
+        c.run(Duration::from_secs(1));
+        if matches!(how, Start::Lagging) {
+            c.cut.insert(2);
+        }
+        for n in 0..10 {
+            grant(&mut c, n);
+            c.run(STEP * 5);
+        }
+        c.cut.clear();
+        c
+    }
+
+    fn forged_run(how: Start, ops: &[Op], tally: &mut Tally) {
+        let mut c = start(how);
+        for (n, op) in ops.iter().enumerate() {
+            match op {
+                Op::Forge(f) => {
+                    let live: Vec<u64> = c.replicas.keys().copied().collect();
+                    if live.is_empty() {
+                        continue;
+                    }
+                    let at = live[usize::from(f.at) % live.len()];
+                    let m = f.message(&c, at);
+                    let before = c.replicas[&at].stats();
+                    let now = c.now;
+                    let r = c.replicas.get_mut(&at).unwrap();
+                    r.handle_message(now, m);
+                    let after = r.stats();
+                    if after.refused == before.refused {
+                        tally.stepped += 1;
+                    } else {
+                        let why = format!("{:?}", after.last_refusal.unwrap());
+                        let why = why.split('(').next().unwrap_or_default().to_string();
+                        *tally.refused.entry(why).or_default() += 1;
+                    }
+                    c.settle();
+                }
+                Op::Run(steps) => c.run(STEP * u32::from(*steps)),
+                Op::Grant => grant(&mut c, n as u64),
+                Op::Cut(id) if *id > 3 => c.cut.clear(),
+                Op::Cut(id) => {
+                    c.cut.insert(u64::from(*id));
+                }
+                Op::Crash(id, lost) => {
+                    let id = u64::from(*id);
+                    c.kill(id);
+                    if *lost {
+                        let empty = Restored::new_cluster(1..=3);
+                        c.disks.insert(id, MemoryDisk::new(empty));
+                    }
+                    // A forged snapshot may have given it another (valid)
+                    // configuration, a lie beyond the screen: it refuses
+                    // to start (Replica::new), and stays down.
+                    let mut voters = c.disks[&id].restored().conf_state.voters;
+                    voters.sort_unstable();
+                    if voters == [1, 2, 3] {
+                        c.start_with(id, *lost);
+                    }
+                }
+                Op::Settle => c.settle(),
+            }
+        }
+        // Whatever was stepped plays out: ticks, elections, catch-up.
+        c.cut.clear();
+        c.run(Duration::from_secs(1));
+    }
+
+    #[test]
+    fn a_replica_drops_and_counts_what_it_refuses() {
+        let mut c = Cluster::new(10_000);
+        c.honest = false;
+        c.run(Duration::from_secs(1));
+        let leader = c.leader().unwrap();
+        let follower = (1..=3).find(|&id| id != leader).unwrap();
+        let term = c.replicas[&follower].term();
+        let from = |from: u64, kind: i32| Message {
+            msg_type: kind,
+            from,
+            to: follower,
+            term,
+            ..Message::default()
+        };
+        let (before, committed) = (
+            c.replicas[&follower].stats(),
+            c.replicas[&follower].committed(),
+        );
+        assert_eq!(before.refused, 0);
+        c.deliver(from(leader, MessageType::MsgPropose as i32));
+        c.deliver(from(leader, 42));
+        c.deliver(from(7, MessageType::MsgHeartbeat as i32));
+        let stats = c.replicas[&follower].stats();
+        assert_eq!(
+            (stats.refused, stats.last_refusal),
+            (3, Some(Refusal::NotAMember))
+        );
+        assert_eq!(
+            Refusal::UnknownType(42).to_string(),
+            "unknown message type 42"
+        );
+        assert_eq!(
+            Refusal::NotFromAPeer(MessageType::MsgPropose).to_string(),
+            "MsgPropose is never taken from a peer"
+        );
+        // Its leader's heartbeat goes through, as before.
+        c.deliver(from(leader, MessageType::MsgHeartbeat as i32));
+        assert_eq!(c.replicas[&follower].stats().refused, 3);
+        c.run(Duration::from_millis(100));
+        assert_eq!(c.leader(), Some(leader));
+        assert_eq!(c.replicas[&follower].committed(), committed);
+    }
+
+    /// No message a peer can send, in any state a cluster is in, panics
+    /// a member, then or later: a cluster started fresh, serving, past
+    /// compactions or with a member behind, then forged messages (any
+    /// type, any numbers, mostly near the receiver's term and log) among
+    /// grants, cuts, crashes (some losing the disk) and time, then a
+    /// second for it all to play out. raft-rs must see a good share of
+    /// them, or the property says little.
+    #[test]
+    fn no_forged_message_panics_a_member() {
+        use std::sync::Mutex;
+        static TALLY: Mutex<Option<Tally>> = Mutex::new(None);
+        fn prop(how: Start, ops: Vec<Op>) -> TestResult {
+            let mut tally = Tally::default();
+            let ran = panic::catch_unwind(AssertUnwindSafe(|| forged_run(how, &ops, &mut tally)));
+            let mut total = TALLY.lock().unwrap_or_else(|e| e.into_inner());
+            let total = total.get_or_insert_with(Tally::default);
+            total.stepped += tally.stepped;
+            for (why, n) in tally.refused {
+                *total.refused.entry(why).or_default() += n;
+            }
+            match ran {
+                Ok(()) => TestResult::passed(),
+                Err(e) => {
+                    let why = e
+                        .downcast_ref::<String>()
+                        .map(String::as_str)
+                        .or_else(|| e.downcast_ref::<&str>().copied())
+                        .unwrap_or("a panic");
+                    TestResult::error(format!("{why} ({how:?}, {} ops)", ops.len()))
+                }
+            }
+        }
+        qc("no_forged_message_panics_a_member", CASES_FORGED)
+            .quickcheck(prop as fn(Start, Vec<Op>) -> TestResult);
+        let total = TALLY.lock().unwrap().take().unwrap();
+        println!("forged messages: {total:?}");
+        let refused: u64 = total.refused.values().sum();
+        assert!(
+            total.stepped > refused / 2,
+            "raft-rs saw too few: {total:?}"
+        );
     }
 }
