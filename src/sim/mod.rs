@@ -100,7 +100,7 @@
 //! rejoins empty, and counts as down until it has caught up), partitions
 //! between members, and peer messages delayed and lost. `raft.rs` says how.
 //!
-//! On top of the checks below, two that only a view of every member and
+//! On top of the checks below, three that only a view of every member and
 //! disk can make:
 //!
 //! * invariant 8 over the grants the members answered ([`Check::ServerGrants`]):
@@ -113,7 +113,10 @@
 //! * answer before commit ([`Check::Uncommitted`]), at send time: the entry
 //!   holding the decision behind every `G` a member writes (a grant's or a
 //!   renewal's) must be committed, judged from the disks: a majority of
-//!   members synced that index with that term.
+//!   members synced that index with that term;
+//! * no member's message refused ([`Check::Refused`]): a member drops only
+//!   what raft-rs would fail on (PROTOCOL.md 4.3), which members do not
+//!   send, however late or out of order it arrives.
 //!
 //! [`Report::replication`] counts the members' faults and what these checks
 //! looked at; [`Report::failovers`] counts each leadership that ended, and
@@ -500,6 +503,10 @@ pub enum Check {
     /// A member of a replicated cluster answered before the entry holding
     /// the answer's decision was committed (PROTOCOL.md 4.3).
     Uncommitted,
+    /// A member of a replicated cluster refused another member's message:
+    /// one is refused only if raft-rs would fail on it (PROTOCOL.md 4.3),
+    /// which members do not send.
+    Refused,
 }
 
 impl fmt::Display for Check {
@@ -514,6 +521,7 @@ impl fmt::Display for Check {
             Check::Stuck => f.write_str("run did not end"),
             Check::ServerGrants => f.write_str("invariant 8 (answered grants)"),
             Check::Uncommitted => f.write_str("answer before commit"),
+            Check::Refused => f.write_str("member's message refused"),
         }
     }
 }
