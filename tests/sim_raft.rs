@@ -6,8 +6,8 @@
 //!
 //! What the sweeps assert, and why it can be asserted exactly:
 //!
-//! * no violation of any check, invariant 8 over the answered grants and
-//!   the answer-before-commit check included;
+//! * no violation of any check, invariant 8 over the answered grants, the
+//!   answer-before-commit check and no member's message refused included;
 //! * leader changes happened (several per seed), and **every** renewing
 //!   holder of a valid grant at a change kept it: a crash of a minority
 //!   costs an election (a few hundred milliseconds with a 200 ms election

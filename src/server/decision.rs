@@ -17,6 +17,7 @@ use core::num::{NonZeroU128, NonZeroU64};
 use thiserror::Error;
 
 use crate::names::Key;
+use crate::wire::check_atom;
 use crate::wire::MAX_ATOM;
 
 /// The first byte of an entry, and the format that follows it.
@@ -122,12 +123,7 @@ impl Decision {
 
     /// Decodes an entry made by [`Decision::encode_entry`].
     pub fn decode_entry(bytes: &[u8]) -> Result<Vec<Decision>, DecisionError> {
-        match bytes {
-            [MAGIC, FORMAT, ..] => {}
-            [a, b, ..] => return Err(DecisionError::Format(Some((*a, *b)))),
-            _ => return Err(DecisionError::Format(None)),
-        }
-        let mut r = Reader { bytes, at: 2 };
+        let mut r = Reader::of_entry(bytes)?;
         let mut out = Vec::new();
         while r.at < bytes.len() {
             let at = r.at;
@@ -157,6 +153,35 @@ impl Decision {
             });
         }
         Ok(out)
+    }
+
+    /// Whether `bytes` decode as an entry ([`Decision::decode_entry`] gives
+    /// the same verdict), without building its decisions: what a member
+    /// checks of every entry a peer sends it, before Raft takes it. The
+    /// cluster identity it holds, if any.
+    pub fn check_entry(bytes: &[u8]) -> Result<Option<NonZeroU128>, DecisionError> {
+        let mut r = Reader::of_entry(bytes)?;
+        let mut cluster = None;
+        while r.at < bytes.len() {
+            let at = r.at;
+            match r.byte()? {
+                FLOOR => {
+                    r.u64()?;
+                }
+                CLUSTER => cluster = Some(r.id()?),
+                GRANT | RENEW => {
+                    r.token()?;
+                    r.lease()?;
+                    r.key_bytes()?;
+                }
+                RELEASE | EXPIRE => {
+                    r.token()?;
+                    r.key_bytes()?;
+                }
+                tag => return Err(DecisionError::Tag { tag, at }),
+            }
+        }
+        Ok(cluster)
     }
 
     fn encode(&self, out: &mut Vec<u8>) {
@@ -214,8 +239,17 @@ struct Reader<'a> {
     at: usize,
 }
 
-impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], DecisionError> {
+impl<'a> Reader<'a> {
+    /// A reader of an entry's decisions, past its magic and format.
+    fn of_entry(bytes: &'a [u8]) -> Result<Reader<'a>, DecisionError> {
+        match bytes {
+            [MAGIC, FORMAT, ..] => Ok(Reader { bytes, at: 2 }),
+            [a, b, ..] => Err(DecisionError::Format(Some((*a, *b)))),
+            _ => Err(DecisionError::Format(None)),
+        }
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecisionError> {
         let end = self
             .at
             .checked_add(n)
@@ -257,10 +291,18 @@ impl Reader<'_> {
         NonZeroU64::new(self.u64()?).ok_or(DecisionError::Invalid(at))
     }
 
-    fn key(&mut self) -> Result<Key, DecisionError> {
+    /// A key's bytes, checked to be an atom.
+    fn key_bytes(&mut self) -> Result<&'a [u8], DecisionError> {
         let at = self.at;
         let len = usize::from(self.byte()?);
         let bytes = self.take(len)?;
+        check_atom(bytes).map_err(|_| DecisionError::Invalid(at))?;
+        Ok(bytes)
+    }
+
+    fn key(&mut self) -> Result<Key, DecisionError> {
+        let at = self.at;
+        let bytes = self.key_bytes()?;
         core::str::from_utf8(bytes)
             .ok()
             .and_then(|s| Key::new(s).ok())

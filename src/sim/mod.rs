@@ -100,7 +100,7 @@
 //! rejoins empty, and counts as down until it has caught up), partitions
 //! between members, and peer messages delayed and lost. `raft.rs` says how.
 //!
-//! On top of the checks below, two that only a view of every member and
+//! On top of the checks below, three that only a view of every member and
 //! disk can make:
 //!
 //! * invariant 8 over the grants the members answered ([`Check::ServerGrants`]):
@@ -113,7 +113,10 @@
 //! * answer before commit ([`Check::Uncommitted`]), at send time: the entry
 //!   holding the decision behind every `G` a member writes (a grant's or a
 //!   renewal's) must be committed, judged from the disks: a majority of
-//!   members synced that index with that term.
+//!   members synced that index with that term;
+//! * no member's message refused ([`Check::Refused`]): a member drops only
+//!   what raft-rs would fail on (PROTOCOL.md 4.3), which members do not
+//!   send, however late or out of order it arrives.
 //!
 //! [`Report::replication`] counts the members' faults and what these checks
 //! looked at; [`Report::failovers`] counts each leadership that ended, and
@@ -503,6 +506,10 @@ pub enum Check {
     /// Members of one replicated cluster learnt two identities of it, or
     /// one refused the identity its log committed (PROTOCOL.md 4.3).
     Identity,
+    /// A member of a replicated cluster refused another member's message:
+    /// one is refused only if raft-rs would fail on it (PROTOCOL.md 4.3),
+    /// which members do not send.
+    Refused,
 }
 
 impl fmt::Display for Check {
@@ -518,6 +525,7 @@ impl fmt::Display for Check {
             Check::ServerGrants => f.write_str("invariant 8 (answered grants)"),
             Check::Uncommitted => f.write_str("answer before commit"),
             Check::Identity => f.write_str("cluster identity"),
+            Check::Refused => f.write_str("member's message refused"),
         }
     }
 }

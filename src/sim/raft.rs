@@ -51,6 +51,10 @@
 //!   and term of every entry, kept while a later write does not replace
 //!   them): an acknowledgement given from a disk that is lost later still
 //!   counted when it was given.
+//! * **No member's message refused** ([`Check::Refused`]), as it is
+//!   delivered: however late or out of order, or to a member that lost its
+//!   disk since it was sent, it is stepped (the receiver's
+//!   [`ReplicaStats`](crate::server::raft::ReplicaStats) say whether).
 //! * **Leader changes** for [`Failovers`](super::Failovers): a leadership
 //!   (a member serving in a term) ends when its member crashes or stops
 //!   serving, or when another member serves in a later term.
@@ -504,7 +508,21 @@ impl Members {
                     return;
                 }
                 if let Some(r) = self.members[to].replica.as_mut() {
+                    let (before, kind) = (r.stats().refused, message.msg_type);
                     r.handle_message(now, *message);
+                    let stats = r.stats();
+                    if stats.refused > before {
+                        let (name, sender) = (&self.members[to].name, &self.members[from].name);
+                        let why = stats
+                            .last_refusal
+                            .map(|why| why.to_string())
+                            .unwrap_or_default();
+                        out.push(Effect::Failure((
+                            Check::Refused,
+                            None,
+                            format!("member {name} refused a message (type {kind}) from {sender}: {why}"),
+                        )));
+                    }
                     self.drain(to, now, out);
                 }
             }

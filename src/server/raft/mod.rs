@@ -48,6 +48,7 @@
 //! longer wait for the copy.
 
 mod identity;
+mod screen;
 mod snapshot;
 mod store;
 
@@ -60,6 +61,7 @@ use raft::{RawNode, StateRole};
 use thiserror::Error;
 
 pub use self::identity::{ClusterId, ClusterIdError};
+pub use self::screen::Refusal;
 use self::snapshot::SnapshotData;
 use self::store::LogStore;
 use super::{Action, ConnId, Decision, LockTable, Role, Server};
@@ -322,6 +324,21 @@ pub enum ReplicaEvent {
     },
 }
 
+/// What a member made of its peers' messages ([`Replica::stats`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ReplicaStats {
+    /// Messages refused and dropped, never stepped into Raft: not from a
+    /// member, or not what a member sends, or what raft-rs would fail on
+    /// in this member's state (PROTOCOL.md 4.3, "Peers are authenticated,
+    /// always"). Members' own messages, however late or reordered, are not
+    /// refused, but for a leadership transfer's timeout-now that comes
+    /// while a snapshot is being made durable, which raft-rs cannot take.
+    pub refused: u64,
+    /// Why the latest one was.
+    pub last_refusal: Option<Refusal>,
+}
+
 /// One thing for the driver to do.
 #[derive(Debug)]
 #[non_exhaustive]
@@ -449,6 +466,8 @@ pub struct Replica {
     draw: u128,
     /// Inputs came since the last turn.
     dirty: bool,
+    /// The peer messages it refused.
+    stats: ReplicaStats,
     outputs: VecDeque<Output>,
     start: Time,
     wall_ms: u64,
@@ -570,6 +589,7 @@ impl Replica {
             cluster,
             draw: config.draw.max(1),
             dirty: true,
+            stats: ReplicaStats::default(),
             outputs,
             start: now,
             wall_ms: config.wall_ms,
@@ -609,12 +629,31 @@ impl Replica {
     }
 
     /// A Raft message from a peer, already authenticated as coming from
-    /// the member it names. One Raft refuses is dropped (Raft resends).
-    pub fn handle_message(&mut self, now: Time, mut message: Message) {
+    /// the member it names. One that is not what a member sends, or that
+    /// raft-rs would fail on, is dropped and counted ([`ReplicaStats`]);
+    /// one Raft refuses is dropped (Raft resends).
+    pub fn handle_message(&mut self, now: Time, message: Message) {
         self.input(now);
-        if message.to != self.node.raft.id || !self.members.contains_key(&message.from) {
-            return;
-        }
+        let admitted = if self.members.contains_key(&message.from) {
+            screen::admit(message, &self.node.raft, self.cluster)
+        } else {
+            Err(Refusal::NotAMember)
+        };
+        let message = match admitted {
+            Ok(message) => message,
+            Err(why) => {
+                self.stats.refused = self.stats.refused.saturating_add(1);
+                self.stats.last_refusal = Some(why);
+                if let (Refusal::OtherCluster(committed), Some(recorded)) = (why, self.cluster) {
+                    // Its directory is another cluster's than its peers'.
+                    self.stop(ReplicaEvent::OtherCluster {
+                        recorded,
+                        committed,
+                    });
+                }
+                return;
+            }
+        };
         let kind = message.msg_type;
         if self.rejoining
             && self.node.store().last() == 0
@@ -623,11 +662,6 @@ impl Replica {
         {
             // It may have voted in this term before it lost its disk.
             return;
-        }
-        if kind == MessageType::MsgHeartbeat as i32 {
-            // A leader that believes this member holds entries it lost
-            // (its disk) would make raft-rs commit past the log's end.
-            message.commit = message.commit.min(self.node.raft.raft_log.last_index());
         }
         let _ = self.node.step(message);
     }
@@ -818,6 +852,12 @@ impl Replica {
     /// The cluster's identity, once this member knows it.
     pub fn cluster(&self) -> Option<ClusterId> {
         self.cluster
+    }
+
+    /// What it made of its peers' messages: how many it refused, and why
+    /// the latest.
+    pub fn stats(&self) -> ReplicaStats {
+        self.stats
     }
 
     // ----- a turn -----------------------------------------------------------
