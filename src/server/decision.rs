@@ -373,6 +373,35 @@ mod tests {
         }
     }
 
+    /// The check a member makes of a peer's entries agrees with decoding,
+    /// on every cut and every byte changed of an entry of every kind.
+    #[test]
+    fn checking_an_entry_gives_decodings_verdict_and_its_cluster() {
+        let decisions = every_kind();
+        let bytes = Decision::encode_entry(&decisions);
+        let cluster = NonZeroU128::new(u128::MAX - 1);
+        assert_eq!(Decision::check_entry(&bytes), Ok(cluster));
+        let agree = |b: &[u8]| {
+            let decoded = Decision::decode_entry(b).map(|ds| {
+                ds.iter().rev().find_map(|d| match d {
+                    Decision::Cluster { id } => Some(*id),
+                    _ => None,
+                })
+            });
+            assert_eq!(Decision::check_entry(b), decoded, "{b:?}");
+        };
+        for end in 0..=bytes.len() {
+            agree(&bytes[..end]);
+        }
+        for at in 0..bytes.len() {
+            for value in [0, 1, b' ', b'~' + 1, 0x7f, 0xff] {
+                let mut changed = bytes.clone();
+                changed[at] = value;
+                agree(&changed);
+            }
+        }
+    }
+
     #[test]
     fn zero_tokens_zero_leases_bad_keys_and_unknown_tags_are_refused() {
         let grant = Decision::encode_entry(&[Decision::Grant {

@@ -506,9 +506,9 @@ pub enum Check {
     /// Members of one replicated cluster learnt two identities of it, or
     /// one refused the identity its log committed (PROTOCOL.md 4.3).
     Identity,
-    /// A member of a replicated cluster refused another member's message:
-    /// one is refused only if raft-rs would fail on it (PROTOCOL.md 4.3),
-    /// which members do not send.
+    /// A member of a replicated cluster refused another member's message,
+    /// or its Raft engine failed on one: one is refused only if raft-rs
+    /// would fail on it (PROTOCOL.md 4.3), which members do not send.
     Refused,
 }
 

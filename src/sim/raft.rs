@@ -758,6 +758,10 @@ impl Members {
                             Check::Uncommitted,
                             format!("member {name} could not read the committed entry {index}"),
                         )),
+                        ReplicaEvent::Failed { peer } => Some((
+                            Check::Refused,
+                            format!("member {name}'s Raft engine failed on a message from member {peer}"),
+                        )),
                         ReplicaEvent::OtherCluster {
                             recorded,
                             committed,

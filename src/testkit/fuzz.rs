@@ -298,12 +298,21 @@ pub struct DecisionFailure(String);
 
 /// Reads `data` as a replicated cluster's entry of decisions
 /// ([`Decision::decode_entry`](crate::server::Decision::decode_entry)):
-/// never a panic; bytes that decode are the canonical encoding of what
+/// never a panic; the check a member makes of a peer's entries
+/// ([`Decision::check_entry`](crate::server::Decision::check_entry)) gives
+/// decoding's verdict; bytes that decode are the canonical encoding of what
 /// they decode to (so a member that re-encodes an entry agrees with the
 /// leader's bytes), and decoding that again gives the same decisions.
 pub fn decisions(data: &[u8]) -> Result<(), DecisionFailure> {
     use crate::server::Decision;
-    let Ok(decisions) = Decision::decode_entry(data) else {
+    let decoded = Decision::decode_entry(data);
+    if Decision::check_entry(data).is_ok() != decoded.is_ok() {
+        return Err(DecisionFailure(format!(
+            "{data:?}: checked {:?}, decoded {decoded:?}",
+            Decision::check_entry(data)
+        )));
+    }
+    let Ok(decisions) = decoded else {
         return Ok(());
     };
     let again = Decision::encode_entry(&decisions);

@@ -181,6 +181,10 @@ pub async fn serve_member(
         MemberNotice::Replica(ReplicaEvent::BadEntry { index }) => {
             eprintln!("entry {index} of the log cannot be read: this member stops serving");
         }
+        MemberNotice::Replica(ReplicaEvent::Failed { peer }) => {
+            eprintln!("the Raft engine failed on a message from member {peer}: stopping, with what was made durable before it");
+            std::process::exit(1);
+        }
         MemberNotice::Replica(ReplicaEvent::Cluster { id }) => {
             eprintln!("cluster {id}, member {raft_id}");
         }

@@ -55,6 +55,7 @@ mod store;
 use core::num::NonZeroU128;
 use core::time::Duration;
 use std::collections::{BTreeMap, VecDeque};
+use std::panic::AssertUnwindSafe;
 
 use raft::prelude::{ConfState, Entry, EntryType, HardState, Message, MessageType, Snapshot};
 use raft::{RawNode, StateRole};
@@ -314,6 +315,14 @@ pub enum ReplicaEvent {
         /// The identity.
         id: ClusterId,
     },
+    /// raft-rs panicked stepping a message from member `peer`, which the
+    /// screen let through: this member stops for good, its Raft engine
+    /// never touched again (nothing is made durable past what already
+    /// was), and its driver should exit with an error naming the peer.
+    Failed {
+        /// The member whose message it was.
+        peer: u64,
+    },
     /// The log committed another cluster's identity than the one this
     /// member recorded: it stops serving.
     OtherCluster {
@@ -368,8 +377,12 @@ enum Leadership {
     Elected { term: u64, index: u64 },
     /// It serves.
     Serving { term: u64 },
-    /// A committed entry could not be read: it never serves again.
+    /// A committed entry could not be read, or the log is another
+    /// cluster's: it never serves again.
     Stopped,
+    /// raft-rs panicked: the engine is never touched again, whatever its
+    /// state.
+    Failed,
 }
 
 /// One entry the leader proposed and has not seen committed.
@@ -633,7 +646,9 @@ impl Replica {
     /// raft-rs would fail on, is dropped and counted ([`ReplicaStats`]);
     /// one Raft refuses is dropped (Raft resends).
     pub fn handle_message(&mut self, now: Time, message: Message) {
-        self.input(now);
+        if !self.input(now) {
+            return;
+        }
         let admitted = if self.members.contains_key(&message.from) {
             screen::admit(message, &self.node.raft, self.cluster)
         } else {
@@ -663,13 +678,29 @@ impl Replica {
             // It may have voted in this term before it lost its disk.
             return;
         }
-        let _ = self.node.step(message);
+        self.step(message);
+    }
+
+    /// Steps a screened message into raft-rs. Should raft-rs panic all the
+    /// same, the member stops for good: never go on from the state a panic
+    /// left, so nothing more is asked of the engine, and nothing more made
+    /// durable.
+    fn step(&mut self, message: Message) {
+        let peer = message.from;
+        let node = &mut self.node;
+        let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| node.step(message)));
+        if stepped.is_err() {
+            self.stop(ReplicaEvent::Failed { peer });
+            self.leadership = Leadership::Failed;
+        }
     }
 
     /// The oldest [`Persist`] handed out and not yet said durable is
     /// durable (they are made durable in the order they were handed out).
     pub fn handle_persisted(&mut self, now: Time) {
-        self.input(now);
+        if !self.input(now) {
+            return;
+        }
         let mut said = false;
         let mut last = None;
         while let Some(next) = self.in_flight.pop_front() {
@@ -730,18 +761,29 @@ impl Replica {
         self.catch_up();
     }
 
-    fn input(&mut self, now: Time) {
+    /// An input at `now`: the clock, and raft-rs's ticks; whether the
+    /// engine may be used (not after it panicked).
+    fn input(&mut self, now: Time) -> bool {
         self.now = self.now.max(now);
         self.dirty = true;
+        if self.leadership == Leadership::Failed {
+            return false;
+        }
+        // While the log starts past what raft-rs counts applied (a
+        // snapshot installed and not yet durable, or this member's own
+        // taken ahead of it), an election would read entries the snapshot
+        // replaced (`hup`, which `fatal!`s): its ticks wait.
+        let holding = self.node.raft.raft_log.applied + 1 < self.node.store().first();
         let mut ticks = 0;
         while self.next_tick <= self.now {
             // After a long stop, enough ticks for every timer to fire once.
-            if ticks <= self.max_ticks {
+            if ticks <= self.max_ticks && !holding {
                 self.node.tick();
                 ticks += 1;
             }
             self.next_tick = self.next_tick.saturating_add(self.tick);
         }
+        true
     }
 
     // ----- outputs ----------------------------------------------------------
@@ -863,6 +905,9 @@ impl Replica {
     // ----- a turn -----------------------------------------------------------
 
     fn turn(&mut self) {
+        if self.leadership == Leadership::Failed {
+            return;
+        }
         // Raft's output may commit entries, which may move leadership, make
         // answers go and make room for the next entry: until it has
         // nothing more to say.

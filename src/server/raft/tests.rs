@@ -27,7 +27,7 @@ pub(super) struct Cluster {
     snapshot_every: u64,
     /// Writes made but not yet said durable: their syncs end at the next
     /// step, while messages go on meanwhile.
-    syncing: Vec<u64>,
+    pub(super) syncing: Vec<u64>,
     /// The members' copies trail what is committed, brought up to date at
     /// each step ([`Replica::defer_apply`]), as under the tokio driver.
     defer: bool,
@@ -725,4 +725,113 @@ fn a_member_recorded_for_another_cluster_stops_when_this_ones_log_reaches_it() {
     assert_eq!(c.text(follower, conn), "E not_active\n");
     // The others go on.
     assert_eq!(c.leader(), Some(leader));
+}
+
+// ----- a panic of the engine ----------------------------------------------------
+
+/// Should a message the screen lets through panic raft-rs all the same,
+/// the member says so, naming the peer, and never touches the engine
+/// again: no tick, no Ready, nothing more made durable, no answer.
+#[test]
+fn a_panic_in_the_engine_stops_the_member_for_good_naming_the_peer() {
+    let (mut c, leader) = elected();
+    let conn = c.connect(leader, "H 2 c -\n");
+    // What the screen refuses (raft-rs `fatal!`s on it), stepped past it.
+    let empty_proposal = Message {
+        msg_type: MessageType::MsgPropose as i32,
+        from: (leader % 3) + 1,
+        to: leader,
+        term: c.replicas[&leader].term(),
+        ..Message::default()
+    };
+    let hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    c.replicas.get_mut(&leader).unwrap().step(empty_proposal);
+    std::panic::set_hook(hook);
+    let peer = (leader % 3) + 1;
+    c.settle();
+    assert!(
+        c.events
+            .iter()
+            .any(|(id, e)| *id == leader && *e == ReplicaEvent::Failed { peer }),
+        "{:?}",
+        c.events
+    );
+    let r = &c.replicas[&leader];
+    assert!(!r.is_serving());
+    // Its clients are closed, and it takes nothing more.
+    assert!(c.closed.contains(&(leader, conn)));
+    let span = c.replicas[&leader].log_span();
+    let written = c.disks[&leader].restored();
+    c.request(leader, conn, "A 1 k o 0 1000\n");
+    c.run(Duration::from_secs(2));
+    assert_eq!(c.replicas[&leader].log_span(), span);
+    assert_eq!(
+        c.disks[&leader].restored(),
+        written,
+        "nothing more made durable"
+    );
+    // The others elect another, which grants.
+    let new = c.leader().expect("another leads");
+    assert_ne!(new, leader);
+}
+
+/// A follower that fell behind a compaction takes the leader's snapshot;
+/// until it is durable, raft-rs counts less applied than the log now
+/// holds, and an election then would read entries the snapshot replaced
+/// (`hup` `fatal!`s). Its ticks wait meanwhile: no election, no panic,
+/// however long the sync takes; once durable, it stands as usual.
+#[test]
+fn a_member_making_a_snapshot_durable_holds_its_election_timer() {
+    let mut c = Cluster::new(4);
+    c.run(Duration::from_secs(1));
+    let leader = c.leader().unwrap();
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let conn = c.connect(leader, "H 2 c -\n");
+    c.cut.insert(follower);
+    for i in 0..20 {
+        c.request(leader, conn, &format!("A {i} k{i} o 0 60000\n"));
+        c.run(Duration::from_millis(50));
+    }
+    c.cut.remove(&follower);
+    c.request(leader, conn, "A 99 next o 0 60000\n");
+    c.settle();
+    let first = c.replicas[&follower].log_span().0;
+    assert!(first > 1, "the follower took the leader's snapshot");
+    // Its sync does not end; the leader goes silent.
+    c.syncing.retain(|&id| id != follower);
+    c.cut.insert(leader);
+    let r = c.replicas.get_mut(&follower).unwrap();
+    let term = r.term();
+    let mut now = c.now;
+    for _ in 0..300 {
+        now = now.saturating_add(STEP);
+        r.handle_timeout(now);
+        while r.poll_output().is_some() {}
+    }
+    assert_eq!(
+        r.node.raft.state,
+        StateRole::Follower,
+        "no election meanwhile"
+    );
+    assert_eq!(r.term(), term);
+    // Durable: it stands for election (a pre-vote first) as any member cut
+    // off would.
+    while !r.in_flight.is_empty() {
+        r.handle_persisted(now);
+    }
+    for _ in 0..300 {
+        now = now.saturating_add(STEP);
+        r.handle_timeout(now);
+        while let Some(out) = r.poll_output() {
+            if matches!(out, Output::Persist(_)) {
+                r.handle_persisted(now);
+            }
+        }
+    }
+    assert_eq!(
+        r.node.raft.state,
+        StateRole::PreCandidate,
+        "it stands once durable"
+    );
 }
