@@ -295,7 +295,7 @@ pub enum RaftDiskError {
         member: u64,
     },
     /// What is on disk cannot be read whole.
-    #[error("{path}: at byte {offset}: {why}; refusing to start from Raft state that cannot be read whole (a member that forgot its votes could elect two leaders in one term)")]
+    #[error("{path}: at byte {offset}: {why}; refusing to start from Raft state that cannot be read whole (a member that forgot its votes could elect two leaders in one term, one that forgot entries it acknowledged could help undo a commit)")]
     Corrupt {
         /// The file (or the directory, for what is missing from it).
         path: PathBuf,
