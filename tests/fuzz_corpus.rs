@@ -1,7 +1,9 @@
 //! Replays the cargo-fuzz corpora on stable: every file of
 //! `fuzz/corpus/decode` through `testkit::fuzz::decode`, and every file of
 //! `fuzz/corpus/client` through `testkit::fuzz::client` (which checks the
-//! invariants after every step and runs each input twice for determinism).
+//! invariants after every step and runs each input twice for determinism);
+//! `decisions` likewise, and with the feature `raft`, `peer_frames`
+//! through `testkit::peer_frames::peer_frames`.
 //! A corpus directory that is missing or empty fails the test.
 
 use std::fs;
@@ -59,4 +61,10 @@ fn the_client_corpus_keeps_every_invariant() {
 #[test]
 fn the_decisions_corpus_reads_back_canonically() {
     replay("decisions", fuzz::decisions);
+}
+
+#[cfg(feature = "raft")]
+#[test]
+fn the_peer_frames_corpus_fails_no_member() {
+    replay("peer_frames", ticketing::testkit::peer_frames::peer_frames);
 }

@@ -7,7 +7,8 @@
 //! | [`checker`] | [`Checker`]: watches one client core from the outside and checks invariants 1 to 7 of PROTOCOL.md section 5 (renewal included) after every step |
 //! | [`model`] | [`ModelServer`]: a legal Ticketing server of version 2 (lock table, FIFO waiters, leases, tokens, renewals by rule 9) that answers in a random order drawn from a seed, and can inject faults on purpose |
 //! | [`run`] | [`Setup`], [`Step`] and [`Runner`]: drive a client against the model server step by step, with the checker watching, then settle and shut down |
-//! | [`fuzz`] | the bodies of the cargo-fuzz targets: [`fuzz::decode`] and [`fuzz::client`] |
+//! | [`fuzz`] | the bodies of the cargo-fuzz targets: [`fuzz::decode`], [`fuzz::client`] and [`fuzz::decisions`] |
+//! | `peer_frames` | (with `raft`) the body of the target `peer_frames`: arbitrary frames from authenticated peers into the members of a replicated cluster |
 //!
 //! Nothing here reads a clock or draws entropy: every random choice comes
 //! from a seed (through [`Rng`](crate::rng::Rng)), so every run can be
@@ -34,6 +35,8 @@
 pub mod checker;
 pub mod fuzz;
 pub mod model;
+#[cfg(feature = "raft")]
+pub mod peer_frames;
 mod rounds;
 pub mod run;
 
