@@ -168,3 +168,16 @@ fn serve_beyond_loopback_says_what_its_options_leave_open() {
         assert!(!local.iter().any(|l| l.contains("warning")), "{local:?}");
     }
 }
+
+/// The members' credential in the environment, where single servers run
+/// too: a single server starts, and takes no notice of it.
+#[test]
+fn a_single_server_starts_with_the_members_credential_in_its_environment() {
+    let mut serve = Serve::start_with(&[], |command| {
+        command.env("TICKETING_RAFT_CREDENTIAL", CREDENTIAL);
+    });
+    let mut raw = Raw::connect(&serve.addr);
+    raw.send("H 2 t -\n");
+    assert!(raw.line("W").starts_with("W "));
+    serve.kill();
+}

@@ -131,14 +131,14 @@ pub struct Args {
     #[arg(long, value_name = "N", default_value_t = 1_000, requires = "raft_id")]
     election_timeout_ms: u64,
     /// The credential members present to each other. Better from the
-    /// environment.
+    /// environment. Not used without --raft-id (so that the variable may
+    /// be set where single servers run too).
     #[arg(
         long,
         value_parser = Secret,
         allow_hyphen_values = true,
         env = RAFT_CREDENTIAL_ENV,
-        hide_env_values = true,
-        requires = "raft_id"
+        hide_env_values = true
     )]
     raft_credential: Option<Name>,
     /// Members do not authenticate each other: for a cluster on one
