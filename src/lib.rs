@@ -215,6 +215,8 @@ mod conn_id;
 mod hash;
 pub mod names;
 pub mod rng;
+#[cfg(test)]
+mod seeded;
 pub mod server;
 #[cfg(feature = "sim")]
 pub mod sim;

@@ -2016,7 +2016,9 @@ mod tests {
     use std::fs;
     use std::sync::atomic::{AtomicU64, Ordering};
 
-    use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
+    use quickcheck::{Arbitrary, Gen, TestResult};
+
+    use crate::seeded::qc;
     use raft::eraftpb::SnapshotMetadata;
 
     use super::*;
@@ -2971,37 +2973,7 @@ mod tests {
     // The model test: random runs of persist, compact (crashing at each
     // of its steps), reopen and torn writes, against an in-memory model.
 
-    /// The base seed when `TICKETING_QC_SEED` is not set (as in
-    /// tests/properties.rs, whose seeding this follows).
-    const DEFAULT_SEED: u64 = 0x7469_636b_6574_0001;
     const CASES_MODEL: u64 = 300;
-
-    fn base_seed() -> u64 {
-        match std::env::var("TICKETING_QC_SEED") {
-            Ok(text) => {
-                let text = text.trim();
-                let parsed = match text.strip_prefix("0x") {
-                    Some(hex) => u64::from_str_radix(hex, 16),
-                    None => text.parse(),
-                };
-                parsed.unwrap_or_else(|e| panic!("TICKETING_QC_SEED={text:?} is not a u64: {e}"))
-            }
-            Err(_) => DEFAULT_SEED,
-        }
-    }
-
-    fn qc(property: &str, cases: u64) -> QuickCheck {
-        let base = base_seed();
-        let mut seed = base;
-        for b in property.bytes() {
-            seed = (seed ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        println!("{property}: TICKETING_QC_SEED={base} (generator seed {seed:#x}), {cases} cases");
-        QuickCheck::new()
-            .rng(Gen::from_size_and_seed(40, seed))
-            .tests(cases)
-            .max_tests(cases)
-    }
 
     /// A Ready, in numbers the model turns into one that makes sense
     /// where the log stands (as raft-rs's do: nothing committed is

@@ -550,28 +550,7 @@ impl Replica {
             restored.snapshot,
             restored.entries,
         );
-        let raft_config = raft::Config {
-            id,
-            election_tick: ELECTION_TICKS,
-            heartbeat_tick: HEARTBEAT_TICKS,
-            min_election_tick: min,
-            max_election_tick: max,
-            applied: snapshot_index,
-            check_quorum: true,
-            pre_vote: true,
-            max_size_per_msg: 1 << 20,
-            max_inflight_msgs: 256,
-            // A follower learns how far the log is committed from the
-            // next append, or a heartbeat when there is none; not from an
-            // empty append of its own after every commit, which doubled
-            // what each entry cost it (a message in, a write and a
-            // message out) and answers no client sooner: the leader
-            // answers once it knows the entry committed.
-            skip_bcast_commit: true,
-            // What is waiting for a follower goes in one message.
-            batch_append: true,
-            ..raft::Config::default()
-        };
+        let raft_config = engine_config(id, (min, max), snapshot_index);
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node = RawNode::new(&raft_config, store, &logger)?;
         server.replicate();
@@ -1322,6 +1301,33 @@ impl Replica {
             self.leadership = Leadership::SteppedDown;
         }
         self.server.follow_replicated(self.now, role);
+    }
+}
+
+/// The configuration of a member's raft-rs engine: election timeouts
+/// drawn in `[min, max)` ticks, `applied` the index its table starts from.
+fn engine_config(id: u64, (min, max): (usize, usize), applied: u64) -> raft::Config {
+    raft::Config {
+        id,
+        election_tick: ELECTION_TICKS,
+        heartbeat_tick: HEARTBEAT_TICKS,
+        min_election_tick: min,
+        max_election_tick: max,
+        applied,
+        check_quorum: true,
+        pre_vote: true,
+        max_size_per_msg: 1 << 20,
+        max_inflight_msgs: 256,
+        // A follower learns how far the log is committed from the
+        // next append, or a heartbeat when there is none; not from an
+        // empty append of its own after every commit, which doubled
+        // what each entry cost it (a message in, a write and a
+        // message out) and answers no client sooner: the leader
+        // answers once it knows the entry committed.
+        skip_bcast_commit: true,
+        // What is waiting for a follower goes in one message.
+        batch_append: true,
+        ..raft::Config::default()
     }
 }
 

@@ -497,7 +497,9 @@ mod tests {
     use std::panic::{self, AssertUnwindSafe};
     use std::sync::Once;
 
-    use quickcheck::{Arbitrary, Gen, QuickCheck, TestResult};
+    use quickcheck::{Arbitrary, Gen, TestResult};
+
+    use crate::seeded::qc;
     use raft::prelude::{Entry, HardState, Snapshot, SnapshotMetadata};
     use raft::{RawNode, Ready};
 
@@ -529,38 +531,6 @@ mod tests {
         panicked
     }
 
-    /// The base seed when `TICKETING_QC_SEED` is not set (as in
-    /// tests/properties.rs, whose seeding this follows).
-    const DEFAULT_SEED: u64 = 0x7469_636b_6574_0001;
-    const CASES_RESTORABLE: u64 = 2_000;
-
-    fn base_seed() -> u64 {
-        match std::env::var("TICKETING_QC_SEED") {
-            Ok(text) => {
-                let text = text.trim();
-                let parsed = match text.strip_prefix("0x") {
-                    Some(hex) => u64::from_str_radix(hex, 16),
-                    None => text.parse(),
-                };
-                parsed.unwrap_or_else(|e| panic!("TICKETING_QC_SEED={text:?} is not a u64: {e}"))
-            }
-            Err(_) => DEFAULT_SEED,
-        }
-    }
-
-    fn qc(property: &str, cases: u64) -> QuickCheck {
-        let base = base_seed();
-        let mut seed = base;
-        for b in property.bytes() {
-            seed = (seed ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
-        }
-        println!("{property}: TICKETING_QC_SEED={base} (generator seed {seed:#x}), {cases} cases");
-        QuickCheck::new()
-            .rng(Gen::from_size_and_seed(40, seed))
-            .tests(cases)
-            .max_tests(cases)
-    }
-
     fn voters(ids: &[u64]) -> ConfState {
         ConfState {
             voters: ids.to_vec(),
@@ -572,18 +542,12 @@ mod tests {
     /// the raft-rs configuration a replica gives it.
     fn member(id: u64, hs: HardState, entries: Vec<Entry>) -> RawNode<LogStore> {
         let store = LogStore::restored(hs, voters(&[1, 2, 3]), None, entries);
-        let config = raft::Config {
-            id,
-            election_tick: super::super::ELECTION_TICKS,
-            heartbeat_tick: super::super::HEARTBEAT_TICKS,
-            check_quorum: true,
-            pre_vote: true,
-            max_size_per_msg: 1 << 20,
-            max_inflight_msgs: 256,
-            skip_bcast_commit: true,
-            batch_append: true,
-            ..raft::Config::default()
-        };
+        // A member's engine, as the replica configures it.
+        let ticks = (
+            super::super::ELECTION_TICKS,
+            2 * super::super::ELECTION_TICKS,
+        );
+        let config = super::super::engine_config(id, ticks, 0);
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         RawNode::new(&config, store, &logger).expect("a valid member")
     }
@@ -1315,6 +1279,7 @@ mod tests {
     // ----- forged messages into a running cluster ---------------------------
 
     const CASES_FORGED: u64 = 500;
+    const CASES_RESTORABLE: u64 = 2_000;
 
     /// A term or index of a forged message, most often near the
     /// receiver's own (its term, its last index), where raft-rs's

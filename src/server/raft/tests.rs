@@ -215,6 +215,21 @@ impl Cluster {
         self.sent.get(&(id, conn)).map_or("", String::as_str)
     }
 
+    /// Asserts that member `id`'s copy holds keys `k0`.. `k{n-1}` with the
+    /// tokens `leader` answered on `conn`.
+    pub(super) fn holds_what_was_granted(&self, id: u64, leader: u64, conn: ConnId, n: usize) {
+        for i in 0..n {
+            assert_eq!(
+                self.replicas[&id]
+                    .copy()
+                    .holder(&format!("k{i}"))
+                    .map(|h| h.token),
+                Some(self.token(leader, conn, &format!("k{i}"))),
+                "k{i} at {id}"
+            );
+        }
+    }
+
     /// The token of the grant of `key` answered on (`id`, `conn`).
     fn token(&self, id: u64, conn: ConnId, key: &str) -> u64 {
         let prefix = format!(" A {key} ");
@@ -479,13 +494,7 @@ fn a_member_cut_off_catches_up_by_appends_once_back() {
         led.log_span(),
         "by appends: no snapshot"
     );
-    for i in 0..10 {
-        assert_eq!(
-            caught_up.copy().holder(&format!("k{i}")).map(|h| h.token),
-            Some(c.token(leader, conn, &format!("k{i}"))),
-            "k{i}"
-        );
-    }
+    c.holds_what_was_granted(follower, leader, conn, 10);
 }
 
 #[test]
@@ -511,13 +520,7 @@ fn a_member_cut_off_past_a_compaction_catches_up_from_a_snapshot_once_back() {
     let caught_up = &c.replicas[&follower];
     assert!(caught_up.log_span().0 > behind + 1, "from a snapshot");
     assert_eq!(caught_up.committed(), c.replicas[&leader].committed());
-    for i in 0..20 {
-        assert_eq!(
-            caught_up.copy().holder(&format!("k{i}")).map(|h| h.token),
-            Some(c.token(leader, conn, &format!("k{i}"))),
-            "k{i}"
-        );
-    }
+    c.holds_what_was_granted(follower, leader, conn, 20);
 }
 
 #[test]
