@@ -209,60 +209,55 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
-mod adapters;
 pub mod client;
 mod conn_id;
 mod hash;
+#[cfg(feature = "server")]
+mod host;
+#[cfg(feature = "metrics")]
+pub mod metrics;
 pub mod names;
 pub mod rng;
+#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
+mod runtime;
 #[cfg(test)]
 mod seeded;
 pub mod server;
 #[cfg(feature = "sim")]
 pub mod sim;
+#[cfg(any(
+    feature = "server",
+    feature = "tokio",
+    feature = "futures-io",
+    feature = "blocking"
+))]
+mod sync;
 #[cfg(feature = "fuzzing")]
 pub mod testkit;
 pub mod time;
-pub mod wire;
-
-#[cfg(feature = "blocking")]
-pub use adapters::blocking;
-#[cfg(feature = "etcd")]
-pub use adapters::cluster;
-#[cfg(feature = "futures-io")]
-pub use adapters::futures_io;
-#[cfg(feature = "metrics")]
-pub use adapters::metrics;
-#[cfg(feature = "server")]
-pub use adapters::serve;
-#[cfg(feature = "server")]
-pub use adapters::state;
 #[cfg(any(
     feature = "tls",
     feature = "tokio",
     feature = "futures-io",
     feature = "blocking"
 ))]
-pub use adapters::tls;
-#[cfg(feature = "tokio")]
-pub use adapters::tokio;
+pub mod tls;
+pub mod wire;
 
-/// A replicated cluster (PROTOCOL.md 4.3, feature `raft`): what
-/// `ticketing serve --raft-id` runs.
-///
-/// | item | layer | what |
-/// |---|---|---|
-/// | [`Replica`](raft::Replica) | core, sans-IO | the server core beside a raft-rs `RawNode`: decisions replicated, answers held until committed, a committed copy of the table on every member |
-/// | [`RaftDisk`](raft::RaftDisk) | adapter | the member's Raft state in its state directory, one write and one sync per `Ready` |
-/// | [`Peers`](raft::Peers) | adapter, tokio | the authenticated links between members |
-/// | [`spawn_member`](raft::spawn_member) | adapter, tokio | a member served on a listener, as `ticketing::serve` serves a single server |
+#[cfg(feature = "etcd")]
+pub use host::etcd as cluster;
 #[cfg(feature = "raft")]
-pub mod raft {
-    pub use crate::adapters::raft_disk::*;
-    pub use crate::adapters::raft_peers::*;
-    pub use crate::adapters::raft_serve::*;
-    pub use crate::server::raft::*;
-}
+pub use host::raft;
+#[cfg(feature = "server")]
+pub use host::serve;
+#[cfg(feature = "server")]
+pub use host::state;
+#[cfg(feature = "blocking")]
+pub use runtime::blocking;
+#[cfg(feature = "futures-io")]
+pub use runtime::futures_io;
+#[cfg(feature = "tokio")]
+pub use runtime::tokio;
 
 pub use names::{Endpoint, Key, Name};
 pub use time::Time;

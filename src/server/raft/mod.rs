@@ -202,7 +202,7 @@ impl Restored {
 
 /// A member's durable state kept in memory: what a driver's disk must do
 /// with each [`Persist`] and [`Output::Compact`], for simulations and
-/// tests (the real one is `ticketing::raft_disk`). Losing it is a crash
+/// tests (the real one is `ticketing::raft::RaftDisk`). Losing it is a crash
 /// with disk loss.
 #[derive(Debug, Default)]
 pub struct MemoryDisk {

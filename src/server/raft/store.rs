@@ -1,6 +1,6 @@
 //! The Raft log as raft-rs reads it: the latest snapshot, the entries after
 //! it, the hard and configuration states, all in memory. What is durable
-//! is the driver's (`ticketing::raft_disk`): this store changes only as the
+//! is the driver's (`ticketing::raft::RaftDisk`): this store changes only as the
 //! node hands the same changes out to be made durable, so the two agree.
 
 use prost::Message as _;

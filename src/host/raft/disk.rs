@@ -132,7 +132,7 @@ use prost::Message as _;
 use raft::eraftpb::{ConfState, Entry, HardState, Snapshot};
 use thiserror::Error;
 
-use super::state::{self, StateDir, StateError};
+use crate::host::state::{self, StateDir, StateError};
 use crate::server::raft::ClusterId;
 
 /// The latest snapshot's file name in the state directory.
@@ -2919,7 +2919,7 @@ mod tests {
     ///
     /// ```text
     /// TICKETING_BENCH_DIR=/tmp cargo test --release --features raft --lib \
-    ///     raft_disk::tests::persist_timing -- --ignored --nocapture
+    ///     host::raft::disk::tests::persist_timing -- --ignored --nocapture
     /// ```
     #[test]
     #[ignore = "a timing loop, run by hand"]

@@ -44,21 +44,21 @@ use std::time::Instant;
 use async_io::{Async, Timer};
 use futures_io::{AsyncRead, AsyncWrite};
 
-use crate::adapters::driver::{self, Clock, Detached, Dial, Transport};
-use crate::adapters::error::unresolved;
-use crate::adapters::notices::Sink;
 use crate::client::{Config, ConfigError};
 use crate::names::Endpoint;
+use crate::runtime::driver::{self, Clock, Detached, Dial, Transport};
+use crate::runtime::error::unresolved;
+use crate::runtime::notices::Sink;
 
-pub use crate::adapters::driver::{
+pub use crate::runtime::driver::{
     Acquire, AcquireBuilder, Canceller, Handle, Lease, Lock, LockBuilder,
 };
-pub use crate::adapters::error::{AcquireError, ConnectError, RequestError, RunError, SpawnError};
-pub use crate::adapters::lease::{HeldGrant, LeaseStatus};
-pub use crate::adapters::notices::{Notices, CAPACITY as NOTICES_CAPACITY};
-pub use crate::adapters::shell::EXIT_FLUSH;
+pub use crate::runtime::error::{AcquireError, ConnectError, RequestError, RunError, SpawnError};
+pub use crate::runtime::lease::{HeldGrant, LeaseStatus};
+pub use crate::runtime::notices::{Notices, CAPACITY as NOTICES_CAPACITY};
+pub use crate::runtime::shell::EXIT_FLUSH;
 #[cfg(feature = "tls")]
-pub use crate::adapters::tls::futures_io::TlsConnector;
+pub use crate::runtime::tls::futures_io::TlsConnector;
 
 /// Opens connections for the client: TCP, TLS, a Unix socket, anything
 /// that reads and writes bytes through the `futures-io` traits.

@@ -32,23 +32,25 @@ use std::io;
 use std::ops::Deref;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::adapters::error::{AcquireError, ConnectError, RequestError, RunError};
-use crate::adapters::lease::{self, HeldGrant, LeaseStatus};
-use crate::adapters::notices::Sink;
-use crate::adapters::reply::{self, register, Receiver};
-use crate::adapters::shell::{
-    acquire_options, AcquireArgs, AcquireResult, Command, Io, Shell, EXIT_FLUSH,
-};
 use crate::client::{
     Client, ClientStats, Config, ConfigError, ConnId, Error, Grant, Outcome, TransportEnd,
 };
 use crate::names::{Endpoint, Key};
+use crate::runtime::error::{AcquireError, ConnectError, RequestError, RunError};
+use crate::runtime::lease::{self, HeldGrant, LeaseStatus};
+use crate::runtime::notices::Sink;
+use crate::runtime::reply::{self, Receiver};
+use crate::runtime::shell::{
+    acquire_options, AcquireArgs, AcquireResult, Command, Io, Shell, EXIT_FLUSH,
+};
+use crate::sync::lock;
+use crate::sync::register;
 use crate::time::Time;
 
 /// A connected byte stream, as the driver sees it.
@@ -86,11 +88,6 @@ pub(crate) trait Dial: Send + Sync + Unpin + 'static {
         &self,
         addr: Endpoint,
     ) -> Pin<Box<dyn Future<Output = io::Result<Self::Transport>> + Send>>;
-}
-
-/// Locks a mutex whose holders never leave its data half-changed.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Where the handles leave their requests for the driver: one queue behind

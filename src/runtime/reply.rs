@@ -7,6 +7,7 @@
 //! caller went away is then handed back to the core, which releases it by
 //! its exact token, and is never lost between "sent" and "dropped".
 
+use crate::sync::register;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
@@ -64,13 +65,6 @@ impl<T> State<T> {
             State::Ready(value) => Some(value),
             State::Waiting(..) | State::Closed => None,
         }
-    }
-}
-
-/// Keeps `cx`'s waker in `slot`, cloning it only if it is a new one.
-pub(crate) fn register(slot: &mut Option<Waker>, cx: &Context<'_>) {
-    if !slot.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
-        *slot = Some(cx.waker().clone());
     }
 }
 

@@ -19,9 +19,9 @@ use std::io;
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::adapters::lease::LeaseStatus;
 use crate::client::{CloseReason, ConfigError, Error};
 use crate::names::Endpoint;
+use crate::runtime::lease::LeaseStatus;
 
 /// Why a request other than an acquire gave no answer.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -239,14 +239,12 @@ impl fmt::Display for ConnectError {
             None => &"the server",
         };
         match (&self.reason, &self.io) {
-            (reason @ CloseReason::Tls(_), Some(io)) => {
-                match crate::adapters::tls::TlsFailure::of(io) {
-                    Some(failure) => {
-                        write!(f, "TLS handshake with {addr} failed: {failure} ({reason})")
-                    }
-                    None => write!(f, "TLS handshake with {addr} failed: {io} ({reason})"),
+            (reason @ CloseReason::Tls(_), Some(io)) => match crate::tls::TlsFailure::of(io) {
+                Some(failure) => {
+                    write!(f, "TLS handshake with {addr} failed: {failure} ({reason})")
                 }
-            }
+                None => write!(f, "TLS handshake with {addr} failed: {io} ({reason})"),
+            },
             (CloseReason::Tls(detail), None) => {
                 write!(f, "TLS handshake with {addr} failed ({detail})")
             }

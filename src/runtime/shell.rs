@@ -14,17 +14,17 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::adapters::error::{AcquireError, ConnectError};
-use crate::adapters::lease::{self, Guards};
-use crate::adapters::notices::Sink;
-use crate::adapters::reply::Sender;
-use crate::adapters::tls;
 use crate::client::{
     Action, BackoffCause, Client, ClientStats, CloseReason, ConnId, Error, Event, Grant, OpId,
     Outcome,
 };
 use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
+use crate::runtime::error::{AcquireError, ConnectError};
+use crate::runtime::lease::{self, Guards};
+use crate::runtime::notices::Sink;
+use crate::runtime::reply::Sender;
+use crate::runtime::tls;
 use crate::time::Time;
 
 /// A release's result as the adapters hand it out.
@@ -479,7 +479,7 @@ impl Shell {
             return;
         }
         self.published = Some(now);
-        crate::adapters::metrics::record_client(&self.client.stats());
+        crate::metrics::record_client(&self.client.stats());
     }
 
     /// Keeps `reply` for the outcome of the release just `started`, or
@@ -525,7 +525,7 @@ impl Shell {
                     }
                     self.link.answer(&Err(ConnectError::stopped()));
                     #[cfg(feature = "tracing")]
-                    crate::adapters::trace::notice(&Event::ShutdownComplete, None);
+                    crate::runtime::trace::notice(&Event::ShutdownComplete, None);
                     self.notices.notify(Event::ShutdownComplete);
                 }
                 other => {
@@ -581,7 +581,7 @@ impl Shell {
             _ => {}
         }
         #[cfg(feature = "tracing")]
-        crate::adapters::trace::notice(event, failure.as_ref());
+        crate::runtime::trace::notice(event, failure.as_ref());
         #[cfg(not(feature = "tracing"))]
         let _ = failure;
     }

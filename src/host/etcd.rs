@@ -53,11 +53,11 @@ use etcd_client::{
 use thiserror::Error;
 use tokio::sync::{watch, Notify};
 
-use crate::adapters::driver::lock;
-use crate::adapters::serve::ServerHandle;
-use crate::adapters::state::{unix_now, Epochs};
+use crate::host::serve::ServerHandle;
+use crate::host::state::{unix_now, Epochs};
 use crate::names::Endpoint;
 use crate::server::{next_epoch, EpochRecord, ImageError, Role, Term, TermError};
+use crate::sync::lock;
 
 /// Where a node finds etcd and how it campaigns.
 #[derive(Debug, Clone)]

@@ -2,8 +2,8 @@
 
 use std::io;
 
-use super::TlsFailure;
 use crate::names::Name;
+use crate::tls::TlsFailure;
 
 /// What a failed handshake is called: the [`TlsFailure`] of `error`, if it
 /// is one, as an I/O error that carries it; other I/O errors (a reset

@@ -31,10 +31,10 @@ use std::time::{Duration, Instant};
 use ::tokio::sync::mpsc;
 use raft::prelude::{Message, Snapshot};
 
-use crate::adapters::raft_disk::RaftDisk;
-use crate::adapters::raft_peers::Peers;
-use crate::adapters::serve::{Control, Core, Listener, ServerHandle};
-use crate::adapters::state::WallClock;
+use crate::host::raft::disk::RaftDisk;
+use crate::host::raft::peers::Peers;
+use crate::host::serve::{Control, Core, Listener, ServerHandle};
+use crate::host::state::WallClock;
 use crate::server::raft::{Output, Persist, Replica, ReplicaEvent};
 use crate::server::{Action, ConnId, Server};
 use crate::time::Time;
@@ -438,7 +438,7 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         let (disk, _) = RaftDisk::open(
             &dir,
-            crate::adapters::raft_disk::Start::NewCluster,
+            crate::host::raft::disk::Start::NewCluster,
             1,
             &[1, 2, 3],
         )
@@ -479,7 +479,7 @@ mod tests {
         for _ in 0..500 {
             if let Ok(opened) = RaftDisk::open(
                 &dir,
-                crate::adapters::raft_disk::Start::Existing,
+                crate::host::raft::disk::Start::Existing,
                 1,
                 &[1, 2, 3],
             ) {

@@ -1,8 +1,9 @@
 //! The tokio adapter's TLS connector, on tokio-rustls.
 
-use super::{bounded, ClientTls};
-use crate::adapters::tokio::{Connector, TcpConnector};
+use super::bounded;
 use crate::names::Endpoint;
+use crate::runtime::tokio::{Connector, TcpConnector};
+use crate::tls::ClientTls;
 
 tls_connector! {
     /// Connects through another connector (TCP unless told otherwise), then

@@ -19,8 +19,8 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::adapters::reply::register;
 use crate::client::Event;
+use crate::sync::register;
 
 /// How many notices wait unread before the driver stops reading.
 pub const CAPACITY: usize = 1024;

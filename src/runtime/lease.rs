@@ -9,10 +9,10 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use crate::adapters::reply::register;
 use crate::client::{Event, Grant, OpId, Outcome};
 use crate::hash::IdMap;
 use crate::names::Key;
+use crate::sync::register;
 use crate::time::Time;
 
 /// Where a held grant stands, as its client knows it.

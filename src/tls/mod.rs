@@ -64,84 +64,17 @@
 use std::borrow::Cow;
 use std::io;
 
-/// Defines a client adapter's `TlsConnector`: a connector of the adapter
-/// (its `TcpConnector` by default) and a [`ClientTls`]. With `async`, also
-/// the adapter's `Connector` on it: the inner connection, then the
-/// handshake of the rustls wrapper crate named, bounded by the timer
-/// function named (`sleep(duration)`).
-#[cfg(feature = "tls")]
-#[allow(unused_macros)] // with no client adapter
-macro_rules! tls_connector {
-    ($(#[$doc:meta])* async: $rustls:ident, $sleep:path) => {
-        tls_connector! { $(#[$doc])* }
-
-        impl<C: Connector> Connector for TlsConnector<C> {
-            type Stream = $rustls::client::TlsStream<C::Stream>;
-
-            async fn connect(&self, addr: Endpoint) -> std::io::Result<Self::Stream> {
-                let name = self.tls.server_name_for(&addr)?;
-                let stream = self.inner.connect(addr).await?;
-                let tls = $rustls::TlsConnector::from(std::sync::Arc::clone(&self.tls.config));
-                bounded(tls.connect(name, stream), $sleep(self.tls.handshake_timeout)).await
-            }
-        }
-    };
-    ($(#[$doc:meta])*) => {
-        $(#[$doc])*
-        #[derive(Clone, Debug)]
-        pub struct TlsConnector<C = TcpConnector> {
-            inner: C,
-            tls: ClientTls,
-        }
-
-        impl TlsConnector {
-            /// TLS over TCP.
-            pub fn new(tls: ClientTls) -> TlsConnector {
-                TlsConnector::over(TcpConnector, tls)
-            }
-        }
-
-        impl<C> TlsConnector<C> {
-            /// TLS over the streams of `inner`.
-            pub fn over(inner: C, tls: ClientTls) -> TlsConnector<C> {
-                TlsConnector { inner, tls }
-            }
-        }
-    };
-}
-
-#[cfg(all(feature = "tls", feature = "blocking"))]
-pub(crate) mod blocking;
 #[cfg(feature = "tls")]
 mod config;
-#[cfg(all(feature = "tls", feature = "futures-io"))]
-pub(crate) mod futures_io;
-#[cfg(all(
-    feature = "tls",
-    any(feature = "tokio", feature = "futures-io", feature = "blocking")
-))]
-mod handshake;
-#[cfg(all(feature = "tls", feature = "server"))]
-pub(crate) mod serve;
-#[cfg(all(feature = "tls", feature = "tokio"))]
-pub(crate) mod tokio;
 
 #[cfg(feature = "tls")]
 pub use config::{ClientTls, ClientTlsBuilder, Identity, ServerTls, ServerTlsBuilder, TlsError};
-#[cfg(all(feature = "tls", any(feature = "tokio", feature = "futures-io")))]
-pub(crate) use handshake::bounded;
-#[cfg(all(feature = "tls", feature = "blocking"))]
-pub(crate) use handshake::handshake_error;
 /// The rustls this crate is built with, for embedders that make their own
 /// [`rustls::ClientConfig`] or [`rustls::ServerConfig`].
 #[cfg(feature = "tls")]
 pub use rustls;
 
-#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
-use crate::client::{Client, ConnId};
 use crate::names::Name;
-#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
-use crate::time::Time;
 
 /// Why a TLS handshake failed, as a connector tells the adapter. Carried
 /// in the [`io::Error`] a connector returns (`io::Error::from(failure)`).
@@ -223,17 +156,6 @@ impl From<TlsFailure> for io::Error {
             _ => io::ErrorKind::InvalidData,
         };
         io::Error::new(kind, failure)
-    }
-}
-
-#[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
-/// Hands a failed connect attempt to the core: as a TLS failure, with its
-/// detail, if `error` carries one, else as a failed connect.
-pub(crate) fn connect_failed(client: &mut Client, now: Time, conn: ConnId, error: &io::Error) {
-    // Every detail is an atom; were one ever not, the attempt still fails.
-    match TlsFailure::of(error).and_then(|f| Name::new(f.detail()).ok()) {
-        Some(detail) => client.handle_tls_failed(now, conn, detail),
-        None => client.handle_connect_failed(now, conn),
     }
 }
 

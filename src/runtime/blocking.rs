@@ -43,21 +43,22 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
-use crate::adapters::error::unresolved;
-use crate::adapters::lease;
-use crate::adapters::notices::Sink;
-use crate::adapters::reply::{self, Receiver};
-use crate::adapters::shell::{acquire_options, AcquireArgs, AcquireResult, Command, Io, Shell};
 use crate::client::{Client, ClientStats, Config, ConnId, Error, Grant, Outcome, TransportEnd};
 use crate::names::{Endpoint, Key};
+use crate::runtime::error::unresolved;
+use crate::runtime::lease;
+use crate::runtime::notices::Sink;
+use crate::runtime::reply::{self, Receiver};
+use crate::runtime::shell::{acquire_options, AcquireArgs, AcquireResult, Command, Io, Shell};
+use crate::sync::lock;
 use crate::time::Time;
 
-pub use crate::adapters::error::{AcquireError, ConnectError, RequestError, RunError, SpawnError};
-pub use crate::adapters::lease::{HeldGrant, LeaseStatus};
-pub use crate::adapters::notices::{BlockingNotices as Notices, CAPACITY as NOTICES_CAPACITY};
-pub use crate::adapters::shell::EXIT_FLUSH;
+pub use crate::runtime::error::{AcquireError, ConnectError, RequestError, RunError, SpawnError};
+pub use crate::runtime::lease::{HeldGrant, LeaseStatus};
+pub use crate::runtime::notices::{BlockingNotices as Notices, CAPACITY as NOTICES_CAPACITY};
+pub use crate::runtime::shell::EXIT_FLUSH;
 #[cfg(feature = "tls")]
-pub use crate::adapters::tls::blocking::{TlsConnector, TlsStream};
+pub use crate::runtime::tls::blocking::{TlsConnector, TlsStream};
 
 /// A blocking byte stream the adapter can read on one thread while it
 /// writes on another.
@@ -217,10 +218,6 @@ impl<S: Send + 'static> Wake for RoomWaker<S> {
 }
 
 /// Locks a mutex whose holders never leave its data half-changed.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 struct Inner {
     commands: Box<dyn Fn(Command) -> bool + Send + Sync>,
     orphaned: Box<dyn Fn() + Send + Sync>,

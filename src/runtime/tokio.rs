@@ -41,19 +41,19 @@ use std::time::Instant;
 use ::tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use ::tokio::time::Sleep;
 
-use crate::adapters::driver::{self, Clock, Detached, Dial, Transport};
-use crate::adapters::notices::Sink;
 use crate::client::Config;
 use crate::names::Endpoint;
+use crate::runtime::driver::{self, Clock, Detached, Dial, Transport};
+use crate::runtime::notices::Sink;
 
-pub use crate::adapters::driver::{
+pub use crate::runtime::driver::{
     Acquire, AcquireBuilder, Canceller, Handle, Lease, Lock, LockBuilder,
 };
-pub use crate::adapters::error::{AcquireError, ConnectError, RequestError, RunError, SpawnError};
-pub use crate::adapters::lease::{HeldGrant, LeaseStatus};
-pub use crate::adapters::shell::EXIT_FLUSH;
+pub use crate::runtime::error::{AcquireError, ConnectError, RequestError, RunError, SpawnError};
+pub use crate::runtime::lease::{HeldGrant, LeaseStatus};
+pub use crate::runtime::shell::EXIT_FLUSH;
 #[cfg(feature = "tls")]
-pub use crate::adapters::tls::tokio::TlsConnector;
+pub use crate::runtime::tls::tokio::TlsConnector;
 
 /// Opens connections for the client: TCP, TLS, a Unix socket, anything
 /// that reads and writes bytes.
@@ -76,8 +76,8 @@ impl Connector for TcpConnector {
     async fn connect(&self, addr: Endpoint) -> io::Result<Self::Stream> {
         let sockets = ::tokio::net::lookup_host(addr.as_str())
             .await
-            .map_err(|e| crate::adapters::error::unresolved(&addr, e))?;
-        let mut last = crate::adapters::error::unresolved(&addr, io::ErrorKind::NotFound.into());
+            .map_err(|e| crate::runtime::error::unresolved(&addr, e))?;
+        let mut last = crate::runtime::error::unresolved(&addr, io::ErrorKind::NotFound.into());
         for socket in sockets {
             match ::tokio::net::TcpStream::connect(socket).await {
                 Ok(stream) => {
@@ -91,7 +91,7 @@ impl Connector for TcpConnector {
     }
 }
 
-pub use crate::adapters::notices::{Notices, CAPACITY as NOTICES_CAPACITY};
+pub use crate::runtime::notices::{Notices, CAPACITY as NOTICES_CAPACITY};
 
 /// Starts a client on the current tokio runtime: its driver is a task of
 /// that runtime, and it connects in the background (see

@@ -12,8 +12,8 @@
 
 use tracing::{debug, error, info, warn};
 
-use crate::adapters::error::ConnectError;
 use crate::client::{CloseReason, Event};
+use crate::runtime::error::ConnectError;
 
 /// Emits `event` (`failure`: the attempt's end, with its I/O error, for a
 /// `Closed` notice).

@@ -46,13 +46,13 @@ use ::tokio::task::JoinHandle;
 use ::tokio::time::Sleep;
 use bytes::Bytes;
 
-use crate::adapters::driver::lock;
-use crate::adapters::reply::register;
-use crate::adapters::state::{Epochs, WallClock, EPOCH_RETRY};
+use crate::host::state::{Epochs, WallClock, EPOCH_RETRY};
 #[cfg(feature = "tls")]
-pub use crate::adapters::tls::serve::{HandshakeLimits, TlsListener, TlsServerStream};
+pub use crate::host::tls::{HandshakeLimits, TlsListener, TlsServerStream};
 use crate::names::Endpoint;
 use crate::server::{Action, ConnId, LockTable, Role, Server, ServerStats, Term, TermError};
+use crate::sync::lock;
+use crate::sync::register;
 use crate::time::Time;
 
 /// A server running on a tokio task.
@@ -946,7 +946,7 @@ mod tests {
     use ::tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 
     use super::*;
-    use crate::adapters::state::{Keeping, KeptEpochs, StateDir};
+    use crate::host::state::{Keeping, KeptEpochs, StateDir};
     use crate::names::Name;
     use crate::server::{epoch_of, Config, EpochSource, TERM_GRANTS};
 

@@ -21,15 +21,17 @@
 use std::io::{self, Read, Write};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
+use std::sync::{Arc, Mutex, TryLockError};
 use std::thread;
 use std::time::{Duration, Instant};
 
 use rustls::ClientConnection;
 
-use super::{handshake_error, ClientTls, TlsFailure};
-use crate::adapters::blocking::{BlockingStream, Connector, TcpConnector};
+use super::handshake_error;
 use crate::names::Endpoint;
+use crate::runtime::blocking::{BlockingStream, Connector, TcpConnector};
+use crate::sync::lock;
+use crate::tls::{ClientTls, TlsFailure};
 
 tls_connector! {
     /// Connects through another connector (TCP unless told otherwise), then
@@ -119,10 +121,6 @@ fn handshake<S: BlockingStream>(
 }
 
 /// Locks a mutex whose holders never leave its data half-changed.
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 /// What the handles on one TLS connection share.
 struct Shared {
     session: Mutex<ClientConnection>,

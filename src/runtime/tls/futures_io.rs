@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use super::{bounded, ClientTls};
-use crate::adapters::futures_io::{Connector, TcpConnector};
+use super::bounded;
 use crate::names::Endpoint;
+use crate::runtime::futures_io::{Connector, TcpConnector};
+use crate::tls::ClientTls;
 
 tls_connector! {
     /// Connects through another connector (TCP unless told otherwise), then

@@ -42,8 +42,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_rustls::server::TlsStream;
 use tokio_rustls::TlsAcceptor;
 
-use super::ServerTls;
-use crate::adapters::serve::Listener;
+use crate::host::serve::Listener;
+use crate::tls::ServerTls;
 
 /// How a [`TlsListener`] runs handshakes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
