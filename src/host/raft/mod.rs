@@ -9,7 +9,9 @@
 //! | [`spawn_member`] | host, tokio (`serve.rs`) | a member served on a listener, as `ticketing::serve` serves a single server |
 
 mod disk;
+mod hello;
 mod peers;
+mod record;
 mod serve;
 
 pub use self::disk::*;
