@@ -337,7 +337,7 @@ impl Wake for ConnWaker {
 }
 
 /// An accepted connection.
-struct Link<S> {
+struct Accepted<S> {
     stream: S,
     ready: Arc<ConnWaker>,
     waker: Waker,
@@ -366,14 +366,14 @@ enum Read {
     Ended,
 }
 
-impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Link<S> {
-    fn new(conn: ConnId, stream: S, ready: &Arc<Ready>) -> Link<S> {
+impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Accepted<S> {
+    fn new(conn: ConnId, stream: S, ready: &Arc<Ready>) -> Accepted<S> {
         let ready = Arc::new(ConnWaker {
             conn,
             queued: AtomicBool::new(false),
             ready: Arc::clone(ready),
         });
-        Link {
+        Accepted {
             stream,
             waker: Waker::from(Arc::clone(&ready)),
             ready,
@@ -470,7 +470,7 @@ impl<S: AsyncRead + AsyncWrite + Send + Unpin + 'static> Link<S> {
         if let Some(front) = self.out.front_mut() {
             let _ = front.split_to(self.written);
         }
-        let Link {
+        let Accepted {
             mut stream, out, ..
         } = self;
         ::tokio::spawn(async move {
@@ -602,7 +602,7 @@ struct Serving<L: Listener, C: Core> {
     start: Instant,
     listener: L,
     control: mpsc::UnboundedReceiver<Control>,
-    links: HashMap<ConnId, Link<L::Stream>>,
+    links: HashMap<ConnId, Accepted<L::Stream>>,
     ready: Arc<Ready>,
     /// The connections to read (and flush) in this pass.
     turn: Vec<ConnId>,
@@ -762,7 +762,7 @@ impl<L: Listener, C: Core> Serving<L, C> {
                     self.accept_backoff = ACCEPT_BACKOFF_MIN;
                     let conn = self.server.handle_accept(self.now());
                     self.links
-                        .insert(conn, Link::new(conn, stream, &self.ready));
+                        .insert(conn, Accepted::new(conn, stream, &self.ready));
                     // Read it now: that also asks to be woken by its bytes.
                     self.turn.push(conn);
                     accepted = true;

@@ -214,7 +214,7 @@ enum Waiter {
 /// `connected()` answers, and what the cause of an acquire that could not
 /// be sent is shown with.
 #[derive(Default)]
-struct Link {
+struct Standing {
     /// A server took the client (`W`), and the connection has not ended.
     welcomed: bool,
     /// A whole round refused the client; until the next `W`.
@@ -228,7 +228,7 @@ struct Link {
     waiters: Vec<Sender<Result<(), ConnectError>>>,
 }
 
-impl Link {
+impl Standing {
     fn answer(&mut self, result: &Result<(), ConnectError>) {
         for reply in self.waiters.drain(..) {
             let _ = reply.send(result.clone());
@@ -245,7 +245,7 @@ pub(crate) struct Shell {
     shutdown_waiters: Vec<Sender<Result<(), Error>>>,
     flush_waiters: Vec<Sender<()>>,
     guards: Guards,
-    link: Link,
+    link: Standing,
     notices: Sink,
     /// When the counters were last published (feature `metrics`).
     #[cfg(feature = "metrics")]
@@ -263,7 +263,7 @@ impl Shell {
             shutdown_waiters: Vec::new(),
             flush_waiters: Vec::new(),
             guards: Guards::new(start),
-            link: Link::default(),
+            link: Standing::default(),
             notices,
             #[cfg(feature = "metrics")]
             published: None,

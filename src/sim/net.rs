@@ -1,4 +1,4 @@
-//! The simulated network: one [`Link`] per connection a client core opens,
+//! The simulated network: one [`SimConn`] per connection a client core opens,
 //! to a node of the cluster, to the impostor, or to nowhere.
 //!
 //! Each direction of a link is first-in first-out, like TCP: a write is
@@ -54,7 +54,7 @@ pub(super) enum Request {
 }
 
 /// One connection.
-pub(super) struct Link {
+pub(super) struct SimConn {
     pub(super) client: usize,
     pub(super) cconn: ClientConn,
     pub(super) target: Target,
@@ -77,7 +77,7 @@ pub(super) struct Link {
     pub(super) requests: BTreeMap<u64, Request>,
 }
 
-impl Link {
+impl SimConn {
     /// Whether neither side will do anything more with it.
     pub(super) fn is_done(&self) -> bool {
         self.client_closed && (self.server_closed || self.sconn.is_none())
@@ -112,7 +112,7 @@ impl Partition {
 /// Every link, and the indexes to find one.
 #[derive(Default)]
 pub(super) struct Net {
-    pub(super) links: BTreeMap<LinkId, Link>,
+    pub(super) links: BTreeMap<LinkId, SimConn>,
     pub(super) by_client: BTreeMap<(usize, u64), LinkId>,
     /// `(node, instance, server conn)`; the impostor is node `usize::MAX`.
     pub(super) by_server: BTreeMap<(usize, u64, u64), LinkId>,
@@ -127,7 +127,7 @@ impl Net {
         let id = self.next;
         self.links.insert(
             id,
-            Link {
+            SimConn {
                 client,
                 cconn,
                 target,

@@ -580,7 +580,7 @@ impl Peers {
         for (&peer, &addr) in cfg.members.iter().filter(|(&id, _)| id != cfg.id) {
             let (tx, rx) = mpsc::channel(cfg.queue_limit);
             queues.insert(peer, tx);
-            let link = Link {
+            let link = Outbound {
                 me: cfg.id,
                 peer,
                 addr,
@@ -766,7 +766,7 @@ async fn read_frame(stream: &mut (impl AsyncRead + Unpin), limit: usize) -> io::
 }
 
 /// The outbound link to one peer.
-struct Link {
+struct Outbound {
     me: u64,
     peer: u64,
     addr: SocketAddr,
@@ -776,7 +776,7 @@ struct Link {
     ours: Ours,
 }
 
-impl Link {
+impl Outbound {
     /// Drains `queue` into connections to the peer, made when there is
     /// something to send, until the queue's senders are gone.
     async fn run(self, mut queue: mpsc::Receiver<Message>) {
