@@ -56,10 +56,13 @@ mod action;
 mod config;
 pub(crate) mod credential;
 mod decision;
+#[cfg(feature = "raft")]
 mod holdback;
 mod image;
 #[cfg(feature = "raft")]
 pub mod raft;
+#[cfg(feature = "raft")]
+mod replicated;
 mod stats;
 mod table;
 mod term;
@@ -84,6 +87,7 @@ pub use term::{
 use core::time::Duration;
 
 use self::credential::Credential;
+#[cfg(feature = "raft")]
 use self::holdback::Holdback;
 use self::table::{Acquired, Limits, Renewal, Reply};
 use crate::names::Endpoint;
@@ -311,7 +315,9 @@ pub struct Server {
     pending: VecDeque<Pending>,
     replies: Vec<Reply>,
     /// A replicated cluster's answers waiting for their commits
-    /// (PROTOCOL.md 4.3); `None` on a server that does not replicate.
+    /// (PROTOCOL.md 4.3, `replicated.rs`); `None` on a server that does
+    /// not replicate.
+    #[cfg(feature = "raft")]
     holdback: Option<Holdback>,
     /// The counters (the current values are filled in when read).
     stats: ServerStats,
@@ -336,6 +342,7 @@ impl Server {
             outbox: BTreeMap::new(),
             pending: VecDeque::new(),
             replies: Vec::new(),
+            #[cfg(feature = "raft")]
             holdback: None,
             stats: ServerStats::default(),
         })
@@ -472,9 +479,9 @@ impl Server {
         self.lead_until = None;
         let was_leader = self.role.is_leader();
         self.role = role;
-        if let Some(holdback) = self.holdback.as_mut().filter(|_| !self.role.is_leader()) {
-            // What was not committed may never be: none of it is said.
-            holdback.discard();
+        #[cfg(feature = "raft")]
+        if !self.role.is_leader() {
+            self.discard_held();
         }
         if was_leader {
             if let Some(farewell) = self.refusal() {
@@ -591,84 +598,6 @@ impl Server {
         self.deliver(&mut replies);
         self.replies = replies;
         Ok(())
-    }
-
-    // ----- a replicated cluster (PROTOCOL.md 4.3) ---------------------------
-
-    /// Makes this server a member of a replicated cluster: its table notes
-    /// every decision as a leader's, and its answers wait for the commit of
-    /// what they depend on (`holdback.rs`). The driver (the Raft node)
-    /// takes the decisions of each turn ([`Server::take_decisions`]) and
-    /// says what is committed ([`Server::handle_committed`]).
-    pub(crate) fn replicate(&mut self) {
-        self.table.set_journaling(true);
-        self.holdback.get_or_insert_with(Holdback::default);
-    }
-
-    /// The decisions made since the last call, as one turn: its number,
-    /// which [`Server::handle_committed`] is given back once their entry
-    /// is committed. `None` when none was made.
-    pub(crate) fn take_decisions(&mut self) -> Option<(u64, Vec<Decision>)> {
-        if !self.table.has_journal() {
-            return None;
-        }
-        let turn = self.holdback.as_mut()?.take_turn();
-        Some((turn, self.table.take_journal()))
-    }
-
-    /// The entry of `turn` (and so every one before it) is committed: the
-    /// answers that waited for it go out.
-    pub(crate) fn handle_committed(&mut self, now: Time, turn: u64) {
-        self.advance(now);
-        let Some(mut holdback) = self.holdback.take() else {
-            return;
-        };
-        holdback.commit(turn, |conn, frame| {
-            let Some(Phase::Ready { unanswered, .. }) =
-                self.conns.get_mut(&conn).map(|c| &mut c.phase)
-            else {
-                // Its connection closed meanwhile.
-                return;
-            };
-            *unanswered = unanswered.saturating_sub(1);
-            self.output(conn).extend_from_slice(frame);
-        });
-        self.holdback = Some(holdback);
-    }
-
-    /// Leads with `table`, a member's copy of the committed table: tokens
-    /// from here on are of `epoch` (`floor + index` of the next entry).
-    pub(crate) fn lead_replicated(&mut self, now: Time, mut table: LockTable, epoch: u64) {
-        self.advance(now);
-        self.close_waiting_connections();
-        table.drop_all_waiters();
-        table.set_journaling(true);
-        table.set_entry_epoch(epoch);
-        self.table = table;
-        if let Some(holdback) = &mut self.holdback {
-            holdback.discard();
-        }
-        self.step_down(Role::Leader);
-        self.advance(now);
-    }
-
-    /// Stops leading (if it did) and takes `role`: clients are closed with
-    /// its farewell, answers held back are never sent, and the leader's
-    /// table, with what was not committed, is dropped.
-    pub(crate) fn follow_replicated(&mut self, now: Time, role: Role) {
-        self.advance(now);
-        self.step_down(role);
-        if let Some(holdback) = &mut self.holdback {
-            holdback.discard();
-        }
-        let mut table = self.table.successor();
-        table.set_journaling(true);
-        self.table = table;
-    }
-
-    /// Tokens of decisions from here on are of `epoch`: the next entry's.
-    pub(crate) fn set_entry_epoch(&mut self, epoch: u64) {
-        self.table.set_entry_epoch(epoch);
     }
 
     /// The lock table written out at `now` (to be encoded with
@@ -946,16 +875,8 @@ impl Server {
             AnswerKind::Gone => &mut s.renewals_gone,
         } += 1;
         let frame = ServerFrame::Answer(Answer { id, key, kind });
-        let open = self.table.has_journal();
-        if let Some(after) = self.holdback.as_ref().and_then(|h| h.barrier(open)) {
-            if let Some(Phase::Ready { unanswered, .. }) =
-                self.conns.get_mut(&conn).map(|c| &mut c.phase)
-            {
-                *unanswered = unanswered.saturating_add(1);
-            }
-            if let Some(holdback) = &mut self.holdback {
-                holdback.hold(after, conn, |buf| frame.encode(buf));
-            }
+        #[cfg(feature = "raft")]
+        if self.hold_back(conn, &frame) {
             return;
         }
         frame.encode(self.output(conn));
@@ -1221,22 +1142,6 @@ impl core::fmt::Debug for Server {
             .field("connections", &self.conns.len())
             .field("table", &self.table)
             .finish_non_exhaustive()
-    }
-}
-
-/// The simulator's sabotage `answer-before-commit` (feature `sabotage`).
-#[cfg(feature = "sabotage")]
-impl Server {
-    /// Breaks PROTOCOL.md 4.3 on purpose, for the simulator to catch: as a
-    /// member of a replicated cluster, this server sends every answer as
-    /// soon as it is computed, never holding one back for the commit of
-    /// what it depends on. Call it before the server is handed to its
-    /// replica.
-    #[doc(hidden)]
-    pub fn answer_before_commit(&mut self) {
-        self.holdback
-            .get_or_insert_with(Holdback::default)
-            .never_hold = true;
     }
 }
 

@@ -255,7 +255,30 @@ pub struct LockTable {
     expired: u64,
     /// The decisions made since they were last taken, noted only while a
     /// replicated cluster's leader keeps the table (PROTOCOL.md 4.3).
-    journal: Option<Vec<Decision>>,
+    journal: Journal,
+}
+
+/// Where a table notes each decision as it makes it: a replicated
+/// cluster's leader's journal (PROTOCOL.md 4.3, feature `raft`), taken one
+/// turn at a time as a Raft entry. Nothing is noted, nor built, without the
+/// feature or until journaling is on.
+#[derive(Debug, Default, Clone)]
+struct Journal {
+    #[cfg(feature = "raft")]
+    noted: Option<Vec<Decision>>,
+}
+
+impl Journal {
+    /// Notes the decision `made` makes, if notes are kept.
+    #[inline]
+    fn note(&mut self, made: impl FnOnce() -> Decision) {
+        #[cfg(feature = "raft")]
+        if let Some(noted) = &mut self.noted {
+            noted.push(made());
+        }
+        #[cfg(not(feature = "raft"))]
+        let _ = made;
+    }
 }
 
 impl LockTable {
@@ -378,13 +401,11 @@ impl LockTable {
                             conn,
                             lease_ms,
                         );
-                        if let Some(journal) = &mut self.journal {
-                            journal.push(Decision::Grant {
-                                key: vacant.key().0.clone(),
-                                token,
-                                lease_ms,
-                            });
-                        }
+                        self.journal.note(|| Decision::Grant {
+                            key: vacant.key().0.clone(),
+                            token,
+                            lease_ms,
+                        });
                         vacant.insert(Slot {
                             grant: Some(grant),
                             queue: BTreeSet::new(),
@@ -457,12 +478,10 @@ impl LockTable {
         match slot.grant {
             Some(grant) if grant.token == token => {
                 self.expiries.remove(&Expiry::of(&grant));
-                if let Some(journal) = &mut self.journal {
-                    journal.push(Decision::Release {
-                        key: name.0.clone(),
-                        token,
-                    });
-                }
+                self.journal.note(|| Decision::Release {
+                    key: name.0.clone(),
+                    token,
+                });
                 if !slot.queue.is_empty() {
                     slot.grant = None;
                     self.keys.insert(name, slot);
@@ -496,13 +515,11 @@ impl LockTable {
                 // leader answers a renewal only once an entry after it
                 // is committed, so a leader that lost its majority never
                 // tells a holder it holds.
-                if let Some(journal) = &mut self.journal {
-                    journal.push(Decision::Renew {
-                        key: Key::from(key),
-                        token,
-                        lease_ms,
-                    });
-                }
+                self.journal.note(|| Decision::Renew {
+                    key: Key::from(key),
+                    token,
+                    lease_ms,
+                });
                 if end > grant.expires_at {
                     self.expiries.remove(&Expiry::of(&grant));
                     let renewed = Holder {
@@ -570,12 +587,10 @@ impl LockTable {
                         if slot.grant.is_some_and(|g| g.token == token) {
                             slot.grant = None;
                             self.expired += 1;
-                            if let Some(journal) = &mut self.journal {
-                                journal.push(Decision::Expire {
-                                    key: key.clone(),
-                                    token,
-                                });
-                            }
+                            self.journal.note(|| Decision::Expire {
+                                key: key.clone(),
+                                token,
+                            });
                         }
                     }
                     self.promote(at, key.as_str(), out);
@@ -845,13 +860,11 @@ impl LockTable {
             .entry(KeyName(waiter.key.clone()))
             .or_default()
             .grant = Some(grant);
-        if let Some(journal) = &mut self.journal {
-            journal.push(Decision::Grant {
-                key: waiter.key.clone(),
-                token,
-                lease_ms: waiter.lease_ms,
-            });
-        }
+        self.journal.note(|| Decision::Grant {
+            key: waiter.key.clone(),
+            token,
+            lease_ms: waiter.lease_ms,
+        });
         let waited_ms = at.millis_since(waiter.since).min(waiter.wait_ms);
         out.push(Reply {
             conn: waiter.conn,
@@ -897,26 +910,31 @@ impl LockTable {
     // ----- a replicated cluster (PROTOCOL.md 4.3) --------------------------
 
     /// Starts noting every decision (a leader's table), or stops.
+    #[cfg(feature = "raft")]
     pub(crate) fn set_journaling(&mut self, on: bool) {
-        self.journal = on.then(Vec::new);
+        self.journal.noted = on.then(Vec::new);
     }
 
     /// The decisions noted since the last call.
+    #[cfg(feature = "raft")]
     pub(crate) fn take_journal(&mut self) -> Vec<Decision> {
         self.journal
+            .noted
             .as_mut()
             .map(core::mem::take)
             .unwrap_or_default()
     }
 
     /// Whether decisions were noted since they were last taken.
+    #[cfg(feature = "raft")]
     pub(crate) fn has_journal(&self) -> bool {
-        self.journal.as_ref().is_some_and(|j| !j.is_empty())
+        self.journal.noted.as_ref().is_some_and(|j| !j.is_empty())
     }
 
     /// Tokens from here on are of `epoch` (the one of the Raft entry the
     /// next decisions go into), counting from 1 in it, and a full count
     /// asks the driver for the next one ([`EpochSource::Driver`]).
+    #[cfg(feature = "raft")]
     pub(crate) fn set_entry_epoch(&mut self, epoch: u64) {
         self.counter.source = EpochSource::Driver;
         if epoch > self.counter.epoch {
@@ -931,6 +949,7 @@ impl LockTable {
     /// table, at `now`: a lease counts from when it is applied, so that a
     /// member's lease never ends before the leader's. A copy never fires
     /// its own timers: leases end when the leader says so.
+    #[cfg(feature = "raft")]
     pub(crate) fn apply(&mut self, now: Time, decision: &Decision) {
         match decision {
             Decision::Floor { .. } | Decision::Cluster { .. } => {}
