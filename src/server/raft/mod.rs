@@ -48,6 +48,7 @@
 //! longer wait for the copy.
 
 mod identity;
+mod parts;
 mod screen;
 mod snapshot;
 mod store;
@@ -62,6 +63,7 @@ use raft::{RawNode, StateRole};
 use thiserror::Error;
 
 pub use self::identity::{ClusterId, ClusterIdError};
+use self::parts::{Persists, Proposal, Proposals, Settled, Ticker};
 pub use self::screen::Refusal;
 use self::snapshot::SnapshotData;
 use self::store::LogStore;
@@ -385,22 +387,6 @@ enum Leadership {
     Failed,
 }
 
-/// One entry the leader proposed and has not seen committed.
-#[derive(Debug)]
-struct Proposal {
-    /// The server's turn (0: none, the floor alone).
-    turn: u64,
-    index: u64,
-    term: u64,
-    /// What it holds, so that the leader applies it to its copy without
-    /// reading its own bytes back.
-    decisions: Vec<Decision>,
-}
-
-/// The leader's entries not yet committed, in order.
-#[derive(Debug, Default)]
-struct Proposals(VecDeque<Proposal>);
-
 /// One committed entry not yet applied to the copy.
 #[derive(Debug)]
 enum Committed {
@@ -422,20 +408,6 @@ impl Committed {
     }
 }
 
-/// One [`Persist`] handed out, or a Ready with nothing to write behind
-/// one, whose durability the driver has still to say.
-#[derive(Debug)]
-struct InFlight {
-    /// The raft-rs Ready it came from; none for one that only records the
-    /// cluster's identity.
-    ready: Option<u64>,
-    /// Messages that may go only once it is durable.
-    after: Vec<Message>,
-    /// Whether it was handed out (a Ready with nothing to write is durable
-    /// with the write before it).
-    wrote: bool,
-}
-
 /// Entries committed and not yet in the copy, in order: empty after every
 /// turn unless the driver defers them ([`Replica::defer_apply`]).
 #[derive(Debug, Default)]
@@ -455,6 +427,7 @@ pub struct Replica {
     floor: u64,
     members: BTreeMap<u64, Endpoint>,
     leadership: Leadership,
+    /// The leader's entries not yet committed.
     proposals: Proposals,
     unapplied: Unapplied,
     /// A floor this leader decided and has still to propose.
@@ -464,13 +437,11 @@ pub struct Replica {
     /// The index applied to `copy`.
     applied: u64,
     snapshot_every: u64,
-    max_in_flight: usize,
     rejoining: bool,
-    tick: Duration,
-    next_tick: Time,
-    max_ticks: usize,
+    /// When raft-rs's ticks are due.
+    ticker: Ticker,
     /// What the driver is making durable, in order.
-    in_flight: VecDeque<InFlight>,
+    persists: Persists,
     /// The cluster's identity, once known: committed in the log, and
     /// recorded by this member.
     cluster: Option<ClusterId>,
@@ -566,18 +537,15 @@ impl Replica {
             floor,
             members: config.members,
             leadership: Leadership::Following { leader: 0 },
-            proposals: Proposals::default(),
+            proposals: Proposals::new(config.max_in_flight),
             unapplied: Unapplied::default(),
             floor_to_propose: None,
             cluster_to_propose: None,
             applied: snapshot_index,
             snapshot_every: config.snapshot_every.max(1),
-            max_in_flight: config.max_in_flight.max(1),
             rejoining: config.rejoining,
-            tick,
-            next_tick: now.saturating_add(tick),
-            max_ticks: max,
-            in_flight: VecDeque::new(),
+            ticker: Ticker::new(tick, now, max),
+            persists: Persists::default(),
             cluster,
             draw: config.draw.max(1),
             dirty: true,
@@ -680,18 +648,10 @@ impl Replica {
         if !self.input(now) {
             return;
         }
-        let mut said = false;
-        let mut last = None;
-        while let Some(next) = self.in_flight.pop_front() {
-            if next.wrote && said {
-                self.in_flight.push_front(next);
-                break;
-            }
-            said = true;
-            last = next.ready.or(last);
-            self.send(next.after);
-        }
-        if let Some(number) = last {
+        let mut persists = core::mem::take(&mut self.persists);
+        let durable = persists.durable(|messages| self.send(messages));
+        self.persists = persists;
+        if let Some(number) = durable {
             self.node.on_persist_ready(number);
             self.mark_applied();
         }
@@ -753,14 +713,8 @@ impl Replica {
         // taken ahead of it), an election would read entries the snapshot
         // replaced (`hup`, which `fatal!`s): its ticks wait.
         let holding = self.node.raft.raft_log.applied + 1 < self.node.store().first();
-        let mut ticks = 0;
-        while self.next_tick <= self.now {
-            // After a long stop, enough ticks for every timer to fire once.
-            if ticks <= self.max_ticks && !holding {
-                self.node.tick();
-                ticks += 1;
-            }
-            self.next_tick = self.next_tick.saturating_add(self.tick);
+        for _ in 0..self.ticker.due(self.now, holding) {
+            self.node.tick();
         }
         true
     }
@@ -799,7 +753,8 @@ impl Replica {
             return Some(self.now);
         }
         let server = self.server.poll_timeout();
-        Some(server.map_or(self.next_tick, |at| at.min(self.next_tick)))
+        let tick = self.ticker.next();
+        Some(server.map_or(tick, |at| at.min(tick)))
     }
 
     // ----- introspection ----------------------------------------------------
@@ -891,12 +846,12 @@ impl Replica {
         // answers go and make room for the next entry: until it has
         // nothing more to say.
         for _ in 0..8 {
-            let waiting = self.proposals.0.len();
+            let waiting = self.proposals.len();
             self.propose_turn(false);
             self.ready();
             let before = self.leadership;
             self.follow_raft();
-            let moved = self.proposals.0.len() < waiting && self.server_has_decisions();
+            let moved = self.proposals.len() < waiting && self.server_has_decisions();
             if before == self.leadership && !self.node.has_ready() && !moved {
                 break;
             }
@@ -922,7 +877,7 @@ impl Replica {
         let Leadership::Serving { term } = self.leadership else {
             return;
         };
-        if !force && self.proposals.0.len() >= self.max_in_flight {
+        if !force && self.proposals.is_full() {
             return;
         }
         if self.node.raft.state != StateRole::Leader || self.node.raft.term != term {
@@ -954,7 +909,7 @@ impl Replica {
             self.step_down(Role::NoLeader);
             return;
         }
-        self.proposals.0.push_back(Proposal {
+        self.proposals.push(Proposal {
             turn,
             index,
             term,
@@ -1009,7 +964,7 @@ impl Replica {
         let number = ready.number();
         self.node.advance_append_async(ready);
         self.mark_applied();
-        if persist.is_empty() && self.in_flight.is_empty() {
+        if persist.is_empty() && self.persists.is_empty() {
             self.node.on_persist_ready(number);
             self.send(after);
             return;
@@ -1017,11 +972,7 @@ impl Replica {
         // Nothing to write, but behind a write under way: durable when
         // that one is.
         let wrote = !persist.is_empty();
-        self.in_flight.push_back(InFlight {
-            ready: Some(number),
-            after,
-            wrote,
-        });
+        self.persists.push_ready(number, after, wrote);
         if wrote {
             self.outputs.push_back(Output::Persist(persist));
         }
@@ -1030,11 +981,7 @@ impl Replica {
     /// Hands out the cluster's identity to be recorded beside this
     /// member's Raft id, in order with what it makes durable.
     fn record_cluster(&mut self) {
-        self.in_flight.push_back(InFlight {
-            ready: None,
-            after: Vec::new(),
-            wrote: true,
-        });
+        self.persists.push_record();
         self.outputs.push_back(Output::Persist(Persist {
             cluster: self.cluster,
             ..Persist::default()
@@ -1077,32 +1024,15 @@ impl Replica {
                 continue;
             }
             let (index, term) = (entry.index, entry.term);
-            let committed = match self.proposals.0.front_mut() {
-                Some(p) if p.index == index && p.term == term => Committed::Own {
-                    index,
-                    decisions: core::mem::take(&mut p.decisions),
-                },
-                _ => Committed::Read(entry),
+            let committed = match self.proposals.take_decisions(index, term) {
+                Some(decisions) => Committed::Own { index, decisions },
+                None => Committed::Read(entry),
             };
             self.unapplied.entries.push_back(committed);
-            while let Some(&Proposal {
-                turn,
-                index: proposed,
-                term: of,
-                ..
-            }) = self.proposals.0.front()
-            {
-                if proposed > index {
-                    break;
-                }
-                self.proposals.0.pop_front();
-                if proposed == index && of == term {
-                    self.server.handle_committed(self.now, turn);
-                } else {
-                    // Another leader's entry took its place.
-                    self.step_down(Role::NoLeader);
-                    break;
-                }
+            match self.proposals.settle(index, term) {
+                Some(Settled::Committed { turn }) => self.server.handle_committed(self.now, turn),
+                Some(Settled::Replaced) => self.step_down(Role::NoLeader),
+                None => {}
             }
         }
         if !self.unapplied.deferred {
@@ -1291,7 +1221,7 @@ impl Replica {
     /// are closed with `M <leader>` or `E no_leader`, the leader's table
     /// (with what was not committed) is dropped; the committed copy stays.
     fn step_down(&mut self, role: Role) {
-        self.proposals.0.clear();
+        self.proposals.clear();
         self.floor_to_propose = None;
         self.cluster_to_propose = None;
         if matches!(

@@ -820,7 +820,7 @@ fn a_member_making_a_snapshot_durable_holds_its_election_timer() {
     assert_eq!(r.term(), term);
     // Durable: it stands for election (a pre-vote first) as any member cut
     // off would.
-    while !r.in_flight.is_empty() {
+    while !r.persists.is_empty() {
         r.handle_persisted(now);
     }
     for _ in 0..300 {
