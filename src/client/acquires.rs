@@ -85,6 +85,11 @@ impl Acquire {
     }
 }
 
+/// An acquire whose record was taken for its grant, and is still to be
+/// given its outcome ([`Acquires::conclude`]).
+#[must_use]
+pub(crate) struct Concluding(Phase);
+
 /// What a granted acquire hands on to the grant it becomes.
 pub(crate) struct Granted {
     pub(crate) key: Key,
@@ -216,49 +221,53 @@ impl Acquires {
     }
 
     /// What the answer to the attempt in flight of `handle` must match.
-    pub(crate) fn expected(&self, handle: Handle) -> Expected<'_> {
-        let acquire = self.table.get(handle).expect("an acquire in flight");
-        Expected {
+    pub(crate) fn expected(&self, handle: Handle) -> Option<Expected<'_>> {
+        let acquire = self.table.get(handle)?;
+        Some(Expected {
             op: Op::Acquire,
             key: &acquire.key,
             lease_ms: acquire.lease_ms.get(),
             wait_ms: acquire.wire_wait_ms(),
             token: 0,
-        }
+        })
     }
 
     /// What the answer to the abandoned attempt `waiter` must match.
-    pub(crate) fn waiter_expected(&self, waiter: Handle) -> Expected<'_> {
-        let w = self.waiters.get(waiter).expect("a waiter in flight");
-        Expected {
+    pub(crate) fn waiter_expected(&self, waiter: Handle) -> Option<Expected<'_>> {
+        let w = self.waiters.get(waiter)?;
+        Some(Expected {
             op: Op::Acquire,
             key: &w.key,
             lease_ms: w.lease_ms.get(),
             wait_ms: w.wait_ms,
             token: 0,
-        }
+        })
     }
 
-    /// `G` to the attempt in flight: the acquire ends, and `hold` turns
-    /// what the grant needs of it (its key moves, not copied) into the
-    /// outcome it is given.
-    pub(crate) fn granted(
-        &mut self,
-        fx: &mut Fx<'_>,
-        handle: Handle,
-        hold: impl FnOnce(&mut Fx<'_>, Granted) -> Outcome,
-    ) {
-        let Some(acquire) = self.table.remove(handle) else {
-            return;
-        };
+    /// `G` to the attempt in flight: the acquire's record ends, and what
+    /// the grant needs of it moves out (its key is not copied). Its outcome
+    /// is given with [`Acquires::conclude`] once the grant is held.
+    pub(crate) fn granted(&mut self, handle: Handle) -> Option<(Granted, Concluding)> {
+        let acquire = self.table.remove(handle)?;
         let granted = Granted {
             key: acquire.key,
             sent_at: acquire.sent_at,
             lease_ms: acquire.lease_ms,
             renew: (acquire.renew != NO_RENEWAL).then(|| Duration::from_nanos(acquire.renew)),
         };
-        let outcome = hold(fx, granted);
-        self.ended(fx, handle, acquire.phase, outcome);
+        Some((granted, Concluding(acquire.phase)))
+    }
+
+    /// Gives the acquire `handle`, whose record [`Acquires::granted`] took,
+    /// its outcome.
+    pub(crate) fn conclude(
+        &mut self,
+        fx: &mut Fx<'_>,
+        handle: Handle,
+        Concluding(phase): Concluding,
+        outcome: Outcome,
+    ) {
+        self.ended(fx, handle, phase, outcome);
     }
 
     /// `B`: the attempt was refused before it was queued, so trying again

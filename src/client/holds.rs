@@ -904,17 +904,17 @@ impl Holds {
     }
 
     /// What the answer to the release `handle` in flight must match.
-    pub(crate) fn release_expected(&self, handle: Handle) -> Expected<'_> {
+    pub(crate) fn release_expected(&self, handle: Handle) -> Option<Expected<'_>> {
         let Some(Hold::Release(release)) = self.table.get(handle) else {
-            unreachable!("a release in flight is stored");
+            return None;
         };
-        Expected {
+        Some(Expected {
             op: Op::Release,
             key: &release.key,
             lease_ms: u64::MAX,
             wait_ms: 0,
             token: release.token,
-        }
+        })
     }
 
     /// `D` or `N` matched to a release in flight.

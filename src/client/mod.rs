@@ -89,9 +89,8 @@ use self::acquires::Acquires;
 use self::holds::Holds;
 use self::link::{Link, Phase};
 use self::outcome::OpKind;
-use self::pending::{Claimed, Expected, Owner, Owners, Pending};
+use self::pending::{Claimed, Owner, Pending};
 use self::stats::EventQueue;
-use self::store::Handle;
 use self::store::SendBuffer;
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
@@ -809,15 +808,11 @@ impl Client {
             let mut run = [None; BATCH];
             let mut claimed = 0;
             let mut violation = None;
-            let parts = Parts {
-                acquires: &self.acquires,
-                holds: &self.holds,
-            };
             for (frame, slot) in rest.iter().zip(&mut run) {
                 let ServerFrame::Answer(answer) = frame else {
                     break;
                 };
-                match self.pending.claim(answer, &parts) {
+                match self.claim(answer) {
                     Ok(owner) => *slot = Some(owner),
                     Err(v) => {
                         violation = Some((*answer, v));
@@ -867,11 +862,7 @@ impl Client {
     /// handed to the part whose request it answers. `Err` closes the
     /// connection: the session no longer agrees with the server.
     fn on_answer(&mut self, answer: Answer<'_>) -> Result<(), CloseReason> {
-        let parts = Parts {
-            acquires: &self.acquires,
-            holds: &self.holds,
-        };
-        match self.pending.claim(&answer, &parts) {
+        match self.claim(&answer) {
             Ok(claimed) => {
                 self.deliver(claimed, answer.kind);
                 Ok(())
@@ -881,6 +872,40 @@ impl Client {
                 Err(CloseReason::Protocol(violation))
             }
         }
+    }
+
+    /// Matches `answer` by id, op and key, never by order (PROTOCOL.md
+    /// section 5, "matching an answer"): the request its id names is taken
+    /// out of the pending table with one lookup, then checked against what
+    /// its owner's record says the answer must match. Whose request it
+    /// answers; else the violation, and a request whose answer did not
+    /// match stays in flight, to be treated as sent and unanswered by the
+    /// close.
+    fn claim(&mut self, answer: &Answer<'_>) -> Result<Claimed, Violation> {
+        let id = answer.id;
+        let owner = self.pending.take(id).ok_or(Violation::UnknownId { id })?;
+        let expected = match owner {
+            Owner::Acquire(acquire) => self.acquires.expected(acquire),
+            Owner::Waiter(waiter) => self.acquires.waiter_expected(waiter),
+            Owner::Release(release) => self.holds.release_expected(release),
+            Owner::Renewal(n) => {
+                let awaited = self
+                    .pending
+                    .renewal_grant(n)
+                    .is_some_and(|grant| self.holds.awaits_renewal(grant));
+                self.pending.renewal_expected(n, awaited)
+            }
+        };
+        // An owner with no record of its request would be a core that lost
+        // track: the answer cannot be correlated.
+        let refused = expected.map_or(Some(Violation::UnknownId { id }), |e| e.refuses(answer));
+        if let Some(violation) = refused {
+            self.pending.put_back(id, owner);
+            return Err(violation);
+        }
+        self.pending
+            .claimed(owner)
+            .ok_or(Violation::UnknownId { id })
     }
 
     /// Hands a matched answer to the part whose request it answers.
@@ -898,10 +923,11 @@ impl Client {
                 }
             }
             (Claimed::Acquire(acquire), AnswerKind::Granted { token, lease_ms, waited_ms }) => {
-                let holds = &mut self.holds;
-                self.acquires.granted(&mut fx, acquire, |fx, granted| {
+                // The acquire's record ends, what the grant needs of it
+                // becomes a held grant's, then the acquire is told.
+                if let Some((granted, concluding)) = self.acquires.granted(acquire) {
                     let waited = waited_ms.unwrap_or(0);
-                    match holds.hold(fx, token, lease_ms, waited, granted) {
+                    let outcome = match self.holds.hold(&mut fx, token, lease_ms, waited, granted) {
                         Some(grant) => Outcome::Granted(grant),
                         // No record can be kept: lease expiry settles it.
                         None => Outcome::Indeterminate {
@@ -910,8 +936,9 @@ impl Client {
                                 .saturating_add_millis(lease_ms.get())
                                 .saturating_add(fx.config.settle_margin),
                         },
-                    }
-                });
+                    };
+                    self.acquires.conclude(&mut fx, acquire, concluding, outcome);
+                }
             }
             (Claimed::Acquire(acquire), AnswerKind::TimedOut) => {
                 let outcome = Outcome::TimedOut {
@@ -1172,27 +1199,6 @@ impl Client {
         });
         self.link.finish();
         self.out.events.push_back(Event::ShutdownComplete);
-    }
-}
-
-/// The parts the pending table asks what an answer must match.
-struct Parts<'a> {
-    acquires: &'a Acquires,
-    holds: &'a Holds,
-}
-
-impl Owners for Parts<'_> {
-    fn expected(&self, owner: Owner) -> Expected<'_> {
-        match owner {
-            Owner::Acquire(acquire) => self.acquires.expected(acquire),
-            Owner::Waiter(waiter) => self.acquires.waiter_expected(waiter),
-            Owner::Release(release) => self.holds.release_expected(release),
-            Owner::Renewal(_) => unreachable!("the pending table keeps a renewal's"),
-        }
-    }
-
-    fn awaits_renewal(&self, grant: Handle) -> bool {
-        self.holds.awaits_renewal(grant)
     }
 }
 

@@ -4,13 +4,17 @@
 //! differ", the `waited_ms` row).
 //!
 //! An entry is registered before its request's bytes exist, and names
-//! whose request it is. An acquire's and a release's records live as long
-//! as their request is in flight (an acquire abandoned in flight leaves a
-//! waiter that does), so what their answer must match is read from them.
-//! A renewal's grant may be released, handed back or expire while its
-//! renewal is in flight: what its answer must match (the key, the token,
-//! the lease asked) is kept here, so the grant's record can go the moment
-//! the embedder gives it up, and the answer is still claimed.
+//! whose request it is. An answer is claimed with one lookup of its id
+//! ([`Pending::take`]), then checked against what its request must match
+//! ([`Expected::refuses`]); one that does not match is put back, to be
+//! treated as sent and unanswered by the close. An acquire's and a
+//! release's records live as long as their request is in flight (an
+//! acquire abandoned in flight leaves a waiter that does), so what their
+//! answer must match is read from them, by the client. A renewal's grant
+//! may be released, handed back or expire while its renewal is in flight:
+//! what its answer must match (the key, the token, the lease asked) is
+//! kept here, so the grant's record can go the moment the embedder gives
+//! it up, and the answer is still claimed.
 
 use core::num::NonZeroU64;
 
@@ -54,7 +58,7 @@ impl Expected<'_> {
     /// key, a longer lease than asked, a `G` to an acquire that does not
     /// say how long it waited or says it waited longer than it was sent
     /// with, a renewal answered for another token.
-    fn refuses(&self, answer: &Answer<'_>) -> Option<Violation> {
+    pub(crate) fn refuses(&self, answer: &Answer<'_>) -> Option<Violation> {
         let id = answer.id;
         if self.op != answer.op() || !self.key.is(answer.key.as_bytes()) {
             return Some(Violation::Mismatch { id });
@@ -78,17 +82,6 @@ impl Expected<'_> {
             _ => None,
         }
     }
-}
-
-/// What the parts that own requests tell the pending table of them.
-pub(crate) trait Owners {
-    /// What the answer to `owner`'s request must match (never asked of a
-    /// renewal).
-    fn expected(&self, owner: Owner) -> Expected<'_>;
-    /// Whether the held grant `grant` still waits for its renewal's answer:
-    /// a renewal of a grant given up, or expired since, is claimed and
-    /// changes nothing, whatever lease it gives.
-    fn awaits_renewal(&self, grant: Handle) -> bool;
 }
 
 /// A renewal in flight: what its answer must match.
@@ -186,57 +179,61 @@ impl Pending {
         Some(renewal)
     }
 
-    /// Whose the entry is, the renewal's grant for a renewal.
-    fn claimed(&mut self, owner: Owner) -> Option<Claimed> {
+    /// The request `id` names, taken out: the one lookup of an answer
+    /// (matched by id, never by order). `None`: never sent, or answered
+    /// already.
+    pub(crate) fn take(&mut self, id: u64) -> Option<Owner> {
+        let owner = self.entries.remove(&id)?;
+        if matches!(owner, Owner::Acquire(_) | Owner::Waiter(_)) {
+            self.acquires -= 1;
+        }
+        Some(owner)
+    }
+
+    /// Puts back the request `id` whose answer did not match what it must:
+    /// it stays in flight, to be treated as sent and unanswered by the
+    /// close.
+    pub(crate) fn put_back(&mut self, id: u64, owner: Owner) {
+        if matches!(owner, Owner::Acquire(_) | Owner::Waiter(_)) {
+            self.acquires += 1;
+        }
+        self.entries.insert(id, owner);
+    }
+
+    /// The grant the renewal `n` renews.
+    pub(crate) fn renewal_grant(&self, n: u32) -> Option<Handle> {
+        self.renewal(n).map(|r| r.grant)
+    }
+
+    /// What the answer to the renewal `n` must match: its key and token,
+    /// and while its grant still waits for it (`awaited`), no more lease
+    /// than it asked (a renewal of a grant given up, or expired since, is
+    /// claimed and changes nothing, whatever lease it gives).
+    pub(crate) fn renewal_expected(&self, n: u32, awaited: bool) -> Option<Expected<'_>> {
+        let r = self.renewal(n)?;
+        Some(Expected {
+            op: Op::Renew,
+            key: &r.key,
+            lease_ms: if awaited { r.lease_ms.get() } else { u64::MAX },
+            wait_ms: 0,
+            token: r.token,
+        })
+    }
+
+    fn renewal(&self, n: u32) -> Option<&Renewal> {
+        self.renewals.get(n as usize)?.as_ref()
+    }
+
+    /// Whose the request taken out was, the renewal's grant for a renewal
+    /// (its record given up). `None` only for a renewal number that holds
+    /// none, which registering never makes.
+    pub(crate) fn claimed(&mut self, owner: Owner) -> Option<Claimed> {
         Some(match owner {
             Owner::Acquire(h) => Claimed::Acquire(h),
             Owner::Waiter(h) => Claimed::Waiter(h),
             Owner::Release(h) => Claimed::Release(h),
             Owner::Renewal(n) => Claimed::Renewal(self.take_renewal(n)?.grant),
         })
-    }
-
-    /// Matches an answer by id, op and key, never by order: whose request
-    /// it answers, taken out; else the violation, and the entry (if any)
-    /// stays in flight, to be treated as sent and unanswered by the close.
-    pub(crate) fn claim(
-        &mut self,
-        answer: &Answer<'_>,
-        owners: &impl Owners,
-    ) -> Result<Claimed, Violation> {
-        let id = answer.id;
-        let Some(&owner) = self.entries.get(&id) else {
-            // Never sent, or already answered.
-            return Err(Violation::UnknownId { id });
-        };
-        let refused = match owner {
-            Owner::Renewal(n) => {
-                let r = self.renewals[n as usize]
-                    .as_ref()
-                    .expect("a renewal in flight");
-                let lease_ms = match owners.awaits_renewal(r.grant) {
-                    true => r.lease_ms.get(),
-                    false => u64::MAX,
-                };
-                let expected = Expected {
-                    op: Op::Renew,
-                    key: &r.key,
-                    lease_ms,
-                    wait_ms: 0,
-                    token: r.token,
-                };
-                expected.refuses(answer)
-            }
-            _ => owners.expected(owner).refuses(answer),
-        };
-        if let Some(violation) = refused {
-            return Err(violation);
-        }
-        self.entries.remove(&id);
-        if matches!(owner, Owner::Acquire(_) | Owner::Waiter(_)) {
-            self.acquires -= 1;
-        }
-        Ok(self.claimed(owner).expect("a renewal in flight"))
     }
 
     /// The acquire in flight as `id` ended (its outcome was given), and
