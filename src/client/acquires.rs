@@ -426,17 +426,10 @@ impl Acquires {
         self.waiters.catch_up(now);
     }
 
-    /// The earliest timer if it is due by `target` (once caught up).
-    pub(crate) fn due_by(&self, target: Time) -> Option<Time> {
-        match (self.table.due_by(target), self.waiters.due_by(target)) {
-            (Some(a), Some(w)) => Some(a.min(w)),
-            (a, w) => a.or(w),
-        }
-    }
-
-    /// The earliest timer.
-    pub(crate) fn next_deadline(&self) -> Option<Time> {
-        match (self.table.next_deadline(), self.waiters.next_deadline()) {
+    /// The earliest timer; with `by`, the earliest due by then (once
+    /// caught up with it).
+    pub(crate) fn earliest(&self, by: Option<Time>) -> Option<Time> {
+        match (self.table.earliest(by), self.waiters.earliest(by)) {
             (Some(a), Some(w)) => Some(a.min(w)),
             (a, w) => a.or(w),
         }

@@ -988,14 +988,10 @@ impl Holds {
         self.table.catch_up(now);
     }
 
-    /// The earliest timer if it is due by `target` (once caught up).
-    pub(crate) fn due_by(&self, target: Time) -> Option<Time> {
-        self.table.due_by(target)
-    }
-
-    /// The earliest timer.
-    pub(crate) fn next_deadline(&self) -> Option<Time> {
-        self.table.next_deadline()
+    /// The earliest timer; with `by`, the earliest due by then (once
+    /// caught up with it).
+    pub(crate) fn earliest(&self, by: Option<Time>) -> Option<Time> {
+        self.table.earliest(by)
     }
 
     /// Fires the earliest timer if it is due at `at`: what is due for a

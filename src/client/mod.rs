@@ -608,7 +608,7 @@ impl Client {
         if !self.out.actions.is_empty() || !self.out.events.is_empty() || self.can_send() {
             return Some(self.now);
         }
-        self.next_timer().map(|(at, _)| at)
+        self.next_timer(None).map(|(at, _)| at)
     }
 
     // ----- introspection --------------------------------------------------
@@ -1089,30 +1089,18 @@ impl Client {
 
     // ----- time -------------------------------------------------------------
 
-    /// The earliest deadline, and what it belongs to. Deadlines that tie
-    /// come in the order of [`Due`].
-    fn next_timer(&self) -> Option<(Time, Due)> {
+    /// The earliest deadline of all, and what it belongs to; with `by`,
+    /// the earliest due by then (the parts caught up with it). Deadlines
+    /// that tie come in the order of [`Due`]. Every part's timers are
+    /// folded here, and only here.
+    fn next_timer(&self, by: Option<Time>) -> Option<(Time, Due)> {
+        let shutdown = self.shutdown.filter(|_| !self.is_finished());
+        let within = |at: Option<Time>| at.filter(|&at| by.map_or(true, |by| at <= by));
         earliest([
-            (self.acquires.next_deadline(), Due::Acquire),
-            (self.holds.next_deadline(), Due::Hold),
-            (self.link.deadline(), Due::Link),
-            (self.shutdown.filter(|_| !self.is_finished()), Due::Shutdown),
-        ])
-    }
-
-    /// The earliest deadline due by `target`, and what it belongs to, as
-    /// [`Client::next_timer`] would find it (the parts have caught up with
-    /// `target`).
-    fn next_due(&self, target: Time) -> Option<(Time, Due)> {
-        let due = |at: Option<Time>| at.filter(|&at| at <= target);
-        earliest([
-            (self.acquires.due_by(target), Due::Acquire),
-            (self.holds.due_by(target), Due::Hold),
-            (due(self.link.deadline()), Due::Link),
-            (
-                due(self.shutdown.filter(|_| !self.is_finished())),
-                Due::Shutdown,
-            ),
+            (self.acquires.earliest(by), Due::Acquire),
+            (self.holds.earliest(by), Due::Hold),
+            (within(self.link.deadline()), Due::Link),
+            (within(shutdown), Due::Shutdown),
         ])
     }
 
@@ -1122,7 +1110,7 @@ impl Client {
         let target = now.max(self.now);
         self.acquires.catch_up(target);
         self.holds.catch_up(target);
-        while let Some((at, due)) = self.next_due(target) {
+        while let Some((at, due)) = self.next_timer(Some(target)) {
             self.now = self.now.max(at);
             match due {
                 Due::Acquire => {

@@ -320,6 +320,16 @@ impl<T> Table<T> {
         min
     }
 
+    /// The earliest timer; with `by`, the earliest due by then (once
+    /// caught up with it: [`Table::due_by`]).
+    #[inline]
+    pub(crate) fn earliest(&self, by: Option<Time>) -> Option<Time> {
+        match by {
+            Some(target) => self.due_by(target),
+            None => self.next_deadline(),
+        }
+    }
+
     /// The earliest deadline if it is due by `target`: the table must have
     /// caught up with `target`, so that no far timer is.
     pub(crate) fn due_by(&self, target: Time) -> Option<Time> {
