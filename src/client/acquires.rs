@@ -19,7 +19,7 @@ use super::link::jittered;
 use super::outcome::{CloseReason, Error, OpId, OpKind, Outcome};
 use super::pending::Expected;
 use super::store::{Handle, Queue, Table};
-use super::{BusyPolicy, Fx};
+use super::{BusyPolicy, Fx, Unwell};
 use crate::names::{Key, Name};
 use crate::rng::Rng;
 use crate::time::{duration_millis, millis, Time};
@@ -438,21 +438,24 @@ impl Acquires {
     /// Fires the earliest timer if it is due at `at`: the last moment to
     /// wait for a connection (ends it, with `cause`: why the latest
     /// connection attempt ended), the end of a `B` backoff (queued again),
-    /// or an answer deadline (the connection is unwell: `fx.close`).
-    pub(crate) fn fire(&mut self, fx: &mut Fx<'_>, at: Time, cause: Option<&CloseReason>) {
+    /// or an answer deadline (the connection is unwell).
+    pub(crate) fn fire(
+        &mut self,
+        fx: &mut Fx<'_>,
+        at: Time,
+        cause: Option<&CloseReason>,
+    ) -> Result<(), Unwell> {
         if let Some(waiter) = self.waiters.pop_due(at) {
             // An abandoned attempt's answer that late: as for any.
             self.waiters.remove(waiter);
-            fx.close = Some(CloseReason::AnswerTimeout);
-            return;
+            return Err(Unwell);
         }
         let Some(handle) = self.table.pop_due(at) else {
-            return;
+            return Ok(());
         };
-        let acquire = self
-            .table
-            .get_mut(handle)
-            .expect("a timer's record is stored");
+        let Some(acquire) = self.table.get_mut(handle) else {
+            return Ok(());
+        };
         match acquire.phase {
             Phase::Queued => self.unsent(fx, handle, cause.cloned()),
             Phase::Backoff => {
@@ -460,8 +463,9 @@ impl Acquires {
                 self.enqueue(handle, budget_end);
             }
             // An answer that late: the connection or the server is unwell.
-            Phase::Sent => fx.close = Some(CloseReason::AnswerTimeout),
+            Phase::Sent => return Err(Unwell),
         }
+        Ok(())
     }
 
     /// Ends an acquire with `outcome` and forgets it: the one place an

@@ -16,12 +16,10 @@ use core::num::NonZeroU64;
 use core::time::Duration;
 
 use super::link::LEASE_CAP_FLOOR;
-use super::outcome::{
-    CloseReason, Error, Event, Grant, Issuer, OpId, OpKind, Outcome, ReleaseResult,
-};
+use super::outcome::{Error, Event, Grant, Issuer, OpId, OpKind, Outcome, ReleaseResult};
 use super::pending::Expected;
 use super::store::{Handle, Queue, Table};
-use super::Fx;
+use super::{Fx, Unwell};
 use crate::names::Key;
 use crate::time::{duration_millis, millis, Time};
 use crate::wire::{AnswerKind, ClientFrame, Op};
@@ -103,8 +101,6 @@ enum Hold {
 /// What is due for a held grant at a moment, as [`Held::tend`] finds it.
 #[derive(Default)]
 struct Due {
-    /// Its renewal's answer is past the answer grace: close.
-    unwell: bool,
     expired: bool,
     jeopardy: bool,
     /// Its renewal by the schedule went into the lane.
@@ -177,19 +173,18 @@ impl Held {
         at
     }
 
-    /// Does what is due at `now`, in order: its renewal's answer grace
-    /// (then nothing else: the close puts the renewal back and tends it
-    /// again), its expiry (renewal stops), the end of its automatic
-    /// renewal, its jeopardy, its renewal by the schedule, and once expired
-    /// and certainly freed, its record going.
-    fn tend(&mut self, now: Time, answer_grace: Duration) -> Due {
+    /// Whether its renewal's answer is past the answer grace at `now`:
+    /// the connection or the server is unwell (its timer finds it first,
+    /// [`Holds::fire`]; the close puts the renewal back and tends it).
+    fn overdue(&self, now: Time, answer_grace: Duration) -> bool {
+        matches!(self.renewal, Renewal::Sent { sent_at, .. } if now >= sent_at.saturating_add(answer_grace))
+    }
+
+    /// Does what is due at `now`, in order: its expiry (renewal stops),
+    /// the end of its automatic renewal, its jeopardy, its renewal by the
+    /// schedule, and once expired and certainly freed, its record going.
+    fn tend(&mut self, now: Time) -> Due {
         let mut due = Due::default();
-        if let Renewal::Sent { sent_at, .. } = self.renewal {
-            if now >= sent_at.saturating_add(answer_grace) {
-                due.unwell = true;
-                return due;
-            }
-        }
         if !self.expired && now >= self.valid_until {
             self.expired = true;
             self.auto_until = None;
@@ -504,13 +499,7 @@ impl Holds {
             self.table.set_timer(handle, next);
             return;
         }
-        let due = held.tend(fx.now, fx.config.answer_grace);
-        if due.unwell {
-            // As for a release: the connection or the server is unwell. The
-            // close puts the renewal back, and tends the grant.
-            fx.close = Some(CloseReason::AnswerTimeout);
-            return;
-        }
+        let due = held.tend(fx.now);
         let grant = OpId::of(OpKind::Grant, handle);
         let (token, valid_until) = (held.token, held.valid_until);
         if due.expired {
@@ -996,20 +985,23 @@ impl Holds {
 
     /// Fires the earliest timer if it is due at `at`: what is due for a
     /// held grant, a lost grant's `expires_by`, a queued release's deadline
-    /// (Lapsed), or a sent release's answer grace (`fx.close`).
-    pub(crate) fn fire(&mut self, fx: &mut Fx<'_>, at: Time) {
+    /// (Lapsed), or the answer grace of a renewal or a release in flight
+    /// (the connection is unwell).
+    pub(crate) fn fire(&mut self, fx: &mut Fx<'_>, at: Time) -> Result<(), Unwell> {
         let Some(handle) = self.table.pop_due(at) else {
-            return;
+            return Ok(());
         };
         match self.table.get(handle) {
+            Some(Hold::Held(held)) if held.overdue(at, fx.config.answer_grace) => {
+                return Err(Unwell)
+            }
             Some(Hold::Held(_)) => self.tend(fx, handle),
             Some(Hold::Lost { .. }) => drop(self.table.remove(handle)),
-            Some(Hold::Release(release)) if release.queued.is_none() => {
-                fx.close = Some(CloseReason::AnswerTimeout);
-            }
+            Some(Hold::Release(release)) if release.queued.is_none() => return Err(Unwell),
             Some(Hold::Release(_)) => self.end_release(fx, handle, ReleaseResult::Lapsed),
             None => {}
         }
+        Ok(())
     }
 
     /// The shutdown ends: every release still open lapses, and the held

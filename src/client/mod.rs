@@ -108,10 +108,15 @@ pub(crate) struct Fx<'a> {
     pub(crate) events: &'a mut EventQueue,
     /// Requests encoded and not yet handed out.
     pub(crate) send: &'a mut SendBuffer,
-    /// Set by a part that found the connection unwell (an answer past its
-    /// grace): the client closes it for this reason once the part returns.
-    pub(crate) close: Option<CloseReason>,
 }
+
+/// What a part's timer found: an answer it waits for is past its grace,
+/// so the connection or the server is unwell (PROTOCOL.md section 5, the
+/// rows on answers that come too late). The client closes the connection
+/// (`answer_timeout`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use = "the connection must be closed"]
+pub(crate) struct Unwell;
 
 /// Where the parts' effects wait for the driver and the embedder.
 #[derive(Default)]
@@ -121,8 +126,8 @@ struct Out {
     send: SendBuffer,
 }
 
-/// Lends the parts an [`Fx`] over `$client`'s output for `$body`; then
-/// closes the connection if a part asked to. The body's value.
+/// Lends the parts an [`Fx`] over `$client`'s output for `$body`, a
+/// borrow of the output beside the parts' own: the body's value.
 macro_rules! with_fx {
     ($client:ident, $fx:ident => $body:expr) => {{
         let mut $fx = Fx {
@@ -131,13 +136,8 @@ macro_rules! with_fx {
             actions: &mut $client.out.actions,
             events: &mut $client.out.events,
             send: &mut $client.out.send,
-            close: None,
         };
-        let value = $body;
-        if let Some(reason) = $fx.close.take() {
-            $client.close(reason);
-        }
-        value
+        $body
     }};
 }
 
@@ -1115,9 +1115,17 @@ impl Client {
             match due {
                 Due::Acquire => {
                     let cause = self.link.last_end();
-                    with_fx!(self, fx => self.acquires.fire(&mut fx, at, cause));
+                    if let Err(Unwell) =
+                        with_fx!(self, fx => self.acquires.fire(&mut fx, at, cause))
+                    {
+                        self.close(CloseReason::AnswerTimeout);
+                    }
                 }
-                Due::Hold => with_fx!(self, fx => self.holds.fire(&mut fx, at)),
+                Due::Hold => {
+                    if let Err(Unwell) = with_fx!(self, fx => self.holds.fire(&mut fx, at)) {
+                        self.close(CloseReason::AnswerTimeout);
+                    }
+                }
                 Due::Link => {
                     let cap = self.holds.lease_cap(self.now);
                     if let Some(reason) = with_fx!(self, fx => self.link.fire(&mut fx, cap)) {
