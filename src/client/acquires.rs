@@ -19,7 +19,7 @@ use super::link::jittered;
 use super::outcome::{CloseReason, Error, OpId, OpKind, Outcome};
 use super::pending::Expected;
 use super::store::{Handle, Queue, Table};
-use super::{BusyPolicy, Fx, Unwell};
+use super::{BusyPolicy, CancelPolicy, Fx, Unwell};
 use crate::names::{Key, Name};
 use crate::rng::Rng;
 use crate::time::{duration_millis, millis, Time};
@@ -362,20 +362,20 @@ impl Acquires {
     }
 
     /// A shutdown starts: the queued and backing-off acquires end
-    /// Cancelled; those in flight, under `keep_waiter`, are abandoned
-    /// (each waiter with its request id, for the pending table), else left
-    /// for the caller to close on. In slot order, one outcome each. Whether
-    /// any was in flight.
+    /// Cancelled; those in flight are cancelled under the cancel `policy`:
+    /// abandoned (each waiter with its request id, for the pending table),
+    /// or left for the caller to close on. In slot order, one outcome each.
+    /// Whether any was in flight.
     pub(crate) fn shut(
         &mut self,
         fx: &mut Fx<'_>,
-        keep_waiter: bool,
+        policy: CancelPolicy,
         abandoned: &mut Vec<(u64, Option<Handle>)>,
     ) -> bool {
         let mut in_flight = false;
         for handle in self.table.handles() {
             match self.table.get(handle).map(|a| (a.phase, a.req)) {
-                Some((Phase::Sent, id)) if keep_waiter => {
+                Some((Phase::Sent, id)) if policy == CancelPolicy::KeepWaiter => {
                     let waiter = self.abandon(fx, handle);
                     abandoned.push((id, waiter));
                 }

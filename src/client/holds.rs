@@ -19,7 +19,7 @@ use super::link::LEASE_CAP_FLOOR;
 use super::outcome::{Error, Event, Grant, Issuer, OpId, OpKind, Outcome, ReleaseResult};
 use super::pending::Expected;
 use super::store::{Handle, Queue, Table};
-use super::{Fx, Unwell};
+use super::{Fx, Life, Unwell};
 use crate::names::Key;
 use crate::time::{duration_millis, millis, Time};
 use crate::wire::{AnswerKind, ClientFrame, Op};
@@ -54,19 +54,46 @@ struct Held {
 enum Renewal {
     /// None is asked for.
     Idle,
-    /// Waiting in the lane with its ticket, asking for `lease_ms`; `auto`:
-    /// the schedule asked for it, not the embedder.
+    /// Waiting in the lane with its ticket, asking for `lease_ms`.
     Queued {
         lease_ms: NonZeroU64,
-        auto: bool,
+        asked: Asked,
         ticket: u32,
     },
     /// In flight since `sent_at`, asking for `lease_ms`.
     Sent {
         sent_at: Time,
         lease_ms: NonZeroU64,
-        auto: bool,
+        asked: Asked,
     },
+}
+
+/// Who asked for a renewal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Asked {
+    /// The embedder, once ([`Holds::renew`]).
+    ByEmbedder,
+    /// The schedule of automatic renewal.
+    BySchedule,
+}
+
+/// Where in the lane a renewal joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Join {
+    /// After those waiting: a new one.
+    Back,
+    /// Before them: one sent again after a close, in its order.
+    Front,
+}
+
+/// Automatic renewal of a held grant, asked for or stopped
+/// ([`Holds::auto_renew`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum AutoRenew {
+    /// From now on, for at most `limit` (`None`: with no limit).
+    On { limit: Option<Duration> },
+    /// No longer (a queued automatic renewal is dropped).
+    Off,
 }
 
 /// A release: the embedder's, or one the client issued for an orphaned
@@ -80,9 +107,18 @@ struct Release {
     /// Its ticket while it waits in the lane; `None` while an attempt is in
     /// flight (its timer then the answer grace), or before it joins.
     queued: Option<u32>,
-    /// Issued by the client for a grant nobody can take: it ends in a
-    /// notice, not an outcome.
-    orphan: bool,
+    /// Whose release it is: the embedder's ends in an outcome, the
+    /// client's own for an orphaned grant in a notice.
+    by: ReleasedBy,
+}
+
+/// Whose release it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ReleasedBy {
+    /// The embedder's: an operation, with an outcome.
+    Embedder,
+    /// The client's own, for a grant nobody can take: a notice.
+    Client,
 }
 
 enum Hold {
@@ -197,7 +233,11 @@ impl Held {
         if self.auto_until.is_some_and(|until| now >= until) {
             // No renewal by the schedule after the limit.
             self.auto_until = None;
-            if let Renewal::Queued { auto: true, .. } = self.renewal {
+            if let Renewal::Queued {
+                asked: Asked::BySchedule,
+                ..
+            } = self.renewal
+            {
                 self.renewal = Renewal::Idle;
                 due.dropped = true;
             }
@@ -276,15 +316,15 @@ impl Holds {
     }
 
     /// Queues a renewal of the held grant `handle` asking for `lease_ms`.
-    fn queue_renewal(&mut self, handle: Handle, lease_ms: NonZeroU64, auto: bool, front: bool) {
-        let ticket = match front {
-            true => self.renewals.push_front(handle),
-            false => self.renewals.push_back(handle),
+    fn queue_renewal(&mut self, handle: Handle, lease_ms: NonZeroU64, asked: Asked, join: Join) {
+        let ticket = match join {
+            Join::Front => self.renewals.push_front(handle),
+            Join::Back => self.renewals.push_back(handle),
         };
         if let Some(held) = self.held_mut(handle) {
             held.renewal = Renewal::Queued {
                 lease_ms,
-                auto,
+                asked,
                 ticket,
             };
         }
@@ -420,17 +460,17 @@ impl Holds {
     /// The held grant `grant` names, for a renewal command: refused while
     /// shutting down, for a grant this client does not hold (released,
     /// handed back, lost), and for one that has expired.
-    fn renewable(&self, grant: &Grant, shutting_down: bool) -> Result<Handle, Error> {
-        if shutting_down {
+    fn renewable(&mut self, grant: &Grant, life: Life) -> Result<(Handle, &mut Held), Error> {
+        if life != Life::Running {
             return Err(Error::ShuttingDown);
         }
         let handle = self.find(grant)?.ok_or_else(|| not_held(grant))?;
-        match self.held(handle) {
+        match self.held_mut(handle) {
             Some(held) if held.expired => Err(Error::LeaseExpired {
                 key: grant.key.clone(),
                 token: grant.token,
             }),
-            Some(_) => Ok(handle),
+            Some(held) => Ok((handle, held)),
             None => Err(not_held(grant)),
         }
     }
@@ -444,15 +484,15 @@ impl Holds {
         fx: &mut Fx<'_>,
         grant: &Grant,
         lease: Option<Duration>,
-        shutting_down: bool,
+        life: Life,
     ) -> Result<(), Error> {
-        let handle = self.renewable(grant, shutting_down)?;
+        let (handle, held) = self.renewable(grant, life)?;
         let lease_ms = match lease {
             Some(lease) => NonZeroU64::new(duration_millis(lease)).ok_or(Error::ZeroLease)?,
-            None => self.held(handle).expect("renewable").renew_lease_ms,
+            None => held.renew_lease_ms,
         };
-        if self.held(handle).expect("renewable").renewal == Renewal::Idle {
-            self.queue_renewal(handle, lease_ms, false, false);
+        if held.renewal == Renewal::Idle {
+            self.queue_renewal(handle, lease_ms, Asked::ByEmbedder, Join::Back);
             self.tend(fx, handle);
         }
         Ok(())
@@ -460,25 +500,30 @@ impl Holds {
 
     /// [`Client::auto_renew`](super::Client::auto_renew) and
     /// [`Client::stop_renewing`](super::Client::stop_renewing): renewed
-    /// automatically from now on, for at most `limit` (`None`: with no
-    /// limit), or, with `on` false, no longer (a queued automatic renewal
-    /// is dropped).
+    /// automatically from now on, or no longer.
     pub(crate) fn auto_renew(
         &mut self,
         fx: &mut Fx<'_>,
         grant: &Grant,
-        on: bool,
-        limit: Option<Duration>,
-        shutting_down: bool,
+        auto: AutoRenew,
+        life: Life,
     ) -> Result<(), Error> {
-        let handle = self.renewable(grant, shutting_down)?;
-        let until = limit.map_or(Time::MAX, |limit| fx.now.saturating_add(limit));
-        let held = self.held_mut(handle).expect("renewable");
-        held.auto_until = on.then_some(until);
-        if !on {
-            if let Renewal::Queued { auto: true, .. } = held.renewal {
-                held.renewal = Renewal::Idle;
-                self.renewal_left();
+        let now = fx.now;
+        let (handle, held) = self.renewable(grant, life)?;
+        match auto {
+            AutoRenew::On { limit } => {
+                held.auto_until = Some(limit.map_or(Time::MAX, |limit| now.saturating_add(limit)));
+            }
+            AutoRenew::Off => {
+                held.auto_until = None;
+                if let Renewal::Queued {
+                    asked: Asked::BySchedule,
+                    ..
+                } = held.renewal
+                {
+                    held.renewal = Renewal::Idle;
+                    self.renewal_left();
+                }
             }
         }
         self.tend(fx, handle);
@@ -502,6 +547,7 @@ impl Holds {
         let due = held.tend(fx.now);
         let grant = OpId::of(OpKind::Grant, handle);
         let (token, valid_until) = (held.token, held.valid_until);
+        let renew_lease_ms = held.renew_lease_ms;
         if due.expired {
             let key = held.key.clone();
             fx.events
@@ -519,8 +565,7 @@ impl Holds {
             self.renewal_left();
         }
         if due.queued {
-            let lease_ms = self.held(handle).expect("tended").renew_lease_ms;
-            self.queue_renewal(handle, lease_ms, true, false);
+            self.queue_renewal(handle, renew_lease_ms, Asked::BySchedule, Join::Back);
         }
         if due.gone {
             self.table.remove(handle);
@@ -546,11 +591,15 @@ impl Holds {
             let handle = self
                 .renewals
                 .pop(|h, t| Holds::is_queued_renewal(table, h, t))?;
-            let held = self
-                .held_mut(handle)
-                .expect("queued renewals are of held grants");
-            let Renewal::Queued { lease_ms, auto, .. } = held.renewal else {
-                unreachable!("popped as queued");
+            // Popped as queued: a held grant with its renewal queued.
+            let Some(held) = self.held_mut(handle) else {
+                continue;
+            };
+            let Renewal::Queued {
+                lease_ms, asked, ..
+            } = held.renewal
+            else {
+                continue;
             };
             if fx.now >= held.valid_until {
                 held.renewal = Renewal::Idle;
@@ -561,7 +610,7 @@ impl Holds {
             held.renewal = Renewal::Sent {
                 sent_at: fx.now,
                 lease_ms,
-                auto,
+                asked,
             };
             let margin = fx.config.settle_margin;
             held.expires_by = held.expires_by.max(expiry(fx.now, lease_ms, margin));
@@ -629,7 +678,10 @@ impl Holds {
     /// `N` to a renewal: the grant is gone. The embedder is told LeaseLost;
     /// a release of it ends NotHeld at once, until its `expires_by`.
     fn lose(&mut self, fx: &mut Fx<'_>, handle: Handle) {
-        let Some(Hold::Held(held)) = self.table.get_mut(handle) else {
+        let Some(hold) = self.table.get_mut(handle) else {
+            return;
+        };
+        let Hold::Held(held) = hold else {
             return;
         };
         let (key, token, expires_by) = (held.key.clone(), held.token, held.expires_by);
@@ -641,7 +693,7 @@ impl Holds {
         if fx.now >= expires_by {
             self.table.remove(handle);
         } else {
-            *self.table.get_mut(handle).expect("held") = Hold::Lost { key, token };
+            *hold = Hold::Lost { key, token };
             self.table.set_timer(handle, expires_by);
         }
     }
@@ -649,18 +701,24 @@ impl Holds {
     /// A renewal in flight at a close: back to the front of the lane while
     /// its grant is held and its `valid_until` has not passed, unless the
     /// client is shutting down (which stops every renewal).
-    pub(crate) fn requeue_renewal(&mut self, fx: &mut Fx<'_>, handle: Handle, shutting_down: bool) {
+    pub(crate) fn requeue_renewal(&mut self, fx: &mut Fx<'_>, handle: Handle, life: Life) {
         let now = fx.now;
         let Some(held) = self.held_mut(handle) else {
             return;
         };
-        let Renewal::Sent { lease_ms, auto, .. } = held.renewal else {
+        let Renewal::Sent {
+            lease_ms, asked, ..
+        } = held.renewal
+        else {
             return;
         };
-        let allowed = !auto || held.auto_until.is_some_and(|until| now < until);
+        let allowed = match asked {
+            Asked::ByEmbedder => true,
+            Asked::BySchedule => held.auto_until.is_some_and(|until| now < until),
+        };
         held.renewal = Renewal::Idle;
-        if !held.expired && now < held.valid_until && !shutting_down && allowed {
-            self.queue_renewal(handle, lease_ms, auto, true);
+        if !held.expired && now < held.valid_until && life == Life::Running && allowed {
+            self.queue_renewal(handle, lease_ms, asked, Join::Front);
         }
         self.tend(fx, handle);
     }
@@ -705,8 +763,11 @@ impl Holds {
         // The grant becomes its release, in place, and its renewal stops:
         // one not sent yet is dropped; one in flight is still claimed, by
         // its request, and changes nothing.
-        let Some(Hold::Held(held)) = self.table.get(handle) else {
-            unreachable!("found held");
+        let Some(hold) = self.table.get_mut(handle) else {
+            return Err(not_held(grant));
+        };
+        let Hold::Held(held) = hold else {
+            return Err(not_held(grant));
         };
         let left = held.valid_until.millis_since(fx.now);
         fx.events.stats.lease_left_at_release.record(left);
@@ -717,9 +778,9 @@ impl Holds {
             until: held.expires_by,
             attempts: 0,
             queued: None,
-            orphan: false,
+            by: ReleasedBy::Embedder,
         };
-        *self.table.get_mut(handle).expect("found") = Hold::Release(release);
+        *hold = Hold::Release(release);
         self.releases_open += 1;
         fx.events.stats.releases_started += 1;
         if queued_renewal {
@@ -745,7 +806,7 @@ impl Holds {
             until: fx.now,
             attempts: 0,
             queued: None,
-            orphan: false,
+            by: ReleasedBy::Embedder,
         };
         match self.table.insert(Hold::Release(release)) {
             Some(handle) => {
@@ -777,7 +838,7 @@ impl Holds {
         }
         let until = fx.now.saturating_add(fx.config.release_horizon);
         let handle = self
-            .queue_release(fx, key, token, until, false)
+            .queue_release(fx, key, token, until, ReleasedBy::Embedder)
             .ok_or(Error::Busy)?;
         self.releases_open += 1;
         fx.events.stats.releases_started += 1;
@@ -791,7 +852,7 @@ impl Holds {
         key: Key,
         token: u64,
         until: Time,
-        orphan: bool,
+        by: ReleasedBy,
     ) -> Option<Handle> {
         let handle = self.table.insert(Hold::Release(Release {
             key,
@@ -799,7 +860,7 @@ impl Holds {
             until,
             attempts: 0,
             queued: None,
-            orphan,
+            by,
         }))?;
         self.enter_lane(fx, handle);
         Some(handle)
@@ -842,7 +903,7 @@ impl Holds {
             token,
         });
         // A table too full for it leaves the grant to lease expiry.
-        let _ = self.queue_release(fx, key, token, until, true);
+        let _ = self.queue_release(fx, key, token, until, ReleasedBy::Client);
     }
 
     /// [`Client::undeliverable`](super::Client::undeliverable): the
@@ -851,8 +912,7 @@ impl Holds {
     pub(crate) fn undeliverable(&mut self, fx: &mut Fx<'_>, grant: &Grant) -> Result<(), Error> {
         match self.find(grant)? {
             Some(handle) => {
-                let hold = self.table.remove(handle).expect("found");
-                if let Hold::Held(held) = hold {
+                if let Some(Hold::Held(held)) = self.table.remove(handle) {
                     if matches!(held.renewal, Renewal::Queued { .. }) {
                         self.renewal_left();
                     }
@@ -873,8 +933,9 @@ impl Holds {
         let handle = self
             .lane
             .pop(|h, t| Holds::is_queued_release(table, h, t))?;
+        // Popped as queued: a release waiting in the lane.
         let Some(Hold::Release(release)) = self.table.get_mut(handle) else {
-            unreachable!("popped as queued");
+            return None;
         };
         // Its deadline fired before any send could get here, and only
         // releases with attempts left enter the lane.
@@ -906,25 +967,27 @@ impl Holds {
         })
     }
 
-    /// `D` or `N` matched to a release in flight.
-    pub(crate) fn release_answer(&mut self, fx: &mut Fx<'_>, handle: Handle, released: bool) {
-        // After an earlier lost attempt too, `N` says the grant is gone.
-        let result = match released {
-            true => ReleaseResult::Released,
-            false => ReleaseResult::NotHeld,
-        };
+    /// `D` (Released) or `N` (NotHeld) matched to a release in flight.
+    /// After an earlier lost attempt too, `N` says the grant is gone.
+    pub(crate) fn release_answer(
+        &mut self,
+        fx: &mut Fx<'_>,
+        handle: Handle,
+        result: ReleaseResult,
+    ) {
         self.end_release(fx, handle, result);
     }
 
     /// A release in flight at a close: back to the front of the lane, or
     /// ended Lapsed if no further attempt may start: after its deadline,
     /// past its attempts, or when the shutdown is ending.
-    pub(crate) fn requeue_release(&mut self, fx: &mut Fx<'_>, handle: Handle, finishing: bool) {
+    pub(crate) fn requeue_release(&mut self, fx: &mut Fx<'_>, handle: Handle, life: Life) {
         let Some(Hold::Release(release)) = self.table.get_mut(handle) else {
             return;
         };
         let until = release.until;
-        if fx.now >= until || release.attempts >= fx.config.release_attempts || finishing {
+        let spent = fx.now >= until || release.attempts >= fx.config.release_attempts;
+        if spent || life == Life::Ending {
             self.end_release(fx, handle, ReleaseResult::Lapsed);
             return;
         }
@@ -944,7 +1007,7 @@ impl Holds {
         if release.queued.is_some() {
             self.release_left();
         }
-        if release.orphan {
+        if release.by == ReleasedBy::Client {
             fx.events.push_back(Event::OrphanSettled {
                 key: release.key,
                 token: release.token,

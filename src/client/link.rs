@@ -52,6 +52,15 @@ pub(crate) enum LinkState {
 /// nearly out still waits this long between rounds and for a connect.
 pub(crate) const LEASE_CAP_FLOOR: Duration = Duration::from_millis(100);
 
+/// What the link does after a close.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Plan {
+    /// The round goes on, or the next one is planned after its backoff.
+    Connect,
+    /// Nothing is left to send while shutting down: no new attempt.
+    Idle,
+}
+
 pub(crate) struct Link {
     pub(crate) state: LinkState,
     next_conn: u64,
@@ -467,13 +476,14 @@ impl Link {
     /// nothing left starts again (the caller asks only when it may).
     pub(crate) fn connect(&mut self, fx: &mut Fx<'_>, cap: Option<Duration>) {
         let (now, config) = (fx.now, fx.config);
-        let addr = match self.next_address(now, config) {
-            Some(addr) => addr,
-            None => {
-                self.round.restart(config.endpoints.len());
-                self.next_address(now, config)
-                    .expect("a new round has an endpoint to try")
-            }
+        let next = self.next_address(now, config).or_else(|| {
+            self.round.restart(config.endpoints.len());
+            self.next_address(now, config)
+        });
+        // A new round always has an endpoint to try: a configuration has
+        // at least one ([`Config::validate`]).
+        let Some(addr) = next else {
+            return;
         };
         // Whether it came as the hint or in turn, a connection to the
         // hint's address is one to the hint.
@@ -659,9 +669,8 @@ impl Link {
 
     /// After a close, once the requests on the connection are settled:
     /// the round goes on at once, or the client waits before the next one
-    /// (`quiet`: nothing is left to send while shutting down, so no new
-    /// attempt is planned). The refusal that leaves the client
-    /// misconfigured, if this round made it so.
+    /// (with [`Plan::Idle`], no new attempt is planned). The refusal that
+    /// leaves the client misconfigured, if this round made it so.
     pub(crate) fn after_close(
         &mut self,
         fx: &mut Fx<'_>,
@@ -669,7 +678,7 @@ impl Link {
         cap: Option<Duration>,
         closed: Closed,
         reason: &CloseReason,
-        quiet: bool,
+        plan: Plan,
     ) -> Option<CloseReason> {
         match reason {
             CloseReason::AuthFailed => fx.events.push_back(Event::AuthFailed {
@@ -687,7 +696,7 @@ impl Link {
             cap,
         };
         let next = self.ended(&mut cx, &closed.conn, &closed.phase, reason);
-        if quiet {
+        if plan == Plan::Idle {
             return None;
         }
         match next {

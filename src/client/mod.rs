@@ -86,8 +86,8 @@ pub use stats::{
 };
 
 use self::acquires::Acquires;
-use self::holds::Holds;
-use self::link::{Link, Phase};
+use self::holds::{AutoRenew, Holds};
+use self::link::{Link, Phase, Plan};
 use self::outcome::OpKind;
 use self::pending::{Claimed, Owner, Pending};
 use self::stats::EventQueue;
@@ -108,6 +108,20 @@ pub(crate) struct Fx<'a> {
     pub(crate) events: &'a mut EventQueue,
     /// Requests encoded and not yet handed out.
     pub(crate) send: &'a mut SendBuffer,
+}
+
+/// Where the client is in its life: what a shutdown (PROTOCOL.md section
+/// 5, "Shutting down with a budget") changes for the parts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Life {
+    /// It takes operations.
+    Running,
+    /// It shuts down by `deadline`: no new acquire and no renewal, and the
+    /// release lane drains.
+    ShuttingDown { deadline: Time },
+    /// The shutdown ends (drained, or its budget spent): no reconnect, and
+    /// every release still open lapses.
+    Ending,
 }
 
 /// What a part's timer found: an answer it waits for is past its grace,
@@ -283,10 +297,8 @@ pub struct Client {
     holds: Holds,
     reader: LineReader,
     out: Out,
-    /// The shutdown deadline, once shutting down.
-    shutdown: Option<Time>,
-    /// The shutdown is ending: no reconnect, every release lapses.
-    finishing: bool,
+    /// Where it is in its life: running, shutting down, ending.
+    life: Life,
 }
 
 impl Client {
@@ -307,8 +319,7 @@ impl Client {
             holds: Holds::default(),
             reader: LineReader::new(),
             out: Out::default(),
-            shutdown: None,
-            finishing: false,
+            life: Life::Running,
         };
         with_fx!(client, fx => client.link.connect(&mut fx, None));
         Ok(client)
@@ -383,8 +394,8 @@ impl Client {
     ) -> Result<(), Error> {
         self.step(now, |client| {
             client.unfinished()?;
-            let shutting = client.shutdown.is_some();
-            with_fx!(client, fx => client.holds.renew(&mut fx, grant, lease, shutting))
+            let life = client.life;
+            with_fx!(client, fx => client.holds.renew(&mut fx, grant, lease, life))
         })
     }
 
@@ -398,14 +409,16 @@ impl Client {
         grant: &Grant,
         limit: Option<Duration>,
     ) -> Result<(), Error> {
-        self.step(now, |client| client.set_auto_renew(grant, true, limit))
+        self.step(now, |client| {
+            client.set_auto_renew(grant, AutoRenew::On { limit })
+        })
     }
 
     /// Stops renewing a held grant automatically (a renewal already in
     /// flight is still answered). It then runs out at its `valid_until`
     /// unless renewed or released.
     pub fn stop_renewing(&mut self, now: Time, grant: &Grant) -> Result<(), Error> {
-        self.step(now, |client| client.set_auto_renew(grant, false, None))
+        self.step(now, |client| client.set_auto_renew(grant, AutoRenew::Off))
     }
 
     /// The client's counters: totals since it was made (operations by
@@ -685,23 +698,18 @@ impl Client {
         renew: Option<Duration>,
     ) -> Result<OpId, Error> {
         self.unfinished()?;
-        if self.shutdown.is_some() {
+        if self.life != Life::Running {
             return Err(Error::ShuttingDown);
         }
         let refused = self.link.misconfigured();
         with_fx!(self, fx => self.acquires.submit(&mut fx, key, owner, wait, lease, renew, refused))
     }
 
-    /// [`Client::auto_renew`] (`on`) and [`Client::stop_renewing`].
-    fn set_auto_renew(
-        &mut self,
-        grant: &Grant,
-        on: bool,
-        limit: Option<Duration>,
-    ) -> Result<(), Error> {
+    /// [`Client::auto_renew`] and [`Client::stop_renewing`].
+    fn set_auto_renew(&mut self, grant: &Grant, auto: AutoRenew) -> Result<(), Error> {
         self.unfinished()?;
-        let shutting = self.shutdown.is_some();
-        with_fx!(self, fx => self.holds.auto_renew(&mut fx, grant, on, limit, shutting))
+        let life = self.life;
+        with_fx!(self, fx => self.holds.auto_renew(&mut fx, grant, auto, life))
     }
 
     /// [`Client::cancel`]: an acquire in flight is cancelled under the
@@ -949,8 +957,11 @@ impl Client {
             }
             (Claimed::Acquire(acquire), _) => self.acquires.busy(&mut fx, &mut self.rng, acquire),
             (Claimed::Release(release), kind) => {
-                let released = kind == AnswerKind::Released;
-                self.holds.release_answer(&mut fx, release, released);
+                let result = match kind {
+                    AnswerKind::Released => ReleaseResult::Released,
+                    _ => ReleaseResult::NotHeld,
+                };
+                self.holds.release_answer(&mut fx, release, result);
             }
             (Claimed::Renewal(grant), kind) => self.holds.renewal_answer(&mut fx, grant, kind),
         });
@@ -1046,12 +1057,13 @@ impl Client {
         };
         self.reader.reset();
         self.settle(&reason);
-        if self.finishing {
-            return;
-        }
+        let next = match self.life {
+            Life::Ending => return,
+            Life::ShuttingDown { .. } if !self.has_work_to_drain() => Plan::Idle,
+            _ => Plan::Connect,
+        };
         let cap = self.holds.lease_cap(self.now);
-        let quiet = self.shutdown.is_some() && !self.has_work_to_drain();
-        let refused = with_fx!(self, fx => self.link.after_close(&mut fx, &mut self.rng, cap, closed, &reason, quiet));
+        let refused = with_fx!(self, fx => self.link.after_close(&mut fx, &mut self.rng, cap, closed, &reason, next));
         if let Some(cause) = refused {
             with_fx!(self, fx => self.acquires.refused(&mut fx, &cause));
         }
@@ -1063,7 +1075,7 @@ impl Client {
     /// order; unsent requests stay queued for the next connection.
     fn settle(&mut self, reason: &CloseReason) {
         let in_flight = self.pending.drain();
-        let (finishing, shutting) = (self.finishing, self.shutdown.is_some());
+        let life = self.life;
         with_fx!(self, fx => {
             let mut again = Vec::new();
             for claimed in in_flight {
@@ -1078,9 +1090,9 @@ impl Client {
             for claimed in again.into_iter().rev() {
                 match claimed {
                     Claimed::Release(release) => {
-                        self.holds.requeue_release(&mut fx, release, finishing);
+                        self.holds.requeue_release(&mut fx, release, life);
                     }
-                    Claimed::Renewal(grant) => self.holds.requeue_renewal(&mut fx, grant, shutting),
+                    Claimed::Renewal(grant) => self.holds.requeue_renewal(&mut fx, grant, life),
                     Claimed::Acquire(_) | Claimed::Waiter(_) => {}
                 }
             }
@@ -1094,7 +1106,10 @@ impl Client {
     /// that tie come in the order of [`Due`]. Every part's timers are
     /// folded here, and only here.
     fn next_timer(&self, by: Option<Time>) -> Option<(Time, Due)> {
-        let shutdown = self.shutdown.filter(|_| !self.is_finished());
+        let shutdown = match self.life {
+            Life::ShuttingDown { deadline } => Some(deadline),
+            Life::Running | Life::Ending => None,
+        };
         let within = |at: Option<Time>| at.filter(|&at| by.map_or(true, |by| at <= by));
         earliest([
             (self.acquires.earliest(by), Due::Acquire),
@@ -1143,15 +1158,17 @@ impl Client {
 
     /// [`Client::shutdown`].
     fn start_shutdown(&mut self, budget: Duration) -> Result<(), Error> {
-        if self.shutdown.is_some() || self.is_finished() {
+        if self.life != Life::Running || self.is_finished() {
             return Err(Error::ShuttingDown);
         }
-        self.shutdown = Some(self.now.saturating_add(budget));
-        let keep_waiter = self.config.cancel == CancelPolicy::KeepWaiter;
+        self.life = Life::ShuttingDown {
+            deadline: self.now.saturating_add(budget),
+        };
+        let policy = self.config.cancel;
         let mut abandoned = Vec::new();
         let in_flight = with_fx!(self, fx => {
             self.holds.stop_renewals(&mut fx);
-            self.acquires.shut(&mut fx, keep_waiter, &mut abandoned)
+            self.acquires.shut(&mut fx, policy, &mut abandoned)
         });
         let mut in_flight = in_flight;
         for (id, waiter) in abandoned {
@@ -1170,8 +1187,8 @@ impl Client {
     fn check_shutdown(&mut self) {
         // Also when the budget is already spent (a zero budget): its
         // deadline is due now, and a command fires no timer by itself.
-        if let Some(deadline) = self.shutdown {
-            if !self.is_finished() && (!self.has_work_to_drain() || self.now >= deadline) {
+        if let Life::ShuttingDown { deadline } = self.life {
+            if !self.has_work_to_drain() || self.now >= deadline {
                 self.finish_shutdown();
             }
         }
@@ -1185,7 +1202,7 @@ impl Client {
     /// Ends the shutdown, drained or not: closes, lapses every release still
     /// open, forgets held grants, and stops.
     fn finish_shutdown(&mut self) {
-        self.finishing = true;
+        self.life = Life::Ending;
         self.close(CloseReason::Shutdown);
         with_fx!(self, fx => {
             self.holds.finish(&mut fx);

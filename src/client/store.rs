@@ -278,7 +278,10 @@ impl<T> Table<T> {
         }
         let index = timer as usize;
         let removed = self.heap[index];
-        let last = self.heap.pop().expect("an armed timer is in the heap");
+        // An armed timer is in the heap.
+        let Some(last) = self.heap.pop() else {
+            return;
+        };
         if index < self.heap.len() {
             // The last timer fills the hole: up if it is earlier than the
             // one removed, else down.
