@@ -18,6 +18,7 @@ use core::time::Duration;
 use super::link::jittered;
 use super::outcome::{CloseReason, Error, OpId, OpKind, Outcome};
 use super::pending::Expected;
+use super::stats::Note;
 use super::store::{Handle, Queue, Table};
 use super::{BusyPolicy, CancelPolicy, Fx, Unwell};
 use crate::names::{Key, Name};
@@ -152,7 +153,7 @@ impl Acquires {
                 }),
             })
             .ok_or(Error::Busy)?;
-        fx.events.stats.acquires_started += 1;
+        fx.events.note(Note::AcquireStarted);
         self.enqueue(handle, last_moment);
         Ok(OpId::of(OpKind::Acquire, handle))
     }
@@ -334,7 +335,7 @@ impl Acquires {
         if let Some(deadline) = deadline {
             self.waiters.set_timer(waiter, deadline);
         }
-        fx.events.stats.count_indeterminate(None);
+        fx.events.note(Note::InDoubt(None));
         self.end(fx, handle, Outcome::Indeterminate { settles_by });
         Some(waiter)
     }
@@ -357,7 +358,7 @@ impl Acquires {
             return;
         };
         let settles_by = acquire.settles_by(fx.now, fx.config.settle_margin);
-        fx.events.stats.count_indeterminate(Some(reason));
+        fx.events.note(Note::InDoubt(Some(reason)));
         self.end(fx, handle, Outcome::Indeterminate { settles_by });
     }
 

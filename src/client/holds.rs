@@ -18,6 +18,7 @@ use core::time::Duration;
 use super::link::LEASE_CAP_FLOOR;
 use super::outcome::{Error, Event, Grant, Issuer, OpId, OpKind, Outcome, ReleaseResult};
 use super::pending::Expected;
+use super::stats::Note;
 use super::store::{Handle, Queue, Table};
 use super::{Fx, Life, Unwell};
 use crate::names::Key;
@@ -360,7 +361,7 @@ impl Holds {
         granted: super::acquires::Granted,
     ) -> Option<Grant> {
         let key = granted.key;
-        fx.events.stats.grant_wait.record(waited_ms);
+        fx.events.note(Note::GrantWaited { ms: waited_ms });
         let expires_by = expiry(fx.now, lease_ms, fx.config.settle_margin);
         let valid_until = granted
             .sent_at
@@ -606,7 +607,7 @@ impl Holds {
                 self.tend(fx, handle);
                 continue;
             }
-            fx.events.stats.renewals.sent += 1;
+            fx.events.note(Note::RenewalSent);
             held.renewal = Renewal::Sent {
                 sent_at: fx.now,
                 lease_ms,
@@ -770,7 +771,7 @@ impl Holds {
             return Err(not_held(grant));
         };
         let left = held.valid_until.millis_since(fx.now);
-        fx.events.stats.lease_left_at_release.record(left);
+        fx.events.note(Note::LeaseLeftAtRelease { ms: left });
         let queued_renewal = matches!(held.renewal, Renewal::Queued { .. });
         let release = Release {
             key: held.key.clone(),
@@ -782,7 +783,7 @@ impl Holds {
         };
         *hold = Hold::Release(release);
         self.releases_open += 1;
-        fx.events.stats.releases_started += 1;
+        fx.events.note(Note::ReleaseStarted);
         if queued_renewal {
             self.renewal_left();
         }
@@ -793,7 +794,7 @@ impl Holds {
     /// A release of `grant` that ends at once with `result`, without a
     /// request: counted, and given its outcome.
     fn release_at_once(&mut self, fx: &mut Fx<'_>, grant: &Grant, result: ReleaseResult) -> OpId {
-        fx.events.stats.releases_started += 1;
+        fx.events.note(Note::ReleaseStarted);
         let outcome = match result {
             ReleaseResult::NotHeld => Outcome::NotHeld,
             _ => Outcome::Lapsed,
@@ -841,7 +842,7 @@ impl Holds {
             .queue_release(fx, key, token, until, ReleasedBy::Embedder)
             .ok_or(Error::Busy)?;
         self.releases_open += 1;
-        fx.events.stats.releases_started += 1;
+        fx.events.note(Note::ReleaseStarted);
         Ok(OpId::of(OpKind::Release, handle))
     }
 

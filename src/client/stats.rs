@@ -303,16 +303,43 @@ impl ClientStats {
         } += 1;
     }
 
-    /// Counts an acquire ended Indeterminate by a close for `reason`, or by
-    /// a cancel (`None`).
-    pub(crate) fn count_indeterminate(&mut self, reason: Option<&CloseReason>) {
-        let i = &mut self.indeterminate;
-        *match reason {
-            None | Some(CloseReason::Cancel | CloseReason::Shutdown) => &mut i.cancel,
-            Some(CloseReason::AnswerTimeout) => &mut i.answer_timeout,
-            Some(_) => &mut i.close,
-        } += 1;
+    /// Counts what a part notes that no event shows.
+    pub(crate) fn note(&mut self, note: Note<'_>) {
+        match note {
+            Note::AcquireStarted => self.acquires_started += 1,
+            Note::ReleaseStarted => self.releases_started += 1,
+            Note::RenewalSent => self.renewals.sent += 1,
+            Note::InDoubt(reason) => {
+                let i = &mut self.indeterminate;
+                *match reason {
+                    None | Some(CloseReason::Cancel | CloseReason::Shutdown) => &mut i.cancel,
+                    Some(CloseReason::AnswerTimeout) => &mut i.answer_timeout,
+                    Some(_) => &mut i.close,
+                } += 1;
+            }
+            Note::GrantWaited { ms } => self.grant_wait.record(ms),
+            Note::LeaseLeftAtRelease { ms } => self.lease_left_at_release.record(ms),
+        }
     }
+}
+
+/// What a part notes for the counters that no event shows; counted with
+/// the events, in [`ClientStats`], the one place counters are kept.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Note<'a> {
+    /// An acquire was taken.
+    AcquireStarted,
+    /// The embedder's release was taken.
+    ReleaseStarted,
+    /// A renewal's bytes went out.
+    RenewalSent,
+    /// An acquire in flight is to end Indeterminate: by a close for the
+    /// reason given, or by a cancel (`None`).
+    InDoubt(Option<&'a CloseReason>),
+    /// A granted acquire waited this long in the key's queue.
+    GrantWaited { ms: u64 },
+    /// This much of a grant's lease was left when the embedder released it.
+    LeaseLeftAtRelease { ms: u64 },
 }
 
 /// The events waiting for the embedder, each counted as it is queued.
@@ -323,6 +350,11 @@ pub(crate) struct EventQueue {
 }
 
 impl EventQueue {
+    /// Counts what a part notes that no event shows.
+    pub(crate) fn note(&mut self, note: Note<'_>) {
+        self.stats.note(note);
+    }
+
     /// Queues `event`, and counts it.
     pub(crate) fn push_back(&mut self, event: Event) {
         self.stats.count(&event);
