@@ -220,7 +220,8 @@ pub mod names;
 pub mod rng;
 #[cfg(any(feature = "tokio", feature = "futures-io", feature = "blocking"))]
 mod runtime;
-#[cfg(test)]
+// Only the Raft parts' unit tests draw seeded properties so far.
+#[cfg(all(test, feature = "raft"))]
 mod seeded;
 pub mod server;
 #[cfg(feature = "sim")]

@@ -490,3 +490,148 @@ impl Acquires {
         });
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::harness::Harness;
+    use super::*;
+    use crate::client::Event;
+
+    fn submit(h: &mut Harness, a: &mut Acquires, wait_ms: u64) -> OpId {
+        let (key, owner) = (Key::new("k").unwrap(), Name::new("o").unwrap());
+        let (wait, lease) = (millis(wait_ms), millis(1000));
+        a.submit(&mut h.fx(), key, owner, wait, lease, None, None)
+            .expect("taken")
+    }
+
+    /// As the client does: time catches up to `at`, then the timer due fires.
+    fn fire(
+        h: &mut Harness,
+        a: &mut Acquires,
+        at: Time,
+        cause: Option<&CloseReason>,
+    ) -> Result<(), Unwell> {
+        h.now = at;
+        a.catch_up(at);
+        a.fire(&mut h.fx(), at, cause)
+    }
+
+    fn outcomes(h: &mut Harness) -> Vec<Outcome> {
+        h.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Outcome { outcome, .. } => Some(outcome),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_acquire_waits_for_a_connection_then_goes_out_with_what_is_left_of_its_budget() {
+        let (mut h, mut a) = (Harness::new(), Acquires::default());
+        let op = submit(&mut h, &mut a, 500);
+        assert_eq!((a.open(), a.queued()), (1, 1));
+        // Its last moment to wait: max(wait, queue_grace) from now.
+        assert_eq!(
+            a.earliest(None),
+            Some(h.now.saturating_add(h.config.queue_grace))
+        );
+        h.at(200);
+        let handle = a.send_next(&mut h.fx(), 7).expect("queued");
+        assert_eq!(Some((OpKind::Acquire, handle)), op.parts());
+        assert_eq!(h.sent(), "A 7 k o 300 1000\n");
+        let e = a.expected(handle).expect("in flight");
+        assert_eq!(
+            (e.op, e.key.as_str(), e.lease_ms, e.wait_ms),
+            (Op::Acquire, "k", 1000, 300)
+        );
+        // Its answer deadline: what it waits on the wire, plus the grace.
+        let deadline = h
+            .now
+            .saturating_add(millis(300))
+            .saturating_add(h.config.answer_grace);
+        assert_eq!(a.earliest(None), Some(deadline));
+        assert_eq!(
+            fire(&mut h, &mut a, deadline, None),
+            Err(Unwell),
+            "that late: unwell"
+        );
+        assert!(a.send_next(&mut h.fx(), 8).is_none(), "nothing more queued");
+    }
+
+    #[test]
+    fn one_never_sent_times_out_with_why_and_a_cancel_before_sending_asks_nothing() {
+        let (mut h, mut a) = (Harness::new(), Acquires::default());
+        submit(&mut h, &mut a, 0);
+        let last = a.earliest(None).expect("its last moment");
+        let cause = CloseReason::ConnectFailed;
+        assert_eq!(fire(&mut h, &mut a, last, Some(&cause)), Ok(()));
+        assert_eq!(
+            outcomes(&mut h),
+            [Outcome::TimedOut {
+                sent: false,
+                cause: Some(cause)
+            }]
+        );
+        let op = submit(&mut h, &mut a, 0);
+        assert_eq!(a.cancel(&mut h.fx(), op), Ok(None));
+        assert_eq!(outcomes(&mut h), [Outcome::Cancelled]);
+        assert_eq!(a.cancel(&mut h.fx(), op), Err(Error::UnknownOperation(op)));
+        assert_eq!(a.open(), 0);
+    }
+
+    #[test]
+    fn a_busy_answer_is_retried_while_the_budget_fits_and_ends_busy_after() {
+        let (mut h, mut a) = (Harness::new(), Acquires::default());
+        let mut rng = Rng::new(1);
+        submit(&mut h, &mut a, 1_000);
+        let handle = a.send_next(&mut h.fx(), 1).expect("queued");
+        a.busy(&mut h.fx(), &mut rng, handle);
+        let retry = a.earliest(None).expect("a backoff");
+        assert!(retry > h.now && retry < h.now.saturating_add(millis(1_000)));
+        assert!(h
+            .events()
+            .iter()
+            .any(|e| matches!(e, Event::Backoff { .. })));
+        // Queued again at the end of the backoff, sent with what is left.
+        assert_eq!(fire(&mut h, &mut a, retry, None), Ok(()));
+        let again = a.send_next(&mut h.fx(), 2).expect("queued again");
+        assert_eq!(again, handle);
+        // A `B` once the budget cannot fit another attempt: Busy.
+        h.at(999);
+        a.busy(&mut h.fx(), &mut rng, handle);
+        assert_eq!(outcomes(&mut h), [Outcome::Busy]);
+        assert_eq!(a.open(), 0);
+    }
+
+    #[test]
+    fn a_grant_moves_out_of_the_acquire_which_then_gets_its_outcome() {
+        let (mut h, mut a) = (Harness::new(), Acquires::default());
+        submit(&mut h, &mut a, 0);
+        let handle = a.send_next(&mut h.fx(), 1).expect("queued");
+        let (granted, concluding) = a.granted(handle).expect("in flight");
+        assert_eq!((granted.key.as_str(), granted.lease_ms.get()), ("k", 1000));
+        assert_eq!(a.open(), 0, "its record went with the grant");
+        assert!(a.granted(handle).is_none());
+        a.conclude(&mut h.fx(), handle, concluding, Outcome::Busy);
+        assert_eq!(outcomes(&mut h), [Outcome::Busy]);
+    }
+
+    #[test]
+    fn one_in_flight_abandoned_leaves_a_waiter_that_keeps_what_its_answer_must_match() {
+        let (mut h, mut a) = (Harness::new(), Acquires::default());
+        let op = submit(&mut h, &mut a, 100);
+        let handle = a.send_next(&mut h.fx(), 4).expect("queued");
+        assert_eq!(a.cancel(&mut h.fx(), op), Ok(Some(4)), "left to the policy");
+        let waiter = a.abandon(&mut h.fx(), handle).expect("a waiter");
+        assert!(matches!(
+            outcomes(&mut h)[..],
+            [Outcome::Indeterminate { .. }]
+        ));
+        let e = a.waiter_expected(waiter).expect("kept");
+        assert_eq!((e.key.as_str(), e.wait_ms), ("k", 100));
+        assert_eq!((a.open(), a.waiting()), (0, 1));
+        a.waiter_done(waiter);
+        assert_eq!(a.waiting(), 0);
+    }
+}

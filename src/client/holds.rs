@@ -1102,3 +1102,219 @@ fn not_held(grant: &Grant) -> Error {
         token: grant.token,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::acquires::Granted;
+    use super::super::harness::{at_ms, Harness};
+    use super::*;
+
+    fn nz(ms: u64) -> NonZeroU64 {
+        NonZeroU64::new(ms).expect("not zero")
+    }
+
+    /// A grant of `k` with token 9 and a lease of 900 ms, its acquire sent
+    /// at 0 and answered at once; renewed automatically with no limit.
+    fn held(h: &mut Harness, holds: &mut Holds, renew: bool) -> Grant {
+        let granted = Granted {
+            key: Key::new("k").expect("a key"),
+            sent_at: h.now,
+            lease_ms: nz(900),
+            renew: renew.then_some(Duration::MAX),
+        };
+        let grant = holds.hold(&mut h.fx(), 9, nz(900), 0, granted);
+        grant.expect("room for it")
+    }
+
+    /// As the client does: time catches up to `at`, then every timer due
+    /// by then fires.
+    fn advance(h: &mut Harness, holds: &mut Holds, at: Time) -> Result<(), Unwell> {
+        h.now = at;
+        holds.catch_up(at);
+        while holds.earliest(Some(at)).is_some() {
+            holds.fire(&mut h.fx(), at)?;
+        }
+        Ok(())
+    }
+
+    fn outcomes(h: &mut Harness) -> Vec<Outcome> {
+        h.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Outcome { outcome, .. } => Some(outcome),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_automatic_renewal_goes_at_a_third_and_its_grant_proves_from_its_send_time() {
+        let (mut h, mut holds) = (Harness::new(), Holds::default());
+        let grant = held(&mut h, &mut holds, true);
+        assert_eq!(grant.valid_until, at_ms(900));
+        assert_eq!(
+            holds.lease_cap(h.now),
+            Some(millis(225)),
+            "a quarter of 900 ms"
+        );
+        // Nothing due before a third of the lease has passed.
+        assert_eq!(holds.earliest(None), Some(at_ms(300)));
+        advance(&mut h, &mut holds, at_ms(299)).expect("well");
+        assert_eq!(holds.renewals_len(), 0);
+        advance(&mut h, &mut holds, at_ms(300)).expect("well");
+        assert_eq!(holds.renewals_len(), 1);
+        let (handle, key, token, lease_ms) = holds.send_renewal(&mut h.fx(), 5).expect("queued");
+        assert_eq!((key.as_str(), token, lease_ms.get()), ("k", 9, 900));
+        assert_eq!(h.sent(), "X 5 k 9 900\n");
+        assert!(holds.awaits_renewal(handle));
+        // Answered at 400: good until 300 + 900, not 400 + 900.
+        h.at(400);
+        let renewed = AnswerKind::Renewed {
+            token: 9,
+            lease_ms: nz(900),
+        };
+        holds.renewal_answer(&mut h.fx(), handle, renewed);
+        assert_eq!(holds.valid_until(&grant), Some(at_ms(1_200)));
+        assert!(matches!(h.events()[..], [Event::Renewed { token: 9, .. }]));
+    }
+
+    #[test]
+    fn an_unanswered_renewal_puts_the_grant_in_jeopardy_then_expires_it() {
+        let (mut h, mut holds) = (Harness::new(), Holds::default());
+        h.config.answer_grace = millis(100);
+        let grant = held(&mut h, &mut holds, true);
+        advance(&mut h, &mut holds, at_ms(300)).expect("well");
+        let (handle, ..) = holds.send_renewal(&mut h.fx(), 1).expect("queued");
+        // The answer grace passes first: the connection is unwell, and the
+        // close puts the renewal back at the front.
+        let grace = h.now.saturating_add(h.config.answer_grace);
+        assert_eq!(advance(&mut h, &mut holds, grace), Err(Unwell));
+        holds.requeue_renewal(&mut h.fx(), handle, Life::Running);
+        assert_eq!(holds.renewals_len(), 1);
+        advance(&mut h, &mut holds, at_ms(600)).expect("well");
+        let events = h.events();
+        assert!(
+            matches!(events[..], [Event::LeaseJeopardy { token: 9, .. }]),
+            "{events:?}"
+        );
+        advance(&mut h, &mut holds, at_ms(900)).expect("well");
+        assert!(matches!(
+            h.events()[..],
+            [Event::LeaseExpired { token: 9, .. }]
+        ));
+        assert_eq!(
+            holds.renewals_len(),
+            0,
+            "an expired grant is renewed no more"
+        );
+        let renew = holds.renew(&mut h.fx(), &grant, None, Life::Running);
+        assert!(matches!(renew, Err(Error::LeaseExpired { token: 9, .. })));
+    }
+
+    #[test]
+    fn a_release_goes_by_exact_token_before_any_renewal_and_ends_once() {
+        let (mut h, mut holds) = (Harness::new(), Holds::default());
+        let grant = held(&mut h, &mut holds, true);
+        advance(&mut h, &mut holds, at_ms(300)).expect("well");
+        let op = holds.release(&mut h.fx(), &grant).expect("held");
+        assert!(holds.is_release(op));
+        // Its queued renewal left with the grant.
+        assert_eq!((holds.lane_len(), holds.renewals_len()), (1, 0));
+        assert!(holds.send_renewal(&mut h.fx(), 1).is_none());
+        let handle = holds.send_release(&mut h.fx(), 2).expect("in the lane");
+        assert_eq!(h.sent(), "R 2 k 9\n");
+        let expected = holds.release_expected(handle).expect("in flight");
+        assert_eq!((expected.op, expected.token), (Op::Release, 9));
+        holds.release_answer(&mut h.fx(), handle, ReleaseResult::Released);
+        assert_eq!(outcomes(&mut h), [Outcome::Released]);
+        assert_eq!(holds.releases_open(), 0);
+        // Released twice is misuse, and no request.
+        assert!(matches!(
+            holds.release(&mut h.fx(), &grant),
+            Err(Error::GrantNotHeld { token: 9, .. })
+        ));
+        assert_eq!(holds.lane_len(), 0);
+    }
+
+    #[test]
+    fn a_lost_grant_ends_its_release_at_once_and_another_clients_grant_is_refused() {
+        let (mut h, mut holds) = (Harness::new(), Holds::default());
+        let grant = held(&mut h, &mut holds, false);
+        holds
+            .renew(&mut h.fx(), &grant, None, Life::Running)
+            .expect("held");
+        let (handle, ..) = holds.send_renewal(&mut h.fx(), 1).expect("queued");
+        holds.renewal_answer(&mut h.fx(), handle, AnswerKind::Gone);
+        assert!(matches!(
+            h.events()[..],
+            [Event::LeaseLost { token: 9, .. }]
+        ));
+        holds
+            .release(&mut h.fx(), &grant)
+            .expect("lost, still known");
+        assert_eq!(outcomes(&mut h), [Outcome::NotHeld]);
+        assert_eq!(holds.lane_len(), 0, "nothing asked");
+
+        let mut other = Holds::default();
+        let (mut h2, theirs) = (Harness::new(), held(&mut Harness::new(), &mut other, false));
+        assert!(matches!(
+            holds.release(&mut h2.fx(), &theirs),
+            Err(Error::ForeignGrant { token: 9, .. })
+        ));
+    }
+
+    #[test]
+    fn an_orphan_is_released_by_the_client_with_a_notice_unless_its_lease_ran_out() {
+        let (mut h, mut holds) = (Harness::new(), Holds::default());
+        holds.orphan(&mut h.fx(), Key::new("o").expect("a key"), 4, nz(500));
+        assert!(matches!(
+            h.events()[..],
+            [Event::OrphanRelease { token: 4, .. }]
+        ));
+        let handle = holds.send_release(&mut h.fx(), 3).expect("in the lane");
+        assert_eq!(h.sent(), "R 3 o 4\n");
+        // Its attempt in flight at a close goes back to the front; once the
+        // lease plus the margin has passed, it lapses.
+        holds.requeue_release(&mut h.fx(), handle, Life::Running);
+        assert_eq!(holds.lane_len(), 1);
+        let until = h
+            .now
+            .saturating_add(millis(500))
+            .saturating_add(h.config.settle_margin);
+        advance(&mut h, &mut holds, until).expect("well");
+        let events = h.events();
+        let settled = Event::OrphanSettled {
+            key: Key::new("o").expect("a key"),
+            token: 4,
+            result: ReleaseResult::Lapsed,
+        };
+        assert_eq!(events, [settled]);
+        assert_eq!(holds.releases_open(), 0, "not the embedder's");
+        // A grant handed back once the server has certainly freed it:
+        // nothing to release.
+        let grant = held(&mut h, &mut holds, false);
+        let freed = grant.expires_by;
+        advance(&mut h, &mut holds, freed).expect("well");
+        assert!(matches!(
+            h.events()[..],
+            [Event::LeaseExpired { token: 9, .. }]
+        ));
+        assert_eq!(holds.undeliverable(&mut h.fx(), &grant), Ok(()));
+        assert_eq!((h.events(), holds.lane_len()), (vec![], 0));
+    }
+
+    #[test]
+    fn a_release_in_flight_at_a_close_lapses_once_its_attempts_are_spent() {
+        let (mut h, mut holds) = (Harness::new(), Holds::default());
+        let op = holds
+            .release_token(&mut h.fx(), Key::new("r").expect("a key"), 7)
+            .expect("room");
+        for id in 0..u64::from(h.config.release_attempts) {
+            let handle = holds.send_release(&mut h.fx(), id).expect("in the lane");
+            holds.requeue_release(&mut h.fx(), handle, Life::Running);
+        }
+        assert!(!holds.is_release(op));
+        assert_eq!(outcomes(&mut h), [Outcome::Lapsed]);
+        assert_eq!(holds.releases_open(), 0);
+    }
+}

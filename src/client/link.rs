@@ -727,3 +727,203 @@ impl Link {
 fn capped(wait: Duration, cap: Option<Duration>) -> Duration {
     cap.map_or(wait, |cap| wait.min(cap))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::harness::Harness;
+    use super::*;
+
+    fn endpoint(s: &str) -> Endpoint {
+        Endpoint::new(s).expect("an endpoint")
+    }
+
+    fn frame(line: &str) -> ServerFrame<'_> {
+        ServerFrame::parse(line.as_bytes()).expect("a frame")
+    }
+
+    /// Where the link connects now (the last `Connect` handed out).
+    fn connecting(h: &mut Harness) -> (ConnId, String) {
+        let mut last = None;
+        while let Some(action) = h.actions.pop_front() {
+            if let Action::Connect { conn, addr } = action {
+                last = Some((conn, addr.as_str().to_owned()));
+            }
+        }
+        last.expect("a Connect")
+    }
+
+    /// The current attempt ends for `reason`; where the link goes next.
+    fn fail(
+        h: &mut Harness,
+        link: &mut Link,
+        rng: &mut Rng,
+        reason: CloseReason,
+    ) -> Option<CloseReason> {
+        let closed = link.close(&mut h.fx(), &reason).expect("a connection");
+        link.after_close(&mut h.fx(), rng, None, closed, &reason, Plan::Connect)
+    }
+
+    /// The connection `conn` is welcomed by node `n1`.
+    fn welcome(h: &mut Harness, link: &mut Link, conn: ConnId) {
+        link.connected(&mut h.fx(), conn, None);
+        link.send_hello(&mut h.fx());
+        assert!(h.sent().starts_with("H 2 me -"));
+        link.notice(&mut h.fx(), frame("W n1 64"))
+            .expect("a welcome");
+        assert_eq!(link.window(), Some(64));
+    }
+
+    #[test]
+    fn a_round_tries_every_endpoint_in_turn_then_backs_off_longer_each_time() {
+        let (mut h, mut link, mut rng) = (Harness::new(), Link::new(3), Rng::new(7));
+        let mut waits = Vec::new();
+        link.connect(&mut h.fx(), None);
+        for round in 0..4 {
+            let mut tried = Vec::new();
+            for _ in 0..3 {
+                tried.push(connecting(&mut h).1);
+                fail(&mut h, &mut link, &mut rng, CloseReason::ConnectFailed);
+            }
+            assert_eq!(tried.len(), 3, "round {round}");
+            tried.sort();
+            assert_eq!(tried, ["a:1", "b:1", "c:1"], "round {round}: each once");
+            let until = link.deadline().expect("a wait");
+            waits.push(until.saturating_duration_since(h.now));
+            h.now = until;
+            assert_eq!(link.fire(&mut h.fx(), None), None, "a new round");
+        }
+        // d/2 + random(0, d/2), d doubling from 50 ms.
+        for (k, wait) in waits.iter().enumerate() {
+            let d = Duration::from_millis(50 << k);
+            assert!(
+                *wait >= d / 2 && *wait <= d,
+                "round {k}: {wait:?} for {d:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_hint_is_tried_first_only_if_allowlisted_and_told_once() {
+        let (mut h, mut link, mut rng) = (Harness::new(), Link::new(3), Rng::new(7));
+        h.config.allow.push(endpoint("d:1"));
+        link.connect(&mut h.fx(), None);
+        let (conn, _) = connecting(&mut h);
+        welcome(&mut h, &mut link, conn);
+        h.events();
+        for _ in 0..3 {
+            link.notice(&mut h.fx(), frame("L x:9")).expect("kept");
+        }
+        assert_eq!(
+            h.events(),
+            [Event::HintIgnored {
+                addr: endpoint("x:9")
+            }]
+        );
+        assert_eq!(
+            link.notice(&mut h.fx(), frame("M d:1")),
+            Err(CloseReason::Moved)
+        );
+        assert_eq!(
+            h.events(),
+            [Event::LeaderHint {
+                addr: endpoint("d:1")
+            }]
+        );
+        // A close of a welcomed connection waits a first step, then the
+        // next round goes to the hint first.
+        assert_eq!(fail(&mut h, &mut link, &mut rng, CloseReason::Moved), None);
+        h.now = link.deadline().expect("a wait");
+        assert_eq!(link.fire(&mut h.fx(), None), None);
+        assert_eq!(connecting(&mut h).1, "d:1");
+        // A hint that fails to connect is forgotten: the round goes on
+        // with the configured endpoints.
+        fail(&mut h, &mut link, &mut rng, CloseReason::ConnectFailed);
+        assert_ne!(connecting(&mut h).1, "d:1");
+        assert!(link.hint.is_none());
+    }
+
+    #[test]
+    fn a_held_lease_shortens_every_wait_of_the_link() {
+        let (mut h, mut link, mut rng) = (Harness::new(), Link::new(3), Rng::new(7));
+        let cap = Duration::from_millis(20);
+        link.connect(&mut h.fx(), Some(cap));
+        assert_eq!(link.deadline(), Some(h.now.saturating_add(cap)), "connect");
+        let (conn, _) = connecting(&mut h);
+        link.connected(&mut h.fx(), conn, Some(cap));
+        assert_eq!(
+            link.deadline(),
+            Some(h.now.saturating_add(cap)),
+            "handshake"
+        );
+        link.notice(&mut h.fx(), frame("W n1 8"))
+            .expect("a welcome");
+        // After a welcomed connection, a first step of 25 to 50 ms: 20.
+        let reason = CloseReason::Eof;
+        let closed = link.close(&mut h.fx(), &reason).expect("a connection");
+        link.after_close(
+            &mut h.fx(),
+            &mut rng,
+            Some(cap),
+            closed,
+            &reason,
+            Plan::Connect,
+        );
+        assert_eq!(link.deadline(), Some(h.now.saturating_add(cap)), "backoff");
+        h.now = h.now.saturating_add(cap);
+        link.fire(&mut h.fx(), Some(cap));
+        assert_eq!(
+            link.fire(&mut h.fx(), Some(cap)),
+            Some(CloseReason::ConnectTimeout)
+        );
+    }
+
+    #[test]
+    fn a_round_every_server_refuses_leaves_the_client_misconfigured_until_a_welcome() {
+        let (mut h, mut link, mut rng) = (Harness::new(), Link::new(3), Rng::new(7));
+        link.connect(&mut h.fx(), None);
+        let mut told = None;
+        for _ in 0..3 {
+            let (conn, _) = connecting(&mut h);
+            link.connected(&mut h.fx(), conn, None);
+            let refused = link.notice(&mut h.fx(), frame("E auth_failed"));
+            assert_eq!(refused, Err(CloseReason::AuthFailed));
+            told = fail(&mut h, &mut link, &mut rng, CloseReason::AuthFailed);
+        }
+        assert_eq!(told, Some(CloseReason::AuthFailed));
+        assert_eq!(link.misconfigured(), Some(&CloseReason::AuthFailed));
+        let events = h.events();
+        assert!(events.contains(&Event::Misconfigured {
+            cause: CloseReason::AuthFailed
+        }));
+        // Its backoff is the refusal's: at least half of a second.
+        let wait = link
+            .deadline()
+            .expect("a wait")
+            .saturating_duration_since(h.now);
+        assert!(wait >= Duration::from_millis(500), "{wait:?}");
+        h.now = link.deadline().expect("a wait");
+        assert_eq!(link.fire(&mut h.fx(), None), None);
+        let (conn, _) = connecting(&mut h);
+        welcome(&mut h, &mut link, conn);
+        assert_eq!(link.misconfigured(), None);
+    }
+
+    #[test]
+    fn answers_before_the_welcome_and_a_second_welcome_are_violations() {
+        let (mut h, mut link) = (Harness::new(), Link::new(3));
+        link.connect(&mut h.fx(), None);
+        let (conn, _) = connecting(&mut h);
+        link.connected(&mut h.fx(), conn, None);
+        assert_eq!(
+            link.notice(&mut h.fx(), frame("D 1 R k")),
+            Err(CloseReason::Protocol(Violation::AnswerBeforeWelcome))
+        );
+        link.notice(&mut h.fx(), frame("W n1 8"))
+            .expect("a welcome");
+        assert_eq!(link.notice(&mut h.fx(), frame("D 1 R k")), Ok(()));
+        assert_eq!(
+            link.notice(&mut h.fx(), frame("W n1 8")),
+            Err(CloseReason::Protocol(Violation::SecondWelcome))
+        );
+    }
+}

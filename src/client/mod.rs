@@ -64,6 +64,8 @@
 
 mod acquires;
 mod config;
+#[cfg(test)]
+mod harness;
 mod holds;
 mod link;
 mod outcome;

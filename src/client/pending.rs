@@ -265,3 +265,145 @@ impl Pending {
         self.acquires
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use core::num::NonZeroU64;
+
+    use super::*;
+    use crate::wire::{Answer, AnswerKind};
+
+    fn key(k: &str) -> Key {
+        Key::new(k).expect("a key")
+    }
+
+    fn handle(slot: u32) -> Handle {
+        Handle::from_parts(slot, 0)
+    }
+
+    fn lease(ms: u64) -> NonZeroU64 {
+        NonZeroU64::new(ms).expect("positive")
+    }
+
+    fn granted<'a>(id: u64, k: &'a Key, lease_ms: u64, waited_ms: Option<u64>) -> Answer<'a> {
+        Answer {
+            id,
+            key: k.to_wire(),
+            kind: AnswerKind::Granted {
+                token: 9,
+                lease_ms: lease(lease_ms),
+                waited_ms,
+            },
+        }
+    }
+
+    #[test]
+    fn ids_go_up_and_an_answer_takes_its_entry_out_with_one_lookup() {
+        let mut p = Pending::default();
+        assert_eq!(p.next_id(), 1);
+        p.register(Owner::Acquire(handle(0)));
+        p.register(Owner::Release(handle(1)));
+        p.register(Owner::Waiter(handle(2)));
+        assert_eq!((p.next_id(), p.len(), p.acquires()), (4, 3, 2));
+        assert_eq!(p.take(1), Some(Owner::Acquire(handle(0))));
+        assert_eq!((p.len(), p.acquires()), (2, 1));
+        assert_eq!(p.take(1), None, "answered already");
+        assert_eq!(p.take(7), None, "never sent");
+        // An answer that did not match is put back: still in flight.
+        p.put_back(1, Owner::Acquire(handle(0)));
+        assert_eq!((p.len(), p.acquires()), (3, 2));
+        // A close drains them in the order they were sent.
+        let drained = p.drain();
+        assert_eq!(
+            drained,
+            [
+                Claimed::Acquire(handle(0)),
+                Claimed::Release(handle(1)),
+                Claimed::Waiter(handle(2))
+            ]
+        );
+        assert_eq!(
+            (p.len(), p.acquires(), p.next_id()),
+            (0, 0, 4),
+            "ids never reused"
+        );
+    }
+
+    #[test]
+    fn a_renewal_keeps_what_its_answer_must_match_after_its_grant_is_given_up() {
+        let mut p = Pending::default();
+        let k = key("k");
+        p.register_renewal(handle(3), k.clone(), 42, lease(1000));
+        let Some(Owner::Renewal(n)) = p.take(1) else {
+            panic!("a renewal's entry");
+        };
+        assert_eq!(p.renewal_grant(n), Some(handle(3)));
+        let renewed = |lease_ms, token| Answer {
+            id: 1,
+            key: k.to_wire(),
+            kind: AnswerKind::Renewed {
+                token,
+                lease_ms: lease(lease_ms),
+            },
+        };
+        let awaited = p.renewal_expected(n, true).expect("kept");
+        assert_eq!(awaited.refuses(&renewed(1000, 42)), None);
+        assert_eq!(
+            awaited.refuses(&renewed(1001, 42)),
+            Some(Violation::LeaseAboveAsked { id: 1 })
+        );
+        assert_eq!(
+            awaited.refuses(&renewed(1000, 43)),
+            Some(Violation::TokenMismatch { id: 1 })
+        );
+        // Its grant was given up: claimed whatever lease it gives.
+        let given_up = p.renewal_expected(n, false).expect("kept");
+        assert_eq!(given_up.refuses(&renewed(5000, 42)), None);
+        assert_eq!(
+            p.claimed(Owner::Renewal(n)),
+            Some(Claimed::Renewal(handle(3)))
+        );
+        assert_eq!(p.renewal_grant(n), None, "its place is free again");
+        p.register_renewal(handle(4), k, 7, lease(10));
+        assert_eq!(p.renewals.len(), 1, "and taken by the next");
+    }
+
+    #[test]
+    fn an_answer_must_repeat_the_op_and_key_and_stay_within_what_was_asked() {
+        let (k, other) = (key("k"), key("other"));
+        let expected = Expected {
+            op: Op::Acquire,
+            key: &k,
+            lease_ms: 1000,
+            wait_ms: 50,
+            token: 0,
+        };
+        assert_eq!(expected.refuses(&granted(5, &k, 1000, Some(50))), None);
+        assert_eq!(
+            expected.refuses(&granted(5, &other, 1000, Some(0))),
+            Some(Violation::Mismatch { id: 5 })
+        );
+        let released = Answer {
+            id: 5,
+            key: k.to_wire(),
+            kind: AnswerKind::Released,
+        };
+        assert_eq!(
+            expected.refuses(&released),
+            Some(Violation::Mismatch { id: 5 }),
+            "another op"
+        );
+        assert_eq!(
+            expected.refuses(&granted(5, &k, 1001, Some(0))),
+            Some(Violation::LeaseAboveAsked { id: 5 })
+        );
+        assert_eq!(
+            expected.refuses(&granted(5, &k, 1000, None)),
+            Some(Violation::WaitedMissing { id: 5 })
+        );
+        assert_eq!(
+            expected.refuses(&granted(5, &k, 1000, Some(51))),
+            Some(Violation::WaitedAboveAsked { id: 5 })
+        );
+    }
+}
