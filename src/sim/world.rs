@@ -15,39 +15,36 @@
 //! to a client, its due timers are fired first, in the same step. After
 //! every event the global checks run.
 //!
-//! The world owns the clock, the schedule, the network, the clients and
-//! their checkers, the ground truth of the global checks, and the tally of
-//! what leader changes cost the holders; it draws the network's randomness
-//! and the fault schedule from the seed's generator.
-//! The [`Cluster`] and the [`Workload`] own their state and generators of
-//! their own (seeded from the seed's): the world hands them their events,
-//! the faults due and the clients' outcomes, and carries out the effects
-//! they hand back, in their order. Nothing else acts on the world.
+//! The world owns the clock, the schedule, the clients and their checkers,
+//! the ground truth of the global checks, and the tally of what leader
+//! changes cost the holders; it draws the fault schedule from the seed's
+//! generator, and lends that generator to the [`Net`] for the network's
+//! draws. The [`Net`], the [`Cluster`] and the [`Workload`] own their
+//! state (the cluster and the workload generators of their own, seeded
+//! from the seed's): the world hands them their events, the faults due and
+//! the clients' outcomes, and carries out the effects they hand back, in
+//! their order. Nothing else acts on the world.
 
 use core::cmp::Ordering;
 use core::time::Duration;
 use std::collections::{BTreeMap, BinaryHeap};
 
-use bytes::Bytes;
-
 use super::check::{Answered, Failure, Ledger, OpInfo};
-use super::cluster::{self, Cluster, Ending, IMPOSTOR};
+use super::cluster::{self, Cluster, IMPOSTOR};
 use super::driven::Driven;
 use super::failover::Tally;
-use super::net::{LinkId, Net, Partition, Request, Target, DELAY_PARTITION, MAX_DELAY};
+use super::net::{self, Delivery, Ending, Env, Input, LinkId, Net, Request, Target, MAX_DELAY};
 #[cfg(feature = "raft")]
 use super::raft::{self as replicated, Members};
-use super::workload::{self, client_config, Command, Params, Workload};
-use super::{
-    millis_between, Check, FaultKind, Faults, Operations, Replication, Report, SimConfig, Violation,
-};
+use super::workload::{self, client_config, Command, Params, RenewHow, Workload};
+use super::{Check, FaultKind, Faults, Operations, Replication, Report, SimConfig, Violation};
 use crate::client::{
-    Action, Config as ClientConfig, ConnId, Error as ClientError, Event, Grant, OpId, Outcome,
-    ReleaseResult, TransportEnd,
+    Action, Config as ClientConfig, Error as ClientError, Event, Grant, OpId, Outcome,
+    ReleaseResult,
 };
-use crate::names::{Key, Name};
+use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
-use crate::server::Action as ServerAction;
+use crate::server::{Action as ServerAction, ConnId, Holder};
 use crate::testkit::{Checker, InvariantViolation, TraceHash};
 use crate::time::Time;
 use crate::wire::{AnswerKind, ClientFrame, ServerFrame};
@@ -61,98 +58,15 @@ const MAX_EVENTS: u64 = 20_000_000;
 /// runs out within the cluster's longest lease, at most 60 s).
 const WIND_DOWN: Duration = Duration::from_secs(120);
 
-/// Something scheduled to happen.
-#[derive(Debug)]
-enum Ev {
-    /// A connect reaches its target.
-    ConnectArrive { link: LinkId, gen: u32 },
-    /// The answer to a connect reaches the client.
-    ConnectReply { link: LinkId, gen: u32, ok: bool },
-    /// Bytes reach the server.
-    ToServer { link: LinkId, gen: u32, data: Bytes },
-    /// Bytes reach the client.
-    ToClient { link: LinkId, gen: u32, data: Bytes },
-    /// The client's close reaches the server, after its bytes.
-    FinToServer { link: LinkId, gen: u32 },
-    /// The server's close reaches the client, after its bytes.
-    FinToClient { link: LinkId, gen: u32 },
-    /// The server learns that the connection was reset.
-    ResetToServer { link: LinkId },
-    /// The client learns that the connection was reset.
-    ResetToClient { link: LinkId },
-    /// A fault of a scheduled kind is due.
-    Fault(FaultKind),
-    /// Something the cluster scheduled.
-    Cluster(cluster::Ev),
-    /// Something an embedder scheduled.
-    Workload(workload::Ev),
-    /// Something the replicated cluster scheduled.
-    #[cfg(feature = "raft")]
-    Raft(replicated::Ev),
-}
-
-struct Scheduled {
-    at: Time,
-    seq: u64,
-    ev: Ev,
-}
-
-impl PartialEq for Scheduled {
-    fn eq(&self, other: &Scheduled) -> bool {
-        (self.at, self.seq) == (other.at, other.seq)
-    }
-}
-
-impl Eq for Scheduled {}
-
-impl PartialOrd for Scheduled {
-    fn partial_cmp(&self, other: &Scheduled) -> Option<Ordering> {
-        Some(self.cmp(other))
-    }
-}
-
-impl Ord for Scheduled {
-    /// Reversed: the heap's top is the earliest.
-    fn cmp(&self, other: &Scheduled) -> Ordering {
-        (other.at, other.seq).cmp(&(self.at, self.seq))
-    }
-}
-
-/// One client and its checker.
-struct Slot {
-    /// The client core, or a bad client around one (feature `sabotage`).
-    client: Driven,
-    /// Fed what the client does on the network and tells the workload.
-    checker: Checker,
-    /// The configuration the seed drew, which the checks hold the client
-    /// to (the core of a bad client may have another).
-    config: ClientConfig,
-    finished: bool,
-    /// The core's `poll_timeout` after its latest step (it changes only
-    /// when the core is called).
-    next_timeout: Option<Time>,
-    /// The deadline grace of an operation: `queue_grace + answer_grace +
-    /// settle_margin`.
-    op_grace: Duration,
-    /// How long, once the cluster is healthy, a release under way may take.
-    release_grace: Duration,
-    /// The embedder's releases without an outcome yet, with their token.
-    release_ops: BTreeMap<OpId, u64>,
-    /// For each grant it renewed, the latest end a renewal sent could
-    /// give it: the send time plus the lease asked.
-    renewal_ends: BTreeMap<(Key, u64), Time>,
-}
-
 /// The whole simulated world of one seed.
 pub(super) struct World {
     config: SimConfig,
     seed: u64,
-    /// The network's draws and the schedule of faults (the cluster and the
-    /// workload draw from generators of their own).
+    /// The fault schedule's draws, lent to the network for its own (the
+    /// cluster and the workload draw from generators of their own).
     rng: Rng,
     now: Time,
-    heap: BinaryHeap<Scheduled>,
-    seq: u64,
+    pending: Schedule,
     clients: Vec<Slot>,
     cluster: Cluster,
     /// The replicated cluster, in `Scenario::Raft`: it serves the clients
@@ -236,50 +150,14 @@ impl World {
             .cloned()
             .collect();
         let clients = (0..config.clients)
-            .map(|c| {
-                let client_config = client_config(c, &mut rng, &addrs, &params);
-                let checker = Checker::new(&client_config, now);
-                let client = Driven::new(&client_config, config, &hintable, now);
-                let op_grace = client_config.queue_grace
-                    + client_config.answer_grace
-                    + client_config.settle_margin;
-                let b = &client_config.backoff;
-                let longest_backoff = [
-                    b.transport.cap,
-                    b.no_leader.cap,
-                    b.not_active.cap,
-                    b.auth_failed.cap,
-                    b.redirect.cap,
-                ]
-                .into_iter()
-                .max()
-                .unwrap_or_default();
-                let release_grace = 2
-                    * (client_config.connect_timeout
-                        + client_config.handshake_timeout
-                        + client_config.answer_grace)
-                    + longest_backoff
-                    + Duration::from_secs(2);
-                Slot {
-                    client,
-                    checker,
-                    config: client_config,
-                    finished: false,
-                    next_timeout: None,
-                    op_grace,
-                    release_grace,
-                    release_ops: BTreeMap::new(),
-                    renewal_ends: BTreeMap::new(),
-                }
-            })
+            .map(|c| Slot::new(c, &mut rng, &addrs, &hintable, &params, config, now))
             .collect();
         let mut world = World {
             config: config.clone(),
             seed,
             rng,
             now,
-            heap: BinaryHeap::new(),
-            seq: 0,
+            pending: Schedule::default(),
             clients,
             cluster,
             #[cfg(feature = "raft")]
@@ -287,7 +165,7 @@ impl World {
             answered: Answered::default(),
             raft_failure: None,
             workload,
-            net: Net::default(),
+            net: Net::new(&params),
             ledger: Ledger::default(),
             failovers: Tally::default(),
             params,
@@ -349,7 +227,7 @@ impl World {
             .saturating_add(Duration::from_secs(1))
             .saturating_add(WIND_DOWN);
         loop {
-            let event = self.heap.peek().map(|s| s.at);
+            let event = self.pending.next_at();
             let server = self.next_server_timeout();
             let client = self
                 .clients
@@ -381,8 +259,8 @@ impl World {
                 (Some((at, node)), _) if at == next => self.server_timeout(node),
                 (_, Some((at, c))) if at == next => self.client_timeout(c)?,
                 _ => {
-                    let scheduled = self.heap.pop().expect("the earliest is an event");
-                    self.handle(scheduled.ev)?;
+                    let ev = self.pending.pop().expect("the earliest is an event");
+                    self.handle(ev)?;
                 }
             }
             self.after_event()?;
@@ -459,13 +337,14 @@ impl World {
         self.violation(Check::Invariant(v.invariant), Some(c), detail)
     }
 
+    /// A failed global check, as a violation.
+    fn failure(&self, failure: Failure) -> Box<Violation> {
+        let (check, client, detail) = failure;
+        self.violation(check, client, detail)
+    }
+
     fn schedule(&mut self, at: Time, ev: Ev) {
-        self.seq += 1;
-        self.heap.push(Scheduled {
-            at: at.max(self.now),
-            seq: self.seq,
-            ev,
-        });
+        self.pending.push(at.max(self.now), ev);
     }
 
     fn schedule_in(&mut self, after: Duration, ev: Ev) {
@@ -479,25 +358,323 @@ impl World {
     }
 
     fn trace_tag(&mut self, tag: &[u8], a: u64) {
-        self.trace.write(tag);
-        self.trace.write_u64(self.now.as_nanos());
-        self.trace.write_u64(a);
+        self.net().1.tag(tag, a);
     }
 
     fn faults_on(&self) -> bool {
         self.config.faults && self.now < self.faults_end
     }
 
-    /// A failed global check, as a violation.
-    fn failure(&self, failure: Failure) -> Box<Violation> {
-        let (check, client, detail) = failure;
-        self.violation(check, client, detail)
+    /// The network, and what it is lent for one call.
+    fn net(&mut self) -> (&mut Net, Env<'_>) {
+        let env = Env {
+            now: self.now,
+            faults_on: self.faults_on(),
+            rng: &mut self.rng,
+            trace: &mut self.trace,
+        };
+        (&mut self.net, env)
     }
 
-    // ----- the server side: the cluster's nodes, or the replicated one ----
+    /// Carries out what the network did, in order.
+    fn net_effects(&mut self, effects: Vec<net::Effect>) {
+        for effect in effects {
+            match effect {
+                net::Effect::At(at, ev) => self.schedule(at, Ev::Net(ev)),
+                net::Effect::Fault(kind) => self.faults.bump(kind),
+                net::Effect::Note(line) => self.note(|| line),
+            }
+        }
+    }
 
+    // ----- events ---------------------------------------------------------
+
+    fn handle(&mut self, ev: Ev) -> Step {
+        let (kind, a, b) = ev.trace();
+        self.trace.write_u64(self.now.as_nanos());
+        self.trace.write_u64(kind);
+        self.trace.write_u64(a);
+        self.trace.write_u64(b);
+        match ev {
+            Ev::Net(ev) => {
+                let (net, mut env) = self.net();
+                match net.deliver(&mut env, ev) {
+                    Some(delivery) => self.deliver(delivery),
+                    None => Ok(()),
+                }
+            }
+            Ev::Workload(ev) => {
+                let c = ev.client();
+                let mut effects = Vec::new();
+                self.workload.handle(ev, self.now, &mut effects);
+                self.embedder_effects(c, effects)
+            }
+            Ev::Fault(kind) => {
+                if self.faults_on() {
+                    self.trace_tag(b"fault", kind as u64);
+                    self.inject(kind);
+                    let mean = self
+                        .params
+                        .fault_means
+                        .iter()
+                        .find(|(k, _)| *k == kind)
+                        .and_then(|(_, m)| *m)
+                        .expect("scheduled kinds have a mean");
+                    let next = self.rng.up_to(2 * mean);
+                    self.schedule_in(Duration::from_millis(next), Ev::Fault(kind));
+                }
+                Ok(())
+            }
+            Ev::Cluster(ev) => {
+                let mut effects = Vec::new();
+                self.cluster.handle(ev, self.now, &mut effects);
+                self.cluster_effects(effects);
+                Ok(())
+            }
+            #[cfg(feature = "raft")]
+            Ev::Raft(ev) => {
+                let mut effects = Vec::new();
+                if let Some(members) = self.raft.as_mut() {
+                    members.handle(ev, self.now, &mut effects);
+                }
+                self.raft_effects(effects);
+                Ok(())
+            }
+        }
+    }
+
+    /// Injects a fault of a scheduled kind: the network's by the network,
+    /// the cluster's by the cluster.
+    fn inject(&mut self, kind: FaultKind) {
+        match kind {
+            FaultKind::Reset => {
+                let mut effects = Vec::new();
+                let (net, mut env) = self.net();
+                net.reset_one(&mut env, &mut effects);
+                self.net_effects(effects);
+            }
+            FaultKind::Partition => {
+                let (clients, nodes) = (self.clients.len(), self.cluster.node_count());
+                let mut effects = Vec::new();
+                let (net, mut env) = self.net();
+                net.cut_off(&mut env, clients, nodes, &mut effects);
+                self.net_effects(effects);
+            }
+            _ => {
+                let mut effects = Vec::new();
+                self.cluster.inject(kind, self.now, &mut effects);
+                self.cluster_effects(effects);
+            }
+        }
+    }
+
+    /// Hands what a link event brought to the core it is for.
+    fn deliver(&mut self, delivery: Delivery) -> Step {
+        match delivery {
+            Delivery::Connect {
+                link,
+                gen,
+                client,
+                target,
+            } => {
+                self.connect_arrive(link, gen, client, target);
+                Ok(())
+            }
+            Delivery::Client { client, input } => self.client_input(client, input),
+            Delivery::Server {
+                link,
+                target,
+                instance,
+                conn,
+                data,
+            } => {
+                let n = node_index(target);
+                if self.node_instance(n) != instance {
+                    return Ok(());
+                }
+                self.trace_tag(b"to-server", link);
+                self.note(|| {
+                    format!(
+                        "{} reads link {link}: {:?}",
+                        node_name(n),
+                        String::from_utf8_lossy(&data)
+                    )
+                });
+                self.node_bytes(n, conn, &data);
+                self.drain_server(n);
+                Ok(())
+            }
+            Delivery::ServerClosed {
+                link,
+                target,
+                instance,
+                conn,
+            } => {
+                let n = node_index(target);
+                if self.node_instance(n) == instance {
+                    self.trace_tag(b"server-closed", link);
+                    self.node_closed(n, conn);
+                    self.drain_server(n);
+                }
+                self.net.reap(link);
+                Ok(())
+            }
+        }
+    }
+
+    /// Client `c`'s connect on `link` reached `target`: it accepts if it is
+    /// up, unless the network refuses; the answer goes back either way.
+    fn connect_arrive(&mut self, link: LinkId, gen: u32, c: usize, target: Target) {
+        let n = node_index(target);
+        let up = target != Target::Nowhere && self.node_is_up(n);
+        let mut effects = Vec::new();
+        let (net, mut env) = self.net();
+        let ok = up && !net.refuses(&mut env, target, &mut effects);
+        self.net_effects(effects);
+        if ok {
+            let instance = self.node_instance(n);
+            let sconn = self.node_accept(n).expect("up");
+            self.net.accepted(link, instance, sconn);
+            self.note(|| format!("{} accepts c{c}'s link {link}", node_name(n)));
+            self.drain_server(n);
+        }
+        let mut effects = Vec::new();
+        let (net, mut env) = self.net();
+        net.answer_connect(&mut env, link, gen, ok, &mut effects);
+        self.net_effects(effects);
+    }
+}
+
+/// How the log names a server.
+fn node_name(n: usize) -> String {
+    if n == IMPOSTOR {
+        "rogue".to_owned()
+    } else {
+        format!("n{n}")
+    }
+}
+
+/// The server index of a link's target (the impostor's is [`IMPOSTOR`]).
+fn node_index(target: Target) -> usize {
+    match target {
+        Target::Node(n) => n,
+        Target::Impostor | Target::Nowhere => IMPOSTOR,
+    }
+}
+
+/// The target of a link to the server of index `n`.
+fn node_target(n: usize) -> Target {
+    if n == IMPOSTOR {
+        Target::Impostor
+    } else {
+        Target::Node(n)
+    }
+}
+
+/// Something scheduled to happen.
+#[derive(Debug)]
+pub(super) enum Ev {
+    /// Something on its way along a link.
+    Net(net::Ev),
+    /// A fault of a scheduled kind is due.
+    Fault(FaultKind),
+    /// Something the cluster scheduled.
+    Cluster(cluster::Ev),
+    /// Something an embedder scheduled.
+    Workload(workload::Ev),
+    /// Something the replicated cluster scheduled.
+    #[cfg(feature = "raft")]
+    Raft(replicated::Ev),
+}
+
+impl Ev {
+    /// The event for the trace: its kind and two numbers.
+    pub(super) fn trace(&self) -> (u64, u64, u64) {
+        match self {
+            Ev::Net(ev) => ev.trace(),
+            Ev::Workload(ev) => match ev {
+                workload::Ev::Work { client } => (9, *client as u64, 0),
+                workload::Ev::Fate { client, no } => (10, *client as u64, *no),
+                workload::Ev::Write { client, no } => (11, *client as u64, *no),
+                workload::Ev::Zombie { client, token, .. } => (12, *client as u64, *token),
+                workload::Ev::Shutdown { client } => (13, *client as u64, 0),
+                workload::Ev::Renew { client, no, .. } => (19, *client as u64, *no),
+                workload::Ev::Hold { client, no } => (22, *client as u64, *no),
+            },
+            Ev::Fault(kind) => (14, kind.index() as u64, 0),
+            Ev::Cluster(ev) => match ev {
+                cluster::Ev::Restart { node } => (15, *node as u64, 0),
+                cluster::Ev::Activate { node, life } => (16, *node as u64, *life),
+                cluster::Ev::FixCredential { node, life } => (17, *node as u64, *life),
+                cluster::Ev::Elect => (18, 0, 0),
+                cluster::Ev::CrashLeader => (20, 0, 0),
+                cluster::Ev::KeyExpired { node } => (21, *node as u64, 0),
+            },
+            #[cfg(feature = "raft")]
+            Ev::Raft(ev) => ev.trace(),
+        }
+    }
+}
+
+/// The events to come.
+#[derive(Default)]
+pub(super) struct Schedule {
+    heap: BinaryHeap<Scheduled>,
+    seq: u64,
+}
+
+impl Schedule {
+    /// Schedules `ev` at `at`, after everything scheduled at `at` before.
+    pub(super) fn push(&mut self, at: Time, ev: Ev) {
+        self.seq += 1;
+        self.heap.push(Scheduled {
+            at,
+            seq: self.seq,
+            ev,
+        });
+    }
+
+    /// When the earliest event is due.
+    pub(super) fn next_at(&self) -> Option<Time> {
+        self.heap.peek().map(|s| s.at)
+    }
+
+    /// Takes the earliest event.
+    pub(super) fn pop(&mut self) -> Option<Ev> {
+        self.heap.pop().map(|s| s.ev)
+    }
+}
+
+struct Scheduled {
+    at: Time,
+    seq: u64,
+    ev: Ev,
+}
+
+impl PartialEq for Scheduled {
+    fn eq(&self, other: &Scheduled) -> bool {
+        (self.at, self.seq) == (other.at, other.seq)
+    }
+}
+
+impl Eq for Scheduled {}
+
+impl PartialOrd for Scheduled {
+    fn partial_cmp(&self, other: &Scheduled) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for Scheduled {
+    /// Reversed: the heap's top is the earliest.
+    fn cmp(&self, other: &Scheduled) -> Ordering {
+        (other.at, other.seq).cmp(&(self.at, self.seq))
+    }
+}
+
+impl World {
     /// The earliest server timer, and whose.
-    fn next_server_timeout(&self) -> Option<(Time, usize)> {
+    pub(super) fn next_server_timeout(&self) -> Option<(Time, usize)> {
         #[cfg(feature = "raft")]
         if let Some(members) = &self.raft {
             return members.next_timeout();
@@ -506,7 +683,7 @@ impl World {
     }
 
     /// Whether the cluster is whole again.
-    fn cluster_is_healthy(&self) -> bool {
+    pub(super) fn cluster_is_healthy(&self) -> bool {
         #[cfg(feature = "raft")]
         if let Some(members) = &self.raft {
             return members.is_healthy(self.now);
@@ -515,7 +692,7 @@ impl World {
     }
 
     /// A grant still held once every lease has run out, if any.
-    fn holder_left(&self) -> Option<(Key, crate::server::Holder)> {
+    pub(super) fn holder_left(&self) -> Option<(Key, Holder)> {
         #[cfg(feature = "raft")]
         if let Some(members) = &self.raft {
             return members.holder_left();
@@ -524,7 +701,7 @@ impl World {
     }
 
     /// The instance of node `n`'s server core.
-    fn node_instance(&self, n: usize) -> u64 {
+    pub(super) fn node_instance(&self, n: usize) -> u64 {
         #[cfg(feature = "raft")]
         if let Some(members) = self.raft.as_ref().filter(|_| n != IMPOSTOR) {
             return members.instance(n);
@@ -533,7 +710,7 @@ impl World {
     }
 
     /// Whether node `n` is up.
-    fn node_is_up(&mut self, n: usize) -> bool {
+    pub(super) fn node_is_up(&mut self, n: usize) -> bool {
         #[cfg(feature = "raft")]
         if let Some(members) = self.raft.as_ref().filter(|_| n != IMPOSTOR) {
             return members.is_up(n);
@@ -542,7 +719,7 @@ impl World {
     }
 
     /// Node `n` accepts a connection, if it is up.
-    fn node_accept(&mut self, n: usize) -> Option<crate::server::ConnId> {
+    pub(super) fn node_accept(&mut self, n: usize) -> Option<ConnId> {
         #[cfg(feature = "raft")]
         if let Some(members) = self.raft.as_mut().filter(|_| n != IMPOSTOR) {
             return members.accept(n, self.now);
@@ -551,7 +728,7 @@ impl World {
     }
 
     /// Bytes reach node `n`.
-    fn node_bytes(&mut self, n: usize, sconn: crate::server::ConnId, data: &[u8]) {
+    pub(super) fn node_bytes(&mut self, n: usize, sconn: ConnId, data: &[u8]) {
         #[cfg(feature = "raft")]
         if let Some(members) = self.raft.as_mut().filter(|_| n != IMPOSTOR) {
             return members.bytes(n, self.now, sconn, data);
@@ -562,7 +739,7 @@ impl World {
     }
 
     /// Node `n` learns that a connection closed.
-    fn node_closed(&mut self, n: usize, sconn: crate::server::ConnId) {
+    pub(super) fn node_closed(&mut self, n: usize, sconn: ConnId) {
         #[cfg(feature = "raft")]
         if let Some(members) = self.raft.as_mut().filter(|_| n != IMPOSTOR) {
             return members.closed(n, self.now, sconn);
@@ -572,8 +749,22 @@ impl World {
         }
     }
 
+    pub(super) fn server_timeout(&mut self, n: usize) {
+        self.trace_tag(b"server-timeout", n as u64);
+        #[cfg(feature = "raft")]
+        if let Some(members) = self.raft.as_mut() {
+            let mut effects = Vec::new();
+            members.timeout(n, self.now, &mut effects);
+            return self.raft_effects(effects);
+        }
+        if let Some(server) = self.cluster.server_mut(n) {
+            server.handle_timeout(self.now);
+        }
+        self.drain_server(n);
+    }
+
     /// The replicated cluster's counts, with the answered grants checked.
-    fn replication(&self) -> Replication {
+    pub(super) fn replication(&self) -> Replication {
         #[cfg(feature = "raft")]
         let counts = self
             .raft
@@ -587,9 +778,32 @@ impl World {
         }
     }
 
+    /// Carries out what the cluster did, in order.
+    pub(super) fn cluster_effects(&mut self, effects: Vec<cluster::Effect>) {
+        for effect in effects {
+            match effect {
+                cluster::Effect::At(at, ev) => self.schedule(at, Ev::Cluster(ev)),
+                cluster::Effect::Served {
+                    node,
+                    instance,
+                    action,
+                } => self.serve(node, instance, action),
+                cluster::Effect::Gone {
+                    node,
+                    instance,
+                    ending,
+                } => self.connections_gone(node, instance, ending),
+                cluster::Effect::Fault(kind) => self.faults.bump(kind),
+                cluster::Effect::LeaderChange => self.failovers.leader_change(self.now),
+                cluster::Effect::TableLost => self.ledger.table_lost(self.now),
+                cluster::Effect::Note(line) => self.note(|| line),
+            }
+        }
+    }
+
     /// Carries out what the replicated cluster did, in order.
     #[cfg(feature = "raft")]
-    fn raft_effects(&mut self, effects: Vec<replicated::Effect>) {
+    pub(super) fn raft_effects(&mut self, effects: Vec<replicated::Effect>) {
         for effect in effects {
             match effect {
                 replicated::Effect::At(at, ev) => self.schedule(at, Ev::Raft(ev)),
@@ -611,181 +825,8 @@ impl World {
         }
     }
 
-    // ----- the network ----------------------------------------------------
-
-    /// One write's delay: the base latency, or a spike.
-    fn delay(&mut self) -> Duration {
-        let (lo, hi) = self.params.latency_us;
-        let mut us = lo + self.rng.up_to(hi - lo);
-        if self.faults_on() && self.rng.chance(self.params.spike_pm, 1000) {
-            us = 100_000 + self.rng.up_to(700_000);
-            self.faults.bump(FaultKind::Latency);
-        }
-        Duration::from_micros(us)
-    }
-
-    /// When a write on `link` made now arrives: after its delay, after a
-    /// short partition that covers it, and after the writes before it.
-    fn arrival(&mut self, id: LinkId, to_server: bool) -> Time {
-        let delay = self.delay();
-        let now = self.now;
-        let mut at = now.saturating_add(delay);
-        let Some(link) = self.net.links.get(&id) else {
-            return at;
-        };
-        if let Some(until) = self.net.partition(link.client, link.target, now) {
-            at = at.max(until);
-        }
-        let link = self.net.links.get_mut(&id).expect("present");
-        let last = if to_server {
-            &mut link.last_to_server
-        } else {
-            &mut link.last_to_client
-        };
-        at = at.max(*last);
-        *last = at;
-        debug_assert!(at.saturating_duration_since(now) <= MAX_DELAY);
-        at
-    }
-
-    /// Schedules `data` on `link`, maybe split into chunks.
-    fn send_segments(&mut self, id: LinkId, to_server: bool, data: Bytes) {
-        self.trace.write(if to_server { b">" } else { b"<" });
-        self.trace.write_u64(id);
-        self.trace.write(&data);
-        let split =
-            data.len() > 1 && self.faults_on() && self.rng.chance(self.params.split_pm, 1000);
-        let mut pieces = Vec::new();
-        if split {
-            self.faults.bump(FaultKind::Split);
-            let cuts = 1 + self.rng.up_to(2) as usize;
-            let mut at: Vec<usize> = (0..cuts)
-                .map(|_| 1 + self.rng.up_to(data.len() as u64 - 2) as usize)
-                .collect();
-            at.sort_unstable();
-            at.dedup();
-            let mut from = 0;
-            for cut in at {
-                pieces.push(data.slice(from..cut));
-                from = cut;
-            }
-            pieces.push(data.slice(from..));
-        } else {
-            pieces.push(data);
-        }
-        for piece in pieces {
-            let at = self.arrival(id, to_server);
-            let gen = self.net.links[&id].gen;
-            let ev = if to_server {
-                Ev::ToServer {
-                    link: id,
-                    gen,
-                    data: piece,
-                }
-            } else {
-                Ev::ToClient {
-                    link: id,
-                    gen,
-                    data: piece,
-                }
-            };
-            self.schedule(at, ev);
-        }
-    }
-
-    fn reap(&mut self, id: LinkId) {
-        self.net.reap(id, |t| match t {
-            Target::Node(n) => n,
-            _ => IMPOSTOR,
-        });
-    }
-
-    /// A client's action, carried out on the network.
-    fn route_client_action(&mut self, c: usize, action: Action) -> Step {
-        match action {
-            Action::Connect { conn, addr } => {
-                self.check_allowed(c, &addr, "connects to")?;
-                let target = self.cluster.target_of(&addr);
-                let id = self.net.open(c, conn, target);
-                self.trace_tag(b"connect", id);
-                if self.net.partition(c, target, self.now).is_none() {
-                    let at = self.arrival(id, true);
-                    self.schedule(at, Ev::ConnectArrive { link: id, gen: 0 });
-                }
-            }
-            Action::Send { conn, data } => {
-                let Some(id) = self.net.of_client(c, conn) else {
-                    return Ok(());
-                };
-                self.record_requests(c, id, &data);
-                let link = &self.net.links[&id];
-                if link.client_closed
-                    || link.server_closed
-                    || link.blackhole
-                    || link.sconn.is_none()
-                {
-                    return Ok(());
-                }
-                self.send_segments(id, true, data);
-            }
-            Action::Close { conn } => {
-                let Some(id) = self.net.of_client(c, conn) else {
-                    return Ok(());
-                };
-                let link = self.net.links.get_mut(&id).expect("indexed");
-                link.client_closed = true;
-                let fin = !link.server_closed && link.sconn.is_some() && !link.blackhole;
-                let gen = link.gen;
-                if fin {
-                    let at = self.arrival(id, true);
-                    self.schedule(at, Ev::FinToServer { link: id, gen });
-                }
-                self.reap(id);
-            }
-        }
-        Ok(())
-    }
-
-    /// Notes the requests a client writes, for the ground truth.
-    fn record_requests(&mut self, c: usize, id: LinkId, data: &[u8]) {
-        let mut found = Vec::new();
-        for line in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
-            match ClientFrame::parse(line) {
-                Ok(ClientFrame::Acquire { id: rid, owner, .. }) => {
-                    let op = self.ledger.op_of_owner(c, owner.as_str());
-                    found.push((rid, Request::Acquire { op }));
-                }
-                Ok(ClientFrame::Release {
-                    id: rid,
-                    key,
-                    token,
-                }) => {
-                    let key = Key::from(key);
-                    found.push((rid, Request::Release { key, token }));
-                }
-                Ok(ClientFrame::Renew {
-                    id: rid,
-                    key,
-                    token,
-                    lease_ms,
-                }) => {
-                    let key = Key::from(key);
-                    let end = self.now.saturating_add_millis(lease_ms.get());
-                    let ends = &mut self.clients[c].renewal_ends;
-                    let latest = ends.entry((key.clone(), token)).or_insert(end);
-                    *latest = (*latest).max(end);
-                    found.push((rid, Request::Renew { key, token }));
-                }
-                _ => {}
-            }
-        }
-        if let Some(link) = self.net.links.get_mut(&id) {
-            link.requests.extend(found);
-        }
-    }
-
     /// Drains a server core's actions onto the network.
-    fn drain_server(&mut self, n: usize) {
+    pub(super) fn drain_server(&mut self, n: usize) {
         #[cfg(feature = "raft")]
         if let Some(members) = self.raft.as_mut().filter(|_| n != IMPOSTOR) {
             let mut effects = Vec::new();
@@ -801,156 +842,39 @@ impl World {
     /// An action of the server core of node `n` at `instance`, carried out
     /// on the network.
     fn serve(&mut self, n: usize, instance: u64, action: ServerAction) {
+        let mut effects = Vec::new();
         match action {
             ServerAction::Send { conn, data } => {
-                let Some(id) = self.net.of_server(n, instance, conn) else {
+                let Some(id) = self.net.of_server(node_target(n), instance, conn) else {
                     return;
                 };
                 if n != IMPOSTOR {
                     self.observe_answers(n, id, &data);
                 }
-                let link = &self.net.links[&id];
-                if link.client_closed || link.blackhole {
-                    return;
-                }
-                self.send_segments(id, false, data);
+                let (net, mut env) = self.net();
+                net.server_sends(&mut env, id, data, &mut effects);
             }
             ServerAction::Close { conn } => {
-                let Some(id) = self.net.of_server(n, instance, conn) else {
+                let Some(id) = self.net.of_server(node_target(n), instance, conn) else {
                     return;
                 };
-                let link = self.net.links.get_mut(&id).expect("indexed");
-                link.server_closed = true;
-                let fin = !link.client_closed && !link.blackhole;
-                let gen = link.gen;
-                if fin {
-                    let at = self.arrival(id, false);
-                    self.schedule(at, Ev::FinToClient { link: id, gen });
-                }
-                self.reap(id);
+                let (net, mut env) = self.net();
+                net.server_closes(&mut env, id, &mut effects);
             }
             // The simulator's cores take their epochs themselves
             // (`EpochSource::Core`): they never ask.
             ServerAction::NeedEpoch { .. } => {}
         }
+        self.net_effects(effects);
     }
 
     /// The connections of node `n`'s server core at `instance` end with
     /// it, as `ending` says.
     fn connections_gone(&mut self, n: usize, instance: u64, ending: Ending) {
-        let gone: Vec<LinkId> = self
-            .net
-            .links
-            .iter()
-            .filter(|(_, l)| {
-                l.target == Target::Node(n)
-                    && l.instance == instance
-                    && l.sconn.is_some()
-                    && !l.server_closed
-            })
-            .map(|(&id, _)| id)
-            .collect();
-        for id in gone {
-            let link = self.net.links.get_mut(&id).expect("listed");
-            link.server_closed = true;
-            // (A link cut by a partition hears of it when the partition
-            // ends.)
-            let heard = !link.client_closed && !link.blackhole;
-            let ev = match ending {
-                Ending::Crash { silent } => {
-                    link.gen += 1;
-                    link.blackhole |= silent;
-                    (heard && !silent).then_some(Ev::ResetToClient { link: id })
-                }
-                Ending::Replaced => heard.then_some(Ev::FinToClient {
-                    link: id,
-                    gen: link.gen,
-                }),
-            };
-            if let Some(ev) = ev {
-                let at = self.arrival(id, false);
-                self.schedule(at, ev);
-            }
-            self.reap(id);
-        }
-    }
-
-    /// Resets one established connection: both sides learn it after a
-    /// delay, and the bytes in flight are lost.
-    fn reset_a_connection(&mut self) {
-        let open: Vec<LinkId> = self
-            .net
-            .links
-            .iter()
-            .filter(|(_, l)| l.is_established())
-            .map(|(&id, _)| id)
-            .collect();
-        if open.is_empty() {
-            return;
-        }
-        let id = open[self.rng.up_to(open.len() as u64 - 1) as usize];
-        self.note(|| format!("fault: link {id} is reset"));
-        self.faults.bump(FaultKind::Reset);
-        let link = self.net.links.get_mut(&id).expect("listed");
-        link.gen += 1;
-        let to_client = self.arrival(id, false);
-        let to_server = self.arrival(id, true);
-        self.schedule(to_client, Ev::ResetToClient { link: id });
-        self.schedule(to_server, Ev::ResetToServer { link: id });
-    }
-
-    /// Cuts a client off from one node, or from all, for a while. A short
-    /// partition delays the bytes until it heals; a long one cuts the
-    /// connections: the server side learns after [`MAX_DELAY`], the client
-    /// when the partition heals (if its own timers have not told it first).
-    fn partition(&mut self) {
-        let c = self.rng.up_to(self.clients.len().max(1) as u64 - 1) as usize;
-        let node = if self.rng.chance(1, 3) {
-            None
-        } else {
-            Some(self.rng.up_to(self.cluster.node_count() as u64 - 1) as usize)
-        };
-        let cut = self.rng.chance(1, 2);
-        let length = if cut {
-            millis_between(&mut self.rng, 500, 3_000)
-        } else {
-            millis_between(&mut self.rng, 50, DELAY_PARTITION.as_millis() as u64)
-        };
-        let until = self.now.saturating_add(length);
-        self.note(|| format!("fault: c{c} cut off from {node:?} for {length:?} (cut: {cut})"));
-        self.faults.bump(FaultKind::Partition);
-        self.net.heal(self.now);
-        let partition = Partition {
-            client: c,
-            node,
-            until,
-        };
-        self.net.partitions.push(partition);
-        if !cut {
-            return;
-        }
-        let cut_links: Vec<LinkId> = self
-            .net
-            .links
-            .iter()
-            .filter(|(_, l)| !l.is_done() && partition.covers(l.client, l.target))
-            .map(|(&id, _)| id)
-            .collect();
-        for id in cut_links {
-            let link = self.net.links.get_mut(&id).expect("listed");
-            link.gen += 1;
-            link.blackhole = true;
-            let (server_side, client_side) = (
-                link.sconn.is_some() && !link.server_closed,
-                !link.client_closed,
-            );
-            if server_side {
-                self.schedule_in(MAX_DELAY, Ev::ResetToServer { link: id });
-            }
-            if client_side {
-                self.schedule(until, Ev::ResetToClient { link: id });
-            }
-        }
+        let mut effects = Vec::new();
+        let (net, mut env) = self.net();
+        net.server_gone(&mut env, n, instance, ending, &mut effects);
+        self.net_effects(effects);
     }
 
     /// Reads what a cluster node answered, for the ground truth: grants,
@@ -960,11 +884,9 @@ impl World {
             let Ok(ServerFrame::Answer(answer)) = ServerFrame::parse(line) else {
                 continue;
             };
-            let Some(link) = self.net.links.get_mut(&id) else {
+            let Some((client, request)) = self.net.answered(id, answer.id) else {
                 return;
             };
-            let client = link.client;
-            let request = link.requests.remove(&answer.id);
             match (answer.kind, request) {
                 (
                     AnswerKind::Granted {
@@ -1018,311 +940,84 @@ impl World {
             }
         }
     }
+}
 
-    fn server_timeout(&mut self, n: usize) {
-        self.trace_tag(b"server-timeout", n as u64);
-        #[cfg(feature = "raft")]
-        if let Some(members) = self.raft.as_mut() {
-            let mut effects = Vec::new();
-            members.timeout(n, self.now, &mut effects);
-            return self.raft_effects(effects);
-        }
-        if let Some(server) = self.cluster.server_mut(n) {
-            server.handle_timeout(self.now);
-        }
-        self.drain_server(n);
-    }
+/// One client and its checker.
+pub(super) struct Slot {
+    /// The client core, or a bad client around one (feature `sabotage`).
+    pub(super) client: Driven,
+    /// Fed what the client does on the network and tells the workload.
+    pub(super) checker: Checker,
+    /// The configuration the seed drew, which the checks hold the client
+    /// to (the core of a bad client may have another).
+    pub(super) config: ClientConfig,
+    pub(super) finished: bool,
+    /// The core's `poll_timeout` after its latest step (it changes only
+    /// when the core is called).
+    pub(super) next_timeout: Option<Time>,
+    /// The deadline grace of an operation: `queue_grace + answer_grace +
+    /// settle_margin`.
+    pub(super) op_grace: Duration,
+    /// How long, once the cluster is healthy, a release under way may take.
+    pub(super) release_grace: Duration,
+    /// The embedder's releases without an outcome yet, with their token.
+    pub(super) release_ops: BTreeMap<OpId, u64>,
+    /// For each grant it renewed, the latest end a renewal sent could
+    /// give it: the send time plus the lease asked.
+    pub(super) renewal_ends: BTreeMap<(Key, u64), Time>,
+}
 
-    // ----- events ---------------------------------------------------------
-
-    /// Adds an event to the trace, ignored or not.
-    fn trace_event(&mut self, ev: &Ev) {
-        let (kind, a, b): (u64, u64, u64) = match ev {
-            Ev::ConnectArrive { link, gen } => (1, *link, u64::from(*gen)),
-            Ev::ConnectReply { link, gen, ok } => (2, *link, u64::from(*gen) << 1 | u64::from(*ok)),
-            Ev::ToServer { link, gen, .. } => (3, *link, u64::from(*gen)),
-            Ev::ToClient { link, gen, .. } => (4, *link, u64::from(*gen)),
-            Ev::FinToServer { link, gen } => (5, *link, u64::from(*gen)),
-            Ev::FinToClient { link, gen } => (6, *link, u64::from(*gen)),
-            Ev::ResetToServer { link } => (7, *link, 0),
-            Ev::ResetToClient { link } => (8, *link, 0),
-            Ev::Workload(ev) => match ev {
-                workload::Ev::Work { client } => (9, *client as u64, 0),
-                workload::Ev::Fate { client, no } => (10, *client as u64, *no),
-                workload::Ev::Write { client, no } => (11, *client as u64, *no),
-                workload::Ev::Zombie { client, token, .. } => (12, *client as u64, *token),
-                workload::Ev::Shutdown { client } => (13, *client as u64, 0),
-                workload::Ev::Renew { client, no, .. } => (19, *client as u64, *no),
-                workload::Ev::Hold { client, no } => (22, *client as u64, *no),
-            },
-            Ev::Fault(kind) => (14, kind.index() as u64, 0),
-            Ev::Cluster(ev) => match ev {
-                cluster::Ev::Restart { node } => (15, *node as u64, 0),
-                cluster::Ev::Activate { node, life } => (16, *node as u64, *life),
-                cluster::Ev::FixCredential { node, life } => (17, *node as u64, *life),
-                cluster::Ev::Elect => (18, 0, 0),
-                cluster::Ev::CrashLeader => (20, 0, 0),
-                cluster::Ev::KeyExpired { node } => (21, *node as u64, 0),
-            },
-            #[cfg(feature = "raft")]
-            Ev::Raft(ev) => ev.trace(),
-        };
-        self.trace.write_u64(self.now.as_nanos());
-        self.trace.write_u64(kind);
-        self.trace.write_u64(a);
-        self.trace.write_u64(b);
-    }
-
-    fn handle(&mut self, ev: Ev) -> Step {
-        self.trace_event(&ev);
-        match ev {
-            Ev::ConnectArrive { link, gen } => self.connect_arrive(link, gen),
-            Ev::ConnectReply { link, gen, ok } => {
-                let Some(l) = self.net.links.get_mut(&link) else {
-                    return Ok(());
-                };
-                if l.gen != gen || l.client_closed {
-                    return Ok(());
-                }
-                let (c, conn) = (l.client, l.cconn);
-                if !ok {
-                    l.client_closed = true;
-                }
-                self.trace_tag(b"connect-reply", link);
-                if ok {
-                    self.client_input(c, Input::Connected(conn))
-                } else {
-                    self.reap(link);
-                    self.client_input(c, Input::ConnectFailed(conn))
-                }
-            }
-            Ev::ToServer { link, gen, data } => {
-                let Some(l) = self.net.links.get(&link) else {
-                    return Ok(());
-                };
-                if l.gen != gen || l.server_closed {
-                    return Ok(());
-                }
-                let (Some(sconn), n) = (l.sconn, node_index(l.target)) else {
-                    return Ok(());
-                };
-                if self.node_instance(n) != l.instance {
-                    return Ok(());
-                }
-                self.trace_tag(b"to-server", link);
-                self.note(|| {
-                    format!(
-                        "{} reads link {link}: {:?}",
-                        node_name(n),
-                        String::from_utf8_lossy(&data)
-                    )
-                });
-                self.node_bytes(n, sconn, &data);
-                self.drain_server(n);
-                Ok(())
-            }
-            Ev::ToClient { link, gen, data } => {
-                let Some(l) = self.net.links.get(&link) else {
-                    return Ok(());
-                };
-                if l.gen != gen || l.client_closed {
-                    return Ok(());
-                }
-                let (c, conn) = (l.client, l.cconn);
-                self.trace_tag(b"to-client", link);
-                self.client_input(c, Input::Bytes(conn, data))
-            }
-            Ev::FinToServer { link, gen } => {
-                let Some(l) = self.net.links.get(&link) else {
-                    return Ok(());
-                };
-                if l.gen != gen {
-                    return Ok(());
-                }
-                self.server_learns_closed(link);
-                Ok(())
-            }
-            Ev::ResetToServer { link } => {
-                self.server_learns_closed(link);
-                Ok(())
-            }
-            Ev::FinToClient { link, gen } => {
-                let Some(l) = self.net.links.get(&link) else {
-                    return Ok(());
-                };
-                if l.gen != gen || l.client_closed {
-                    return Ok(());
-                }
-                let (c, conn) = (l.client, l.cconn);
-                self.trace_tag(b"fin-to-client", link);
-                self.client_input(c, Input::Closed(conn, TransportEnd::Eof))
-            }
-            Ev::ResetToClient { link } => {
-                let Some(l) = self.net.links.get(&link) else {
-                    return Ok(());
-                };
-                if l.client_closed {
-                    return Ok(());
-                }
-                let (c, conn) = (l.client, l.cconn);
-                self.trace_tag(b"reset-to-client", link);
-                self.client_input(c, Input::Closed(conn, TransportEnd::Error))
-            }
-            Ev::Workload(ev) => {
-                let c = ev.client();
-                let mut effects = Vec::new();
-                self.workload.handle(ev, self.now, &mut effects);
-                self.embedder_effects(c, effects)
-            }
-            Ev::Fault(kind) => {
-                if self.faults_on() {
-                    self.trace_tag(b"fault", kind as u64);
-                    self.inject(kind);
-                    let mean = self
-                        .params
-                        .fault_means
-                        .iter()
-                        .find(|(k, _)| *k == kind)
-                        .and_then(|(_, m)| *m)
-                        .expect("scheduled kinds have a mean");
-                    let next = self.rng.up_to(2 * mean);
-                    self.schedule_in(Duration::from_millis(next), Ev::Fault(kind));
-                }
-                Ok(())
-            }
-            Ev::Cluster(ev) => {
-                let mut effects = Vec::new();
-                self.cluster.handle(ev, self.now, &mut effects);
-                self.cluster_effects(effects);
-                Ok(())
-            }
-            #[cfg(feature = "raft")]
-            Ev::Raft(ev) => {
-                let mut effects = Vec::new();
-                if let Some(members) = self.raft.as_mut() {
-                    members.handle(ev, self.now, &mut effects);
-                }
-                self.raft_effects(effects);
-                Ok(())
-            }
+impl Slot {
+    /// Client `c`, its configuration drawn from `rng`: the cluster's nodes
+    /// are at `addrs`, and a leader hint may name any of `hintable`.
+    pub(super) fn new(
+        c: usize,
+        rng: &mut Rng,
+        addrs: &[Endpoint],
+        hintable: &[Endpoint],
+        params: &Params,
+        config: &SimConfig,
+        now: Time,
+    ) -> Slot {
+        let client_config = client_config(c, rng, addrs, params);
+        let checker = Checker::new(&client_config, now);
+        let client = Driven::new(&client_config, config, hintable, now);
+        let op_grace =
+            client_config.queue_grace + client_config.answer_grace + client_config.settle_margin;
+        let b = &client_config.backoff;
+        let longest_backoff = [
+            b.transport.cap,
+            b.no_leader.cap,
+            b.not_active.cap,
+            b.auth_failed.cap,
+            b.redirect.cap,
+        ]
+        .into_iter()
+        .max()
+        .unwrap_or_default();
+        let release_grace = 2
+            * (client_config.connect_timeout
+                + client_config.handshake_timeout
+                + client_config.answer_grace)
+            + longest_backoff
+            + Duration::from_secs(2);
+        Slot {
+            client,
+            checker,
+            config: client_config,
+            finished: false,
+            next_timeout: None,
+            op_grace,
+            release_grace,
+            release_ops: BTreeMap::new(),
+            renewal_ends: BTreeMap::new(),
         }
     }
+}
 
-    /// Injects a fault of a scheduled kind: the network's here, the
-    /// cluster's by the cluster.
-    fn inject(&mut self, kind: FaultKind) {
-        match kind {
-            FaultKind::Reset => self.reset_a_connection(),
-            FaultKind::Partition => self.partition(),
-            _ => {
-                let mut effects = Vec::new();
-                self.cluster.inject(kind, self.now, &mut effects);
-                self.cluster_effects(effects);
-            }
-        }
-    }
-
-    /// Carries out what the cluster did, in order.
-    fn cluster_effects(&mut self, effects: Vec<cluster::Effect>) {
-        for effect in effects {
-            match effect {
-                cluster::Effect::At(at, ev) => self.schedule(at, Ev::Cluster(ev)),
-                cluster::Effect::Served {
-                    node,
-                    instance,
-                    action,
-                } => self.serve(node, instance, action),
-                cluster::Effect::Gone {
-                    node,
-                    instance,
-                    ending,
-                } => self.connections_gone(node, instance, ending),
-                cluster::Effect::Fault(kind) => self.faults.bump(kind),
-                cluster::Effect::LeaderChange => self.failovers.leader_change(self.now),
-                cluster::Effect::TableLost => self.ledger.table_lost(self.now),
-                cluster::Effect::Note(line) => self.note(|| line),
-            }
-        }
-    }
-
-    /// Carries out what client `c`'s embedder does, in order: each command
-    /// is one checked step.
-    fn embedder_effects(&mut self, c: usize, effects: Vec<workload::Effect>) -> Step {
-        for effect in effects {
-            match effect {
-                workload::Effect::At(at, ev) => self.schedule(at, Ev::Workload(ev)),
-                workload::Effect::Write { key, token } => {
-                    if let Err(failure) = self.ledger.write(c, &key, token, self.now) {
-                        return Err(self.failure(failure));
-                    }
-                }
-                workload::Effect::Command(command) => self.command(c, command)?,
-            }
-        }
-        Ok(())
-    }
-
-    fn connect_arrive(&mut self, id: LinkId, gen: u32) -> Step {
-        let Some(l) = self.net.links.get(&id) else {
-            return Ok(());
-        };
-        if l.gen != gen || l.client_closed {
-            return Ok(());
-        }
-        let (c, target) = (l.client, l.target);
-        if self.net.partition(c, target, self.now).is_some() {
-            // The connect is lost: the client's connect timeout fires.
-            return Ok(());
-        }
-        self.trace_tag(b"connect-arrive", id);
-        let n = node_index(target);
-        let up = target != Target::Nowhere && self.node_is_up(n);
-        let refused = up
-            && target != Target::Impostor
-            && self.faults_on()
-            && self.rng.chance(self.params.refuse_pm, 1000);
-        if refused {
-            self.faults.bump(FaultKind::Refused);
-        }
-        let ok = up && !refused;
-        if ok {
-            let instance = self.node_instance(n);
-            let sconn = self.node_accept(n).expect("up");
-            self.net.accepted(id, n, instance, sconn);
-            self.note(|| format!("{} accepts c{c}'s link {id}", node_name(n)));
-            self.drain_server(n);
-        }
-        let at = self.arrival(id, false);
-        self.schedule(at, Ev::ConnectReply { link: id, gen, ok });
-        Ok(())
-    }
-
-    /// The server side of `link` learns that the connection is gone.
-    fn server_learns_closed(&mut self, id: LinkId) {
-        let Some(l) = self.net.links.get_mut(&id) else {
-            return;
-        };
-        if l.server_closed {
-            return;
-        }
-        let Some(sconn) = l.sconn else {
-            return;
-        };
-        let n = node_index(l.target);
-        l.server_closed = true;
-        let instance = l.instance;
-        if self.node_instance(n) == instance {
-            self.trace_tag(b"server-closed", id);
-            self.node_closed(n, sconn);
-            self.drain_server(n);
-        }
-        self.reap(id);
-    }
-
-    // ----- client steps ---------------------------------------------------
-
+impl World {
     /// Hands an input to a client core, as one checked step.
-    fn client_input(&mut self, c: usize, input: Input) -> Step {
+    pub(super) fn client_input(&mut self, c: usize, input: Input) -> Step {
         if self.clients[c].finished {
             return Ok(());
         }
@@ -1360,7 +1055,7 @@ impl World {
         self.end_client_step(c)
     }
 
-    fn client_timeout(&mut self, c: usize) -> Step {
+    pub(super) fn client_timeout(&mut self, c: usize) -> Step {
         self.trace_tag(b"client-timeout", c as u64);
         let now = self.now;
         let slot = &mut self.clients[c];
@@ -1371,7 +1066,7 @@ impl World {
 
     /// Drains the client, ends the checker's step, and finishes the
     /// checker when the client has shut down.
-    fn end_client_step(&mut self, c: usize) -> Step {
+    pub(super) fn end_client_step(&mut self, c: usize) -> Step {
         self.drain_client(c)?;
         let slot = &mut self.clients[c];
         if let Err(v) = slot.checker.end_step(slot.client.core()) {
@@ -1418,6 +1113,72 @@ impl World {
                 return Ok(());
             }
         }
+    }
+
+    /// A client's action, carried out on the network.
+    fn route_client_action(&mut self, c: usize, action: Action) -> Step {
+        let mut effects = Vec::new();
+        match action {
+            Action::Connect { conn, addr } => {
+                self.check_allowed(c, &addr, "connects to")?;
+                let target = self.cluster.target_of(&addr);
+                let (net, mut env) = self.net();
+                net.connect(&mut env, c, conn, target, &mut effects);
+            }
+            Action::Send { conn, data } => {
+                let Some(id) = self.net.of_client(c, conn) else {
+                    return Ok(());
+                };
+                self.record_requests(c, id, &data);
+                let (net, mut env) = self.net();
+                net.client_sends(&mut env, id, data, &mut effects);
+            }
+            Action::Close { conn } => {
+                let Some(id) = self.net.of_client(c, conn) else {
+                    return Ok(());
+                };
+                let (net, mut env) = self.net();
+                net.client_closes(&mut env, id, &mut effects);
+            }
+        }
+        self.net_effects(effects);
+        Ok(())
+    }
+
+    /// Notes the requests a client writes, for the ground truth.
+    fn record_requests(&mut self, c: usize, id: LinkId, data: &[u8]) {
+        let mut found = Vec::new();
+        for line in data.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
+            match ClientFrame::parse(line) {
+                Ok(ClientFrame::Acquire { id: rid, owner, .. }) => {
+                    let op = self.ledger.op_of_owner(c, owner.as_str());
+                    found.push((rid, Request::Acquire { op }));
+                }
+                Ok(ClientFrame::Release {
+                    id: rid,
+                    key,
+                    token,
+                }) => {
+                    let key = Key::from(key);
+                    found.push((rid, Request::Release { key, token }));
+                }
+                Ok(ClientFrame::Renew {
+                    id: rid,
+                    key,
+                    token,
+                    lease_ms,
+                }) => {
+                    let key = Key::from(key);
+                    let end = self.now.saturating_add_millis(lease_ms.get());
+                    let ends = &mut self.clients[c].renewal_ends;
+                    let latest = ends.entry((key.clone(), token)).or_insert(end);
+                    *latest = (*latest).max(end);
+                    found.push((rid, Request::Renew { key, token }));
+                }
+                _ => {}
+            }
+        }
+        self.net.requested(id, found);
     }
 
     fn on_client_event(&mut self, c: usize, event: Event) -> Step {
@@ -1504,7 +1265,7 @@ impl World {
     }
 
     /// A client may go only to its endpoints and allowlist.
-    fn check_allowed(&self, c: usize, addr: &crate::names::Endpoint, what: &str) -> Step {
+    fn check_allowed(&self, c: usize, addr: &Endpoint, what: &str) -> Step {
         let config = &self.clients[c].config;
         if config
             .endpoints
@@ -1520,8 +1281,30 @@ impl World {
         );
         Err(self.violation(Check::Allowlist, Some(c), detail))
     }
+}
 
-    // ----- the embedder's commands, each one checked step -------------------
+/// The longest a request and its answer take on the simulated network:
+/// [`MAX_DELAY`] each way at most (a longer partition cuts the
+/// connection).
+const ROUND_TRIP: Duration = MAX_DELAY.saturating_mul(2);
+
+impl World {
+    /// Carries out what client `c`'s embedder does, in order: each command
+    /// is one checked step.
+    pub(super) fn embedder_effects(&mut self, c: usize, effects: Vec<workload::Effect>) -> Step {
+        for effect in effects {
+            match effect {
+                workload::Effect::At(at, ev) => self.schedule(at, Ev::Workload(ev)),
+                workload::Effect::Write { key, token } => {
+                    if let Err(failure) = self.ledger.write(c, &key, token, self.now) {
+                        return Err(self.failure(failure));
+                    }
+                }
+                workload::Effect::Command(command) => self.command(c, command)?,
+            }
+        }
+        Ok(())
+    }
 
     /// Gives client `c` a command of its embedder's.
     fn command(&mut self, c: usize, command: Command) -> Step {
@@ -1675,21 +1458,21 @@ impl World {
         self.end_client_step(c)
     }
 
-    fn cmd_renew(&mut self, c: usize, grant: &Grant, how: workload::RenewHow) -> Step {
+    fn cmd_renew(&mut self, c: usize, grant: &Grant, how: RenewHow) -> Step {
         let now = self.now;
         let slot = &mut self.clients[c];
         let (result, checked) = match how {
-            workload::RenewHow::Manual { lease } => {
+            RenewHow::Manual { lease } => {
                 let result = slot.client.renew(now, grant, lease);
                 let checked = slot.checker.renew(now, grant, lease, &result);
                 (result, checked)
             }
-            workload::RenewHow::Auto { limit } => {
+            RenewHow::Auto { limit } => {
                 let result = slot.client.auto_renew(now, grant, limit);
                 let checked = slot.checker.auto_renew(now, grant, limit, &result);
                 (result, checked)
             }
-            workload::RenewHow::Stop => {
+            RenewHow::Stop => {
                 let result = slot.client.stop_renewing(now, grant);
                 let checked = slot.checker.stop_renewing(now, grant, &result);
                 (result, checked)
@@ -1703,15 +1486,15 @@ impl World {
         if result.is_ok() {
             let (key, token) = (grant.key(), grant.token());
             match how {
-                workload::RenewHow::Auto { limit } => {
+                RenewHow::Auto { limit } => {
                     let core = self.clients[c].client.core();
                     if let Some(valid_until) = core.valid_until(grant) {
                         self.failovers
                             .auto_renew(c, key, token, valid_until, limit, now);
                     }
                 }
-                workload::RenewHow::Stop => self.failovers.given_up(c, key, token),
-                workload::RenewHow::Manual { .. } => {}
+                RenewHow::Stop => self.failovers.given_up(c, key, token),
+                RenewHow::Manual { .. } => {}
             }
         }
         self.end_client_step(c)
@@ -1746,7 +1529,7 @@ impl World {
 
     /// The embedder of `c` was handed `grant`: it holds it, checked for
     /// mutual exclusion.
-    fn hold(&mut self, c: usize, grant: &Grant) -> Step {
+    pub(super) fn hold(&mut self, c: usize, grant: &Grant) -> Step {
         let (key, token) = (grant.key(), grant.token());
         match self
             .ledger
@@ -1755,35 +1538,5 @@ impl World {
             Ok(()) => Ok(()),
             Err(failure) => Err(self.failure(failure)),
         }
-    }
-}
-
-/// An input for a client core.
-enum Input {
-    Connected(ConnId),
-    ConnectFailed(ConnId),
-    Bytes(ConnId, Bytes),
-    Closed(ConnId, TransportEnd),
-}
-
-/// The longest a request and its answer take on the simulated network:
-/// [`MAX_DELAY`] each way at most (a longer partition cuts the
-/// connection).
-const ROUND_TRIP: Duration = MAX_DELAY.saturating_mul(2);
-
-/// How the log names a server.
-fn node_name(n: usize) -> String {
-    if n == IMPOSTOR {
-        "rogue".to_owned()
-    } else {
-        format!("n{n}")
-    }
-}
-
-/// The server index of a link's target (the impostor's is [`IMPOSTOR`]).
-fn node_index(target: Target) -> usize {
-    match target {
-        Target::Node(n) => n,
-        Target::Impostor | Target::Nowhere => IMPOSTOR,
     }
 }
