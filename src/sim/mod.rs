@@ -5,7 +5,7 @@
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | [`SimConfig`], [`run`], [`run_seeds`], the [`Report`] and its parts |
-//! | `world.rs` | the event loop: the clock, the schedule, stepping client cores under their [`Checker`](crate::testkit::Checker)s, handing each delivery to its core, carrying out what the network, the cluster and the workload hand back |
+//! | `world/` | the event loop: the clock, the schedule, stepping client cores under their [`Checker`](crate::testkit::Checker)s, handing each delivery to its core, carrying out what the network, the cluster and the workload hand back |
 //! | `driven.rs` | the client a slot drives: a core, or a bad client around one |
 //! | `sabotage.rs` | the bad clients, one per `Sabotage` (feature `sabotage`) |
 //! | `net.rs` | the network: connections and the bytes in flight, latency, writes split into chunks, resets, refusals, partitions between clients and nodes |
