@@ -38,7 +38,9 @@ const ORPHANED_SHUTDOWN: Duration = Duration::from_secs(5);
 /// the client has shut down: after [`Handle::shutdown`], or once every
 /// handle is dropped (a shutdown with a five-second budget). Dropped
 /// before that, with work left to finish, it goes on on a thread of its
-/// own (see the module's documentation).
+/// own (see [the driver module's documentation](super)).
+///
+/// [`Handle::shutdown`]: super::Handle::shutdown
 #[must_use = "the driver does nothing unless polled: spawn it"]
 pub struct Driver<D: Dial, K: Clock>(Option<Running<D, K>>);
 
