@@ -43,7 +43,7 @@ use crate::time::Time;
 pub(super) const MAX_DELAY: Duration = Duration::from_millis(800);
 /// Partitions up to this long delay the bytes; longer ones cut the
 /// connections.
-pub(super) const DELAY_PARTITION: Duration = Duration::from_millis(400);
+const DELAY_PARTITION: Duration = Duration::from_millis(400);
 
 /// Names a link.
 pub(super) type LinkId = u64;
@@ -81,52 +81,52 @@ pub(super) enum Ending {
 }
 
 /// One connection.
-pub(super) struct SimConn {
-    pub(super) client: usize,
-    pub(super) cconn: ClientConn,
-    pub(super) target: Target,
+struct SimConn {
+    client: usize,
+    cconn: ClientConn,
+    target: Target,
     /// The target node's instance when it accepted.
-    pub(super) instance: u64,
+    instance: u64,
     /// The server's id for it, once accepted.
-    pub(super) sconn: Option<ServerConn>,
+    sconn: Option<ServerConn>,
     /// Bumped when the bytes in flight are lost.
-    pub(super) gen: u32,
+    gen: u32,
     /// The client core has closed it (or was told it failed).
-    pub(super) client_closed: bool,
+    client_closed: bool,
     /// The server side is gone: closed, reset, or its node crashed.
-    pub(super) server_closed: bool,
+    server_closed: bool,
     /// Everything written is dropped silently.
-    pub(super) blackhole: bool,
+    blackhole: bool,
     /// The latest delivery time scheduled in each direction.
-    pub(super) last_to_server: Time,
-    pub(super) last_to_client: Time,
+    last_to_server: Time,
+    last_to_client: Time,
     /// Requests written by the client, by id, until answered.
-    pub(super) requests: BTreeMap<u64, Request>,
+    requests: BTreeMap<u64, Request>,
 }
 
 impl SimConn {
     /// Whether neither side will do anything more with it.
-    pub(super) fn is_done(&self) -> bool {
+    fn is_done(&self) -> bool {
         self.client_closed && (self.server_closed || self.sconn.is_none())
     }
 
     /// Whether it is up on both sides and carries bytes.
-    pub(super) fn is_established(&self) -> bool {
+    fn is_established(&self) -> bool {
         self.sconn.is_some() && !self.client_closed && !self.server_closed && !self.blackhole
     }
 }
 
 /// A partition between a client and one node (or all nodes) until `until`.
 #[derive(Debug, Clone, Copy)]
-pub(super) struct Partition {
-    pub(super) client: usize,
+struct Partition {
+    client: usize,
     /// `None`: every node, and the impostor.
-    pub(super) node: Option<usize>,
-    pub(super) until: Time,
+    node: Option<usize>,
+    until: Time,
 }
 
 impl Partition {
-    pub(super) fn covers(&self, client: usize, target: Target) -> bool {
+    fn covers(&self, client: usize, target: Target) -> bool {
         self.client == client
             && match (self.node, target) {
                 (None, _) => true,
