@@ -23,7 +23,7 @@
 
 use core::time::Duration;
 
-use super::net::Target;
+use super::net::{Ending, Target};
 use super::{millis_between, FaultKind, Scenario, SimConfig};
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
@@ -85,16 +85,6 @@ pub(super) enum Effect {
     TableLost,
     /// A line for the log.
     Note(String),
-}
-
-/// How the connections of a server core that is gone end.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Ending {
-    /// The node crashed: its clients learn of a reset, or, `silent`, learn
-    /// nothing (the connections go dead).
-    Crash { silent: bool },
-    /// The core was replaced: it closed them.
-    Replaced,
 }
 
 /// One node of the cluster.

@@ -5,10 +5,10 @@
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | [`SimConfig`], [`run`], [`run_seeds`], the [`Report`] and its parts |
-//! | `world.rs` | the event loop: the clock, the schedule, the network's deliveries, stepping client cores under their [`Checker`](crate::testkit::Checker)s, carrying out what the cluster and the workload hand back |
+//! | `world/` | the event loop: the clock, the schedule, stepping client cores under their [`Checker`](crate::testkit::Checker)s, handing each delivery to its core, carrying out what the network, the cluster and the workload hand back |
 //! | `driven.rs` | the client a slot drives: a core, or a bad client around one |
 //! | `sabotage.rs` | the bad clients, one per `Sabotage` (feature `sabotage`) |
-//! | `net.rs` | connections: latency, answers split into chunks, resets, refusals, partitions |
+//! | `net.rs` | the network: connections and the bytes in flight, latency, writes split into chunks, resets, refusals, partitions between clients and nodes |
 //! | `cluster.rs` | the server nodes: crashes and restarts, leadership moving with the lock table, hints, `not_active` windows, refused credentials; in [`Scenario::LeaderCrash`], the leader's crashes and the elections after them |
 //! | `workload.rs` | what the embedders do: acquire (a third of the time renewing automatically), hold, write, renew (by hand, or automatically, asked later and maybe stopped), release, cancel, abandon, let a lease lapse, shut down; in [`Scenario::LeaderCrash`], hold keys of their own, renewed, beside light traffic |
 //! | `check.rs` | the global checks and the ground truth they use |

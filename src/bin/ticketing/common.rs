@@ -1,5 +1,6 @@
 //! Options and configuration shared by the subcommands that run a client,
-//! and the parser of credentials, which never echoes one.
+//! the parser of credentials, which never echoes one, and the operating
+//! system's entropy for the subcommands that run a server.
 
 use std::error::Error;
 use std::ffi::OsStr;
@@ -198,4 +199,12 @@ pub fn client_config(o: &ClientOptions) -> Result<Config, Box<dyn Error>> {
         nanos ^ u64::from(std::process::id()).rotate_left(32)
     });
     Ok(config)
+}
+
+/// 128 bits of the operating system's entropy (the lock table's hashing key,
+/// a replicated cluster's identity), by way of std's randomly keyed hasher.
+pub(crate) fn secret() -> u128 {
+    use std::hash::{BuildHasher, RandomState};
+    let half = |n: u8| u128::from(RandomState::new().hash_one(n));
+    (half(0) << 64) | half(1)
 }

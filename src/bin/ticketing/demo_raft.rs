@@ -51,7 +51,7 @@ impl Cluster {
         let (disk, restored) = RaftDisk::open(&self.dirs[&id], start, id, &voters)?;
         let wall_ms = u64::try_from(ticketing::state::unix_now().as_millis()).unwrap_or(0);
         let mut config = ReplicaConfig::new(id, self.clients.clone(), ELECTION_TIMEOUT, wall_ms);
-        config.draw = crate::serve::secret();
+        config.draw = crate::common::secret();
         let server = Server::new(
             server::Config::new(Name::new(format!("member-{id}"))?),
             Time::ZERO,
@@ -110,7 +110,7 @@ pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
         dirs: BTreeMap::new(),
         running: BTreeMap::new(),
         news,
-        credential: format!("demo-{:032x}", crate::serve::secret()),
+        credential: format!("demo-{:032x}", crate::common::secret()),
     };
     for id in 1..=3 {
         // Free ports, bound again by the members at once.

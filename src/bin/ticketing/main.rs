@@ -7,6 +7,7 @@ mod demo;
 mod demo_raft;
 mod input;
 mod member;
+mod report;
 mod run;
 mod scrape;
 mod serve;

@@ -23,7 +23,8 @@ use ticketing::tls::{ClientTls, Identity, ServerTls};
 use ticketing::{Endpoint, Name, Time};
 use tokio::net::TcpListener;
 
-use crate::serve::{watch, EpochNews};
+use crate::common::secret;
+use crate::report::{warn_if_exposed, watch, EpochNews};
 
 /// One `--raft-peer ID=CLIENT_ADDR/RAFT_ADDR`.
 #[derive(Debug, Clone)]
@@ -145,7 +146,7 @@ pub async fn serve_member(
     let mut replica_config = ReplicaConfig::new(args.id, clients, args.election_timeout, wall_ms);
     replica_config.snapshot_every = args.snapshot_every;
     // The cluster's identity if this member is its first leader.
-    replica_config.draw = crate::serve::secret();
+    replica_config.draw = secret();
     let server = Server::new(config, Time::ZERO)?;
     let replica = Replica::new(replica_config, server, restored, Time::ZERO)?;
     let client_credential = replica.server().config().credential.is_some();
@@ -161,7 +162,7 @@ pub async fn serve_member(
 
     let listener = TcpListener::bind(args.listen).await?;
     let addr = listener.local_addr()?;
-    crate::serve::warn_if_exposed(addr, client_credential, args.tls.is_some());
+    warn_if_exposed(addr, client_credential, args.tls.is_some());
     let origin = Instant::now();
     let raft_id = args.id;
     let notify = move |notice: MemberNotice| match notice {

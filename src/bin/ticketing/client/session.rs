@@ -1,210 +1,20 @@
-//! `ticketing client`: a line-oriented driver of the client core, like
-//! `redis-cli` for scripts. Commands on standard input, one JSON object a
-//! line on standard output (CLI.md).
-//!
-//! A script runs as written: a line that needs an acquire's grant waits for
-//! that acquire's outcome, and the end of input waits for every outcome
-//! before the client shuts down. The session only orders the commands and
-//! prints; every rule of the protocol is the core's.
+//! A run's state: what each tag stands for, the lines that wait for an
+//! acquire's outcome, the tasks whose report is still to come, and the
+//! renewals whose answer is.
 
 use std::collections::{HashMap, HashSet};
-use std::error::Error;
 use std::future::Future;
-use std::io::Write;
-use std::pin::Pin;
-use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use clap::Args as ClapArgs;
-use serde_json::{json, Value};
-use ticketing::client::{self as core, CloseReason, Event, Grant, OpId, Outcome, ReleaseResult};
+use serde_json::json;
+use ticketing::client::{self as core, Event, Grant, OpId, Outcome};
 use ticketing::tokio::{AcquireError, Canceller, Handle, RequestError};
-use ticketing::{Endpoint, Key, Name, Time};
-use tokio::io::BufReader;
-use tokio::signal::unix::{signal, SignalKind};
+use ticketing::{Key, Time};
 use tokio::sync::mpsc;
 
-use crate::common::{client_config, spawn_configured, ClientOptions};
-use crate::input::{self, quote, Lines};
-
-/// Options of `ticketing client` (CLI.md).
-#[derive(ClapArgs)]
-pub struct Args {
-    #[command(flatten)]
-    client: ClientOptions,
-}
-
-/// What the input asks for. One line, parsed.
-enum Line {
-    Acquire {
-        tag: String,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-        /// Renew automatically once granted, for at most this long
-        /// (`Some(None)`: with no limit).
-        renew: Option<Option<Duration>>,
-    },
-    Renew {
-        acquire: String,
-        lease: Option<Duration>,
-    },
-    AutoRenew {
-        acquire: String,
-        /// `Some(limit)`: on, for at most `limit`; `None`: off.
-        on: Option<Option<Duration>>,
-    },
-    Release {
-        tag: String,
-        key: Key,
-        token: u64,
-    },
-    ReleaseGrant {
-        tag: String,
-        acquire: String,
-    },
-    Cancel {
-        tag: String,
-    },
-    Abandon {
-        tag: String,
-    },
-    Stats,
-    Shutdown {
-        budget: Duration,
-    },
-}
-
-fn parse(line: &str) -> Result<Option<Line>, String> {
-    let line = line.trim();
-    if line.is_empty() || line.starts_with('#') {
-        return Ok(None);
-    }
-    let words: Vec<&str> = line.split_whitespace().collect();
-    let want = |n: usize, usage: &str| {
-        if words.len() == n {
-            Ok(())
-        } else {
-            Err(format!("usage: {usage}"))
-        }
-    };
-    let tag = |i: usize| -> Result<String, String> {
-        Name::new(words[i]).map_err(|e| format!("bad tag {}: {e}", quote(words[i])))?;
-        Ok(words[i].to_string())
-    };
-    let key =
-        |i: usize| Key::new(words[i]).map_err(|e| format!("bad key {}: {e}", quote(words[i])));
-    let number = |i: usize, what: &str| {
-        words[i]
-            .parse::<u64>()
-            .map_err(|_| format!("bad {what} {}: not a number", quote(words[i])))
-    };
-    let parsed = match words[0] {
-        "acquire" => {
-            let usage = "acquire TAG KEY OWNER WAIT_MS LEASE_MS [renew[=UNTIL_MS]]";
-            if words.len() != 7 {
-                want(6, usage)?;
-            }
-            let renew = match words.get(6) {
-                None => None,
-                Some(word) => {
-                    Some(switch(word, "renew").ok_or_else(|| format!("usage: {usage}"))??)
-                }
-            };
-            Line::Acquire {
-                tag: tag(1)?,
-                key: key(2)?,
-                owner: Name::new(words[3])
-                    .map_err(|e| format!("bad owner {}: {e}", quote(words[3])))?,
-                wait: Duration::from_millis(number(4, "WAIT_MS")?),
-                lease: Duration::from_millis(number(5, "LEASE_MS")?),
-                renew,
-            }
-        }
-        "renew" => {
-            let usage = "renew ACQUIRE_TAG [LEASE_MS]";
-            if words.len() != 3 {
-                want(2, usage)?;
-            }
-            let lease = match words.get(2) {
-                Some(_) => Some(Duration::from_millis(number(2, "LEASE_MS")?)),
-                None => None,
-            };
-            Line::Renew {
-                acquire: words[1].to_string(),
-                lease,
-            }
-        }
-        "auto-renew" => {
-            let usage = "auto-renew ACQUIRE_TAG on[=UNTIL_MS]|off";
-            want(3, usage)?;
-            let on = match switch(words[2], "on") {
-                Some(limit) => Some(limit?),
-                None if words[2] == "off" => None,
-                None => return Err(format!("usage: {usage}")),
-            };
-            Line::AutoRenew {
-                acquire: words[1].to_string(),
-                on,
-            }
-        }
-        "release" => {
-            want(4, "release TAG KEY TOKEN")?;
-            Line::Release {
-                tag: tag(1)?,
-                key: key(2)?,
-                token: number(3, "TOKEN")?,
-            }
-        }
-        "release-grant" => {
-            want(3, "release-grant TAG ACQUIRE_TAG")?;
-            Line::ReleaseGrant {
-                tag: tag(1)?,
-                acquire: words[2].to_string(),
-            }
-        }
-        "cancel" => {
-            want(2, "cancel TAG")?;
-            Line::Cancel {
-                tag: words[1].to_string(),
-            }
-        }
-        "abandon" => {
-            want(2, "abandon TAG")?;
-            Line::Abandon {
-                tag: words[1].to_string(),
-            }
-        }
-        "stats" => {
-            want(1, "stats")?;
-            Line::Stats
-        }
-        "shutdown" => {
-            want(2, "shutdown BUDGET_MS")?;
-            Line::Shutdown {
-                budget: Duration::from_millis(number(1, "BUDGET_MS")?),
-            }
-        }
-        other => return Err(format!("unknown command {}", quote(other))),
-    };
-    Ok(Some(parsed))
-}
-
-/// `word` as `NAME` or `NAME=MS`: `None` if it is neither; else the
-/// limit it gives (`Ok(None)`: none), or why that limit is bad.
-fn switch(word: &str, name: &str) -> Option<Result<Option<Duration>, String>> {
-    let rest = word.strip_prefix(name)?;
-    if rest.is_empty() {
-        return Some(Ok(None));
-    }
-    let ms = rest.strip_prefix('=')?;
-    Some(
-        ms.parse::<u64>()
-            .map(|ms| Some(Duration::from_millis(ms)))
-            .map_err(|_| format!("bad UNTIL_MS {}: not a number", quote(ms))),
-    )
-}
+use super::output::{self, emit, error, merge, millis_until, stats_line, timed_out, IgnoredHints};
+use super::parse::Line;
+use crate::input::quote;
 
 /// What the session knows of a tag.
 enum Tagged {
@@ -244,7 +54,7 @@ impl FollowUp {
 }
 
 /// What a task of the session reports back to it.
-enum Report {
+pub(super) enum Report {
     /// An operation ended.
     Ended {
         tag: String,
@@ -268,111 +78,15 @@ enum Report {
     Stats(Result<Box<core::ClientStats>, RequestError>),
 }
 
-/// The shutdown under way.
-type Shutdown = Pin<Box<dyn Future<Output = Result<(), RequestError>> + Send>>;
-
-/// Budget of the shutdown that ends a run at the end of input, or on
-/// SIGINT or SIGTERM (CLI.md: "then does `shutdown 5000`").
-const STOP_BUDGET: Duration = Duration::from_millis(5000);
-
-pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
-    // The signals are ours before the client starts: from then on, SIGINT
-    // and SIGTERM stop it cleanly instead of killing the process.
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
-    let config = client_config(&args.client)?;
-    let max_waiting = config.max_acquires;
-    let (handle, mut notices) = spawn_configured(&args.client, config)?;
-    let (reports, mut reported) = mpsc::unbounded_channel();
-    let mut session = Session {
-        handle,
-        tags: HashMap::new(),
-        renewals: Renewals::default(),
-        hints: IgnoredHints::default(),
-        reports,
-        open: 0,
-        waiting: 0,
-        max_waiting,
-    };
-    // Each line is read whatever it holds, keeping at most `MAX_LINE` bytes
-    // of it: a bad line is an error to print, never the end of the input.
-    let mut input = Lines::new(BufReader::new(tokio::io::stdin()));
-    // Lines are read until the end of input, a `shutdown` line or a signal.
-    let mut reading = true;
-    // The shutdown asked for (its budget), and once started, under way.
-    let mut stop: Option<Duration> = None;
-    let mut stopping: Option<Shutdown> = None;
-
-    loop {
-        tokio::select! {
-            // Notices first: the core emits a close before the outcomes it
-            // causes, and the output keeps that order. And a renewal's
-            // answer that was out before a `renew` line's renewal was
-            // queued is never taken for that renewal's.
-            biased;
-            Some(event) = notices.recv() => session.notice(event),
-            () = sleep_until(session.hints.due()), if session.hints.due().is_some() => {
-                session.hints.flush(Instant::now());
-            }
-            Some(report) = reported.recv() => session.report(report),
-            Some(()) = sigint.recv(), if stop.is_none() => stop = Some(STOP_BUDGET),
-            Some(()) = sigterm.recv(), if stop.is_none() => stop = Some(STOP_BUDGET),
-            result = async { stopping.as_mut().expect("guarded").await }, if stopping.is_some() => {
-                if let Err(e) = result {
-                    error(None, format!("shutdown: {e}"));
-                }
-                break;
-            }
-            line = input.next(), if reading && stop.is_none() => match line {
-                Ok(Some(input::Line::Bad(message))) => error(None, message),
-                Ok(Some(input::Line::Text(line))) => match parse(&line) {
-                    Ok(None) => {}
-                    Ok(Some(command)) => stop = session.command(command),
-                    Err(message) => error(None, message),
-                },
-                Ok(None) | Err(_) => reading = false,
-            },
-        }
-        if stopping.is_none() {
-            // End of input is not a cancel: the shutdown waits until every
-            // operation has its outcome and every renewal asked for has
-            // its answer, each of which comes in bounded time.
-            if !reading && stop.is_none() && session.settled() {
-                stop = Some(STOP_BUDGET);
-            }
-            if let Some(budget) = stop {
-                stopping = Some(Box::pin(session.handle.shutdown(budget)));
-            }
-        }
-    }
-    // Every operation has its outcome once the shutdown is done: what is
-    // still to print comes now, notices first.
-    loop {
-        while let Some(event) = notices.try_recv() {
-            session.notice(event);
-        }
-        if session.open == 0 {
-            break;
-        }
-        let Some(report) = reported.recv().await else {
-            break;
-        };
-        session.report(report);
-    }
-    session.hints.flush(Instant::now());
-    emit(json!({"type": "done"}));
-    Ok(ExitCode::SUCCESS)
-}
-
 /// A run's state: what each tag stands for, and what is still to come.
-struct Session {
-    handle: Handle,
+pub(super) struct Session {
+    pub(super) handle: Handle,
     tags: HashMap<String, Tagged>,
     renewals: Renewals,
-    hints: IgnoredHints,
+    pub(super) hints: IgnoredHints,
     reports: mpsc::UnboundedSender<Report>,
     /// Tasks started whose report has not come back.
-    open: usize,
+    pub(super) open: usize,
     /// Lines that wait for an acquire's outcome, and how many may: as many
     /// as the client takes acquires. One more is dropped at once, so that
     /// a script cannot make the session hold more than the client does.
@@ -381,15 +95,35 @@ struct Session {
 }
 
 impl Session {
+    /// A run of the client behind `handle`, whose tasks report to
+    /// `reports`; as many lines may wait for acquires as the client takes
+    /// acquires (`max_waiting`).
+    pub(super) fn new(
+        handle: Handle,
+        reports: mpsc::UnboundedSender<Report>,
+        max_waiting: usize,
+    ) -> Session {
+        Session {
+            handle,
+            tags: HashMap::new(),
+            renewals: Renewals::default(),
+            hints: IgnoredHints::default(),
+            reports,
+            open: 0,
+            waiting: 0,
+            max_waiting,
+        }
+    }
+
     /// Nothing more to wait for before the shutdown at the end of input:
     /// every operation has its outcome (so no line waits either), and
     /// every renewal that a `renew` line asked for has its answer.
-    fn settled(&self) -> bool {
+    pub(super) fn settled(&self) -> bool {
         self.open == 0 && self.renewals.awaited.is_empty()
     }
 
     /// Runs one command line, or, for `shutdown`, returns its budget.
-    fn command(&mut self, command: Line) -> Option<Duration> {
+    pub(super) fn command(&mut self, command: Line) -> Option<Duration> {
         match command {
             Line::Acquire {
                 tag,
@@ -548,7 +282,7 @@ impl Session {
     }
 
     /// What a task reported.
-    fn report(&mut self, report: Report) {
+    pub(super) fn report(&mut self, report: Report) {
         self.open -= 1;
         match report {
             Report::Ended {
@@ -667,7 +401,7 @@ impl Session {
         }
     }
 
-    fn notice(&mut self, event: Event) {
+    pub(super) fn notice(&mut self, event: Event) {
         match event {
             Event::HintIgnored { addr } => self.hints.ignored(addr, Instant::now()),
             event => {
@@ -737,16 +471,6 @@ fn as_outcome(
 fn not_granted(how: &str) -> Tagged {
     Tagged::NotGranted(how.to_owned())
 }
-
-/// The fields of a `timed_out` outcome: `cause`, why its last connection
-/// attempt failed, for one that was never sent (CLI.md).
-fn timed_out(sent: bool, cause: Option<&CloseReason>) -> Value {
-    match cause {
-        Some(cause) => json!({"outcome": "timed_out", "sent": sent, "cause": cause.to_string()}),
-        None => json!({"outcome": "timed_out", "sent": sent}),
-    }
-}
-
 /// Why a line that needs the grant of acquire `tag`, whose state is
 /// `state` (`None`: an unknown tag), cannot have it.
 fn no_grant(tag: &str, state: Option<&Tagged>) -> String {
@@ -760,86 +484,6 @@ fn no_grant(tag: &str, state: Option<&Tagged>) -> String {
         Some(Tagged::NotGranted(how)) => format!("acquire {tag} was not granted: {how}"),
         Some(Tagged::Release) => format!("{tag} is a release, not an acquire"),
     }
-}
-
-/// Prints an `error` object, with the tag of the line it drops if any.
-fn error(tag: Option<&str>, message: impl std::fmt::Display) {
-    let message = message.to_string();
-    emit(match tag {
-        Some(tag) => json!({"type": "error", "tag": tag, "message": message}),
-        None => json!({"type": "error", "message": message}),
-    });
-}
-
-/// The `stats` object (CLI.md; README.md lists its fields).
-fn stats_line(s: &core::ClientStats) -> Value {
-    let histogram = |h: &core::Histogram| {
-        json!({
-            "count": h.count,
-            "sum": h.sum_ms,
-            "max": h.max_ms,
-            "p50_at_most": h.quantile_bound_ms(0.5),
-            "p99_at_most": h.quantile_bound_ms(0.99),
-        })
-    };
-    let releases = |r: &core::ReleaseOutcomes| json!({"released": r.released, "not_held": r.not_held, "lapsed": r.lapsed});
-    let (a, i, r, c, b) = (
-        &s.acquires,
-        &s.indeterminate,
-        &s.renewals,
-        &s.closes,
-        &s.backoffs,
-    );
-    json!({
-        "type": "stats",
-        "acquires": {
-            "started": s.acquires_started,
-            "granted": a.granted,
-            "timed_out": a.timed_out,
-            "busy": a.busy,
-            "cancelled": a.cancelled,
-            "indeterminate": a.indeterminate,
-        },
-        "indeterminate": {"close": i.close, "cancel": i.cancel, "answer_timeout": i.answer_timeout},
-        "releases": merge(json!({"started": s.releases_started}), releases(&s.releases)),
-        "orphans": merge(json!({"queued": s.orphan_releases}), releases(&s.orphans)),
-        "renewals": {
-            "sent": r.sent,
-            "renewed": r.renewed,
-            "lost": r.lost,
-            "jeopardy": r.jeopardy,
-            "expired": r.expired,
-        },
-        "connects": s.connects,
-        "connected": s.connected,
-        "closes": {
-            "eof": c.eof, "io": c.io, "connect_failed": c.connect_failed,
-            "connect_timeout": c.connect_timeout, "tls": c.tls,
-            "handshake_timeout": c.handshake_timeout, "moved": c.moved,
-            "no_leader": c.no_leader, "not_active": c.not_active,
-            "auth_failed": c.auth_failed, "unsupported_version": c.unsupported_version,
-            "server_error": c.server_error, "protocol": c.protocol, "cancel": c.cancel,
-            "answer_timeout": c.answer_timeout, "shutdown": c.shutdown,
-        },
-        "backoffs": {
-            "transport": b.transport, "no_leader": b.no_leader, "not_active": b.not_active,
-            "auth_failed": b.auth_failed, "unsupported_version": b.unsupported_version,
-            "redirect": b.redirect, "busy": b.busy,
-        },
-        "hints": {"taken": s.hints_taken, "ignored": s.hints_ignored},
-        "grant_wait_ms": histogram(&s.grant_wait),
-        "lease_left_at_release_ms": histogram(&s.lease_left_at_release),
-        "now": {
-            "in_flight": s.in_flight,
-            "acquires_in_flight": s.acquires_in_flight,
-            "acquires_queued": s.acquires_queued,
-            "releases_queued": s.releases_queued,
-            "renewals_queued": s.renewals_queued,
-            "acquires_open": s.acquires_open,
-            "releases_open": s.releases_open,
-            "held": s.held,
-        },
-    })
 }
 
 /// The renewal notices name a grant by its id; the output names it by the
@@ -902,7 +546,7 @@ impl Renewals {
             } => (grant, "lease_jeopardy", key, token, Some(*valid_until)),
             Event::LeaseLost { grant, key, token } => (grant, "lease_lost", key, token, None),
             Event::LeaseExpired { grant, key, token } => (grant, "lease_expired", key, token, None),
-            _ => return notice(&event),
+            _ => return output::notice(&event),
         };
         // Renewed, LeaseLost and LeaseExpired answer the grant's renewal;
         // after either of the last two, none is answered any more.
@@ -935,116 +579,4 @@ impl Renewals {
         }
         emit(line);
     }
-}
-
-/// `hint_ignored` lines, at most one a second per connection (CLI.md): a
-/// server that floods hints outside the allowlist makes a line a second,
-/// not one a hint. The first of a connection is printed at once; those
-/// that come within a second of a line are folded into the next, printed
-/// once that second is over (or before the connection's `closed` line, or
-/// `done`), with how many it stands for (`count`) and the latest address.
-#[derive(Default)]
-struct IgnoredHints {
-    /// When this connection's latest `hint_ignored` line was printed.
-    printed: Option<Instant>,
-    /// Hints ignored since then, and the latest one's address.
-    folded: u64,
-    addr: Option<Endpoint>,
-}
-
-impl IgnoredHints {
-    const EVERY: Duration = Duration::from_secs(1);
-
-    fn ignored(&mut self, addr: Endpoint, now: Instant) {
-        self.folded += 1;
-        self.addr = Some(addr);
-        if self.due().is_some_and(|due| due <= now) {
-            self.flush(now);
-        }
-    }
-
-    /// When what is folded is to be printed, if anything is.
-    fn due(&self) -> Option<Instant> {
-        let after = |at: Instant| at + IgnoredHints::EVERY;
-        (self.folded > 0).then(|| self.printed.map_or_else(Instant::now, after))
-    }
-
-    fn flush(&mut self, now: Instant) {
-        let Some(addr) = self.addr.take().filter(|_| self.folded > 0) else {
-            return;
-        };
-        emit(json!({
-            "type": "event",
-            "event": "hint_ignored",
-            "addr": addr.as_str(),
-            "count": self.folded,
-        }));
-        self.folded = 0;
-        self.printed = Some(now);
-    }
-
-    /// The connection ended: what it folded is printed, and the next one
-    /// begins afresh.
-    fn end(&mut self, now: Instant) {
-        self.flush(now);
-        self.printed = None;
-    }
-}
-
-/// Sleeps until `at`, for ever without one.
-async fn sleep_until(at: Option<Instant>) {
-    match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
-        None => std::future::pending().await,
-    }
-}
-
-fn millis_until(at: Time, now: Time) -> u64 {
-    u64::try_from(at.saturating_duration_since(now).as_millis()).unwrap_or(u64::MAX)
-}
-
-/// Prints a notice.
-fn notice(event: &Event) {
-    let line = match event {
-        Event::Connecting { addr } => json!({"event": "connecting", "addr": addr.as_str()}),
-        Event::Connected { addr, node, window } => {
-            json!({"event": "connected", "addr": addr.as_str(), "node": node.as_str(), "window": window})
-        }
-        Event::Closed { addr, reason } => {
-            json!({"event": "closed", "addr": addr.as_str(), "reason": reason.to_string()})
-        }
-        Event::LeaderHint { addr } => json!({"event": "leader_hint", "addr": addr.as_str()}),
-        Event::OrphanRelease { key, token } => {
-            json!({"event": "orphan_release", "key": key.as_str(), "token": token})
-        }
-        Event::OrphanSettled { key, token, result } => json!({
-            "event": "orphan_settled",
-            "key": key.as_str(),
-            "token": token,
-            "result": match result {
-                ReleaseResult::Released => "released",
-                ReleaseResult::NotHeld => "not_held",
-                _ => "lapsed",
-            },
-        }),
-        Event::AuthFailed { addr } => json!({"event": "auth_failed", "addr": addr.as_str()}),
-        // Backoff and the end of the shutdown are not part of the
-        // interface: the next `connecting`, and `done`, say as much.
-        _ => return,
-    };
-    emit(merge(json!({"type": "event"}), line));
-}
-
-fn merge(mut base: Value, extra: Value) -> Value {
-    if let (Value::Object(base), Value::Object(extra)) = (&mut base, extra) {
-        base.extend(extra);
-    }
-    base
-}
-
-/// Writes one line of output and flushes it.
-fn emit(line: Value) {
-    let mut out = std::io::stdout().lock();
-    let _ = writeln!(out, "{line}");
-    let _ = out.flush();
 }
