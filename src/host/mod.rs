@@ -14,11 +14,13 @@
 //! | module | what |
 //! |---|---|
 //! | `serve` | the serving task: a core on a listener (TCP, or TLS) |
+//! | `core` | what the serving task drives, and the commands each kind of core takes |
 //! | `tls` | the TLS listener (feature `tls`) |
 //! | `state` | a state directory: the epoch and the table, kept durably |
 //! | `etcd` | a node of a cluster on etcd: leadership and epochs (feature `etcd`) |
 //! | `raft` | a member of a replicated cluster: its state directory, its peer links, its serving task (feature `raft`) |
 
+mod core;
 #[cfg(feature = "etcd")]
 pub mod etcd;
 #[cfg(feature = "raft")]

@@ -46,6 +46,8 @@ use ::tokio::task::JoinHandle;
 use ::tokio::time::Sleep;
 use bytes::Bytes;
 
+pub(crate) use crate::host::core::Core;
+use crate::host::core::{Control, TableCommand};
 use crate::host::state::{Epochs, WallClock, EPOCH_RETRY};
 #[cfg(feature = "tls")]
 pub use crate::host::tls::{HandshakeLimits, TlsListener, TlsServerStream};
@@ -55,48 +57,113 @@ use crate::sync::lock;
 use crate::sync::register;
 use crate::time::Time;
 
-/// A server running on a tokio task.
-#[derive(Debug)]
-pub struct ServerHandle {
-    control: mpsc::UnboundedSender<Control>,
+/// A core served on a tokio task, as the handles of each kind of core
+/// hold it: what every core takes (see [`crate::host::core`]).
+pub(crate) struct Hosted<K> {
+    control: mpsc::UnboundedSender<Control<K>>,
     addr: SocketAddr,
     origin: Instant,
     task: JoinHandle<Server>,
 }
 
-pub(crate) enum Control {
-    TakeTable(oneshot::Sender<LockTable>),
-    InstallTable(LockTable),
-    BeginTerm(Term, oneshot::Sender<Result<(), TermError>>),
-    LeadUntil {
-        until: Instant,
-        /// Take the leader role first.
-        lead: bool,
-        reply: oneshot::Sender<bool>,
-    },
-    Role(Role),
-    Announce(Endpoint),
-    DropConnections,
-    Pause(bool),
-    Stats(oneshot::Sender<ServerStats>),
-    Stop,
+impl<K> std::fmt::Debug for Hosted<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hosted")
+            .field("addr", &self.addr)
+            .field("origin", &self.origin)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The error of a handle whose server has stopped.
+fn stopped<E>(_: E) -> io::Error {
+    io::Error::other("the server has stopped")
+}
+
+impl<K: Send + 'static> Hosted<K> {
+    /// Serves `core` on `listener` on a task of its own.
+    pub(crate) fn spawn<L: Listener, C: Core<Command = K>>(
+        mut listener: L,
+        core: C,
+        origin: Instant,
+        epochs: Box<dyn Epochs>,
+    ) -> io::Result<Hosted<K>> {
+        let addr = Listener::local_addr(&listener)?;
+        listener.set_handshake_timeout(core.handshake_timeout());
+        let (control, rx) = mpsc::unbounded_channel();
+        let task =
+            ::tokio::spawn(
+                async move { run(listener, core, rx, origin, epochs).await.into_server() },
+            );
+        Ok(Hosted {
+            control,
+            addr,
+            origin,
+            task,
+        })
+    }
+
+    pub(crate) fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub(crate) fn origin(&self) -> Instant {
+        self.origin
+    }
+
+    /// Sends one of the core's own commands.
+    fn command(&self, command: K) {
+        let _ = self.control.send(Control::Core(command));
+    }
+
+    /// Sends the core a command whose reply `ask` makes, and waits for it.
+    async fn ask<T>(&self, ask: impl FnOnce(oneshot::Sender<T>) -> K) -> io::Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.command(ask(tx));
+        rx.await.map_err(stopped)
+    }
+
+    pub(crate) async fn stats(&self) -> io::Result<ServerStats> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.control.send(Control::Stats(tx));
+        rx.await.map_err(stopped)
+    }
+
+    pub(crate) fn drop_connections(&self) {
+        let _ = self.control.send(Control::DropConnections);
+    }
+
+    pub(crate) fn pause(&self, on: bool) {
+        let _ = self.control.send(Control::Pause(on));
+    }
+
+    pub(crate) async fn stop(self) -> io::Result<Server> {
+        let _ = self.control.send(Control::Stop);
+        self.task.await.map_err(io::Error::other)
+    }
+}
+
+/// A server running on a tokio task.
+#[derive(Debug)]
+pub struct ServerHandle {
+    hosted: Hosted<TableCommand>,
 }
 
 impl ServerHandle {
     /// The address the listener is bound to.
     pub fn local_addr(&self) -> SocketAddr {
-        self.addr
+        self.hosted.local_addr()
     }
 
     /// Changes the node's role (a leader that stops leading tells every
     /// connection and closes it).
     pub fn set_role(&self, role: Role) {
-        let _ = self.control.send(Control::Role(role));
+        self.hosted.command(TableCommand::Role(role));
     }
 
     /// The instant the server core's time counts from.
     pub fn origin(&self) -> Instant {
-        self.origin
+        self.hosted.origin()
     }
 
     /// Takes the lock table out of the server (see
@@ -104,33 +171,26 @@ impl ServerHandle {
     /// Its times count from [`origin`](ServerHandle::origin): give the next
     /// server the same origin ([`spawn_with_origin`]).
     pub async fn take_lock_table(&self) -> io::Result<LockTable> {
-        let (tx, rx) = oneshot::channel();
-        let _ = self.control.send(Control::TakeTable(tx));
-        rx.await
-            .map_err(|_| io::Error::other("the server has stopped"))
+        self.hosted.ask(TableCommand::TakeTable).await
     }
 
     /// The core's counters (see [`Server::stats`]).
     pub async fn stats(&self) -> io::Result<ServerStats> {
-        let (tx, rx) = oneshot::channel();
-        let _ = self.control.send(Control::Stats(tx));
-        rx.await
-            .map_err(|_| io::Error::other("the server has stopped"))
+        self.hosted.stats().await
     }
 
     /// Installs a lock table (see [`Server::install_lock_table`]).
     pub fn install_lock_table(&self, table: LockTable) {
-        let _ = self.control.send(Control::InstallTable(table));
+        self.hosted.command(TableCommand::InstallTable(table));
     }
 
     /// Begins a term (see [`Server::begin_term`]): with the table it
     /// says, or an empty one and a recovery grace, as a node does that
     /// takes over without being handed the table.
     pub async fn begin_term(&self, term: Term) -> io::Result<Result<(), TermError>> {
-        let (tx, rx) = oneshot::channel();
-        let _ = self.control.send(Control::BeginTerm(term, tx));
-        rx.await
-            .map_err(|_| io::Error::other("the server has stopped"))
+        self.hosted
+            .ask(|reply| TableCommand::BeginTerm(term, reply))
+            .await
     }
 
     /// Leads only until `until` (see [`Server::lead_until`]): past it the
@@ -147,40 +207,38 @@ impl ServerHandle {
     }
 
     async fn limit(&self, until: Instant, lead: bool) -> io::Result<bool> {
-        let (reply, rx) = oneshot::channel();
-        let _ = self.control.send(Control::LeadUntil { until, lead, reply });
-        rx.await
-            .map_err(|_| io::Error::other("the server has stopped"))
+        self.hosted
+            .ask(|reply| TableCommand::LeadUntil { until, lead, reply })
+            .await
     }
 
     /// Sends `L addr` to every connection.
     pub fn announce_leader(&self, addr: Endpoint) {
-        let _ = self.control.send(Control::Announce(addr));
+        self.hosted.command(TableCommand::Announce(addr));
     }
 
     /// Cuts every connection at once, as a network failure would; the
     /// server keeps running and its lock table is untouched.
     pub fn drop_connections(&self) {
-        let _ = self.control.send(Control::DropConnections);
+        self.hosted.drop_connections();
     }
 
     /// Stops taking bytes from connections (they queue, then TCP pushes
     /// back) until [`resume`](ServerHandle::resume): a server that hangs.
     /// Timers still run.
     pub fn pause(&self) {
-        let _ = self.control.send(Control::Pause(true));
+        self.hosted.pause(true);
     }
 
     /// Takes bytes from connections again.
     pub fn resume(&self) {
-        let _ = self.control.send(Control::Pause(false));
+        self.hosted.pause(false);
     }
 
     /// Stops accepting, closes every connection, and returns the core (its
     /// lock table can be carried into the next server).
     pub async fn stop(self) -> io::Result<Server> {
-        let _ = self.control.send(Control::Stop);
-        self.task.await.map_err(io::Error::other)
+        self.hosted.stop().await
     }
 }
 
@@ -247,31 +305,8 @@ pub fn spawn_with_epochs<L: Listener>(
     origin: Instant,
     epochs: Box<dyn Epochs>,
 ) -> io::Result<ServerHandle> {
-    ServerHandle::spawn_core(listener, server, origin, epochs)
-}
-
-impl ServerHandle {
-    /// Serves `core` on `listener` on a task of its own.
-    pub(crate) fn spawn_core<L: Listener, C: Core>(
-        mut listener: L,
-        core: C,
-        origin: Instant,
-        epochs: Box<dyn Epochs>,
-    ) -> io::Result<ServerHandle> {
-        let addr = Listener::local_addr(&listener)?;
-        listener.set_handshake_timeout(core.handshake_timeout());
-        let (control, rx) = mpsc::unbounded_channel();
-        let task =
-            ::tokio::spawn(
-                async move { run(listener, core, rx, origin, epochs).await.into_server() },
-            );
-        Ok(ServerHandle {
-            control,
-            addr,
-            origin,
-            task,
-        })
-    }
+    let hosted = Hosted::spawn(listener, server, origin, epochs)?;
+    Ok(ServerHandle { hosted })
 }
 
 /// Binds `addr` and serves `server` on it.
@@ -493,115 +528,12 @@ fn time_since(start: Instant) -> Time {
     Time::from_nanos(u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// What the server task drives: a [`Server`], or (feature `raft`) a
-/// member of a replicated cluster, which answers the same client inputs
-/// and has sources of its own (its peers, its disk). Every rule is the
-/// core's; the task only moves bytes.
-pub(crate) trait Core: Send + 'static {
-    fn handle_accept(&mut self, now: Time) -> ConnId;
-    fn handle_bytes(&mut self, now: Time, conn: ConnId, data: &[u8]);
-    fn handle_closed(&mut self, now: Time, conn: ConnId);
-    fn handle_written(&mut self, now: Time, conn: ConnId, n: usize);
-    fn handle_timeout(&mut self, now: Time);
-    fn poll_action(&mut self) -> Option<Action>;
-    fn poll_timeout(&self) -> Option<Time>;
-    fn is_reading(&self, conn: ConnId) -> bool;
-    fn is_open(&self, conn: ConnId) -> bool;
-    fn handshake_timeout(&self) -> Duration;
-    /// Takes what the core's other sources have; whether anything came.
-    fn poll_sources(&mut self, cx: &mut Context<'_>, now: Time) -> bool {
-        let _ = (cx, now);
-        false
-    }
-    /// Whether the core put work off until what it said is on its way (a
-    /// replica's copy of the table): the task then lets the runtime run
-    /// the tasks that write it, and calls [`Core::handle_deferred`].
-    fn has_deferred(&self) -> bool {
-        false
-    }
-    /// Does the work put off.
-    fn handle_deferred(&mut self, now: Time) {
-        let _ = now;
-    }
-    /// Gives the core the epoch it asked for ([`Action::NeedEpoch`]).
-    fn begin_epoch(&mut self, now: Time, epoch: u64);
-    /// Carries out a command of the handle about the lock table or the
-    /// role (not every core takes them all).
-    fn command(&mut self, now: Time, start: Instant, command: Control);
-    /// The server core, once the task is over.
-    fn into_server(self) -> Server;
-}
-
-impl Core for Server {
-    fn handle_accept(&mut self, now: Time) -> ConnId {
-        Server::handle_accept(self, now)
-    }
-    fn handle_bytes(&mut self, now: Time, conn: ConnId, data: &[u8]) {
-        Server::handle_bytes(self, now, conn, data);
-    }
-    fn handle_closed(&mut self, now: Time, conn: ConnId) {
-        Server::handle_closed(self, now, conn);
-    }
-    fn handle_written(&mut self, now: Time, conn: ConnId, n: usize) {
-        Server::handle_written(self, now, conn, n);
-    }
-    fn handle_timeout(&mut self, now: Time) {
-        Server::handle_timeout(self, now);
-    }
-    fn poll_action(&mut self) -> Option<Action> {
-        Server::poll_action(self)
-    }
-    fn poll_timeout(&self) -> Option<Time> {
-        Server::poll_timeout(self)
-    }
-    fn is_reading(&self, conn: ConnId) -> bool {
-        Server::is_reading(self, conn)
-    }
-    fn is_open(&self, conn: ConnId) -> bool {
-        Server::is_open(self, conn)
-    }
-    fn handshake_timeout(&self) -> Duration {
-        self.config().handshake_timeout
-    }
-    fn begin_epoch(&mut self, now: Time, epoch: u64) {
-        // Refused only for an epoch past 2109.
-        let _ = Server::begin_epoch(self, now, epoch);
-    }
-    fn command(&mut self, now: Time, start: Instant, command: Control) {
-        match command {
-            Control::TakeTable(reply) => {
-                let _ = reply.send(self.take_lock_table(now));
-            }
-            Control::Stats(reply) => {
-                let _ = reply.send(self.stats());
-            }
-            Control::InstallTable(table) => self.install_lock_table(now, table),
-            Control::BeginTerm(term, reply) => {
-                let _ = reply.send(Server::begin_term(self, now, term));
-            }
-            Control::LeadUntil { until, lead, reply } => {
-                let until = Time::ZERO.saturating_add(until.saturating_duration_since(start));
-                if lead {
-                    self.set_role(now, Role::Leader);
-                }
-                let _ = reply.send(Server::lead_until(self, now, until));
-            }
-            Control::Role(role) => self.set_role(now, role),
-            Control::Announce(addr) => self.announce_leader(now, addr),
-            Control::DropConnections | Control::Pause(_) | Control::Stop => {}
-        }
-    }
-    fn into_server(self) -> Server {
-        self
-    }
-}
-
 /// The server task's state.
 struct Serving<L: Listener, C: Core> {
     server: C,
     start: Instant,
     listener: L,
-    control: mpsc::UnboundedReceiver<Control>,
+    control: mpsc::UnboundedReceiver<Control<C::Command>>,
     links: HashMap<ConnId, Accepted<L::Stream>>,
     ready: Arc<Ready>,
     /// The connections to read (and flush) in this pass.
@@ -793,9 +725,12 @@ impl<L: Listener, C: Core> Serving<L, C> {
     }
 
     /// Carries out a command of the handle; `false` to stop.
-    fn control(&mut self, command: Control) -> bool {
+    fn control(&mut self, command: Control<C::Command>) -> bool {
         let now = self.now();
         match command {
+            Control::Stats(reply) => {
+                let _ = reply.send(self.server.stats());
+            }
             Control::DropConnections => {
                 // What the core said before goes out first.
                 self.take_actions();
@@ -811,7 +746,7 @@ impl<L: Listener, C: Core> Serving<L, C> {
                 }
             }
             Control::Stop => return false,
-            command => self.server.command(now, self.start, command),
+            Control::Core(command) => self.server.command(now, self.start, command),
         }
         true
     }
@@ -909,7 +844,7 @@ impl<L: Listener, C: Core> Serving<L, C> {
 async fn run<L: Listener, C: Core>(
     listener: L,
     server: C,
-    control: mpsc::UnboundedReceiver<Control>,
+    control: mpsc::UnboundedReceiver<Control<C::Command>>,
     start: Instant,
     epochs: Box<dyn Epochs>,
 ) -> C {

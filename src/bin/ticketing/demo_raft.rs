@@ -13,10 +13,9 @@ use std::time::{Duration, Instant};
 
 use ticketing::client::Config;
 use ticketing::raft::{
-    spawn_member, Member, MemberNotice, PeerAuth, PeerConfig, Peers, RaftDisk, Replica,
-    ReplicaConfig, ReplicaEvent,
+    spawn_member, Member, MemberHandle, MemberNotice, PeerAuth, PeerConfig, Peers, RaftDisk,
+    Replica, ReplicaConfig, ReplicaEvent,
 };
-use ticketing::serve::ServerHandle;
 use ticketing::server::{self, Server};
 use ticketing::tokio::{spawn, LeaseStatus, TcpConnector};
 use ticketing::{Endpoint, Key, Name, Time};
@@ -32,7 +31,7 @@ struct Cluster {
     clients: BTreeMap<u64, Endpoint>,
     rafts: BTreeMap<u64, SocketAddr>,
     dirs: BTreeMap<u64, PathBuf>,
-    running: BTreeMap<u64, ServerHandle>,
+    running: BTreeMap<u64, MemberHandle>,
     news: mpsc::UnboundedSender<(u64, ReplicaEvent, Instant)>,
     /// The peer credential, drawn for this run: members authenticate
     /// each other always.

@@ -212,7 +212,7 @@ pub async fn serve_member(
     let no_news = EpochNews::default();
     tokio::select! {
         () = stop => {}
-        () = watch(&handle, prometheus, &no_news) => {}
+        () = watch(|| handle.stats(), prometheus, &no_news) => {}
     }
     handle.stop().await?;
     Ok(ExitCode::SUCCESS)

@@ -4,12 +4,14 @@
 //! counters for Prometheus, and handshakes refused and epochs not kept,
 //! each said at most so often.
 
+use std::future::Future;
+use std::io;
 use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use metrics_exporter_prometheus::PrometheusHandle;
-use ticketing::serve::ServerHandle;
+use ticketing::server::ServerStats;
 use ticketing::state::Keeping;
 
 /// Says on stderr, for a server that others can reach (any address but a
@@ -34,8 +36,8 @@ const REPORT_EVERY: Duration = Duration::from_secs(10);
 /// server's counters published for Prometheus (with a recorder), and on
 /// stderr, each at most once every [`REPORT_EVERY`], handshakes refused
 /// for a wrong credential and epochs that could not be kept.
-pub(crate) async fn watch(
-    handle: &ServerHandle,
+pub(crate) async fn watch<F: Future<Output = io::Result<ServerStats>>>(
+    stats: impl Fn() -> F,
     prometheus: Option<PrometheusHandle>,
     news: &EpochNews,
 ) {
@@ -44,7 +46,7 @@ pub(crate) async fn watch(
     let mut unkept = Report::default();
     loop {
         tick.tick().await;
-        let Ok(stats) = handle.stats().await else {
+        let Ok(stats) = stats().await else {
             // The server task has ended: stopping says why.
             return;
         };

@@ -273,7 +273,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     eprintln!("listening on {addr}");
     tokio::select! {
         () = stop => {}
-        () = watch(&handle, prometheus, &news) => {}
+        () = watch(|| handle.stats(), prometheus, &news) => {}
     }
     let mut core = handle.stop().await?;
     if let Some(state) = state {
@@ -350,7 +350,7 @@ async fn serve_in_cluster(
     let no_news = EpochNews::default();
     let failed = tokio::select! {
         stopped = cluster::run_until(&handle, &node, &epochs, notify, stop) => stopped.err(),
-        () = watch(&handle, prometheus, &no_news) => None,
+        () = watch(|| handle.stats(), prometheus, &no_news) => None,
     };
     handle.stop().await?;
     match failed {

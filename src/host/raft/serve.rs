@@ -21,7 +21,9 @@
 //!
 //! Every rule is the replica's; this module only moves bytes.
 
+use std::convert::Infallible;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -33,10 +35,10 @@ use raft::prelude::{Message, Snapshot};
 
 use crate::host::raft::disk::RaftDisk;
 use crate::host::raft::peers::Peers;
-use crate::host::serve::{Control, Core, Listener, ServerHandle};
+use crate::host::serve::{Core, Hosted, Listener};
 use crate::host::state::WallClock;
 use crate::server::raft::{Output, Persist, Replica, ReplicaEvent};
-use crate::server::{Action, ConnId, Server};
+use crate::server::{Action, ConnId, Server, ServerStats};
 use crate::time::Time;
 
 /// Peer messages taken in one pass at most, before clients get a turn.
@@ -214,16 +216,64 @@ struct MemberCore {
     notify: Box<dyn FnMut(MemberNotice) + Send>,
 }
 
+/// A member served on a tokio task ([`spawn_member`]). Unlike a single
+/// server's [`ServerHandle`](crate::serve::ServerHandle), it has no command
+/// about the lock table or the role: a member's come from its log.
+#[derive(Debug)]
+pub struct MemberHandle {
+    hosted: Hosted<Infallible>,
+}
+
+impl MemberHandle {
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.hosted.local_addr()
+    }
+
+    /// The instant the member's time counts from.
+    pub fn origin(&self) -> Instant {
+        self.hosted.origin()
+    }
+
+    /// The counters of the member's server core (see
+    /// [`Server::stats`]).
+    pub async fn stats(&self) -> io::Result<ServerStats> {
+        self.hosted.stats().await
+    }
+
+    /// Cuts every client connection at once, as a network failure would;
+    /// the member and its peer links keep running.
+    pub fn drop_connections(&self) {
+        self.hosted.drop_connections();
+    }
+
+    /// Stops taking bytes from client connections until
+    /// [`resume`](MemberHandle::resume): a member whose clients hang.
+    /// Its timers, peers and disk still run.
+    pub fn pause(&self) {
+        self.hosted.pause(true);
+    }
+
+    /// Takes bytes from client connections again.
+    pub fn resume(&self) {
+        self.hosted.pause(false);
+    }
+
+    /// Stops accepting, closes every connection, and returns the server
+    /// core.
+    pub async fn stop(self) -> io::Result<Server> {
+        self.hosted.stop().await
+    }
+}
+
 /// Serves `member` on `listener`, its time counting from `origin`;
-/// `notify` hears its news. The handle's commands about the table and the
-/// role are for single servers and do nothing here; stats and stopping
-/// work as for a single server.
+/// `notify` hears its news.
 pub fn spawn_member<L: Listener>(
     listener: L,
     member: Member,
     origin: Instant,
     notify: impl FnMut(MemberNotice) + Send + 'static,
-) -> io::Result<ServerHandle> {
+) -> io::Result<MemberHandle> {
     let Member {
         mut replica,
         disk,
@@ -239,7 +289,8 @@ pub fn spawn_member<L: Listener>(
         writer: Writer::start(disk)?,
         notify: Box::new(notify),
     };
-    ServerHandle::spawn_core(listener, core, origin, Box::new(WallClock))
+    let hosted = Hosted::spawn(listener, core, origin, Box::new(WallClock))?;
+    Ok(MemberHandle { hosted })
 }
 
 /// The disk thread: the jobs waiting are taken together, consecutive
@@ -310,6 +361,9 @@ fn fold(into: &mut Persist, next: Persist) {
 }
 
 impl Core for MemberCore {
+    /// None: its table and its role come from its log.
+    type Command = Infallible;
+
     fn handle_accept(&mut self, now: Time) -> ConnId {
         self.replica.handle_accept(now)
     }
@@ -389,10 +443,11 @@ impl Core for MemberCore {
     fn begin_epoch(&mut self, _now: Time, _epoch: u64) {
         // A replica never asks: its tokens come from the log.
     }
-    fn command(&mut self, _now: Time, _start: Instant, command: Control) {
-        if let Control::Stats(reply) = command {
-            let _ = reply.send(self.replica.server().stats());
-        }
+    fn stats(&self) -> ServerStats {
+        self.replica.server().stats()
+    }
+    fn command(&mut self, _now: Time, _start: Instant, command: Infallible) {
+        match command {}
     }
     fn into_server(self) -> Server {
         self.replica.into_server()
