@@ -72,13 +72,15 @@
 //! holds the second. The checker does not count that against the client,
 //! which cannot tell the two grants apart.
 
+mod rounds;
+
 use core::fmt;
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
 use thiserror::Error;
 
-use super::rounds::{LeaseCap, Rounds, Window};
+use self::rounds::{LeaseCap, Rounds, Window};
 use super::TraceHash;
 use crate::client::{
     Action, BackoffCause, Client, CloseReason, Config, ConnId, Error as ClientError, Event, Grant,
