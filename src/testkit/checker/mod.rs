@@ -72,13 +72,16 @@
 //! holds the second. The checker does not count that against the client,
 //! which cannot tell the two grants apart.
 
+mod invariant;
 mod rounds;
+mod stats;
 
 use core::fmt;
 use core::time::Duration;
 use std::collections::{BTreeMap, BTreeSet};
 
-use thiserror::Error;
+pub use self::invariant::{Invariant, InvariantViolation};
+pub use self::stats::Stats;
 
 use self::rounds::{LeaseCap, Rounds, Window};
 use super::TraceHash;
@@ -89,183 +92,6 @@ use crate::client::{
 use crate::names::{Key, Name};
 use crate::time::Time;
 use crate::wire::{Answer, AnswerKind, ClientFrame, LineReader, Op, ServerFrame, VERSION};
-
-/// Which rule a violation breaks: one of invariants 1 to 7 of PROTOCOL.md
-/// section 5, or another rule of the protocol that the checker's model of
-/// the session relies on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
-pub enum Invariant {
-    /// 1. Every operation ends in exactly one outcome: never none, never two.
-    OneOutcome,
-    /// 2. An answer is attributed to an operation only if id, op and key
-    ///    all agree.
-    Attribution,
-    /// 3. An acquire whose bytes were handed out is never sent again.
-    NoResend,
-    /// 4. Unanswered requests on a connection never exceed the window, and
-    ///    acquires never exceed `window - reserved`; nothing is sent before
-    ///    `W`.
-    Window,
-    /// 5. A grant whose outcome could not be delivered, or that no pending
-    ///    request claimed, is released by its exact token unless its lease
-    ///    has run out; a grant the embedder holds is never released behind
-    ///    its back.
-    OrphanRelease,
-    /// 6. The same inputs at the same times give the same actions, byte for
-    ///    byte.
-    Determinism,
-    /// 7. `valid_until` never runs past what a `G` proves; a renewal is sent
-    ///    only for a grant the embedder holds, that is not being released,
-    ///    whose `valid_until` has not passed.
-    Renewal,
-    /// Another rule of PROTOCOL.md sections 2 to 5, or of the driver
-    /// contract of [`Client`] (what an `H` carries, closing after an
-    /// illegal frame, which outcome fits which history, API results).
-    Protocol,
-}
-
-impl Invariant {
-    /// The invariant's number in PROTOCOL.md section 5 (`None` for
-    /// [`Invariant::Protocol`]).
-    pub fn number(self) -> Option<u8> {
-        match self {
-            Invariant::OneOutcome => Some(1),
-            Invariant::Attribution => Some(2),
-            Invariant::NoResend => Some(3),
-            Invariant::Window => Some(4),
-            Invariant::OrphanRelease => Some(5),
-            Invariant::Determinism => Some(6),
-            Invariant::Renewal => Some(7),
-            Invariant::Protocol => None,
-        }
-    }
-
-    /// The rule, in words.
-    pub fn statement(self) -> &'static str {
-        match self {
-            Invariant::OneOutcome => "every operation ends in exactly one outcome",
-            Invariant::Attribution => {
-                "an answer is attributed to an operation only if id, op and key all agree"
-            }
-            Invariant::NoResend => "an acquire whose bytes were handed out is never sent again",
-            Invariant::Window => {
-                "unanswered requests never exceed the window, acquires never exceed window - reserved, nothing is sent before W"
-            }
-            Invariant::OrphanRelease => {
-                "an unclaimed or undeliverable grant is released by its exact token unless its lease ran out, and a held grant never is"
-            }
-            Invariant::Determinism => "the same inputs give the same actions, byte for byte",
-            Invariant::Renewal => {
-                "valid_until never runs past what a G proves, and a renewal goes only for a held, unreleased, unexpired grant"
-            }
-            Invariant::Protocol => "the protocol and the driver contract",
-        }
-    }
-}
-
-impl fmt::Display for Invariant {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.number() {
-            Some(n) => write!(f, "invariant {n} ({})", self.statement()),
-            None => write!(f, "protocol rule ({})", self.statement()),
-        }
-    }
-}
-
-/// A broken invariant: which one, when, at which step, and what happened.
-#[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("{invariant} broken at {at}, step {step}: {detail}")]
-pub struct InvariantViolation {
-    /// The rule broken.
-    pub invariant: Invariant,
-    /// The time of the step.
-    pub at: Time,
-    /// The step's number (from 0), as counted by [`Checker::end_step`].
-    pub step: u64,
-    /// What happened, readably.
-    pub detail: String,
-}
-
-/// What a run did, for checking that tests exercise what they claim to.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Steps ended.
-    pub steps: u64,
-    /// Requests (`A` and `R`) handed out.
-    pub requests: u64,
-    /// Answers matched to a pending request.
-    pub matched: u64,
-    /// Answers no pending request could claim (unknown id, mismatch, before `W`).
-    pub strays: u64,
-    /// Connections closed by the client.
-    pub closes: u64,
-    /// `Granted` outcomes.
-    pub granted: u64,
-    /// `TimedOut` outcomes.
-    pub timed_out: u64,
-    /// `Busy` outcomes.
-    pub busy: u64,
-    /// `Cancelled` outcomes.
-    pub cancelled: u64,
-    /// `Indeterminate` outcomes.
-    pub indeterminate: u64,
-    /// `Released` outcomes.
-    pub released: u64,
-    /// `NotHeld` outcomes.
-    pub not_held: u64,
-    /// `Lapsed` outcomes.
-    pub lapsed: u64,
-    /// Releases the client issued by itself (`OrphanRelease`).
-    pub orphan_releases: u64,
-    /// Acquire attempts after a `B`.
-    pub retries: u64,
-    /// Renewals (`X`) handed out.
-    pub renewals: u64,
-    /// `Renewed` notices.
-    pub renewed: u64,
-    /// `LeaseJeopardy` notices.
-    pub jeopardies: u64,
-    /// `LeaseLost` notices.
-    pub lost: u64,
-    /// `LeaseExpired` notices.
-    pub expired: u64,
-    /// Leader hint notices (`LeaderHint`, `HintIgnored`).
-    pub hint_notices: u64,
-    /// `L` lines read.
-    pub hints_read: u64,
-    /// Calls with a grant of another client, refused.
-    pub foreign_refused: u64,
-}
-
-impl Stats {
-    /// Adds another run's counts.
-    pub fn add(&mut self, other: &Stats) {
-        self.steps += other.steps;
-        self.requests += other.requests;
-        self.matched += other.matched;
-        self.strays += other.strays;
-        self.closes += other.closes;
-        self.granted += other.granted;
-        self.timed_out += other.timed_out;
-        self.busy += other.busy;
-        self.cancelled += other.cancelled;
-        self.indeterminate += other.indeterminate;
-        self.released += other.released;
-        self.not_held += other.not_held;
-        self.lapsed += other.lapsed;
-        self.orphan_releases += other.orphan_releases;
-        self.retries += other.retries;
-        self.renewals += other.renewals;
-        self.renewed += other.renewed;
-        self.jeopardies += other.jeopardies;
-        self.lost += other.lost;
-        self.expired += other.expired;
-        self.hint_notices += other.hint_notices;
-        self.hints_read += other.hints_read;
-        self.foreign_refused += other.foreign_refused;
-    }
-}
 
 type Grip = (String, u64);
 
