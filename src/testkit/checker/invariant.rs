@@ -1,5 +1,6 @@
-//! The rules a violation can break ([`Invariant`]), and the violation the
-//! checker reports ([`InvariantViolation`]).
+//! The rules a violation can break ([`Invariant`]), the violation the
+//! checker reports ([`InvariantViolation`]), and what a part of the
+//! checker reports before the router dates it ([`Breach`]).
 
 use core::fmt;
 
@@ -104,4 +105,40 @@ pub struct InvariantViolation {
     pub step: u64,
     /// What happened, readably.
     pub detail: String,
+}
+
+/// A rule broken, as a part of the checker finds it: which rule and what
+/// happened. The router dates it ([`Breach::at`]): the parts are told the
+/// time they need, never the step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Breach {
+    pub(super) invariant: Invariant,
+    pub(super) detail: String,
+}
+
+impl Breach {
+    pub(super) fn new(invariant: Invariant, detail: impl Into<String>) -> Breach {
+        Breach {
+            invariant,
+            detail: detail.into(),
+        }
+    }
+
+    /// The violation it is at `at`, in step `step`.
+    pub(super) fn at(self, at: Time, step: u64) -> InvariantViolation {
+        InvariantViolation {
+            invariant: self.invariant,
+            at,
+            step,
+            detail: self.detail,
+        }
+    }
+}
+
+/// What a part's check gives: `T`, or the rule broken.
+pub(super) type Verdict<T = ()> = Result<T, Breach>;
+
+/// A check that failed: `invariant` broken, as `detail` says.
+pub(super) fn breach<T>(invariant: Invariant, detail: impl Into<String>) -> Verdict<T> {
+    Err(Breach::new(invariant, detail))
 }

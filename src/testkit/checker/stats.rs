@@ -1,5 +1,8 @@
 //! What a run did ([`Stats`]), for checking that tests exercise what they
-//! claim to. Nothing here is a rule.
+//! claim to. The router counts as it routes; nothing here is a rule.
+
+use super::holds::Notice;
+use crate::client::Outcome;
 
 /// What a run did, for checking that tests exercise what they claim to.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -78,5 +81,31 @@ impl Stats {
         self.hint_notices += other.hint_notices;
         self.hints_read += other.hints_read;
         self.foreign_refused += other.foreign_refused;
+    }
+
+    /// Counts an outcome told.
+    pub(super) fn outcome(&mut self, outcome: &Outcome) {
+        let count = match outcome {
+            Outcome::Granted(_) => &mut self.granted,
+            Outcome::TimedOut { .. } => &mut self.timed_out,
+            Outcome::Busy => &mut self.busy,
+            Outcome::Cancelled => &mut self.cancelled,
+            Outcome::Indeterminate { .. } => &mut self.indeterminate,
+            Outcome::Released => &mut self.released,
+            Outcome::NotHeld => &mut self.not_held,
+            Outcome::Lapsed => &mut self.lapsed,
+        };
+        *count += 1;
+    }
+
+    /// Counts a notice about a held grant's lease.
+    pub(super) fn notice(&mut self, notice: Notice) {
+        let count = match notice {
+            Notice::Renewed => &mut self.renewed,
+            Notice::LeaseJeopardy => &mut self.jeopardies,
+            Notice::LeaseLost => &mut self.lost,
+            Notice::LeaseExpired => &mut self.expired,
+        };
+        *count += 1;
     }
 }
