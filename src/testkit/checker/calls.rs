@@ -246,7 +246,7 @@ impl Checker {
             .holds
             .command(command, now, at, grant, result, session, alive);
         if let Some(owed) = self.timeline.judge(verdict)? {
-            self.timeline.close_owed = Some(owed);
+            self.timeline.owe_close(owed);
         }
         Ok(())
     }

@@ -47,7 +47,7 @@ impl Checker {
         self.timeline.tick(now, "bytes");
         self.timeline.write_u64(conn.get());
         self.timeline.write(data);
-        self.timeline.read_bytes = true;
+        self.timeline.bytes_read();
         self.holds.advance(now);
         let Some(mut reader) = self.link.reader(conn) else {
             return Ok(());

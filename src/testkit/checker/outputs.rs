@@ -42,7 +42,7 @@ impl Checker {
     fn close(&mut self, conn: ConnId) -> Checked {
         self.timeline.closed();
         let shutting = self.shutdown.is_some();
-        let closed = self.link.close(conn, self.timeline.read_bytes, shutting);
+        let closed = self.link.close(conn, self.timeline.read_bytes(), shutting);
         self.timeline.judge(closed)?;
         self.stats.closes += 1;
         let pending = self.pending.close();

@@ -23,13 +23,13 @@ pub(super) struct Timeline {
     step: u64,
     trace: TraceHash,
     /// Bytes were handed to the client in this step.
-    pub(super) read_bytes: bool,
+    read_bytes: bool,
     /// A call that must change nothing was made this step.
-    pub(super) quiet_call: Option<&'static str>,
+    quiet_call: Option<&'static str>,
     /// A renewal command's result that is right only if the client closed
     /// its connection before the command, within the call: the close must
     /// come in this step. What was answered.
-    pub(super) close_owed: Option<String>,
+    close_owed: Option<String>,
 }
 
 impl Timeline {
@@ -90,6 +90,22 @@ impl Timeline {
         self.trace.write(grant.key().as_bytes());
         self.trace.write_u64(grant.token());
         self.trace.write_u64(grant.expires_by().as_nanos());
+    }
+
+    /// Bytes were handed to the client in this step.
+    pub(super) fn bytes_read(&mut self) {
+        self.read_bytes = true;
+    }
+
+    /// Whether bytes were handed to the client in this step.
+    pub(super) fn read_bytes(&self) -> bool {
+        self.read_bytes
+    }
+
+    /// A result was right only if the client closed its connection within
+    /// the call (`what`): the close must come in this step.
+    pub(super) fn owe_close(&mut self, what: String) {
+        self.close_owed = Some(what);
     }
 
     /// A part's breach, dated now and in this step.
