@@ -12,7 +12,7 @@ use core::time::Duration;
 use siphasher::sip::SipHasher13;
 use thiserror::Error;
 
-use super::term::epoch_of;
+use super::token::epoch_of;
 use crate::names::Key;
 
 /// The first line of an epoch record.

@@ -66,6 +66,7 @@ mod replicated;
 mod stats;
 mod table;
 mod term;
+mod token;
 
 use core::mem;
 use core::num::NonZeroU64;
@@ -79,10 +80,8 @@ pub use decision::{Decision, DecisionError};
 pub use image::{EpochRecord, ImageError, ImageGrant, OutOfRange, TableImage};
 pub use stats::ServerStats;
 pub use table::{Holder, LockTable};
-pub use term::{
-    count_of, epoch_of, next_epoch, token, EpochSource, Term, TermError, COUNTER_BITS, MAX_EPOCH,
-    TERM_GRANTS,
-};
+pub use term::{next_epoch, EpochSource, Term, TermError};
+pub use token::{count_of, epoch_of, token, COUNTER_BITS, MAX_EPOCH, TERM_GRANTS};
 
 use core::time::Duration;
 

@@ -37,7 +37,6 @@ pub mod fuzz;
 pub mod model;
 #[cfg(feature = "raft")]
 pub mod peer_frames;
-mod rounds;
 pub mod run;
 
 pub use checker::{Checker, Invariant, InvariantViolation, Stats};
