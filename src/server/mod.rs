@@ -570,7 +570,7 @@ impl Server {
             Term::Resumed { image, stopped, .. } => {
                 term::check_epoch(epoch, image.epoch, true)?;
                 for g in &image.grants {
-                    term::check_epoch(epoch, term::epoch_of(g.token), true)?;
+                    term::check_epoch(epoch, token::epoch_of(g.token), true)?;
                 }
                 self.table.resumed(self.now, epoch, image, *stopped)
             }

@@ -17,7 +17,8 @@ use core::time::Duration;
 use super::action::ConnId;
 use super::decision::Decision;
 use super::image::{ImageGrant, TableImage};
-use super::term::{self, EpochSource, MAX_EPOCH, TERM_GRANTS};
+use super::term::EpochSource;
+use super::token::{self, MAX_EPOCH, TERM_GRANTS};
 use crate::names::Key;
 use crate::time::{millis, Time};
 use crate::wire::{AnswerKind, Atom};
@@ -182,14 +183,14 @@ impl Counter {
         }
         let n = self.count.saturating_add(1);
         if n < TERM_GRANTS {
-            let token = term::token(self.epoch, n)?;
+            let token = token::token(self.epoch, n)?;
             self.count = n;
             return Some(token);
         }
         match self.source {
             EpochSource::Core => {
                 let epoch = self.epoch.checked_add(1).filter(|&e| e <= MAX_EPOCH)?;
-                let token = term::token(epoch, 1)?;
+                let token = token::token(epoch, 1)?;
                 self.epoch = epoch;
                 self.count = 1;
                 Some(token)
@@ -205,7 +206,7 @@ impl Counter {
     /// Every token given so far is at most this; every later one is greater.
     fn last(&self) -> u64 {
         // epoch <= MAX_EPOCH and count < 2^22: no overflow.
-        (self.epoch << term::COUNTER_BITS) | self.count
+        (self.epoch << token::COUNTER_BITS) | self.count
     }
 }
 
@@ -560,7 +561,7 @@ impl LockTable {
     /// Whether `token` could have been granted by an earlier term than
     /// this table's.
     fn is_earlier(&self, token: u64) -> bool {
-        term::count_of(token) != 0 && term::epoch_of(token) < self.counter.epoch
+        token::count_of(token) != 0 && token::epoch_of(token) < self.counter.epoch
     }
 
     /// Fires every timer due at or before `now`, in order, each at its own
@@ -667,8 +668,8 @@ impl LockTable {
     pub(crate) fn tokens_after(&mut self, token: u64, source: EpochSource) {
         self.counter.source = source;
         if token > self.counter.last() {
-            self.counter.epoch = term::epoch_of(token);
-            self.counter.count = term::count_of(token);
+            self.counter.epoch = token::epoch_of(token);
+            self.counter.count = token::count_of(token);
         }
     }
 
@@ -972,8 +973,8 @@ impl LockTable {
                 );
                 self.keys.entry(KeyName(key.clone())).or_default().grant = Some(grant);
                 if *token > self.counter.last() {
-                    self.counter.epoch = term::epoch_of(*token);
-                    self.counter.count = term::count_of(*token);
+                    self.counter.epoch = token::epoch_of(*token);
+                    self.counter.count = token::count_of(*token);
                 }
             }
             Decision::Release { key, token } | Decision::Expire { key, token } => {

@@ -10,8 +10,7 @@ use core::time::Duration;
 use thiserror::Error;
 
 use super::image::{EpochRecord, TableImage};
-// The token arithmetic, also for the modules that reach it through `term`.
-pub(super) use super::token::{count_of, epoch_of, token, COUNTER_BITS, MAX_EPOCH, TERM_GRANTS};
+use super::token::MAX_EPOCH;
 use crate::time::duration_millis;
 
 /// Where the epoch of a term that the core begins by itself comes from:

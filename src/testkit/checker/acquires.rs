@@ -14,7 +14,7 @@ use super::holds::NewGrant;
 use super::invariant::{breach, Verdict};
 use super::ledger::Ledger;
 use super::{ms, Invariant, Session};
-use crate::client::{CloseReason, ConnId, Error as ClientError, OpId, Outcome};
+use crate::client::{CloseReason, Error as ClientError, OpId, Outcome};
 use crate::names::{Key, Name};
 use crate::time::Time;
 use crate::wire::AnswerKind;
@@ -39,8 +39,6 @@ struct Acquire {
     wait: Duration,
     submitted: Time,
     attempts: u32,
-    /// The attempt in flight on a live connection.
-    in_flight: Option<(ConnId, u64)>,
     /// An attempt was handed out and no answer to it was read.
     unanswered: bool,
     sent_at: Time,
@@ -67,7 +65,6 @@ pub(super) struct Submission<'a> {
 
 /// An `A` as sent.
 pub(super) struct Attempt<'a> {
-    pub(super) id: u64,
     pub(super) key: &'a str,
     pub(super) owner: &'a str,
     pub(super) wait_ms: u64,
@@ -180,7 +177,6 @@ impl Acquires {
                         wait: s.wait,
                         submitted: s.now,
                         attempts: 0,
-                        in_flight: None,
                         unanswered: false,
                         sent_at: s.now,
                         wire_wait_ms: 0,
@@ -236,14 +232,13 @@ impl Acquires {
         }
     }
 
-    /// An `A` went out (`text`) on `conn` at `now`: the acquire its owner
+    /// An `A` went out (`text`) at `now`: the acquire its owner
     /// names may send it (invariant 3: never again unless answered `B`),
     /// and it asks what is left of the wait budget, before the acquire's
     /// last moment. The acquire, and whether this attempt is a retry.
     pub(super) fn attempt(
         &mut self,
         sent: &Attempt<'_>,
-        conn: ConnId,
         now: Time,
         text: &str,
     ) -> Verdict<(OpId, bool)> {
@@ -297,7 +292,6 @@ impl Acquires {
         }
         let retry = a.attempts > 0;
         a.attempts += 1;
-        a.in_flight = Some((conn, sent.id));
         a.unanswered = true;
         a.sent_at = now;
         a.wire_wait_ms = sent.wait_ms;
@@ -324,7 +318,6 @@ impl Acquires {
         };
         let abandoned = entry.outcome.is_some();
         let acq = &mut entry.op;
-        acq.in_flight = None;
         acq.unanswered = false;
         match kind {
             AnswerKind::Granted {
@@ -371,7 +364,6 @@ impl Acquires {
     /// closed: unless it has ended, it must end Indeterminate in the step.
     pub(super) fn in_doubt(&mut self, op: OpId) {
         if let Some(entry) = self.ops.get_mut(op) {
-            entry.op.in_flight = None;
             if entry.outcome.is_none() {
                 self.in_doubt.push(op);
             }

@@ -137,13 +137,12 @@ impl Checker {
             } => {
                 let window = self.admit(id, &text)?;
                 let attempt = Attempt {
-                    id,
                     key: key.as_str(),
                     owner: owner.as_str(),
                     wait_ms,
                     lease_ms: lease_ms.get(),
                 };
-                let attempt = self.acquires.attempt(&attempt, conn, now, &text);
+                let attempt = self.acquires.attempt(&attempt, now, &text);
                 let (op, retry) = self.timeline.judge(attempt)?;
                 if retry {
                     self.stats.retries += 1;
