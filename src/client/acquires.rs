@@ -196,10 +196,8 @@ impl Acquires {
     pub(crate) fn send_next(&mut self, fx: &mut Fx<'_>, id: u64) -> Option<Handle> {
         let table = &self.table;
         let handle = self.queue.pop(|h, t| Acquires::is_queued(table, h, t))?;
-        let acquire = self
-            .table
-            .get_mut(handle)
-            .expect("queued acquires are stored");
+        // Popped as queued: an acquire stored and waiting.
+        let acquire = self.table.get_mut(handle)?;
         acquire.phase = Phase::Sent;
         acquire.req = id;
         acquire.sent_at = fx.now;
@@ -275,7 +273,9 @@ impl Acquires {
     /// is safe, with a new id after a jittered backoff, while the budget
     /// still fits an attempt; else Busy.
     pub(crate) fn busy(&mut self, fx: &mut Fx<'_>, rng: &mut Rng, handle: Handle) {
-        let acquire = self.table.get_mut(handle).expect("an acquire in flight");
+        let Some(acquire) = self.table.get_mut(handle) else {
+            return;
+        };
         let retry_at = match fx.config.busy {
             BusyPolicy::Retry => {
                 // The n-th `B` in a row, from 0.
