@@ -301,7 +301,7 @@ pub fn first_grant(addrs: &[String], key: &str, since: Instant) -> (Duration, u6
     }
 }
 
-/// A peer hello (src/host/raft/peers.rs): a frame of 4 bytes of length, then `TKRP`,
+/// A peer hello (src/host/raft/hello.rs): a frame of 4 bytes of length, then `TKRP`,
 /// version 2, from and to (8 bytes each), the cluster's identity (16 bytes:
 /// 0, not known yet, which every member takes), the credential's length
 /// (2) and its bytes; all big-endian.
