@@ -4,7 +4,7 @@
 //! | item | layer | what |
 //! |---|---|---|
 //! | [`Replica`] | core, sans-IO (`server::raft`) | the server core beside a raft-rs `RawNode`: decisions replicated, answers held until committed, a committed copy of the table on every member, a peer's messages screened |
-//! | [`RaftDisk`] | host (`disk.rs`) | the member's Raft state in its state directory, one write and one sync per `Ready` |
+//! | [`RaftDisk`] | host (`disk/`) | the member's Raft state in its state directory, one write and one sync per `Ready` |
 //! | [`Peers`] | host, tokio (`peers.rs`) | the authenticated links between members |
 //! | [`spawn_member`] | host, tokio (`serve.rs`) | a member served on a listener, as `ticketing::serve` serves a single server |
 
