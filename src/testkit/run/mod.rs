@@ -1,5 +1,5 @@
-//! A scripted driver: one client core against the [`ModelServer`], step by
-//! step, with the [`Checker`] watching every step.
+//! A scripted driver: one client core against the [`ModelServer`](crate::testkit::model::ModelServer), step by
+//! step, with the [`Checker`](crate::testkit::checker::Checker) watching every step.
 //!
 //! A run is a [`Setup`] (the client's and the server's settings) and a list
 //! of [`Step`]s: what the embedder asks for, what the network does, what the

@@ -13,8 +13,8 @@ use crate::time::Time;
 /// their range; a step that cannot apply does nothing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// The embedder acquires [`KEYS`]`[key % 4]`, waiting
-    /// [`WAITS_MS`]`[wait % 8]`, for a lease of [`LEASES_MS`]`[lease % 8]`,
+    /// The embedder acquires [`KEYS`](super::KEYS)`[key % 4]`, waiting
+    /// [`WAITS_MS`](super::WAITS_MS)`[wait % 8]`, for a lease of [`LEASES_MS`](super::LEASES_MS)`[lease % 8]`,
     /// with an owner of its own.
     Acquire {
         /// Which key.
@@ -33,7 +33,7 @@ pub enum Step {
     },
     /// The embedder releases a raw `(key, token)`.
     ReleaseToken {
-        /// [`KEYS`]`[key % 6]`.
+        /// [`KEYS`](super::KEYS)`[key % 6]`.
         key: u8,
         /// The token.
         token: u8,
@@ -48,7 +48,7 @@ pub enum Step {
         /// Which grant.
         pick: u8,
     },
-    /// The embedder shuts down with [`BUDGETS_MS`]`[budget % 6]`.
+    /// The embedder shuts down with [`BUDGETS_MS`](super::BUDGETS_MS)`[budget % 6]`.
     Shutdown {
         /// Which budget.
         budget: u8,
@@ -94,7 +94,7 @@ pub enum Step {
     /// `waited_ms` (10), `G .. A` that waited `token * 50` ms (11), a
     /// `T`, `D` or `B` to a renewal (12). `id < 200` answers one of the
     /// recent requests, else an id never sent; `key < 128` names that
-    /// request's key, else [`KEYS`]`[key % 6]`.
+    /// request's key, else [`KEYS`](super::KEYS)`[key % 6]`.
     Forge {
         /// Which frame.
         kind: u8,
@@ -104,7 +104,7 @@ pub enum Step {
         key: u8,
         /// The token of a `G`.
         token: u8,
-        /// The lease of a `G`: [`LEASES_MS`]`[lease % 8]`.
+        /// The lease of a `G`: [`LEASES_MS`](super::LEASES_MS)`[lease % 8]`.
         lease: u8,
     },
     /// Raw bytes are handed to the client on its current connection, in
@@ -128,7 +128,7 @@ pub enum Step {
     /// Time jumps to the earliest deadline of the client or the server.
     NextDeadline,
     /// As [`Step::Acquire`], renewed automatically once granted, for at
-    /// most [`RENEW_LIMITS_MS`]`[limit % 8]` (`acquire_renewing`).
+    /// most [`RENEW_LIMITS_MS`](super::RENEW_LIMITS_MS)`[limit % 8]` (`acquire_renewing`).
     AcquireRenewing {
         /// Which key.
         key: u8,
@@ -141,7 +141,7 @@ pub enum Step {
     },
     /// The embedder renews grant `pick % n` of those it holds once (with
     /// `pick >= 128`, one it gave back: refused), asking for the acquire's
-    /// lease (`lease % 9 == 8`) or [`LEASES_MS`]`[lease % 9]`.
+    /// lease (`lease % 9 == 8`) or [`LEASES_MS`](super::LEASES_MS)`[lease % 9]`.
     Renew {
         /// Which grant.
         pick: u8,
@@ -149,7 +149,7 @@ pub enum Step {
         lease: u8,
     },
     /// The embedder starts renewing grant `pick % n` automatically, for at
-    /// most [`RENEW_LIMITS_MS`]`[limit % 8]` from now.
+    /// most [`RENEW_LIMITS_MS`](super::RENEW_LIMITS_MS)`[limit % 8]` from now.
     AutoRenew {
         /// Which grant.
         pick: u8,
@@ -162,7 +162,7 @@ pub enum Step {
         pick: u8,
     },
     /// A flood of `L` lines is put on the wire behind what the server sent:
-    /// `1 + 16 * count` of them, naming [`FLOOD_ADDRS`]`[kind % 5]`, or
+    /// `1 + 16 * count` of them, naming [`FLOOD_ADDRS`](super::FLOOD_ADDRS)`[kind % 5]`, or
     /// (with `kind >= 128`) each in turn. The client must keep the
     /// connection and tell the embedder only of hints that change
     /// something.
@@ -173,7 +173,7 @@ pub enum Step {
         kind: u8,
     },
     /// A grant issued by another client, with the key, token and handle of
-    /// the embedder's grant `pick % n` (or of [`KEYS`]`[pick % 6]` if it
+    /// the embedder's grant `pick % n` (or of [`KEYS`](super::KEYS)`[pick % 6]` if it
     /// holds none), is handed to `release`, `undeliverable`, `renew`,
     /// `auto_renew` or `stop_renewing` (`what % 5`): it must be refused with
     /// `Error::ForeignGrant` and change nothing.
