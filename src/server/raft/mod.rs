@@ -10,6 +10,7 @@
 //! | `Unapplied` | entries committed and not yet applied to the copy | when the copy catches up ([`Replica::defer_apply`]) |
 //! | `Leadership` | whether this member serves, and since which entry | 4.3 "No recovery grace", "Who answers" |
 //! | `Proposals` | the leader's turns not yet committed, by Raft index | 4.3 "What is replicated", one entry per turn |
+//! | `Handover` | the member a leader is handing over to (`handover.rs`) | 4.4 "Leadership transfer" |
 //!
 //! The driver contract is [`Server`]'s, plus the disk and the peers:
 //!
@@ -47,6 +48,7 @@
 //! is on its way. A follower's acknowledgement and a leader's answers no
 //! longer wait for the copy.
 
+mod handover;
 mod identity;
 mod parts;
 mod screen;
@@ -62,6 +64,8 @@ use raft::prelude::{ConfState, Entry, EntryType, HardState, Message, MessageType
 use raft::{RawNode, StateRole};
 use thiserror::Error;
 
+pub use self::handover::AdminRefusal;
+use self::handover::Handover;
 pub use self::identity::{ClusterId, ClusterIdError};
 use self::parts::{Persists, Proposal, Proposals, Settled, Ticker};
 pub use self::screen::Refusal;
@@ -430,6 +434,8 @@ pub struct Replica {
     /// The leader's entries not yet committed.
     proposals: Proposals,
     unapplied: Unapplied,
+    /// The member this leader is handing over to.
+    handover: Option<Handover>,
     /// A floor this leader decided and has still to propose.
     floor_to_propose: Option<u64>,
     /// An identity this leader drew and has still to propose.
@@ -539,6 +545,7 @@ impl Replica {
             leadership: Leadership::Following { leader: 0 },
             proposals: Proposals::new(config.max_in_flight),
             unapplied: Unapplied::default(),
+            handover: None,
             floor_to_propose: None,
             cluster_to_propose: None,
             applied: snapshot_index,
@@ -640,6 +647,32 @@ impl Replica {
             self.stop(ReplicaEvent::Failed { peer });
             self.leadership = Leadership::Failed;
         }
+    }
+
+    /// Hands the leadership over (PROTOCOL.md 4.4, "Leadership
+    /// transfer") to member `to`, or, when `None`, to the voter most
+    /// caught up among those it heard from lately; the member chosen. It
+    /// proposes nothing until the transfer ends: when the member chosen
+    /// leads, this one's clients are sent `M <its address>` and closed;
+    /// if it does not within an election timeout, raft-rs gives up and
+    /// this member goes on leading. Asked of a member that does not serve
+    /// as leader, or about a member that is not a voter, it is refused;
+    /// asked to hand over to itself, it does nothing.
+    pub fn transfer_leadership(&mut self, now: Time, to: Option<u64>) -> Result<u64, AdminRefusal> {
+        self.input(now);
+        let me = self.node.raft.id;
+        if !self.is_serving() {
+            let leader = self.node.raft.leader_id;
+            return Err(AdminRefusal::NotLeader {
+                leader: (leader != 0 && leader != me).then_some(leader),
+            });
+        }
+        let to = Handover::choose(self.node.raft.prs(), me, to)?;
+        if to != me {
+            self.handover = Some(Handover { to });
+            self.node.transfer_leader(to);
+        }
+        Ok(to)
     }
 
     /// The oldest [`Persist`] handed out and not yet said durable is
@@ -789,6 +822,12 @@ impl Replica {
         self.node.raft.state == StateRole::Leader
     }
 
+    /// The member this leader is handing its leadership over to, while
+    /// it does ([`Replica::transfer_leadership`]).
+    pub fn handing_over(&self) -> Option<u64> {
+        self.handover.map(|h| h.to)
+    }
+
     /// The latest time an input came with.
     pub fn now(&self) -> Time {
         self.now
@@ -884,7 +923,13 @@ impl Replica {
             // Its leadership ended since the last turn: what it decided
             // meanwhile rests on a table that may hold what was never
             // committed, and must not be proposed in another term.
-            self.step_down(Role::NoLeader);
+            let role = self.role_after_leading();
+            self.step_down(role);
+            return;
+        }
+        if self.node.raft.lead_transferee.is_some() {
+            // raft-rs would drop the entry: the decisions wait for the
+            // transfer's end (`handover.rs`).
             return;
         }
         let floor = self.floor_to_propose.take();
@@ -1147,6 +1192,10 @@ impl Replica {
         }
         let raft = &self.node.raft;
         let (state, term, leader) = (raft.state, raft.term, raft.leader_id);
+        if state == StateRole::Leader && raft.lead_transferee.is_none() {
+            // raft-rs gave the transfer up, or none runs: it goes on leading.
+            self.handover = None;
+        }
         match (self.leadership, state) {
             (Leadership::Stopped, _) => {}
             (Leadership::Serving { term: t }, StateRole::Leader) if t == term => {}
@@ -1157,7 +1206,8 @@ impl Replica {
             }
             (_, StateRole::Leader) => {
                 if matches!(self.leadership, Leadership::Serving { .. }) {
-                    self.step_down(Role::NoLeader);
+                    let role = self.role_after_leading();
+                    self.step_down(role);
                 }
                 let index = self.node.raft.raft_log.last_index();
                 self.leadership = Leadership::Elected { term, index };
@@ -1172,8 +1222,9 @@ impl Replica {
                     Some(addr) if leader != self.node.raft.id => Role::Follower {
                         leader: addr.clone(),
                     },
-                    _ => Role::NoLeader,
+                    _ => self.role_after_leading(),
                 };
+                self.handover = None;
                 if matches!(self.leadership, Leadership::Following { .. }) {
                     self.server.set_role(self.now, role);
                 } else {
@@ -1215,6 +1266,16 @@ impl Replica {
             .lead_replicated(self.now, self.copy.clone(), epoch);
         self.outputs
             .push_back(Output::Event(ReplicaEvent::Leading { term, index }));
+    }
+
+    /// What a member that stops leading tells its clients when it does not
+    /// know the new leader yet: the member it was handing over to, if it
+    /// was (`handover.rs`), else `E no_leader`.
+    fn role_after_leading(&mut self) -> Role {
+        self.handover
+            .take()
+            .and_then(|h| self.members.get(&h.to).cloned())
+            .map_or(Role::NoLeader, |leader| Role::Follower { leader })
     }
 
     /// Stops serving, taking `role`: no answer held back is sent, clients

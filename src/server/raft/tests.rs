@@ -838,3 +838,88 @@ fn a_member_making_a_snapshot_durable_holds_its_election_timer() {
         "it stands once durable"
     );
 }
+
+#[test]
+fn a_transfer_hands_over_sooner_than_an_election_and_sends_the_clients_to_the_new_leader() {
+    let (mut c, leader) = elected();
+    let conn = c.connect(leader, "H 2 c -\n");
+    c.request(leader, conn, "A 1 held o 0 60000\n");
+    c.run(Duration::from_millis(50));
+    let token = c.token(leader, conn, "held");
+    let now = c.now;
+    let to = c
+        .replicas
+        .get_mut(&leader)
+        .unwrap()
+        .transfer_leadership(now, None)
+        .expect("a caught-up member to hand over to");
+    assert_ne!(to, leader);
+    assert_eq!(c.replicas[&leader].handing_over(), Some(to));
+    c.settle();
+    // Less than the least election timeout (100 ms) later.
+    c.run(Duration::from_millis(30));
+    assert_eq!(c.leader(), Some(to), "the member handed to leads");
+    let text = c.text(leader, conn).to_string();
+    assert!(text.ends_with(&format!("M 10.0.0.{to}:7878\n")), "{text}");
+    assert!(c.closed.contains(&(leader, conn)));
+    assert_eq!(c.replicas[&leader].handing_over(), None);
+    // The holder renews at the new leader: still its grant.
+    let conn = c.connect(to, "H 2 c -\n");
+    c.request(to, conn, &format!("X 1 held {token} 8000\n"));
+    c.run(Duration::from_millis(30));
+    let text = c.text(to, conn).to_string();
+    assert!(text.contains(&format!("G 1 X held {token} 8000")), "{text}");
+}
+
+#[test]
+fn decisions_wait_while_a_transfer_runs_and_go_out_once_it_is_given_up() {
+    let (mut c, leader) = elected();
+    let to = (1..=3).find(|&id| id != leader).unwrap();
+    let conn = c.connect(leader, "H 2 c -\n");
+    let now = c.now;
+    // The member named is cut off: the timeout-now never reaches it.
+    c.cut.insert(to);
+    let r = c.replicas.get_mut(&leader).unwrap();
+    assert_eq!(r.transfer_leadership(now, Some(to)), Ok(to));
+    c.request(leader, conn, "A 1 k o 0 5000\n");
+    c.run(Duration::from_millis(60));
+    assert!(
+        !c.text(leader, conn).contains("G 1"),
+        "nothing proposed meanwhile"
+    );
+    // raft-rs gives the transfer up after an election timeout; the leader
+    // goes on, and the decision made meanwhile is proposed and answered.
+    c.run(Duration::from_millis(400));
+    assert_eq!(c.leader(), Some(leader));
+    assert_eq!(c.replicas[&leader].handing_over(), None);
+    assert!(
+        c.text(leader, conn).contains("G 1 A k "),
+        "{}",
+        c.text(leader, conn)
+    );
+}
+
+#[test]
+fn a_transfer_is_refused_by_a_follower_and_for_a_member_not_in_the_configuration() {
+    let (mut c, leader) = elected();
+    let now = c.now;
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let r = c.replicas.get_mut(&follower).unwrap();
+    let refused = r.transfer_leadership(now, None).unwrap_err();
+    assert_eq!(
+        refused,
+        AdminRefusal::NotLeader {
+            leader: Some(leader)
+        }
+    );
+    assert_eq!(refused.code(), "not_leader");
+    let r = c.replicas.get_mut(&leader).unwrap();
+    let refused = r.transfer_leadership(now, Some(9)).unwrap_err();
+    assert_eq!(refused, AdminRefusal::UnknownMember { id: 9 });
+    assert_eq!(refused.code(), "unknown_member");
+    assert_eq!(r.handing_over(), None);
+    // Handing over to itself changes nothing.
+    assert_eq!(r.transfer_leadership(now, Some(leader)), Ok(leader));
+    c.run(Duration::from_millis(100));
+    assert_eq!(c.leader(), Some(leader));
+}
