@@ -12,6 +12,10 @@
 //!   `leading` line, and a fresh key's grant, come within about twice the
 //!   election timeout; a `ticketing client` holding a key with automatic
 //!   renewal keeps it with its token throughout; tokens only go up.
+//! - A rolling restart (SIGTERM and start, each member in turn, twice):
+//!   each leader hands over before it stops, so a fresh key is granted
+//!   sooner after its SIGTERM than an election could; the renewing holder
+//!   keeps its grant and token.
 //! - A leader stopped (SIGSTOP) past the election timeout and continued
 //!   answers nothing it was asked in the meantime, grants and renews
 //!   nothing, and follows the leader the others elected.
@@ -263,6 +267,89 @@ fn leader_kills_cost_an_election_and_a_renewing_holder_keeps_its_grant() {
         "a kill to a fresh grant above 4T + 1.5 s: {:?}",
         ms(&to_grant)
     );
+}
+
+// ----- a rolling restart -----------------------------------------------------
+
+/// SIGTERM, then a start from its state directory, of each member in turn,
+/// twice round. A leader hands over before it stops (PROTOCOL.md 4.4): the
+/// member it hands to grants a fresh key sooner after the SIGTERM than any
+/// election could. After a kill, the others stand only once they have not
+/// heard from it for an election timeout (drawn from [T, 2T)), counted
+/// from its last heartbeat (every T/5): never sooner than 4T/5 after it.
+/// The renewing holder keeps its grant and its token throughout.
+#[test]
+fn a_rolling_restart_hands_each_leader_over_and_a_renewing_holder_keeps_its_grant() {
+    const ROUNDS: usize = 2;
+    let _serial = serial();
+    let t = Duration::from_millis(TIMEOUT_MS);
+    let mut c = Cluster::new("roll", &[]);
+    c.start_all(true);
+    let endpoints = c.addrs();
+    let endpoints: Vec<&str> = endpoints.iter().map(String::as_str).collect();
+    let mut client = cli::Client::start(&endpoints, &[]);
+    client.send("acquire a1 k o 5000 8000 renew");
+    let (token, _) = client.granted("a1", "k");
+    let renewed = |v: &Value| v["type"] == "event" && v["event"] == "renewed";
+    let mut handovers = Vec::new();
+    for round in 1..=ROUNDS {
+        for i in 0..3 {
+            client.wait_for("a renewal before the stop", renewed);
+            client.forget_printed();
+            let lead = c.settled();
+            if i != lead {
+                c.stop(i);
+                c.start(i, false);
+                continue;
+            }
+            let others: Vec<String> = (0..3).filter(|&j| j != lead).map(|j| c.addr(j)).collect();
+            let fresh = format!("fresh{round}");
+            let stopped = Instant::now();
+            c.serve(lead).signal(Signal::SIGTERM);
+            let (granted, _) = first_grant(&others, &fresh, stopped);
+            c.stop_signalled(lead);
+            eprintln!(
+                "round {round}: member {} stopped; a fresh key granted {} ms after its SIGTERM",
+                lead + 1,
+                granted.as_millis()
+            );
+            handovers.push(granted);
+            c.start(lead, false);
+        }
+    }
+    c.settled();
+    let v = client.wait_for("a renewal after the last restart", renewed);
+    assert_eq!(
+        (v["tag"].as_str(), v["token"].as_u64()),
+        (Some("a1"), Some(token)),
+        "{v}"
+    );
+    let lost = client.count(|v| {
+        v["type"] == "event" && (v["event"] == "lease_lost" || v["event"] == "lease_expired")
+    });
+    assert_eq!(
+        lost, 0,
+        "the holder was told its lease ended: {:?}",
+        client.all
+    );
+    client.send("release-grant r1 a1");
+    client.outcome_is("r1", "released");
+    client.finish();
+
+    handovers.sort();
+    let ms: Vec<u128> = handovers.iter().map(Duration::as_millis).collect();
+    eprintln!(
+        "a leader's SIGTERM to a fresh grant: median {} ms, worst {} ms {ms:?} (election timeout {TIMEOUT_MS} ms)",
+        median(&handovers).as_millis(),
+        handovers[handovers.len() - 1].as_millis(),
+    );
+    assert!(handovers.len() >= ROUNDS, "a leader stopped in every round");
+    for d in &handovers {
+        assert!(
+            *d < t * 4 / 5,
+            "a fresh grant {d:?} after the leader's SIGTERM: no sooner than an election; {ms:?}"
+        );
+    }
 }
 
 // ----- the leader stopped and continued -------------------------------------

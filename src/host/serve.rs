@@ -112,12 +112,12 @@ impl<K: Send + 'static> Hosted<K> {
     }
 
     /// Sends one of the core's own commands.
-    fn command(&self, command: K) {
+    pub(crate) fn command(&self, command: K) {
         let _ = self.control.send(Control::Core(command));
     }
 
     /// Sends the core a command whose reply `ask` makes, and waits for it.
-    async fn ask<T>(&self, ask: impl FnOnce(oneshot::Sender<T>) -> K) -> io::Result<T> {
+    pub(crate) async fn ask<T>(&self, ask: impl FnOnce(oneshot::Sender<T>) -> K) -> io::Result<T> {
         let (tx, rx) = oneshot::channel();
         self.command(ask(tx));
         rx.await.map_err(stopped)

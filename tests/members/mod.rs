@@ -144,8 +144,13 @@ impl Cluster {
 
     /// SIGTERM; it must exit 0.
     pub fn stop(&mut self, i: usize) {
+        self.serve(i).signal(Signal::SIGTERM);
+        self.stop_signalled(i);
+    }
+
+    /// Waits for member `i`, already sent SIGTERM, to exit 0.
+    pub fn stop_signalled(&mut self, i: usize) {
         let mut serve = self.members[i].serve.take().expect("a running member");
-        serve.signal(Signal::SIGTERM);
         let status = serve.wait_exit(WAIT);
         assert!(status.success(), "member {i} stopped with {status}");
     }

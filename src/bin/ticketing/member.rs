@@ -214,6 +214,12 @@ pub async fn serve_member(
         () = stop => {}
         () = watch(|| handle.stats(), prometheus, &no_news) => {}
     }
+    // A leader hands over first (PROTOCOL.md 4.4): its clients are sent to
+    // the new leader, with no election timeout to wait out.
+    match handle.hand_over(2 * args.election_timeout).await? {
+        Some(to) => eprintln!("stopping: handed the leadership over to member {to}"),
+        None => eprintln!("stopping"),
+    }
     handle.stop().await?;
     Ok(ExitCode::SUCCESS)
 }

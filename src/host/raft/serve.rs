@@ -21,7 +21,6 @@
 //!
 //! Every rule is the replica's; this module only moves bytes.
 
-use std::convert::Infallible;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::mpsc as std_mpsc;
@@ -30,14 +29,14 @@ use std::task::{Context, Poll};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ::tokio::sync::mpsc;
+use ::tokio::sync::{mpsc, oneshot};
 use raft::prelude::{Message, Snapshot};
 
 use crate::host::raft::disk::RaftDisk;
 use crate::host::raft::peers::Peers;
 use crate::host::serve::{Core, Hosted, Listener};
 use crate::host::state::WallClock;
-use crate::server::raft::{Output, Persist, Replica, ReplicaEvent};
+use crate::server::raft::{AdminRefusal, Output, Persist, Replica, ReplicaEvent};
 use crate::server::{Action, ConnId, Server, ServerStats};
 use crate::time::Time;
 
@@ -216,12 +215,25 @@ struct MemberCore {
     notify: Box<dyn FnMut(MemberNotice) + Send>,
 }
 
+/// The commands a member takes: an operator's (PROTOCOL.md 4.4), which
+/// its replica carries out and may refuse.
+pub(crate) enum MemberCommand {
+    /// [`Replica::transfer_leadership`].
+    Transfer {
+        to: Option<u64>,
+        reply: oneshot::Sender<Result<u64, AdminRefusal>>,
+    },
+    /// [`Replica::leads`].
+    Leads(oneshot::Sender<bool>),
+}
+
 /// A member served on a tokio task ([`spawn_member`]). Unlike a single
 /// server's [`ServerHandle`](crate::serve::ServerHandle), it has no command
-/// about the lock table or the role: a member's come from its log.
+/// about the lock table or the role: a member's come from its log. What
+/// it has are an operator's, which its replica may refuse.
 #[derive(Debug)]
 pub struct MemberHandle {
-    hosted: Hosted<Infallible>,
+    hosted: Hosted<MemberCommand>,
 }
 
 impl MemberHandle {
@@ -264,7 +276,54 @@ impl MemberHandle {
     pub async fn stop(self) -> io::Result<Server> {
         self.hosted.stop().await
     }
+
+    /// Hands the leadership over to member `to`, or to the most caught up
+    /// (see [`Replica::transfer_leadership`]): the member chosen, or why
+    /// not. It returns once the transfer has begun; [`leads`] tells when
+    /// it is over.
+    ///
+    /// [`leads`]: MemberHandle::leads
+    pub async fn transfer_leadership(
+        &self,
+        to: Option<u64>,
+    ) -> io::Result<Result<u64, AdminRefusal>> {
+        self.hosted
+            .ask(|reply| MemberCommand::Transfer { to, reply })
+            .await
+    }
+
+    /// Whether the member is Raft's leader ([`Replica::leads`]).
+    pub async fn leads(&self) -> io::Result<bool> {
+        self.hosted.ask(MemberCommand::Leads).await
+    }
+
+    /// What a member does before it stops (PROTOCOL.md 4.4, "Leadership
+    /// transfer"): if it leads, it hands over to the most caught-up
+    /// member, and waits, at most `within`, until it no longer leads. The
+    /// member handed to, once it no longer leads; `None` when it did not
+    /// lead, or no other member could take over in time (the cluster
+    /// then elects one as after a crash).
+    pub async fn hand_over(&self, within: Duration) -> io::Result<Option<u64>> {
+        if !self.leads().await? {
+            return Ok(None);
+        }
+        let Ok(to) = self.transfer_leadership(None).await? else {
+            return Ok(None);
+        };
+        let deadline = ::tokio::time::Instant::now() + within;
+        while ::tokio::time::Instant::now() < deadline {
+            if !self.leads().await? {
+                return Ok(Some(to));
+            }
+            ::tokio::time::sleep(HAND_OVER_POLL).await;
+        }
+        Ok(None)
+    }
 }
+
+/// How often [`MemberHandle::hand_over`] looks whether the member still
+/// leads.
+const HAND_OVER_POLL: Duration = Duration::from_millis(5);
 
 /// Serves `member` on `listener`, its time counting from `origin`;
 /// `notify` hears its news.
@@ -361,8 +420,9 @@ fn fold(into: &mut Persist, next: Persist) {
 }
 
 impl Core for MemberCore {
-    /// None: its table and its role come from its log.
-    type Command = Infallible;
+    /// An operator's: none about the table or the role, which come from
+    /// its log.
+    type Command = MemberCommand;
 
     fn handle_accept(&mut self, now: Time) -> ConnId {
         self.replica.handle_accept(now)
@@ -446,8 +506,15 @@ impl Core for MemberCore {
     fn stats(&self) -> ServerStats {
         self.replica.server().stats()
     }
-    fn command(&mut self, _now: Time, _start: Instant, command: Infallible) {
-        match command {}
+    fn command(&mut self, now: Time, _start: Instant, command: MemberCommand) {
+        match command {
+            MemberCommand::Transfer { to, reply } => {
+                let _ = reply.send(self.replica.transfer_leadership(now, to));
+            }
+            MemberCommand::Leads(reply) => {
+                let _ = reply.send(self.replica.leads());
+            }
+        }
     }
     fn into_server(self) -> Server {
         self.replica.into_server()
