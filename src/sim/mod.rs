@@ -98,7 +98,9 @@
 //! the members suffer crashes (a minority at most at a time, the leader
 //! half the time), some with the loss of their disk (the member then
 //! rejoins empty, and counts as down until it has caught up), partitions
-//! between members, and peer messages delayed and lost. `raft.rs` says how.
+//! between members, leadership transfers asked of the leader (to the most
+//! caught-up member, or to one drawn, which may be down or behind), and
+//! peer messages delayed and lost. `raft.rs` says how.
 //!
 //! On top of the checks below, three that only a view of every member and
 //! disk can make:
@@ -852,6 +854,8 @@ pub struct Replication {
     pub restarts: u64,
     /// Partitions between members.
     pub partitions: u64,
+    /// Leadership transfers a leader began (PROTOCOL.md 4.4).
+    pub transfers: u64,
     /// Peer messages lost (at random, or cut by a partition or a crash).
     pub lost: u64,
     /// Peer messages delayed by a spike.
@@ -870,6 +874,7 @@ impl Replication {
         self.disk_losses += o.disk_losses;
         self.restarts += o.restarts;
         self.partitions += o.partitions;
+        self.transfers += o.transfers;
         self.lost += o.lost;
         self.delayed += o.delayed;
         self.answers_checked += o.answers_checked;
@@ -978,8 +983,8 @@ impl fmt::Display for Report {
         if r.members > 0 {
             writeln!(
                 f,
-                "raft: {} leaderships; member crashes {} ({} losing their disk), restarts {}, partitions {}, peer messages lost {}, delayed {}; {} G answers checked committed, {} answered grants checked for invariant 8",
-                r.leaderships, r.crashes, r.disk_losses, r.restarts, r.partitions, r.lost, r.delayed, r.answers_checked, r.grants_checked
+                "raft: {} leaderships; member crashes {} ({} losing their disk), restarts {}, partitions {}, leadership transfers {}, peer messages lost {}, delayed {}; {} G answers checked committed, {} answered grants checked for invariant 8",
+                r.leaderships, r.crashes, r.disk_losses, r.restarts, r.partitions, r.transfers, r.lost, r.delayed, r.answers_checked, r.grants_checked
             )?;
         }
         writeln!(f, "faults injected: {}", self.faults.total())?;

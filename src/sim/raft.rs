@@ -34,6 +34,11 @@
 //!   so that no majority ever depends on members that forgot.
 //! * **Partitions** between members: one member (the leader half the time)
 //!   cut off from the others, or the members split in two, for 0.2 to 3 s.
+//! * **Leadership transfers** (PROTOCOL.md 4.4), in three seeds of four:
+//!   the member that serves is asked to hand over, to the most caught-up
+//!   member half the time, else to a member drawn, which may be down, cut
+//!   off or behind (raft-rs then gives up after an election timeout and
+//!   the leader goes on). Its clients are sent to the new leader.
 //! * **Message delays and loss**, at rates drawn from the seed.
 //!
 //! The world adds the clients' side: latency, spikes and split writes.
@@ -92,6 +97,9 @@ const WALL_MS_AT_ZERO: u64 = 1_700_000_000_000;
 /// lease they were given runs out within the longest lease.
 const WIND_DOWN_MARGIN: Duration = Duration::from_secs(2);
 
+/// Mixed into the members' seed for the stream the transfers draw from.
+const TRANSFER_STREAM: u64 = 0x7472_616e_7366_6572;
+
 /// Something the members scheduled for themselves.
 #[derive(Debug)]
 pub(super) enum Ev {
@@ -110,6 +118,9 @@ pub(super) enum Ev {
     Crash,
     /// A partition between members begins, and the next is planned.
     Partition,
+    /// The leader is asked to hand its leadership over, and the next such
+    /// request is planned.
+    Transfer,
     /// A crashed member starts again.
     Restart { member: usize, life: u64 },
     /// Member `member` brings its copy up to what is committed (it defers
@@ -133,6 +144,7 @@ impl Ev {
             Ev::Partition => (33, 0, 0),
             Ev::Restart { member, life } => (34, *member as u64, *life),
             Ev::CatchUp { member, life } => (35, *member as u64, *life),
+            Ev::Transfer => (36, 0, 0),
         }
     }
 }
@@ -221,6 +233,10 @@ pub(super) struct Members {
     /// Mean intervals of crashes and partitions, in milliseconds.
     crash_mean: Option<u64>,
     partition_mean: Option<u64>,
+    /// Mean interval of leadership transfers asked, in milliseconds.
+    transfer_mean: Option<u64>,
+    /// What the transfers draw from.
+    transfer_rng: Rng,
     /// Disk sync delay, in microseconds.
     sync_us: (u64, u64),
     cuts: Vec<Cut>,
@@ -296,6 +312,13 @@ impl Members {
         let partition_mean = rng.chance(3, 4).then(|| 1_500 + rng.up_to(3_000));
         let sync_us = (20, 20 + rng.up_to(2_000));
         let snapshot_every = [16, 64, 10_000][rng.up_to(2) as usize];
+        // Transfers draw from a stream of their own, so that the crashes
+        // and partitions of a seed are those it had before transfers were
+        // added.
+        let mut transfer_rng = Rng::new(rng.clone().next_u64() ^ TRANSFER_STREAM);
+        let transfer_mean = transfer_rng
+            .chance(3, 4)
+            .then(|| 1_000 + transfer_rng.up_to(3_000));
         let mut m = Members {
             members,
             ids,
@@ -307,6 +330,8 @@ impl Members {
             loss_pm,
             crash_mean,
             partition_mean,
+            transfer_mean,
+            transfer_rng,
             sync_us,
             cuts: Vec::new(),
             faults_end,
@@ -352,6 +377,14 @@ impl Members {
             if let Some(mean) = m.partition_mean {
                 let at = now.saturating_add(millis_between(&mut m.rng, 500, 500 + 2 * mean));
                 out.push(Effect::At(at, Ev::Partition));
+            }
+            if let Some(mean) = m.transfer_mean {
+                let at = now.saturating_add(millis_between(
+                    &mut m.transfer_rng,
+                    1_000,
+                    1_000 + 2 * mean,
+                ));
+                out.push(Effect::At(at, Ev::Transfer));
             }
         }
         (m, out)
@@ -559,6 +592,15 @@ impl Members {
                     }
                 }
             }
+            Ev::Transfer => {
+                if now < self.faults_end {
+                    self.transfer(now, out);
+                    if let Some(mean) = self.transfer_mean {
+                        let next = millis_between(&mut self.transfer_rng, mean / 2, mean * 3 / 2);
+                        out.push(Effect::At(now.saturating_add(next), Ev::Transfer));
+                    }
+                }
+            }
             Ev::CatchUp { member, life } => {
                 let m = &mut self.members[member];
                 if m.life != life {
@@ -683,6 +725,33 @@ impl Members {
             },
         ));
         self.follow_leadership(now, out);
+    }
+
+    /// Asks the member that serves to hand its leadership over: to the
+    /// most caught-up member half the time, else to one drawn (which may
+    /// be down, cut off or behind: raft-rs then gives up after an election
+    /// timeout, and the leader goes on).
+    fn transfer(&mut self, now: Time, out: &mut Vec<Effect>) {
+        let Some((l, _)) = self.leader else {
+            return;
+        };
+        let n = self.members.len() as u64;
+        let to = if self.transfer_rng.chance(1, 2) {
+            None
+        } else {
+            Some(1 + self.transfer_rng.up_to(n - 1))
+        };
+        let Some(r) = self.members[l].replica.as_mut() else {
+            return;
+        };
+        let result = r.transfer_leadership(now, to);
+        self.note(out, || {
+            format!("fault: raft member n{l} asked to hand over to {to:?}: {result:?}")
+        });
+        if result.is_ok() {
+            self.counts.transfers += 1;
+        }
+        self.drain(l, now, out);
     }
 
     /// Cuts one member (the leader half the time) off from the others, or
