@@ -53,6 +53,7 @@
 //!   table: [`Server::take_lock_table`], [`Server::install_lock_table`].
 
 mod action;
+mod admin;
 mod config;
 pub(crate) mod credential;
 mod decision;
@@ -75,6 +76,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use bytes::BytesMut;
 
 pub use action::{Action, ConnId};
+pub use admin::AdminAccess;
 pub use config::{Config, ConfigError, Role};
 pub use decision::{Decision, DecisionError};
 pub use image::{EpochRecord, ImageError, ImageGrant, OutOfRange, TableImage};
@@ -85,12 +87,14 @@ pub use token::{count_of, epoch_of, token, COUNTER_BITS, MAX_EPOCH, TERM_GRANTS}
 
 use core::time::Duration;
 
+use self::admin::AdminDesk;
 use self::credential::Credential;
 #[cfg(feature = "raft")]
 use self::holdback::Holdback;
 use self::table::{Acquired, Limits, Renewal, Reply};
 use crate::names::Endpoint;
 use crate::time::Time;
+use crate::wire::admin::{AdminReply, AdminRequest, ADMIN_VERSION};
 use crate::wire::{Answer, AnswerKind, Atom, ClientFrame, LineReader, ServerFrame, Window};
 
 /// The protocol versions this server speaks (PROTOCOL.md section 3):
@@ -174,6 +178,9 @@ enum Phase {
         /// What its `H` said.
         version: Version,
     },
+    /// `WA` was sent: an administrative connection (`admin.rs`), whose
+    /// requests go to the desk.
+    Admin,
 }
 
 /// What a connection's `H` said, and so what its frames may be.
@@ -318,6 +325,8 @@ pub struct Server {
     /// not replicate.
     #[cfg(feature = "raft")]
     holdback: Option<Holdback>,
+    /// Administrative connections' desk, once opened (`admin.rs`).
+    admin: Option<AdminDesk>,
     /// The counters (the current values are filled in when read).
     stats: ServerStats,
 }
@@ -343,8 +352,43 @@ impl Server {
             replies: Vec::new(),
             #[cfg(feature = "raft")]
             holdback: None,
+            admin: None,
             stats: ServerStats::default(),
         })
+    }
+
+    // ----- administrative connections ---------------------------------------
+
+    /// Admits administrative connections (`admin.rs`, PROTOCOL.md 4.4):
+    /// what a member of a replicated cluster does, as Raft member `member`,
+    /// for those `access` lets in. Until then an administrative hello is
+    /// answered `E not_active`.
+    pub fn open_admin(&mut self, member: u64, access: &AdminAccess) {
+        let inbox = self.admin.take().map(|d| d.inbox).unwrap_or_default();
+        let mut desk = AdminDesk::new(member, access);
+        desk.inbox = inbox;
+        self.admin = Some(desk);
+    }
+
+    /// The next administrative request, and the connection to answer
+    /// ([`Server::answer_admin`]), in the order they came.
+    #[must_use]
+    pub fn poll_admin(&mut self) -> Option<(ConnId, AdminRequest)> {
+        self.admin.as_mut()?.inbox.pop_front()
+    }
+
+    /// Sends `reply` on the administrative connection `conn`, if it is
+    /// still open.
+    pub fn answer_admin(&mut self, conn: ConnId, reply: &AdminReply) {
+        if self
+            .conns
+            .get(&conn)
+            .is_some_and(|c| c.phase == Phase::Admin)
+        {
+            let mut line = Vec::new();
+            reply.encode(&mut line);
+            self.output(conn).extend_from_slice(&line);
+        }
     }
 
     // ----- inputs ---------------------------------------------------------
@@ -387,6 +431,7 @@ impl Server {
         while let Some(line) = reader.next_line(&mut input) {
             let verdict = match line {
                 Err(_) => Err(Farewell::Error(Reason::BadFrame)),
+                Ok(line) if self.is_admin_line(conn, line) => self.on_admin_line(conn, line),
                 Ok(line) => match ClientFrame::parse(line) {
                     Err(_) => Err(Farewell::Error(Reason::BadFrame)),
                     Ok(frame) => self.on_frame(conn, frame),
@@ -484,7 +529,7 @@ impl Server {
         }
         if was_leader {
             if let Some(farewell) = self.refusal() {
-                let open: Vec<ConnId> = self.conns.keys().copied().collect();
+                let open = self.client_conns();
                 for conn in open {
                     self.close(conn, Some(farewell.clone()));
                 }
@@ -496,8 +541,7 @@ impl Server {
     /// every `W` (it replaces the configured leader hint). Connections stay.
     pub fn announce_leader(&mut self, now: Time, addr: Endpoint) {
         self.advance(now);
-        let open: Vec<ConnId> = self.conns.keys().copied().collect();
-        for conn in open {
+        for conn in self.client_conns() {
             self.write(
                 conn,
                 &ServerFrame::Leader {
@@ -735,7 +779,7 @@ impl Server {
     /// was accepted.
     pub fn unanswered(&self, conn: ConnId) -> Option<u64> {
         match self.conns.get(&conn)?.phase {
-            Phase::Hello { .. } => None,
+            Phase::Hello { .. } | Phase::Admin => None,
             Phase::Ready { unanswered, .. } => Some(unanswered),
         }
     }
@@ -894,6 +938,8 @@ impl Server {
                 },
             ) => self.on_hello(conn, version, credential),
             (Some(Phase::Hello { .. }), _) => Err(Farewell::Error(Reason::HelloRequired)),
+            // Its lines go to `on_admin_line`.
+            (Some(Phase::Admin), _) => Err(Farewell::Error(Reason::BadFrame)),
             (Some(Phase::Ready { .. }), ClientFrame::Hello { .. }) => {
                 Err(Farewell::Error(Reason::DuplicateHello))
             }
@@ -962,6 +1008,72 @@ impl Server {
 
     /// How a node that does not lead answers a handshake; `None` for a
     /// leader.
+    /// Whether `line`, on `conn`, is an administrative frame's: every line
+    /// of an administrative connection, and a first line that is `HA`.
+    fn is_admin_line(&self, conn: ConnId, line: &[u8]) -> bool {
+        match self.conns.get(&conn).map(|c| c.phase) {
+            Some(Phase::Admin) => true,
+            Some(Phase::Hello { .. }) => line.starts_with(b"HA "),
+            _ => false,
+        }
+    }
+
+    /// A line of an administrative connection: its hello, or a request
+    /// for the desk.
+    fn on_admin_line(&mut self, conn: ConnId, line: &[u8]) -> Result<(), Farewell> {
+        let Ok(request) = AdminRequest::parse(line) else {
+            return Err(Farewell::Error(Reason::BadFrame));
+        };
+        let admin = self.conns.get(&conn).map(|c| c.phase) == Some(Phase::Admin);
+        match (admin, request) {
+            (
+                false,
+                AdminRequest::Hello {
+                    version,
+                    credential,
+                },
+            ) => {
+                let Some(desk) = &self.admin else {
+                    return Err(Farewell::Error(Reason::NotActive));
+                };
+                if version != ADMIN_VERSION {
+                    return Err(Farewell::Error(Reason::UnsupportedVersion));
+                }
+                if !desk.admits(credential.as_ref()) {
+                    self.stats.auth_failures += 1;
+                    return Err(Farewell::Error(Reason::AuthFailed));
+                }
+                let member = desk.member;
+                if let Some(c) = self.conns.get_mut(&conn) {
+                    if let Phase::Hello { deadline } = c.phase {
+                        self.hellos.remove(&(deadline, conn));
+                    }
+                    c.phase = Phase::Admin;
+                }
+                self.answer_admin(conn, &AdminReply::Welcome { member });
+                Ok(())
+            }
+            (false, _) => Err(Farewell::Error(Reason::HelloRequired)),
+            (true, AdminRequest::Hello { .. }) => Err(Farewell::Error(Reason::DuplicateHello)),
+            (true, request) => {
+                if let Some(desk) = &mut self.admin {
+                    desk.inbox.push_back((conn, request));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// The connections of clients of the lock table: every open one but
+    /// the administrative ones.
+    fn client_conns(&self) -> Vec<ConnId> {
+        self.conns
+            .iter()
+            .filter(|(_, c)| c.phase != Phase::Admin)
+            .map(|(&conn, _)| conn)
+            .collect()
+    }
+
     fn refusal(&self) -> Option<Farewell> {
         match &self.role {
             Role::Leader => None,

@@ -204,3 +204,113 @@ fn handshakes_refused_for_their_credential_are_counted() {
     open.handle_bytes(Time::ZERO, conn, b"H 2 c anything\n");
     assert_eq!(open.stats().auth_failures, 0);
 }
+
+/// Everything sent on `conn` in `actions`, as text, and whether it was
+/// closed.
+fn said(actions: &[Action], conn: ConnId) -> (String, bool) {
+    let mut text = String::new();
+    let mut closed = false;
+    for a in actions {
+        match a {
+            Action::Send { conn: c, data } if *c == conn => {
+                text.push_str(core::str::from_utf8(data).unwrap());
+            }
+            Action::Close { conn: c } if *c == conn => closed = true,
+            _ => {}
+        }
+    }
+    (text, closed)
+}
+
+#[test]
+fn an_administrative_hello_is_refused_until_the_desk_opens_and_then_by_credential() {
+    let mut s = server();
+    let now = Time::ZERO;
+    let early = s.handle_accept(now);
+    s.handle_bytes(now, early, b"HA 1 -\n");
+    assert_eq!(
+        said(&drain(&mut s), early),
+        ("E not_active\n".to_string(), true)
+    );
+    s.open_admin(
+        3,
+        &AdminAccess::Credential(Name::new("peer-secret").unwrap()),
+    );
+    for (hello, answer) in [
+        ("HA 1 wrong\n", "E auth_failed\n"),
+        ("HA 1 -\n", "E auth_failed\n"),
+        ("HA 2 peer-secret\n", "E unsupported_version\n"),
+        ("HA 1 peer-secret extra\n", "E bad_frame\n"),
+    ] {
+        let conn = s.handle_accept(now);
+        s.handle_bytes(now, conn, hello.as_bytes());
+        assert_eq!(
+            said(&drain(&mut s), conn),
+            (answer.to_string(), true),
+            "{hello:?}"
+        );
+    }
+    let conn = s.handle_accept(now);
+    s.handle_bytes(now, conn, b"HA 1 peer-secret\nQ 1 status\nQ 2 transfer -\n");
+    assert_eq!(said(&drain(&mut s), conn), ("WA 3\n".to_string(), false));
+    assert_eq!(s.poll_admin(), Some((conn, AdminRequest::Status { id: 1 })));
+    assert_eq!(
+        s.poll_admin(),
+        Some((conn, AdminRequest::Transfer { id: 2, to: None }))
+    );
+    assert_eq!(s.poll_admin(), None);
+    s.answer_admin(conn, &AdminReply::Transferring { id: 2, to: 1 });
+    assert_eq!(
+        said(&drain(&mut s), conn),
+        ("OK 2 transfer 1\n".to_string(), false)
+    );
+}
+
+#[test]
+fn the_two_kinds_of_connection_never_take_each_others_frames() {
+    let mut s = server();
+    let now = Time::ZERO;
+    s.open_admin(3, &AdminAccess::Open);
+    // An ordinary connection that sends an administrative request.
+    let client = s.handle_accept(now);
+    s.handle_bytes(now, client, b"H 2 c -\nQ 1 status\n");
+    let (text, closed) = said(&drain(&mut s), client);
+    assert!(text.ends_with("E bad_frame\n") && closed, "{text}");
+    // An administrative one that sends a lock request, or a second hello.
+    for line in ["A 1 k o 0 1000\n", "H 2 c -\n", "HA 1 -\n"] {
+        let admin = s.handle_accept(now);
+        s.handle_bytes(now, admin, b"HA 1 -\n");
+        s.handle_bytes(now, admin, line.as_bytes());
+        let (text, closed) = said(&drain(&mut s), admin);
+        assert!(text.starts_with("WA 3\n") && closed, "{line:?}: {text}");
+    }
+    assert_eq!(s.poll_admin(), None, "nothing reached the desk");
+    assert!(s.holder("k").is_none(), "nothing reached the table");
+    // A request before the hello.
+    let early = s.handle_accept(now);
+    s.handle_bytes(now, early, b"Q 1 status\n");
+    assert_eq!(
+        said(&drain(&mut s), early),
+        ("E bad_frame\n".to_string(), true)
+    );
+}
+
+#[test]
+fn an_administrative_connection_stays_when_the_role_changes_and_hears_no_hint() {
+    let mut s = server();
+    let now = Time::ZERO;
+    s.open_admin(3, &AdminAccess::Open);
+    let admin = s.handle_accept(now);
+    s.handle_bytes(now, admin, b"HA 1 -\n");
+    let client = s.handle_accept(now);
+    s.handle_bytes(now, client, b"H 2 c -\n");
+    drain(&mut s);
+    s.announce_leader(now, Endpoint::new("10.0.0.9:7878").unwrap());
+    s.set_role(now, Role::NoLeader);
+    let actions = drain(&mut s);
+    let (text, closed) = said(&actions, client);
+    assert!(text.contains("L 10.0.0.9:7878") && closed, "{text}");
+    assert_eq!(said(&actions, admin), (String::new(), false));
+    assert!(s.is_open(admin));
+    assert_eq!(s.unanswered(admin), None);
+}

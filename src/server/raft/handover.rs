@@ -49,6 +49,21 @@ impl AdminRefusal {
     }
 }
 
+#[cfg(test)]
+#[test]
+fn every_code_is_an_atom() {
+    for refusal in [
+        AdminRefusal::NotLeader { leader: None },
+        AdminRefusal::UnknownMember { id: 1 },
+        AdminRefusal::NotCaughtUp,
+    ] {
+        assert!(
+            crate::names::Name::new(refusal.code()).is_ok(),
+            "{refusal:?}"
+        );
+    }
+}
+
 /// The member a leader is handing over to, from the moment it was asked
 /// until it stops leading or raft-rs gives the transfer up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

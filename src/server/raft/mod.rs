@@ -50,6 +50,7 @@
 
 mod handover;
 mod identity;
+mod operate;
 mod parts;
 mod screen;
 mod snapshot;
@@ -67,11 +68,12 @@ use thiserror::Error;
 pub use self::handover::AdminRefusal;
 use self::handover::Handover;
 pub use self::identity::{ClusterId, ClusterIdError};
+pub use self::operate::{ClusterStatus, MemberStatus};
 use self::parts::{Persists, Proposal, Proposals, Settled, Ticker};
 pub use self::screen::Refusal;
 use self::snapshot::SnapshotData;
 use self::store::LogStore;
-use super::{Action, ConnId, Decision, LockTable, Role, Server};
+use super::{Action, AdminAccess, ConnId, Decision, LockTable, Role, Server};
 use crate::names::Endpoint;
 use crate::time::Time;
 
@@ -117,6 +119,11 @@ pub struct ReplicaConfig {
     /// ([`ClusterId`]) if this member is the first leader of a cluster
     /// that has none (0 is taken as 1). The core draws nothing itself.
     pub draw: u128,
+    /// Who may open an administrative connection on its client address
+    /// (PROTOCOL.md 4.4, "Who may ask"; `operate.rs`); `None`: nobody.
+    pub admin: Option<AdminAccess>,
+    /// Every member's peer address, where known: what its status says.
+    pub peers: BTreeMap<u64, Endpoint>,
 }
 
 impl ReplicaConfig {
@@ -138,6 +145,8 @@ impl ReplicaConfig {
             wall_ms,
             rejoining: false,
             draw: 1,
+            admin: None,
+            peers: BTreeMap::new(),
         }
     }
 }
@@ -430,6 +439,8 @@ pub struct Replica {
     /// The cluster's floor for tokens (0 until the first leader set it).
     floor: u64,
     members: BTreeMap<u64, Endpoint>,
+    /// Every member's peer address, where known.
+    peers: BTreeMap<u64, Endpoint>,
     leadership: Leadership,
     /// The leader's entries not yet committed.
     proposals: Proposals,
@@ -532,6 +543,9 @@ impl Replica {
         let node = RawNode::new(&raft_config, store, &logger)?;
         server.replicate();
         server.set_role(now, Role::NoLeader);
+        if let Some(access) = &config.admin {
+            server.open_admin(id, access);
+        }
         let mut outputs = VecDeque::new();
         if let Some(id) = cluster {
             outputs.push_back(Output::Event(ReplicaEvent::Cluster { id }));
@@ -542,6 +556,7 @@ impl Replica {
             copy,
             floor,
             members: config.members,
+            peers: config.peers,
             leadership: Leadership::Following { leader: 0 },
             proposals: Proposals::new(config.max_in_flight),
             unapplied: Unapplied::default(),
@@ -881,6 +896,7 @@ impl Replica {
         if self.leadership == Leadership::Failed {
             return;
         }
+        self.answer_operators();
         // Raft's output may commit entries, which may move leadership, make
         // answers go and make room for the next entry: until it has
         // nothing more to say.

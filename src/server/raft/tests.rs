@@ -84,6 +84,10 @@ impl Cluster {
         config.snapshot_every = self.snapshot_every;
         config.rejoining = rejoining;
         config.draw = draw(id);
+        config.admin = Some(AdminAccess::Open);
+        config.peers = (1..=3)
+            .map(|id| (id, Endpoint::new(format!("10.0.0.{id}:7979")).unwrap()))
+            .collect();
         let restored = self.disks[&id].restored();
         let mut replica = Replica::new(config, server, restored, self.now).unwrap();
         if self.defer {
@@ -922,4 +926,93 @@ fn a_transfer_is_refused_by_a_follower_and_for_a_member_not_in_the_configuration
     assert_eq!(r.transfer_leadership(now, Some(leader)), Ok(leader));
     c.run(Duration::from_millis(100));
     assert_eq!(c.leader(), Some(leader));
+}
+
+/// The lines an administrative connection to `id` was sent.
+fn admin_lines(c: &Cluster, id: u64, conn: ConnId) -> Vec<String> {
+    c.text(id, conn).lines().map(str::to_string).collect()
+}
+
+#[test]
+fn status_gives_each_members_role_and_addresses_and_on_the_leader_how_far_it_is() {
+    let (mut c, leader) = elected();
+    let conn = c.connect(leader, "HA 1 -\n");
+    c.request(leader, conn, "Q 1 status\n");
+    c.run(Duration::from_millis(10));
+    let lines = admin_lines(&c, leader, conn);
+    assert_eq!(lines[0], format!("WA {leader}"));
+    let r = &c.replicas[&leader];
+    let (commit, applied, term) = (r.committed(), r.applied(), r.term());
+    let cluster = r.cluster().expect("an identity");
+    assert_eq!(
+        lines[1],
+        format!("SR 1 {leader} {cluster} {leader} {term} {commit} {applied} 3")
+    );
+    for id in 1..=3u64 {
+        let role = if id == leader { "leader" } else { "follower" };
+        let mine = if id == leader {
+            applied.to_string()
+        } else {
+            "-".to_string()
+        };
+        assert_eq!(
+            lines[id as usize + 1],
+            format!("SM 1 {id} {role} 10.0.0.{id}:7878 10.0.0.{id}:7979 1 {commit} 0 {mine}"),
+            "{lines:?}"
+        );
+    }
+    // A follower knows the roles, not how far the others are.
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let conn = c.connect(follower, "HA 1 -\n");
+    c.request(follower, conn, "Q 2 status\n");
+    c.run(Duration::from_millis(10));
+    let lines = admin_lines(&c, follower, conn);
+    assert!(
+        lines[1].starts_with(&format!("SR 2 {follower} {cluster} {leader} ")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1 + leader as usize].starts_with(&format!("SM 2 {leader} leader ")),
+        "{lines:?}"
+    );
+    assert!(
+        lines[1 + leader as usize].ends_with(" - - - -"),
+        "{lines:?}"
+    );
+}
+
+#[test]
+fn a_transfer_asked_on_an_administrative_connection_is_begun_by_the_leader_and_refused_by_a_follower(
+) {
+    let (mut c, leader) = elected();
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let at_follower = c.connect(follower, "HA 1 -\n");
+    c.request(follower, at_follower, "Q 1 transfer -\n");
+    c.run(Duration::from_millis(10));
+    assert_eq!(
+        admin_lines(&c, follower, at_follower)[1],
+        format!("NO 1 not_leader 10.0.0.{leader}:7878")
+    );
+    let admin = c.connect(leader, "HA 1 -\n");
+    c.request(leader, admin, &format!("Q 2 transfer {follower}\n"));
+    c.run(Duration::from_millis(50));
+    assert_eq!(
+        admin_lines(&c, leader, admin)[1],
+        format!("OK 2 transfer {follower}")
+    );
+    assert_eq!(c.leader(), Some(follower));
+    // The administrative connection stayed through the change, and now
+    // hears the old leader refuse: it no longer leads.
+    assert!(!c.closed.contains(&(leader, admin)));
+    c.request(leader, admin, "Q 3 transfer 9\n");
+    c.run(Duration::from_millis(10));
+    assert_eq!(
+        admin_lines(&c, leader, admin)[2],
+        format!("NO 3 not_leader 10.0.0.{follower}:7878")
+    );
+    // The new leader refuses an unknown member by name.
+    let admin = c.connect(follower, "HA 1 -\n");
+    c.request(follower, admin, "Q 4 transfer 9\n");
+    c.run(Duration::from_millis(10));
+    assert_eq!(admin_lines(&c, follower, admin)[1], "NO 4 unknown_member -");
 }

@@ -1,0 +1,164 @@
+//! What an operator asks of a member (PROTOCOL.md 4.4), on an
+//! administrative connection (`server/admin.rs`, frames in
+//! [`crate::wire::admin`]): its view of the cluster ([`ClusterStatus`]),
+//! and a leadership transfer (`handover.rs`). Every request gets one clear
+//! answer at once: done, or refused and why.
+
+use raft::StateRole;
+
+use super::{ClusterId, Replica};
+use crate::names::{Endpoint, Name};
+use crate::server::ConnId;
+use crate::wire::admin::{AdminReply, AdminRequest, MemberRole, StatusHead, StatusMember};
+
+/// A member's view of its cluster (PROTOCOL.md 4.4, "Status";
+/// [`Replica::status`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClusterStatus {
+    /// The member whose view it is.
+    pub member: u64,
+    /// The cluster's identity, once committed.
+    pub cluster: Option<ClusterId>,
+    /// The leader it knows.
+    pub leader: Option<u64>,
+    /// The Raft term.
+    pub term: u64,
+    /// Its commit index.
+    pub commit: u64,
+    /// Its applied index.
+    pub applied: u64,
+    /// Every member of the configuration, by id.
+    pub members: Vec<MemberStatus>,
+}
+
+/// One member of the configuration, as [`ClusterStatus`] sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemberStatus {
+    /// Its Raft id.
+    pub id: u64,
+    /// Its role.
+    pub role: MemberRole,
+    /// The address its clients reach it at.
+    pub client: Option<Endpoint>,
+    /// The address its peers reach it at.
+    pub peer: Option<Endpoint>,
+    /// Whether the leader heard from it lately: on the leader only.
+    pub reachable: Option<bool>,
+    /// Its match index: on the leader only.
+    pub matched: Option<u64>,
+    /// How many entries its log lags the leader's: on the leader only.
+    pub lag: Option<u64>,
+    /// Its applied index: for the member whose view it is only.
+    pub applied: Option<u64>,
+}
+
+impl Replica {
+    /// This member's view of its cluster: roles and addresses; on the
+    /// leader, how far each member is.
+    pub fn status(&self) -> ClusterStatus {
+        let raft = &self.node.raft;
+        let me = raft.id;
+        let leads = raft.state == StateRole::Leader;
+        let last = raft.raft_log.last_index();
+        let conf = raft.prs().conf();
+        let voters: Vec<u64> = conf.voters().ids().iter().collect();
+        let learners = conf.learners().iter().copied();
+        let mut ids: Vec<u64> = voters.iter().copied().chain(learners).collect();
+        ids.sort_unstable();
+        ids.dedup();
+        let members = ids
+            .into_iter()
+            .map(|id| {
+                let progress = leads.then(|| raft.prs().get(id)).flatten();
+                MemberStatus {
+                    id,
+                    role: if id == raft.leader_id {
+                        MemberRole::Leader
+                    } else if voters.contains(&id) {
+                        MemberRole::Follower
+                    } else {
+                        MemberRole::Learner
+                    },
+                    client: self.members.get(&id).cloned(),
+                    peer: self.peers.get(&id).cloned(),
+                    reachable: progress.map(|p| id == me || p.recent_active),
+                    matched: progress.map(|p| p.matched),
+                    lag: progress.map(|p| last.saturating_sub(p.matched)),
+                    applied: (id == me).then_some(self.applied),
+                }
+            })
+            .collect();
+        ClusterStatus {
+            member: me,
+            cluster: self.cluster,
+            leader: (raft.leader_id != 0).then_some(raft.leader_id),
+            term: raft.term,
+            commit: raft.raft_log.committed,
+            applied: self.applied,
+            members,
+        }
+    }
+
+    /// Answers every request operators sent since the last turn.
+    pub(super) fn answer_operators(&mut self) {
+        while let Some((conn, request)) = self.server.poll_admin() {
+            match request {
+                AdminRequest::Status { id } => self.answer_status(conn, id),
+                AdminRequest::Transfer { id, to } => {
+                    let reply = match self.transfer_leadership(self.now, to) {
+                        Ok(to) => AdminReply::Transferring { id, to },
+                        Err(refused) => self.refused(id, refused.code()),
+                    };
+                    self.server.answer_admin(conn, &reply);
+                }
+                // The desk takes hellos itself and never queues one.
+                AdminRequest::Hello { .. } => {}
+            }
+        }
+    }
+
+    fn answer_status(&mut self, conn: ConnId, id: u64) {
+        let status = self.status();
+        let head = StatusHead {
+            id,
+            member: status.member,
+            cluster: status.cluster.map(ClusterId::get),
+            leader: status.leader,
+            term: status.term,
+            commit: status.commit,
+            applied: status.applied,
+            count: status.members.len() as u64,
+        };
+        self.server.answer_admin(conn, &AdminReply::Status(head));
+        for m in status.members {
+            let line = StatusMember {
+                id,
+                member: m.id,
+                role: m.role,
+                client: m.client,
+                peer: m.peer,
+                reachable: m.reachable,
+                matched: m.matched,
+                lag: m.lag,
+                applied: m.applied,
+            };
+            self.server.answer_admin(conn, &AdminReply::Member(line));
+        }
+    }
+
+    /// `NO <id> <error> <leader>`: with the leader's client address when
+    /// this member knows one and does not lead.
+    fn refused(&self, id: u64, error: &str) -> AdminReply {
+        let leader = self.node.raft.leader_id;
+        let leader = (leader != self.node.raft.id)
+            .then(|| self.members.get(&leader).cloned())
+            .flatten();
+        AdminReply::Refused {
+            id,
+            error: Name::new(error).expect("every refusal's code is an atom"),
+            leader,
+        }
+    }
+}
