@@ -153,3 +153,46 @@ fn histogram(name: &'static str, h: &Histogram) {
         gauge!(format!("{name}_bucket"), "le_ms" => bound.to_string()).set(n as f64);
     }
 }
+
+/// Publishes a replicated cluster member's view ([`Replica::status`],
+/// PROTOCOL.md 4.4 "Status"), under `ticketing_raft_*`: its term, commit
+/// and applied indices, the leader it knows (`0`: none), its role (a
+/// gauge per role, 1 for the one it has); and, while it leads, each
+/// member's match index and lag, labelled with the member's id (the
+/// values a member published while it led stay as they were once it no
+/// longer does: read them with its role).
+///
+/// [`Replica::status`]: crate::server::raft::Replica::status
+#[cfg(feature = "raft")]
+pub fn record_cluster(status: &crate::server::raft::ClusterStatus) {
+    use crate::wire::admin::MemberRole;
+
+    gauge!("ticketing_raft_term").set(status.term as f64);
+    gauge!("ticketing_raft_commit_index").set(status.commit as f64);
+    gauge!("ticketing_raft_applied_index").set(status.applied as f64);
+    gauge!("ticketing_raft_leader").set(status.leader.unwrap_or(0) as f64);
+    gauge!("ticketing_raft_members").set(status.members.len() as f64);
+    let mine = status
+        .members
+        .iter()
+        .find(|m| m.id == status.member)
+        .map(|m| m.role);
+    for role in [
+        MemberRole::Leader,
+        MemberRole::Follower,
+        MemberRole::Learner,
+    ] {
+        let is = f64::from(u8::from(mine == Some(role)));
+        gauge!("ticketing_raft_role", "role" => role.as_str()).set(is);
+    }
+    for m in &status.members {
+        let member = m.id.to_string();
+        if let Some(matched) = m.matched {
+            gauge!("ticketing_raft_member_match_index", "member" => member.clone())
+                .set(matched as f64);
+        }
+        if let Some(lag) = m.lag {
+            gauge!("ticketing_raft_member_lag", "member" => member).set(lag as f64);
+        }
+    }
+}

@@ -3,29 +3,15 @@
 
 mod cli;
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
-use cli::{Raw, Serve};
+use cli::{scrape, Raw, Serve};
 
 /// A free loopback port, as an address.
 fn free_addr() -> String {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
     listener.local_addr().expect("addr").to_string()
-}
-
-/// The body of `GET /metrics`.
-fn scrape(addr: &str) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
-    stream
-        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
-        .expect("request");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).expect("response");
-    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
-    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
-    body.to_string()
 }
 
 /// Each sample line of a Prometheus text body, as (name with labels,

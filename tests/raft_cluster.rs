@@ -16,6 +16,9 @@
 //!   each leader hands over before it stops, so a fresh key is granted
 //!   sooner after its SIGTERM than an election could; the renewing holder
 //!   keeps its grant and token.
+//! - `ticketing cluster status` and `transfer`, asked of any member, are
+//!   answered by the leader; refusals, a wrong credential, no member and
+//!   no endpoint end with their exit status.
 //! - A leader stopped (SIGSTOP) past the election timeout and continued
 //!   answers nothing it was asked in the meantime, grants and renews
 //!   nothing, and follows the leader the others elected.
@@ -350,6 +353,134 @@ fn a_rolling_restart_hands_each_leader_over_and_a_renewing_holder_keeps_its_gran
             "a fresh grant {d:?} after the leader's SIGTERM: no sooner than an election; {ms:?}"
         );
     }
+}
+
+// ----- ticketing cluster ------------------------------------------------------
+
+/// `ticketing cluster ARGS... --endpoint ENDPOINT` with the cluster's
+/// credential: its exit code and the JSON object it printed.
+fn cluster_cli(args: &[&str], endpoint: &str, credential: &str) -> (Option<i32>, Value) {
+    let mut all = vec!["cluster"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--endpoint", endpoint, "--raft-credential", credential]);
+    let done = cli::ticketing(&all, WAIT);
+    let value = serde_json::from_str(done.stdout.trim())
+        .unwrap_or_else(|e| panic!("{all:?}: not one JSON object ({e}): {done:?}"));
+    (done.code, value)
+}
+
+/// `ticketing cluster status` and `transfer` (CLI.md) asked of any member:
+/// followed to the leader, answered with the figures of PROTOCOL.md 4.4,
+/// which the members' metrics publish too; refusals and unreachable
+/// members end with their exit status.
+#[test]
+fn cluster_status_and_transfer_go_to_the_leader_through_any_member() {
+    let _serial = serial();
+    let secret = "peer-secret";
+    let mut c = Cluster::new("ops", &["--raft-credential", secret]);
+    let metrics: Vec<String> = (0..3).map(|_| cli::free_addr()).collect();
+    for (own, addr) in c.own.iter_mut().zip(&metrics) {
+        *own = vec!["--metrics-listen".to_string(), addr.clone()];
+    }
+    c.start_all(true);
+    let lead = c.settled();
+    let follower = (lead + 1) % 3;
+    let (code, v) = cluster_cli(&["status"], &c.addr(follower), secret);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["leader"], lead as u64 + 1, "{v}");
+    assert_eq!(v["member"], lead as u64 + 1, "answered by the leader: {v}");
+    assert_eq!(v["cluster"].as_str().map(str::len), Some(32), "{v}");
+    let members = v["members"].as_array().expect("members");
+    assert_eq!(members.len(), 3, "{v}");
+    for (i, m) in members.iter().enumerate() {
+        assert_eq!(m["id"], i as u64 + 1, "{v}");
+        assert_eq!(m["client"], c.addr(i), "{v}");
+        let role = if i == lead { "leader" } else { "follower" };
+        assert_eq!(m["role"], role, "{v}");
+        assert_eq!(m["reachable"], true, "{v}");
+        assert!(
+            m["match"].as_u64().is_some() && m["lag"].as_u64().is_some(),
+            "{v}"
+        );
+    }
+
+    // The same figures as metrics: the leader's role, and how far each
+    // member is; a follower's role. Published once a second.
+    let sample = |addr: &str, name: &str| -> Option<f64> {
+        cli::scrape(addr).lines().find_map(|l| {
+            let (n, v) = l.rsplit_once(' ')?;
+            (n == name).then(|| v.parse().ok()).flatten()
+        })
+    };
+    let deadline = Instant::now() + WAIT;
+    while sample(&metrics[lead], "ticketing_raft_role{role=\"leader\"}") != Some(1.0) {
+        assert!(Instant::now() < deadline, "{}", cli::scrape(&metrics[lead]));
+        thread::sleep(Duration::from_millis(100));
+    }
+    let body = cli::scrape(&metrics[lead]);
+    for m in 1..=3 {
+        assert!(
+            sample(
+                &metrics[lead],
+                &format!("ticketing_raft_member_lag{{member=\"{m}\"}}")
+            )
+            .is_some(),
+            "member {m}'s lag: {body}"
+        );
+    }
+    assert!(
+        sample(&metrics[lead], "ticketing_raft_commit_index") > Some(0.0),
+        "{body}"
+    );
+    assert!(
+        sample(&metrics[lead], "ticketing_raft_term") > Some(0.0),
+        "{body}"
+    );
+    while sample(&metrics[follower], "ticketing_raft_role{role=\"follower\"}") != Some(1.0) {
+        assert!(
+            Instant::now() < deadline,
+            "{}",
+            cli::scrape(&metrics[follower])
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+
+    // Handed over to the follower, asked through the leader.
+    let to = (follower + 1).to_string();
+    let (code, v) = cluster_cli(&["transfer", &to], &c.addr(lead), secret);
+    assert_eq!(code, Some(0), "{v}");
+    assert_eq!(v["transferred"], follower as u64 + 1, "{v}");
+    assert_eq!(c.settled(), follower);
+    // To the most caught-up, asked through a follower.
+    let (code, v) = cluster_cli(&["transfer"], &c.addr(lead), secret);
+    assert_eq!(code, Some(0), "{v}");
+    let now = v["transferred"].as_u64().expect("a member") as usize - 1;
+    assert_ne!(now, follower, "{v}");
+    assert_eq!(c.settled(), now);
+
+    // Refused: an unknown member, a wrong credential.
+    let (code, v) = cluster_cli(&["transfer", "9"], &c.addr(lead), secret);
+    assert_eq!(
+        (code, v["error"].as_str()),
+        (Some(1), Some("unknown_member")),
+        "{v}"
+    );
+    let (code, v) = cluster_cli(&["status"], &c.addr(lead), "not-the-secret");
+    assert_eq!(
+        (code, v["error"].as_str()),
+        (Some(1), Some("auth_failed")),
+        "{v}"
+    );
+    assert_eq!(c.settled(), now, "nothing changed");
+    // No member there: 75. No endpoint at all: bad arguments.
+    let (code, v) = cluster_cli(&["status"], &cli::free_addr(), secret);
+    assert_eq!(
+        (code, v["error"].as_str()),
+        (Some(75), Some("unreachable")),
+        "{v}"
+    );
+    let done = cli::ticketing(&["cluster", "status"], WAIT);
+    assert_eq!(done.code, Some(2), "{done:?}");
 }
 
 // ----- the leader stopped and continued -------------------------------------

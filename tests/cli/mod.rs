@@ -818,3 +818,16 @@ pub struct Finished {
 pub fn ticketing(args: &[&str], within: Duration) -> Finished {
     Proc::start(args).finish(within)
 }
+
+/// The body of `GET /metrics`.
+pub fn scrape(addr: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .expect("request");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).expect("response");
+    let (head, body) = response.split_once("\r\n\r\n").expect("a head and a body");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    body.to_string()
+}

@@ -60,6 +60,8 @@ pub struct Cluster {
     pub members: Vec<Member>,
     /// Given to every start after the cluster's own options.
     pub extra: Vec<String>,
+    /// Given to the starts of member `i` only, after `extra`.
+    pub own: Vec<Vec<String>>,
 }
 
 impl Cluster {
@@ -81,6 +83,7 @@ impl Cluster {
             root,
             members,
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            own: vec![Vec::new(); 3],
         }
     }
 
@@ -110,6 +113,7 @@ impl Cluster {
             args.push("--raft-insecure".to_string());
         }
         args.extend(self.extra.iter().cloned());
+        args.extend(self.own[i].iter().cloned());
         args
     }
 

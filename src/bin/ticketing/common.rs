@@ -136,6 +136,8 @@ pub fn spawn_configured(
 /// The environment variable a credential may come from instead of
 /// `--credential` (which wins when both are there).
 pub const CREDENTIAL_ENV: &str = "TICKETING_CREDENTIAL";
+/// Where `--raft-credential` may come from instead.
+pub const RAFT_CREDENTIAL_ENV: &str = "TICKETING_RAFT_CREDENTIAL";
 
 /// Parses a credential (an atom) without ever showing it: clap's own
 /// message for a bad value quotes the value.

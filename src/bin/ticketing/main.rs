@@ -2,6 +2,7 @@
 //! over the library; every rule lives there. The interface is CLI.md's.
 
 mod client;
+mod cluster;
 mod common;
 mod demo;
 mod demo_raft;
@@ -31,6 +32,8 @@ enum Command {
     Serve(serve::Args),
     /// Drive a client with commands on stdin, JSON lines on stdout.
     Client(client::Args),
+    /// Administer a replicated cluster: status, leadership transfer.
+    Cluster(cluster::Args),
     /// Hold a lock while a command runs.
     Run(run::Args),
     /// Servers and many clients for a few seconds, with faults; a report.
@@ -58,6 +61,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve::run(args)),
         Command::Client(args) => runtime.block_on(client::run(args)),
+        Command::Cluster(args) => runtime.block_on(cluster::run(args)),
         Command::Run(args) => runtime.block_on(run::run(args)),
         Command::Demo(args) => runtime.block_on(demo::run(args)),
         Command::Sim(args) => runtime.block_on(sim::run(args)),

@@ -17,7 +17,7 @@ use ticketing::raft::{
     ReplicaConfig, ReplicaEvent,
 };
 use ticketing::serve::TlsListener;
-use ticketing::server::{Config, Server};
+use ticketing::server::{AdminAccess, Config, Server};
 use ticketing::state::unix_now;
 use ticketing::tls::{ClientTls, Identity, ServerTls};
 use ticketing::{Endpoint, Name, Time};
@@ -131,6 +131,13 @@ pub async fn serve_member(
     if !clients.contains_key(&args.id) {
         return Err(format!("--raft-id {} is not among the --raft-peer members", args.id).into());
     }
+    // Operators are authenticated as peers are (PROTOCOL.md 4.4): by the
+    // peer credential, or by nothing where the peers are not either.
+    let admin = match (&args.credential, args.insecure) {
+        (Some(credential), _) => Some(AdminAccess::Credential(credential.clone())),
+        (None, true) => Some(AdminAccess::Open),
+        (None, false) => None,
+    };
     let auth = peer_auth(args.credential, args.insecure, args.peer_tls, &args.tls)?;
     let voters: Vec<u64> = clients.keys().copied().collect();
     let start = if args.new_cluster {
@@ -147,6 +154,11 @@ pub async fn serve_member(
     replica_config.snapshot_every = args.snapshot_every;
     // The cluster's identity if this member is its first leader.
     replica_config.draw = secret();
+    replica_config.admin = admin;
+    replica_config.peers = raft_addrs
+        .iter()
+        .filter_map(|(&id, addr)| Some((id, Endpoint::new(addr.to_string()).ok()?)))
+        .collect();
     let server = Server::new(config, Time::ZERO)?;
     let replica = Replica::new(replica_config, server, restored, Time::ZERO)?;
     let client_credential = replica.server().config().credential.is_some();
@@ -210,9 +222,25 @@ pub async fn serve_member(
     };
     eprintln!("listening on {addr}");
     let no_news = EpochNews::default();
+    // The cluster as this member sees it, beside the server's counters.
+    let publishing = prometheus.is_some();
+    let publish = async {
+        if !publishing {
+            return std::future::pending().await;
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            match handle.status().await {
+                Ok(status) => ticketing::metrics::record_cluster(&status),
+                Err(_) => return,
+            }
+        }
+    };
     tokio::select! {
         () = stop => {}
         () = watch(|| handle.stats(), prometheus, &no_news) => {}
+        () = publish => {}
     }
     // A leader hands over first (PROTOCOL.md 4.4): its clients are sent to
     // the new leader, with no election timeout to wait out.

@@ -17,13 +17,10 @@ use ticketing::tls::{Identity, ServerTls};
 use ticketing::{Endpoint, Name, Time};
 use tokio::net::TcpListener;
 
-use crate::common::{secret, Secret, CREDENTIAL_ENV};
+use crate::common::{secret, Secret, CREDENTIAL_ENV, RAFT_CREDENTIAL_ENV};
 use crate::member::{serve_member, MemberArgs, RaftPeer};
 use crate::report::{warn_if_exposed, watch, EpochNews};
 use crate::scrape;
-
-/// Where `--raft-credential` may come from instead.
-const RAFT_CREDENTIAL_ENV: &str = "TICKETING_RAFT_CREDENTIAL";
 
 #[derive(Clone, Copy, ValueEnum)]
 enum RoleArg {

@@ -36,7 +36,7 @@ use crate::host::raft::disk::RaftDisk;
 use crate::host::raft::peers::Peers;
 use crate::host::serve::{Core, Hosted, Listener};
 use crate::host::state::WallClock;
-use crate::server::raft::{AdminRefusal, Output, Persist, Replica, ReplicaEvent};
+use crate::server::raft::{AdminRefusal, ClusterStatus, Output, Persist, Replica, ReplicaEvent};
 use crate::server::{Action, ConnId, Server, ServerStats};
 use crate::time::Time;
 
@@ -225,6 +225,8 @@ pub(crate) enum MemberCommand {
     },
     /// [`Replica::leads`].
     Leads(oneshot::Sender<bool>),
+    /// [`Replica::status`].
+    Status(oneshot::Sender<ClusterStatus>),
 }
 
 /// A member served on a tokio task ([`spawn_member`]). Unlike a single
@@ -295,6 +297,11 @@ impl MemberHandle {
     /// Whether the member is Raft's leader ([`Replica::leads`]).
     pub async fn leads(&self) -> io::Result<bool> {
         self.hosted.ask(MemberCommand::Leads).await
+    }
+
+    /// The member's view of its cluster ([`Replica::status`]).
+    pub async fn status(&self) -> io::Result<ClusterStatus> {
+        self.hosted.ask(MemberCommand::Status).await
     }
 
     /// What a member does before it stops (PROTOCOL.md 4.4, "Leadership
@@ -513,6 +520,9 @@ impl Core for MemberCore {
             }
             MemberCommand::Leads(reply) => {
                 let _ = reply.send(self.replica.leads());
+            }
+            MemberCommand::Status(reply) => {
+                let _ = reply.send(self.replica.status());
             }
         }
     }

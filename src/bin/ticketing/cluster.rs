@@ -1,0 +1,340 @@
+//! `ticketing cluster`: administers a replicated cluster (PROTOCOL.md 4.4,
+//! CLI.md) over the administrative frames of `ticketing::wire::admin`.
+//! Every answer is the members'; this asks whichever endpoint answers
+//! first, follows it to the leader, and prints one JSON object.
+//!
+//! Exit status: 0 done, 1 refused (the object's `error` says why), 2 bad
+//! arguments, 75 no member reached.
+
+use std::error::Error;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args as ClapArgs, Subcommand};
+use serde_json::{json, Value};
+use ticketing::wire::admin::{AdminReply, AdminRequest, StatusHead, StatusMember, ADMIN_VERSION};
+use ticketing::{Endpoint, Name};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::TcpStream;
+use tokio::time::{sleep, timeout, Instant};
+
+use crate::common::{Secret, RAFT_CREDENTIAL_ENV};
+
+/// Exit status when no member could be reached (EX_TEMPFAIL).
+const UNREACHED: u8 = 75;
+/// How long one member has to answer.
+const ANSWER_TIME: Duration = Duration::from_secs(5);
+/// How many times a request follows a member to the leader it names.
+const HOPS: usize = 4;
+
+/// Options of `ticketing cluster` (CLI.md).
+#[derive(ClapArgs)]
+pub struct Args {
+    #[command(subcommand)]
+    op: Op,
+}
+
+#[derive(Subcommand)]
+enum Op {
+    /// The members, their roles, and (from the leader) how far each is.
+    Status(Common),
+    /// Hands the leadership to member ID, or to the most caught-up; returns
+    /// once it leads.
+    Transfer {
+        #[command(flatten)]
+        common: Common,
+        /// The member to hand over to.
+        id: Option<u64>,
+        /// How long to wait for it to lead.
+        #[arg(long, value_name = "N", default_value_t = 10_000)]
+        wait_ms: u64,
+    },
+}
+
+/// What every subcommand takes.
+#[derive(ClapArgs)]
+struct Common {
+    /// A member's client address; several, to try in turn.
+    #[arg(long = "endpoint", value_name = "ADDR", required = true)]
+    endpoints: Vec<Endpoint>,
+    /// The cluster's peer credential (omit for a cluster that runs with
+    /// --raft-insecure). Better from the environment.
+    #[arg(
+        long,
+        value_name = "C",
+        value_parser = Secret,
+        allow_hyphen_values = true,
+        env = RAFT_CREDENTIAL_ENV,
+        hide_env_values = true
+    )]
+    raft_credential: Option<Name>,
+}
+
+/// How a request ended, for the exit status.
+enum Ended {
+    Done(Value),
+    Refused(Value),
+    Unreached(String),
+    /// Arguments that cannot be carried out as given.
+    Usage(String),
+}
+
+pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
+    let ended = match args.op {
+        Op::Status(common) => status(&common).await?,
+        Op::Transfer {
+            common,
+            id,
+            wait_ms,
+        } => transfer(&common, id, Duration::from_millis(wait_ms)).await?,
+    };
+    Ok(match ended {
+        Ended::Done(v) => {
+            println!("{v}");
+            ExitCode::SUCCESS
+        }
+        Ended::Refused(v) => {
+            println!("{v}");
+            ExitCode::from(1)
+        }
+        Ended::Unreached(why) => {
+            println!("{}", json!({"error": "unreachable", "message": why}));
+            ExitCode::from(UNREACHED)
+        }
+        Ended::Usage(why) => {
+            eprintln!("ticketing cluster: {why}");
+            ExitCode::from(2)
+        }
+    })
+}
+
+/// An administrative connection to one member.
+struct Admin {
+    lines: tokio::io::Lines<BufReader<tokio::net::tcp::OwnedReadHalf>>,
+    write: tokio::net::tcp::OwnedWriteHalf,
+    /// The member's Raft id, as its `WA` said.
+    member: u64,
+    next_id: u64,
+}
+
+/// Why a connection to a member gave nothing.
+enum Refusal {
+    /// It could not be reached, or closed without a word.
+    Unreached(String),
+    /// It refused the hello (`E <reason>`).
+    Said(String),
+    /// It was not asked: the arguments forbid it.
+    Usage(String),
+}
+
+impl Admin {
+    /// Connects to `endpoint` and says the administrative hello.
+    async fn open(endpoint: &Endpoint, credential: Option<&Name>) -> Result<Admin, Refusal> {
+        let addrs: Vec<SocketAddr> = tokio::net::lookup_host(endpoint.as_str())
+            .await
+            .map_err(|e| Refusal::Unreached(format!("{endpoint}: {e}")))?
+            .collect();
+        if credential.is_some() && !addrs.iter().all(|a| a.ip().is_loopback()) {
+            // The credential is the members' own: never in the clear
+            // beyond this machine.
+            return Err(Refusal::Usage(format!(
+                "{endpoint} is not a loopback address: the peer credential is not sent to it without TLS"
+            )));
+        }
+        let stream = timeout(ANSWER_TIME, TcpStream::connect(&addrs[..]))
+            .await
+            .map_err(|_| Refusal::Unreached(format!("{endpoint}: no connection in time")))?
+            .map_err(|e| Refusal::Unreached(format!("{endpoint}: {e}")))?;
+        let (read, write) = stream.into_split();
+        let mut admin = Admin {
+            lines: BufReader::new(read).lines(),
+            write,
+            member: 0,
+            next_id: 1,
+        };
+        admin
+            .send(&AdminRequest::Hello {
+                version: ADMIN_VERSION,
+                credential: credential.cloned(),
+            })
+            .await
+            .map_err(|e| Refusal::Unreached(format!("{endpoint}: {e}")))?;
+        match admin.read().await {
+            Ok(AdminReply::Welcome { member }) => {
+                admin.member = member;
+                Ok(admin)
+            }
+            Ok(AdminReply::Error { reason }) => Err(Refusal::Said(reason.as_str().to_string())),
+            Ok(other) => Err(Refusal::Unreached(format!(
+                "{endpoint}: answered the hello with {other:?}"
+            ))),
+            Err(e) => Err(Refusal::Unreached(format!("{endpoint}: {e}"))),
+        }
+    }
+
+    async fn send(&mut self, request: &AdminRequest) -> std::io::Result<()> {
+        let mut line = Vec::new();
+        request.encode(&mut line);
+        self.write.write_all(&line).await
+    }
+
+    /// The next frame the member sends.
+    async fn read(&mut self) -> Result<AdminReply, Box<dyn Error>> {
+        let line = timeout(ANSWER_TIME, self.lines.next_line())
+            .await
+            .map_err(|_| "no answer in time")??
+            .ok_or("the member closed the connection")?;
+        Ok(AdminReply::parse(line.as_bytes())
+            .map_err(|e| format!("an answer that is no administrative frame ({e}): {line:?}"))?)
+    }
+
+    fn id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// The member's status: its `SR`, and the `SM` lines that follow.
+    async fn status(&mut self) -> Result<(StatusHead, Vec<StatusMember>), Box<dyn Error>> {
+        let id = self.id();
+        self.send(&AdminRequest::Status { id }).await?;
+        let head = match self.read().await? {
+            AdminReply::Status(head) if head.id == id => head,
+            other => return Err(format!("status answered with {other:?}").into()),
+        };
+        let mut members = Vec::new();
+        for _ in 0..head.count {
+            match self.read().await? {
+                AdminReply::Member(m) if m.id == id => members.push(m),
+                other => return Err(format!("a member's status was {other:?}").into()),
+            }
+        }
+        Ok((head, members))
+    }
+}
+
+/// Connects to the first endpoint that admits us; a refused hello ends
+/// the request (every member holds the same credential).
+async fn first(common: &Common) -> Result<Admin, Ended> {
+    let mut why = Vec::new();
+    for endpoint in &common.endpoints {
+        match Admin::open(endpoint, common.raft_credential.as_ref()).await {
+            Ok(admin) => return Ok(admin),
+            Err(Refusal::Said(reason)) => {
+                return Err(Ended::Refused(
+                    json!({"error": reason, "endpoint": endpoint.as_str()}),
+                ))
+            }
+            Err(Refusal::Usage(why)) => return Err(Ended::Usage(why)),
+            Err(Refusal::Unreached(e)) => why.push(e),
+        }
+    }
+    Err(Ended::Unreached(why.join("; ")))
+}
+
+fn status_json(head: &StatusHead, members: &[StatusMember]) -> Value {
+    let members: Vec<Value> = members
+        .iter()
+        .map(|m| {
+            json!({
+                "id": m.member,
+                "client": m.client.as_ref().map(Endpoint::as_str),
+                "peer": m.peer.as_ref().map(Endpoint::as_str),
+                "role": m.role.as_str(),
+                "reachable": m.reachable,
+                "match": m.matched,
+                "lag": m.lag,
+                "applied": m.applied,
+            })
+        })
+        .collect();
+    json!({
+        "cluster": head.cluster.map(|c| format!("{c:032x}")),
+        "member": head.member,
+        "leader": head.leader,
+        "term": head.term,
+        "commit": head.commit,
+        "members": members,
+    })
+}
+
+/// The status, from the leader when it can be reached (only it knows how
+/// far each member is), else from the member that answered.
+async fn status(common: &Common) -> Result<Ended, Box<dyn Error>> {
+    let mut admin = match first(common).await {
+        Ok(admin) => admin,
+        Err(ended) => return Ok(ended),
+    };
+    let (head, members) = admin.status().await?;
+    let leader_addr = head
+        .leader
+        .filter(|&l| l != head.member)
+        .and_then(|l| members.iter().find(|m| m.member == l))
+        .and_then(|m| m.client.clone());
+    if let Some(addr) = leader_addr {
+        if let Ok(mut leader) = Admin::open(&addr, common.raft_credential.as_ref()).await {
+            if let Ok((head, members)) = leader.status().await {
+                return Ok(Ended::Done(status_json(&head, &members)));
+            }
+        }
+    }
+    Ok(Ended::Done(status_json(&head, &members)))
+}
+
+/// Asks the leader to hand over, then waits until the member it chose
+/// leads.
+async fn transfer(
+    common: &Common,
+    to: Option<u64>,
+    wait: Duration,
+) -> Result<Ended, Box<dyn Error>> {
+    let mut admin = match first(common).await {
+        Ok(admin) => admin,
+        Err(ended) => return Ok(ended),
+    };
+    let mut hops = 0;
+    let chosen = loop {
+        let id = admin.id();
+        admin.send(&AdminRequest::Transfer { id, to }).await?;
+        match admin.read().await? {
+            AdminReply::Transferring { to, .. } => break to,
+            AdminReply::Refused {
+                error,
+                leader: Some(leader),
+                ..
+            } if error.as_str() == "not_leader" && hops < HOPS => {
+                hops += 1;
+                admin = match Admin::open(&leader, common.raft_credential.as_ref()).await {
+                    Ok(admin) => admin,
+                    Err(Refusal::Said(reason)) => {
+                        return Ok(Ended::Refused(json!({"error": reason})))
+                    }
+                    Err(Refusal::Usage(why)) => return Ok(Ended::Usage(why)),
+                    Err(Refusal::Unreached(e)) => return Ok(Ended::Unreached(e)),
+                };
+            }
+            AdminReply::Refused { error, .. } => {
+                return Ok(Ended::Refused(json!({"error": error.as_str()})));
+            }
+            other => return Err(format!("transfer answered with {other:?}").into()),
+        }
+    };
+    // The member chosen leads once a member's status says so; the one that
+    // handed over says it as soon as it hears of the new term.
+    let deadline = Instant::now() + wait;
+    loop {
+        if let Ok((head, _)) = admin.status().await {
+            if head.leader == Some(chosen) {
+                return Ok(Ended::Done(
+                    json!({"transferred": chosen, "leader": chosen, "term": head.term}),
+                ));
+            }
+        }
+        if Instant::now() >= deadline {
+            return Ok(Ended::Refused(
+                json!({"error": "not_transferred", "to": chosen, "message": "the member chosen did not lead in time; the old leader leads on"}),
+            ));
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+}
