@@ -209,6 +209,7 @@
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 
+pub mod admin;
 pub mod client;
 mod conn_id;
 mod hash;

@@ -165,7 +165,7 @@ fn histogram(name: &'static str, h: &Histogram) {
 /// [`Replica::status`]: crate::server::raft::Replica::status
 #[cfg(feature = "raft")]
 pub fn record_cluster(status: &crate::server::raft::ClusterStatus) {
-    use crate::wire::admin::MemberRole;
+    use crate::admin::MemberRole;
 
     gauge!("ticketing_raft_term").set(status.term as f64);
     gauge!("ticketing_raft_commit_index").set(status.commit as f64);

@@ -8,9 +8,10 @@
 //! Those about the lock table and the role ([`TableCommand`]) only a
 //! single server takes, whose table and role its driver sets; a member's
 //! come from its log. A core says which it takes in its type
-//! ([`Core::Command`]), and a member takes none (`Infallible`), so the
-//! handle a member is served with has no method that would send one:
-//! refused where it is written, not dropped where it arrives.
+//! ([`Core::Command`]): a member takes an operator's (`MemberCommand`:
+//! a leadership transfer, its status), none about the table or the role,
+//! so the handle a member is served with has no method that would send
+//! one: refused where it is written, not dropped where it arrives.
 
 use std::task::Context;
 use std::time::{Duration, Instant};

@@ -1,5 +1,5 @@
 //! Administrative connections (PROTOCOL.md 4.4, "Who may ask"; the frames
-//! are [`crate::wire::admin`]'s): who may open one, and the requests that
+//! are [`crate::admin`]'s): who may open one, and the requests that
 //! came on them, for the core that administers to answer.
 //!
 //! A server opens its desk only when it is a member of a replicated
@@ -15,8 +15,8 @@ use std::collections::VecDeque;
 
 use super::credential::Credential;
 use super::ConnId;
+use crate::admin::AdminRequest;
 use crate::names::Name;
-use crate::wire::admin::AdminRequest;
 
 /// Who may open an administrative connection.
 #[derive(Debug, Clone, PartialEq, Eq)]

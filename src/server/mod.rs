@@ -92,9 +92,9 @@ use self::credential::Credential;
 #[cfg(feature = "raft")]
 use self::holdback::Holdback;
 use self::table::{Acquired, Limits, Renewal, Reply};
+use crate::admin::{AdminReply, AdminRequest, ADMIN_VERSION};
 use crate::names::Endpoint;
 use crate::time::Time;
-use crate::wire::admin::{AdminReply, AdminRequest, ADMIN_VERSION};
 use crate::wire::{Answer, AnswerKind, Atom, ClientFrame, LineReader, ServerFrame, Window};
 
 /// The protocol versions this server speaks (PROTOCOL.md section 3):

@@ -14,6 +14,7 @@ use thiserror::Error;
 
 use super::checker::InvariantViolation;
 use super::run::{Runner, Setup, Step};
+use crate::admin::{AdminReply, AdminRequest};
 use crate::rng::Rng;
 use crate::wire::{ClientFrame, FrameError, LineReader, ServerFrame, MAX_FRAME};
 
@@ -72,7 +73,8 @@ fn reference(stream: &[u8]) -> (Vec<Expected>, Option<usize>) {
 ///   chunking, and an over-long line fails while the chunk holding its byte
 ///   1025 is read, and keeps failing after;
 /// * the reader never buffers more than 1024 bytes;
-/// * every line that parses (as [`ServerFrame`] or [`ClientFrame`]) encodes
+/// * every line that parses (as [`ServerFrame`] or [`ClientFrame`], or as
+///   an administrative frame, [`AdminRequest`] or [`AdminReply`]) encodes
 ///   back to the same bytes, parses again to the same frame, displays as
 ///   itself, and has the shape of section 2 (printable, single spaces, at
 ///   most 1023 bytes).
@@ -220,6 +222,45 @@ fn check_line(line: &[u8]) -> Result<(), DecodeFailure> {
         check_frame(line, "ClientFrame", frame, ClientFrame::encode, |bytes| {
             ClientFrame::parse(bytes) == Ok(frame)
         })?;
+    }
+    if let Ok(frame) = AdminRequest::parse(line) {
+        check_admin(
+            line,
+            "AdminRequest",
+            &frame,
+            AdminRequest::encode,
+            |bytes| AdminRequest::parse(bytes).as_ref() == Ok(&frame),
+        )?;
+    }
+    if let Ok(frame) = AdminReply::parse(line) {
+        check_admin(line, "AdminReply", &frame, AdminReply::encode, |bytes| {
+            AdminReply::parse(bytes).as_ref() == Ok(&frame)
+        })?;
+    }
+    Ok(())
+}
+
+/// Checks a `line` that parsed as an administrative `frame`: its shape,
+/// and that it encodes to the line and parses back to itself.
+fn check_admin<F: fmt::Debug>(
+    line: &[u8],
+    what: &str,
+    frame: &F,
+    encode: impl Fn(&F, &mut Vec<u8>),
+    parses_back: impl Fn(&[u8]) -> bool,
+) -> Result<(), DecodeFailure> {
+    check_shape(line, &format!("{what}::parse"))?;
+    let mut out = Vec::new();
+    encode(frame, &mut out);
+    if out.strip_suffix(b"\n") != Some(line) {
+        return failure(format!(
+            "{what} {frame:?} from {:?} encodes as {:?}",
+            String::from_utf8_lossy(line),
+            String::from_utf8_lossy(&out)
+        ));
+    }
+    if !parses_back(line) {
+        return failure(format!("{what} {frame:?} does not parse back"));
     }
     Ok(())
 }

@@ -45,7 +45,6 @@
 //! assert!(ServerFrame::parse(b"G 42 R printer 7 30000").is_err()); // G cannot answer R
 //! ```
 
-pub mod admin;
 mod atom;
 mod error;
 mod frame;

@@ -1,5 +1,5 @@
 //! `ticketing cluster`: administers a replicated cluster (PROTOCOL.md 4.4,
-//! CLI.md) over the administrative frames of `ticketing::wire::admin`.
+//! CLI.md) over the administrative frames of `ticketing::admin`.
 //! Every answer is the members'; this asks whichever endpoint answers
 //! first, follows it to the leader, and prints one JSON object.
 //!
@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Subcommand};
 use serde_json::{json, Value};
-use ticketing::wire::admin::{AdminReply, AdminRequest, StatusHead, StatusMember, ADMIN_VERSION};
+use ticketing::admin::{AdminReply, AdminRequest, StatusHead, StatusMember, ADMIN_VERSION};
 use ticketing::{Endpoint, Name};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;

@@ -1,15 +1,15 @@
 //! What an operator asks of a member (PROTOCOL.md 4.4), on an
 //! administrative connection (`server/admin.rs`, frames in
-//! [`crate::wire::admin`]): its view of the cluster ([`ClusterStatus`]),
+//! [`crate::admin`]): its view of the cluster ([`ClusterStatus`]),
 //! and a leadership transfer (`handover.rs`). Every request gets one clear
 //! answer at once: done, or refused and why.
 
 use raft::StateRole;
 
 use super::{ClusterId, Replica};
+use crate::admin::{AdminReply, AdminRequest, MemberRole, StatusHead, StatusMember};
 use crate::names::{Endpoint, Name};
 use crate::server::ConnId;
-use crate::wire::admin::{AdminReply, AdminRequest, MemberRole, StatusHead, StatusMember};
 
 /// A member's view of its cluster (PROTOCOL.md 4.4, "Status";
 /// [`Replica::status`]).

@@ -1,6 +1,8 @@
 //! The administrative frames of a replicated cluster (PROTOCOL.md 4.4, "Who
 //! may ask"): their wire form is this implementation's, and this module is
-//! its documentation. `ticketing cluster` (CLI.md) speaks it.
+//! its documentation. `ticketing cluster` (CLI.md) speaks it. It sits
+//! beside [`crate::wire`], not in it: its frames are few and small, and it
+//! reads them into owned values.
 //!
 //! An administrative connection is a connection to a member's client
 //! address whose first line is an administrative hello, `HA`, instead of
@@ -43,8 +45,8 @@
 
 use thiserror::Error;
 
-use super::atom::Atom;
 use crate::names::{Endpoint, Name};
+use crate::wire::Atom;
 
 /// The version of the administrative frames this module speaks.
 pub const ADMIN_VERSION: u64 = 1;
