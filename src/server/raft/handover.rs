@@ -36,6 +36,26 @@ pub enum AdminRefusal {
     /// No other voter is in touch and caught up enough to hand over to.
     #[error("no other member is caught up")]
     NotCaughtUp,
+    /// The member to add is in the configuration already.
+    #[error("member {id} is in the configuration already")]
+    AlreadyMember {
+        /// The id asked for.
+        id: u64,
+    },
+    /// A change of the configuration is under way: one at a time.
+    #[error("another change of the configuration is under way")]
+    ChangeInFlight,
+    /// The voters that would remain, of those the leader hears from,
+    /// could not form a majority of the new configuration.
+    #[error("the members that would remain and answer could not form a majority")]
+    WouldLoseMajority,
+    /// The leader was asked to remove itself: it hands over to `to`
+    /// first, which is to be asked again.
+    #[error("this member leads: it hands over to member {to} first, which is to be asked")]
+    HandingOver {
+        /// The member it hands over to.
+        to: u64,
+    },
 }
 
 impl AdminRefusal {
@@ -45,6 +65,10 @@ impl AdminRefusal {
             AdminRefusal::NotLeader { .. } => "not_leader",
             AdminRefusal::UnknownMember { .. } => "unknown_member",
             AdminRefusal::NotCaughtUp => "not_caught_up",
+            AdminRefusal::AlreadyMember { .. } => "already_member",
+            AdminRefusal::ChangeInFlight => "change_in_flight",
+            AdminRefusal::WouldLoseMajority => "would_lose_majority",
+            AdminRefusal::HandingOver { .. } => "handing_over",
         }
     }
 }
@@ -56,6 +80,10 @@ fn every_code_is_an_atom() {
         AdminRefusal::NotLeader { leader: None },
         AdminRefusal::UnknownMember { id: 1 },
         AdminRefusal::NotCaughtUp,
+        AdminRefusal::AlreadyMember { id: 1 },
+        AdminRefusal::ChangeInFlight,
+        AdminRefusal::WouldLoseMajority,
+        AdminRefusal::HandingOver { to: 2 },
     ] {
         assert!(
             crate::names::Name::new(refusal.code()).is_ok(),

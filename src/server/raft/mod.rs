@@ -11,6 +11,7 @@
 //! | `Leadership` | whether this member serves, and since which entry | 4.3 "No recovery grace", "Who answers" |
 //! | `Proposals` | the leader's turns not yet committed, by Raft index | 4.3 "What is replicated", one entry per turn |
 //! | `Handover` | the member a leader is handing over to (`handover.rs`) | 4.4 "Leadership transfer" |
+//! | `Roster`, `Membership` | every member's addresses, who was heard from lately (`membership.rs`) | 4.4 "Membership changes", "Adding", "Removing" |
 //!
 //! The driver contract is [`Server`]'s, plus the disk and the peers:
 //!
@@ -50,6 +51,7 @@
 
 mod handover;
 mod identity;
+mod membership;
 mod operate;
 mod parts;
 mod screen;
@@ -68,6 +70,8 @@ use thiserror::Error;
 pub use self::handover::AdminRefusal;
 use self::handover::Handover;
 pub use self::identity::{ClusterId, ClusterIdError};
+pub use self::membership::{MemberAddrs, PROMOTE_WITHIN};
+use self::membership::{Membership, Roster};
 pub use self::operate::{ClusterStatus, MemberStatus};
 use self::parts::{Persists, Proposal, Proposals, Settled, Ticker};
 pub use self::screen::Refusal;
@@ -122,8 +126,13 @@ pub struct ReplicaConfig {
     /// Who may open an administrative connection on its client address
     /// (PROTOCOL.md 4.4, "Who may ask"; `operate.rs`); `None`: nobody.
     pub admin: Option<AdminAccess>,
-    /// Every member's peer address, where known: what its status says.
+    /// Every member's peer address, where known: what its status says,
+    /// and what a member added with it carries.
     pub peers: BTreeMap<u64, Endpoint>,
+    /// It starts with an empty state directory to be added to a running
+    /// cluster (PROTOCOL.md 4.4, "Adding"): it serves no client until it
+    /// votes, and learns the configuration from the leader's snapshot.
+    pub joining: bool,
 }
 
 impl ReplicaConfig {
@@ -147,6 +156,7 @@ impl ReplicaConfig {
             draw: 1,
             admin: None,
             peers: BTreeMap::new(),
+            joining: false,
         }
     }
 }
@@ -318,6 +328,10 @@ pub enum ReplicaEvent {
         /// The leader's client address (`M`), if one is known.
         leader: Option<Endpoint>,
     },
+    /// This member was removed from the configuration (PROTOCOL.md 4.4,
+    /// "Removing"): it stops serving for good, and its driver should record
+    /// it, so that it refuses to start again from its state directory.
+    Removed,
     /// A committed entry could not be read: this member stops serving.
     BadEntry {
         /// Its index.
@@ -384,7 +398,11 @@ pub enum Output {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Leadership {
     /// It does not lead, and follows Raft's leader (0: none known).
-    Following { leader: u64 },
+    Following {
+        leader: u64,
+        /// Whether it votes: a learner serves no client.
+        voting: bool,
+    },
     /// It stopped leading; who leads is still to be said.
     SteppedDown,
     /// Raft elected it; it serves once `index`, its term's first entry,
@@ -438,9 +456,14 @@ pub struct Replica {
     copy: LockTable,
     /// The cluster's floor for tokens (0 until the first leader set it).
     floor: u64,
-    members: BTreeMap<u64, Endpoint>,
-    /// Every member's peer address, where known.
-    peers: BTreeMap<u64, Endpoint>,
+    /// Every member's addresses (`membership.rs`).
+    roster: Roster,
+    /// Who was heard from lately, and whether this member was ever in its
+    /// configuration (`membership.rs`).
+    membership: Membership,
+    /// A learner was added: the log is compacted at once, so that it is
+    /// sent a snapshot (`membership.rs`).
+    compact_now: bool,
     leadership: Leadership,
     /// The leader's entries not yet committed.
     proposals: Proposals,
@@ -491,13 +514,17 @@ impl Replica {
                 why: "the id must be one of the members' and not 0",
             });
         }
-        let voters: Vec<u64> = config.members.keys().copied().collect();
-        let mut held: Vec<u64> = restored.conf_state.voters.clone();
-        held.sort_unstable();
-        if held != voters {
+        let empty = restored.snapshot.is_none()
+            && restored.entries.is_empty()
+            && restored.conf_state == ConfState::default();
+        if config.joining != empty {
             return Err(ReplicaError::Members {
                 id,
-                why: "the members given are not the voters its state directory holds",
+                why: if config.joining {
+                    "a member that joins starts with nothing"
+                } else {
+                    "a member that does not join starts from a configuration"
+                },
             });
         }
         let tick = config.election_timeout / ELECTION_TICKS as u32;
@@ -517,12 +544,20 @@ impl Replica {
             .as_ref()
             .and_then(|s| s.metadata.as_ref())
             .map_or(0, |m| m.index);
-        let (copy, floor, in_snapshot) = match &restored.snapshot {
+        let (copy, floor, in_snapshot, durable) = match &restored.snapshot {
             Some(s) if !s.data.is_empty() => {
                 table_of(&server, now, &s.data).ok_or(ReplicaError::Snapshot)?
             }
-            _ => (server.lock_table().successor(), 0, None),
+            _ => (server.lock_table().successor(), 0, None, Roster::default()),
         };
+        // The addresses the configuration carried win over those given.
+        let mut roster = Roster::given(config.members, &config.peers);
+        roster.adopt(&durable);
+        let seen_self = membership::in_conf(&restored.conf_state, id);
+        // A learner, or a member that joins, serves no client until it
+        // votes (PROTOCOL.md 4.4, "Adding").
+        let conf = &restored.conf_state;
+        let voting = conf.voters.contains(&id) || conf.voters_outgoing.contains(&id);
         let cluster = match (restored.cluster, in_snapshot) {
             (Some(recorded), Some(committed)) if recorded != committed => {
                 return Err(ReplicaError::OtherCluster {
@@ -542,7 +577,14 @@ impl Replica {
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node = RawNode::new(&raft_config, store, &logger)?;
         server.replicate();
-        server.set_role(now, Role::NoLeader);
+        server.set_role(
+            now,
+            if voting {
+                Role::NoLeader
+            } else {
+                Role::NotActive
+            },
+        );
         if let Some(access) = &config.admin {
             server.open_admin(id, access);
         }
@@ -555,9 +597,10 @@ impl Replica {
             node,
             copy,
             floor,
-            members: config.members,
-            peers: config.peers,
-            leadership: Leadership::Following { leader: 0 },
+            roster,
+            membership: Membership::new(seen_self),
+            compact_now: false,
+            leadership: Leadership::Following { leader: 0, voting },
             proposals: Proposals::new(config.max_in_flight),
             unapplied: Unapplied::default(),
             handover: None,
@@ -618,7 +661,7 @@ impl Replica {
         if !self.input(now) {
             return;
         }
-        let admitted = if self.members.contains_key(&message.from) {
+        let admitted = if self.roster.contains(message.from) {
             screen::admit(message, &self.node.raft, self.cluster)
         } else {
             Err(Refusal::NotAMember)
@@ -638,6 +681,7 @@ impl Replica {
                 return;
             }
         };
+        self.membership.heard_from(message.from, self.now);
         let kind = message.msg_type;
         if self.rejoining
             && self.node.store().last() == 0
@@ -897,6 +941,7 @@ impl Replica {
             return;
         }
         self.answer_operators();
+        self.drive_membership();
         // Raft's output may commit entries, which may move leadership, make
         // answers go and make room for the next entry: until it has
         // nothing more to say.
@@ -1120,7 +1165,18 @@ impl Replica {
             match committed {
                 Committed::Own { decisions, .. } => self.apply_decisions(&decisions),
                 Committed::Read(entry) => {
-                    if entry.entry_type != EntryType::EntryNormal as i32 || entry.data.is_empty() {
+                    if entry.entry_type != EntryType::EntryNormal as i32 {
+                        if !self.apply_change(&entry) {
+                            let index = entry.index;
+                            self.stop(ReplicaEvent::BadEntry { index });
+                            return;
+                        }
+                        if self.leadership == Leadership::Stopped {
+                            return;
+                        }
+                        continue;
+                    }
+                    if entry.data.is_empty() {
                         continue;
                     }
                     match Decision::decode_entry(&entry.data) {
@@ -1162,7 +1218,8 @@ impl Replica {
     /// `snapshot_every` entries applied.
     fn snapshot_if_due(&mut self) {
         let first = self.node.store().first();
-        if self.applied < first || self.applied - first + 1 < self.snapshot_every {
+        let due = self.applied >= first && self.applied - first + 1 >= self.snapshot_every;
+        if !(due || core::mem::take(&mut self.compact_now) && self.applied >= first) {
             return;
         }
         let mut image = self.copy.image(self.now, Duration::ZERO);
@@ -1170,6 +1227,7 @@ impl Replica {
         image.count = 0;
         let data = SnapshotData {
             cluster: self.cluster,
+            roster: self.roster.clone(),
             image,
         };
         if let Some(snapshot) = self.node.mut_store().compact(self.applied, data.encode()) {
@@ -1180,7 +1238,8 @@ impl Replica {
     /// A leader's snapshot replaces the copy.
     fn install(&mut self, snapshot: &Snapshot) {
         let index = snapshot.metadata.as_ref().map_or(0, |m| m.index);
-        let Some((copy, floor, cluster)) = table_of(&self.server, self.now, &snapshot.data) else {
+        let Some((copy, floor, cluster, roster)) = table_of(&self.server, self.now, &snapshot.data)
+        else {
             self.stop(ReplicaEvent::BadEntry { index });
             return;
         };
@@ -1192,6 +1251,8 @@ impl Replica {
         if let Some(id) = cluster {
             self.learn_cluster(id);
         }
+        self.roster.adopt(&roster);
+        self.after_install();
     }
 
     /// Follows Raft's role: serve once elected and caught up, step down
@@ -1208,6 +1269,9 @@ impl Replica {
         }
         let raft = &self.node.raft;
         let (state, term, leader) = (raft.state, raft.term, raft.leader_id);
+        let me = raft.id;
+        let conf = self.conf();
+        let voting = conf.voters.contains(&me) || conf.voters_outgoing.contains(&me);
         if state == StateRole::Leader && raft.lead_transferee.is_none() {
             // raft-rs gave the transfer up, or none runs: it goes on leading.
             self.handover = None;
@@ -1231,11 +1295,20 @@ impl Replica {
                     self.serve(term, index);
                 }
             }
-            (Leadership::Following { leader: l }, _) if l == leader => {}
+            (
+                Leadership::Following {
+                    leader: l,
+                    voting: v,
+                },
+                _,
+            ) if l == leader && v == voting => {}
             _ => {
-                let addr = self.members.get(&leader).cloned().filter(|_| leader != 0);
+                let addr = self.roster.client(leader).cloned().filter(|_| leader != 0);
                 let role = match &addr {
-                    Some(addr) if leader != self.node.raft.id => Role::Follower {
+                    // A learner, or a member that joins, serves no client
+                    // until it votes (PROTOCOL.md 4.4, "Adding").
+                    _ if !voting => Role::NotActive,
+                    Some(addr) if leader != me => Role::Follower {
                         leader: addr.clone(),
                     },
                     _ => self.role_after_leading(),
@@ -1246,7 +1319,7 @@ impl Replica {
                 } else {
                     self.step_down(role);
                 }
-                self.leadership = Leadership::Following { leader };
+                self.leadership = Leadership::Following { leader, voting };
                 self.outputs
                     .push_back(Output::Event(ReplicaEvent::Following {
                         term,
@@ -1290,7 +1363,7 @@ impl Replica {
     fn role_after_leading(&mut self) -> Role {
         self.handover
             .take()
-            .and_then(|h| self.members.get(&h.to).cloned())
+            .and_then(|h| self.roster.client(h.to).cloned())
             .map_or(Role::NoLeader, |leader| Role::Follower { leader })
     }
 
@@ -1344,13 +1417,18 @@ fn table_of(
     server: &Server,
     now: Time,
     data: &[u8],
-) -> Option<(LockTable, u64, Option<ClusterId>)> {
-    let SnapshotData { cluster, image } = SnapshotData::decode(data)?;
+) -> Option<(LockTable, u64, Option<ClusterId>, Roster)> {
+    let SnapshotData {
+        cluster,
+        roster,
+        image,
+    } = SnapshotData::decode(data)?;
     let empty = server.lock_table().successor();
     Some((
         empty.resumed(now, image.epoch, &image, Duration::ZERO),
         image.epoch,
         cluster,
+        roster,
     ))
 }
 

@@ -81,8 +81,8 @@ impl Replica {
                     } else {
                         MemberRole::Learner
                     },
-                    client: self.members.get(&id).cloned(),
-                    peer: self.peers.get(&id).cloned(),
+                    client: self.roster.client(id).cloned(),
+                    peer: self.roster.peer(id).cloned(),
                     reachable: progress.map(|p| id == me || p.recent_active),
                     matched: progress.map(|p| p.matched),
                     lag: progress.map(|p| last.saturating_sub(p.matched)),
@@ -153,7 +153,7 @@ impl Replica {
     fn refused(&self, id: u64, error: &str) -> AdminReply {
         let leader = self.node.raft.leader_id;
         let leader = (leader != self.node.raft.id)
-            .then(|| self.members.get(&leader).cloned())
+            .then(|| self.roster.client(leader).cloned())
             .flatten();
         AdminReply::Refused {
             id,

@@ -46,6 +46,12 @@ impl Ticker {
     pub(super) fn next(&self) -> Time {
         self.next
     }
+
+    /// The election timeout: [`ELECTION_TICKS`](super::ELECTION_TICKS)
+    /// ticks.
+    pub(super) fn election_timeout(&self) -> Duration {
+        self.tick * super::ELECTION_TICKS as u32
+    }
 }
 
 /// One [`Persist`](super::Persist) handed out, or a Ready with nothing to

@@ -1106,6 +1106,7 @@ mod tests {
             let mut m = snapshot(1, 9, 1, voters(&[1, 2, 3]));
             m.snapshot.as_mut().unwrap().data = SnapshotData {
                 cluster: Some(c),
+                roster: Default::default(),
                 image: TableImage::decode(&table()).unwrap(),
             }
             .encode();
@@ -1465,6 +1466,7 @@ mod tests {
             7 => image().encode(),
             _ => SnapshotData {
                 cluster: c.replicas[&at].cluster(),
+                roster: Default::default(),
                 image: image(),
             }
             .encode(),

@@ -110,6 +110,11 @@ impl LogStore {
         self.snapshot = snapshot;
     }
 
+    /// The configuration as applied: what the next snapshot holds.
+    pub(crate) fn set_conf_state(&mut self, conf_state: ConfState) {
+        self.conf_state = conf_state;
+    }
+
     /// A snapshot of this member's own state applied through `index`, with
     /// `data`, which then replaces the log up to it.
     pub(crate) fn compact(&mut self, index: u64, data: Vec<u8>) -> Option<Snapshot> {

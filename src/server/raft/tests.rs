@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::*;
+use crate::admin::MemberRole;
 use crate::names::Name;
 use crate::server::Config;
 
@@ -85,15 +86,23 @@ impl Cluster {
         config.rejoining = rejoining;
         config.draw = draw(id);
         config.admin = Some(AdminAccess::Open);
-        config.peers = (1..=3)
-            .map(|id| (id, Endpoint::new(format!("10.0.0.{id}:7979")).unwrap()))
-            .collect();
+        config.peers = self.members.keys().map(|&id| (id, peer_addr(id))).collect();
         let restored = self.disks[&id].restored();
+        // A member with nothing on its disk was started to join.
+        config.joining = restored == Restored::default();
         let mut replica = Replica::new(config, server, restored, self.now).unwrap();
         if self.defer {
             replica.defer_apply();
         }
         self.replicas.insert(id, replica);
+    }
+
+    /// Starts member `id` with an empty disk, to be added (PROTOCOL.md
+    /// 4.4, "Adding").
+    pub(super) fn join(&mut self, id: u64) {
+        self.members.insert(id, client_addr(id));
+        self.disks.insert(id, MemoryDisk::new(Restored::default()));
+        self.start(id);
     }
 
     /// A crash: what was not made durable is gone.
@@ -155,7 +164,9 @@ impl Cluster {
             return;
         };
         let before = r.stats().refused;
-        let kept = self.honest.then(|| m.clone());
+        // A member removed may still have said something on its way out.
+        let member = r.status().members.iter().any(|s| s.id == m.from);
+        let kept = (self.honest && member).then(|| m.clone());
         r.handle_message(now, m);
         if let Some(m) = kept {
             let stats = r.stats();
@@ -244,6 +255,14 @@ impl Cluster {
             .unwrap_or_else(|| panic!("no grant of {key}: {:?}", self.text(id, conn)));
         line.split(' ').nth(4).unwrap().parse().unwrap()
     }
+}
+
+fn client_addr(id: u64) -> Endpoint {
+    Endpoint::new(format!("10.0.0.{id}:7878")).unwrap()
+}
+
+fn peer_addr(id: u64) -> Endpoint {
+    Endpoint::new(format!("10.0.0.{id}:7979")).unwrap()
 }
 
 fn elected() -> (Cluster, u64) {
@@ -1015,4 +1034,249 @@ fn a_transfer_asked_on_an_administrative_connection_is_begun_by_the_leader_and_r
     c.request(follower, admin, "Q 4 transfer 9\n");
     c.run(Duration::from_millis(10));
     assert_eq!(admin_lines(&c, follower, admin)[1], "NO 4 unknown_member -");
+}
+
+// ----- membership (PROTOCOL.md 4.4) -------------------------------------------
+
+fn addrs(id: u64) -> MemberAddrs {
+    MemberAddrs::new(client_addr(id), Some(peer_addr(id)))
+}
+
+fn voters(c: &Cluster, id: u64) -> Vec<u64> {
+    let mut v = c.replicas[&id].conf().voters;
+    v.sort_unstable();
+    v
+}
+
+fn role_of(c: &Cluster, at: u64, id: u64) -> Option<MemberRole> {
+    c.replicas[&at]
+        .status()
+        .members
+        .iter()
+        .find(|m| m.id == id)
+        .map(|m| m.role)
+}
+
+#[test]
+fn a_member_added_catches_up_from_a_snapshot_as_a_learner_and_is_promoted() {
+    let (mut c, leader) = elected();
+    let conn = c.connect(leader, "H 2 c -\n");
+    for i in 0..5 {
+        c.request(leader, conn, &format!("A {i} k{i} o 0 60000\n"));
+    }
+    c.run(Duration::from_millis(50));
+    c.join(4);
+    // It serves no client until it votes.
+    let early = c.connect(4, "H 2 c -\n");
+    assert_eq!(c.text(4, early), "E not_active\n");
+    let now = c.now;
+    let r = c.replicas.get_mut(&leader).unwrap();
+    assert_eq!(r.add_member(now, 4, addrs(4)), Ok(()));
+    // First in the configuration as a learner.
+    let mut first = None;
+    for _ in 0..10 {
+        c.run(STEP);
+        first = role_of(&c, leader, 4);
+        if first.is_some() {
+            break;
+        }
+    }
+    assert_eq!(first, Some(MemberRole::Learner));
+    c.run(Duration::from_millis(300));
+    assert_eq!(
+        voters(&c, leader),
+        [1, 2, 3, 4],
+        "promoted, and the joint left"
+    );
+    assert!(c.replicas[&leader].conf().voters_outgoing.is_empty());
+    for id in 1..=4 {
+        assert_eq!(voters(&c, id), [1, 2, 3, 4], "member {id}'s configuration");
+    }
+    // It learnt the table from the snapshot, and every address.
+    c.holds_what_was_granted(4, leader, conn, 5);
+    let status = c.replicas[&4].status();
+    for m in &status.members {
+        assert_eq!(m.client, Some(client_addr(m.id)), "{status:?}");
+        assert_eq!(m.peer, Some(peer_addr(m.id)), "{status:?}");
+    }
+    let late = c.connect(4, "H 2 c -\n");
+    assert_eq!(c.text(4, late), format!("M 10.0.0.{leader}:7878\n"));
+    // Its vote counts: with two of the first three gone, 4 makes the
+    // majority of four with the leader... not quite; with one gone, it
+    // keeps the cluster granting.
+    let gone = (1..=3).find(|&id| id != leader).unwrap();
+    c.kill(gone);
+    c.request(leader, conn, "A 9 fresh o 0 1000\n");
+    c.run(Duration::from_millis(50));
+    assert!(c.text(leader, conn).contains("G 9 A fresh "));
+}
+
+#[test]
+fn a_change_is_refused_while_another_is_under_way_and_for_members_that_are_not_there() {
+    let (mut c, leader) = elected();
+    let follower = (1..=3).find(|&id| id != leader).unwrap();
+    let now = c.now;
+    let r = c.replicas.get_mut(&follower).unwrap();
+    assert_eq!(
+        r.add_member(now, 4, addrs(4)),
+        Err(AdminRefusal::NotLeader {
+            leader: Some(leader)
+        })
+    );
+    let r = c.replicas.get_mut(&leader).unwrap();
+    assert_eq!(
+        r.add_member(now, follower, addrs(follower)),
+        Err(AdminRefusal::AlreadyMember { id: follower })
+    );
+    assert_eq!(
+        r.remove_member(now, 9, false),
+        Err(AdminRefusal::UnknownMember { id: 9 })
+    );
+    assert_eq!(r.add_member(now, 4, addrs(4)), Ok(()));
+    // raft-rs would turn a second change into an empty entry: refused
+    // before it is proposed.
+    let last = r.log_span().1;
+    assert_eq!(
+        r.add_member(now, 5, addrs(5)),
+        Err(AdminRefusal::ChangeInFlight)
+    );
+    assert_eq!(
+        r.remove_member(now, follower, false),
+        Err(AdminRefusal::ChangeInFlight)
+    );
+    assert_eq!(r.log_span().1, last, "nothing proposed");
+    c.run(Duration::from_millis(100));
+    // Applied: the next change goes.
+    assert_eq!(role_of(&c, leader, 4), Some(MemberRole::Learner));
+    let now = c.now;
+    let r = c.replicas.get_mut(&leader).unwrap();
+    assert_eq!(r.remove_member(now, 4, false), Ok(()));
+    c.run(Duration::from_millis(100));
+    assert_eq!(role_of(&c, leader, 4), None);
+}
+
+#[test]
+fn a_removal_that_would_leave_no_majority_answering_is_refused_unless_forced() {
+    let (mut c, leader) = elected();
+    let mut others = (1..=3).filter(|&id| id != leader);
+    let (down, removed) = (others.next().unwrap(), others.next().unwrap());
+    c.cut.insert(down);
+    c.run(Duration::from_millis(300));
+    assert_eq!(c.leader(), Some(leader));
+    let now = c.now;
+    let r = c.replicas.get_mut(&leader).unwrap();
+    assert_eq!(
+        r.remove_member(now, removed, false),
+        Err(AdminRefusal::WouldLoseMajority)
+    );
+    assert_eq!(r.remove_member(now, removed, true), Ok(()));
+    // The new configuration needs the member cut off: once it is back,
+    // the change completes, and the member removed stops for good.
+    c.cut.clear();
+    c.run(Duration::from_millis(500));
+    let mut expected = vec![leader, down];
+    expected.sort_unstable();
+    assert_eq!(voters(&c, leader), expected);
+    assert!(c
+        .events
+        .iter()
+        .any(|(id, e)| *id == removed && *e == ReplicaEvent::Removed));
+    let conn = c.connect(removed, "H 2 c -\n");
+    assert_eq!(c.text(removed, conn), "E not_active\n");
+    // Two members serve on.
+    let conn = c.connect(leader, "H 2 c -\n");
+    c.request(leader, conn, "A 1 k o 0 1000\n");
+    c.run(Duration::from_millis(50));
+    assert!(
+        c.text(leader, conn).contains("G 1 A k "),
+        "{}",
+        c.text(leader, conn)
+    );
+}
+
+#[test]
+fn a_leader_asked_to_remove_itself_hands_over_and_the_new_leader_removes_it() {
+    let (mut c, leader) = elected();
+    let now = c.now;
+    let r = c.replicas.get_mut(&leader).unwrap();
+    let Err(AdminRefusal::HandingOver { to }) = r.remove_member(now, leader, false) else {
+        panic!("the leader removed itself without handing over");
+    };
+    c.run(Duration::from_millis(50));
+    assert_eq!(c.leader(), Some(to));
+    let now = c.now;
+    let r = c.replicas.get_mut(&to).unwrap();
+    assert_eq!(r.remove_member(now, leader, false), Ok(()));
+    c.run(Duration::from_millis(300));
+    assert!(!voters(&c, to).contains(&leader));
+    assert!(c
+        .events
+        .iter()
+        .any(|(id, e)| *id == leader && *e == ReplicaEvent::Removed));
+    assert_eq!(c.leader(), Some(to));
+}
+
+#[test]
+fn a_leader_killed_while_the_configuration_is_joint_is_followed_by_one_that_leaves_it() {
+    let (mut c, leader) = elected();
+    c.join(4);
+    let now = c.now;
+    let r = c.replicas.get_mut(&leader).unwrap();
+    assert_eq!(r.add_member(now, 4, addrs(4)), Ok(()));
+    // Until the leader applied the joint configuration that promotes the
+    // learner ({1, 2, 3} and {1, 2, 3, 4}), and not further.
+    let mut joint = false;
+    for _ in 0..100 {
+        c.run(STEP);
+        if !c.replicas[&leader].conf().voters_outgoing.is_empty() {
+            joint = true;
+            break;
+        }
+    }
+    assert!(joint, "the joint configuration was applied");
+    // Both majorities survive the leader: {the other two} of the old, and
+    // {the other two and 4} of the new.
+    c.kill(leader);
+    c.run(Duration::from_secs(1));
+    let new = c.leader().expect("a new leader");
+    assert!(
+        c.replicas[&new].conf().voters_outgoing.is_empty(),
+        "it left"
+    );
+    assert_eq!(voters(&c, new), [1, 2, 3, 4]);
+    // The old leader, started again from its disk, takes the same path.
+    c.start(leader);
+    c.run(Duration::from_millis(500));
+    assert_eq!(voters(&c, leader), [1, 2, 3, 4]);
+    assert!(c.replicas[&leader].conf().voters_outgoing.is_empty());
+}
+
+#[test]
+fn addresses_travel_with_the_configuration_and_win_over_those_a_start_is_given() {
+    let mut c = Cluster::new(4);
+    c.run(Duration::from_secs(1));
+    let leader = c.leader().expect("a leader");
+    c.join(4);
+    let now = c.now;
+    let r = c.replicas.get_mut(&leader).unwrap();
+    assert_eq!(r.add_member(now, 4, addrs(4)), Ok(()));
+    c.run(Duration::from_millis(400));
+    assert_eq!(voters(&c, leader), [1, 2, 3, 4]);
+    // Compacted past the change: only a snapshot holds 4's addresses.
+    let conn = c.connect(leader, "H 2 c -\n");
+    for i in 0..10 {
+        c.request(leader, conn, &format!("A {i} k{i} o 0 60000\n"));
+        c.run(Duration::from_millis(20));
+    }
+    let other = (1..=3).find(|&id| id != leader).unwrap();
+    c.kill(other);
+    // Started again as if its command line knew nothing of member 4.
+    c.members.remove(&4);
+    c.start(other);
+    c.members.insert(4, client_addr(4));
+    c.run(Duration::from_millis(300));
+    let status = c.replicas[&other].status();
+    let four = status.members.iter().find(|m| m.id == 4).expect("4 in it");
+    assert_eq!(four.client, Some(client_addr(4)), "{status:?}");
+    assert_eq!(four.peer, Some(peer_addr(4)), "{status:?}");
 }

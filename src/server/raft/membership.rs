@@ -1,0 +1,414 @@
+//! Membership changes (PROTOCOL.md 4.4, "Membership changes", "Adding",
+//! "Removing"), through raft-rs's own machinery: `ConfChangeV2`s, learners,
+//! joint consensus. Which member is where ([`Roster`]), what a change may
+//! not do, and when the leader takes the next step.
+//!
+//! - **One change at a time.** raft-rs silently turns a change proposed
+//!   while another is pending into an empty entry: a change is refused
+//!   (`change_in_flight`) while one is proposed and not applied, or while
+//!   the configuration is joint.
+//! - **Adding** proposes the new member as a *learner*, with its addresses
+//!   in the change's context. Every member that applies that change
+//!   compacts its log at once, so that the learner (whose log is empty) is
+//!   sent a snapshot, which holds the whole configuration (replaying the
+//!   log from its start would not: the first configuration is not in it).
+//!   The leader promotes a learner it heard from lately once its log is
+//!   within [`PROMOTE_WITHIN`] entries of its own and it is not taking a
+//!   snapshot.
+//! - **Voters change by joint consensus**: promotions and removals use
+//!   the `Explicit` transition, so the change commits under the old and the
+//!   new majority both; whoever leads while the configuration is joint
+//!   proposes the leave (raft-rs's `Auto` transition would take the simple
+//!   path for a single change, and leave the leave to no one once its
+//!   leader is gone).
+//! - **Removing** is refused when the voters that would remain, of those
+//!   the leader heard from within an election timeout, could not form a
+//!   majority of the new configuration (`would_lose_majority`), unless
+//!   forced. A leader asked to remove itself hands over first and says so
+//!   (`handing_over`): the request is then the new leader's to carry out.
+//! - **A member applies each change as it commits**: raft-rs takes it, the
+//!   roster follows it, and the log store keeps the configuration its
+//!   next snapshot holds. A member that finds itself out of a
+//!   configuration it was in stops for good (`ReplicaEvent::Removed`).
+
+use std::collections::BTreeMap;
+
+use raft::prelude::{
+    ConfChange, ConfChangeSingle, ConfChangeTransition, ConfChangeType, ConfChangeV2, ConfState,
+    Entry, EntryType,
+};
+use raft::{ProgressState, StateRole};
+use raft_proto::ConfChangeI as _;
+
+use super::{AdminRefusal, Handover, Replica, ReplicaEvent};
+use crate::names::Endpoint;
+use crate::time::Time;
+
+/// A learner is promoted once its log is within this many entries of the
+/// leader's.
+pub const PROMOTE_WITHIN: u64 = 10;
+
+/// A member's addresses: where its clients reach it (what `M` names), and
+/// where its peers do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MemberAddrs {
+    /// The client address.
+    pub client: Endpoint,
+    /// The peer address, when known.
+    pub peer: Option<Endpoint>,
+}
+
+impl MemberAddrs {
+    /// A member reached at `client` by its clients and at `peer` by its
+    /// peers.
+    pub fn new(client: Endpoint, peer: Option<Endpoint>) -> MemberAddrs {
+        MemberAddrs { client, peer }
+    }
+
+    /// `id client peer|-`: what a change's context and a snapshot carry.
+    pub(super) fn encode(&self, id: u64) -> String {
+        let peer = self.peer.as_ref().map_or("-", Endpoint::as_str);
+        format!("{id} {} {peer}", self.client.as_str())
+    }
+
+    pub(super) fn decode(text: &str) -> Option<(u64, MemberAddrs)> {
+        let mut fields = text.split(' ');
+        let id = fields.next()?.parse().ok().filter(|&id| id != 0)?;
+        let client = Endpoint::new(fields.next()?).ok()?;
+        let peer = match fields.next()? {
+            "-" => None,
+            peer => Some(Endpoint::new(peer).ok()?),
+        };
+        fields
+            .next()
+            .is_none()
+            .then_some((id, MemberAddrs { client, peer }))
+    }
+}
+
+/// Every member's addresses: the configuration's, as the log and its
+/// snapshots carry them, over what the start was given.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(super) struct Roster {
+    members: BTreeMap<u64, MemberAddrs>,
+}
+
+impl Roster {
+    /// The members a start was given: client addresses, and peer
+    /// addresses where known.
+    pub(super) fn given(
+        clients: BTreeMap<u64, Endpoint>,
+        peers: &BTreeMap<u64, Endpoint>,
+    ) -> Roster {
+        let members = clients
+            .into_iter()
+            .map(|(id, client)| (id, MemberAddrs::new(client, peers.get(&id).cloned())))
+            .collect();
+        Roster { members }
+    }
+
+    pub(super) fn contains(&self, id: u64) -> bool {
+        self.members.contains_key(&id)
+    }
+
+    pub(super) fn client(&self, id: u64) -> Option<&Endpoint> {
+        self.members.get(&id).map(|m| &m.client)
+    }
+
+    pub(super) fn peer(&self, id: u64) -> Option<&Endpoint> {
+        self.members.get(&id).and_then(|m| m.peer.as_ref())
+    }
+
+    pub(super) fn insert(&mut self, id: u64, addrs: MemberAddrs) {
+        self.members.insert(id, addrs);
+    }
+
+    /// Takes the addresses a snapshot carried (none: one written before
+    /// snapshots carried them).
+    pub(super) fn adopt(&mut self, snapshot: &Roster) {
+        for (&id, addrs) in &snapshot.members {
+            self.members.insert(id, addrs.clone());
+        }
+    }
+
+    /// Keeps the members of `conf` only.
+    pub(super) fn keep(&mut self, conf: &ConfState) {
+        self.members.retain(|id, _| in_conf(conf, *id));
+    }
+
+    pub(super) fn iter(&self) -> impl Iterator<Item = (u64, &MemberAddrs)> {
+        self.members.iter().map(|(&id, a)| (id, a))
+    }
+
+    pub(super) fn from_members(members: BTreeMap<u64, MemberAddrs>) -> Roster {
+        Roster { members }
+    }
+}
+
+/// Whether `id` is in `conf`, in any role.
+pub(super) fn in_conf(conf: &ConfState, id: u64) -> bool {
+    conf.voters.contains(&id)
+        || conf.learners.contains(&id)
+        || conf.voters_outgoing.contains(&id)
+        || conf.learners_next.contains(&id)
+}
+
+/// What membership remembers between turns.
+#[derive(Debug, Default)]
+pub(super) struct Membership {
+    /// When each peer was last heard from (a message stepped).
+    heard: BTreeMap<u64, Time>,
+    /// This member was in a configuration it applied: found out of a later
+    /// one, it was removed.
+    seen_self: bool,
+}
+
+impl Membership {
+    pub(super) fn new(seen_self: bool) -> Membership {
+        Membership {
+            heard: BTreeMap::new(),
+            seen_self,
+        }
+    }
+
+    pub(super) fn heard_from(&mut self, peer: u64, now: Time) {
+        self.heard.insert(peer, now);
+    }
+
+    /// Whether `peer` was heard from within `within` of `now`.
+    pub(super) fn heard_lately(&self, peer: u64, now: Time, within: core::time::Duration) -> bool {
+        self.heard
+            .get(&peer)
+            .is_some_and(|&at| now.saturating_duration_since(at) < within)
+    }
+}
+
+fn single(change_type: ConfChangeType, node_id: u64) -> ConfChangeSingle {
+    ConfChangeSingle {
+        change_type: change_type as i32,
+        node_id,
+    }
+}
+
+/// A change of one member, by joint consensus (`Explicit`), or the simple
+/// path (`Auto`, for a learner, which changes no majority).
+fn change(
+    transition: ConfChangeTransition,
+    change: ConfChangeSingle,
+    context: Vec<u8>,
+) -> ConfChangeV2 {
+    ConfChangeV2 {
+        transition: transition as i32,
+        changes: vec![change],
+        context,
+    }
+}
+
+impl Replica {
+    /// Adds member `id`, reached at `addrs`, as a learner (PROTOCOL.md 4.4,
+    /// "Adding"): it is promoted to voter once caught up. Refused by a
+    /// member that does not lead, for a member already in the
+    /// configuration, and while another change is under way.
+    pub fn add_member(
+        &mut self,
+        now: Time,
+        id: u64,
+        addrs: MemberAddrs,
+    ) -> Result<(), AdminRefusal> {
+        self.input(now);
+        self.may_change()?;
+        let conf = self.conf();
+        if id == 0 || in_conf(&conf, id) {
+            return Err(AdminRefusal::AlreadyMember { id });
+        }
+        let cc = change(
+            ConfChangeTransition::Auto,
+            single(ConfChangeType::AddLearnerNode, id),
+            addrs.encode(id).into_bytes(),
+        );
+        self.propose_change(cc)
+    }
+
+    /// Removes member `id` (PROTOCOL.md 4.4, "Removing"), by joint
+    /// consensus. Refused by a member that does not lead, for a member not
+    /// in the configuration, while another change is under way, and
+    /// (unless `force`) when the voters that would remain, of those this
+    /// leader heard from lately, could not form a majority of the new
+    /// configuration. Asked to remove itself, a leader hands over first
+    /// and refuses with [`AdminRefusal::HandingOver`]: the member it hands
+    /// to is then to be asked.
+    pub fn remove_member(&mut self, now: Time, id: u64, force: bool) -> Result<(), AdminRefusal> {
+        self.input(now);
+        self.may_change()?;
+        let conf = self.conf();
+        if !in_conf(&conf, id) {
+            return Err(AdminRefusal::UnknownMember { id });
+        }
+        let me = self.node.raft.id;
+        if id == me {
+            let to = Handover::choose(self.node.raft.prs(), me, None)?;
+            self.handover = Some(Handover { to });
+            self.node.transfer_leader(to);
+            return Err(AdminRefusal::HandingOver { to });
+        }
+        let remaining: Vec<u64> = conf.voters.iter().copied().filter(|&v| v != id).collect();
+        let heard = remaining
+            .iter()
+            .filter(|&&v| v == me || self.heard_lately(v))
+            .count();
+        if !force && heard < remaining.len() / 2 + 1 {
+            return Err(AdminRefusal::WouldLoseMajority);
+        }
+        let transition = if conf.voters.contains(&id) {
+            ConfChangeTransition::Explicit
+        } else {
+            ConfChangeTransition::Auto
+        };
+        let cc = change(
+            transition,
+            single(ConfChangeType::RemoveNode, id),
+            Vec::new(),
+        );
+        self.propose_change(cc)
+    }
+
+    /// The configuration as this member applied it.
+    pub(super) fn conf(&self) -> ConfState {
+        self.node.raft.prs().conf().to_conf_state()
+    }
+
+    /// Whether a change may be proposed now: this member serves as leader,
+    /// hands nothing over, and no change is under way.
+    fn may_change(&self) -> Result<(), AdminRefusal> {
+        if !self.is_serving() || self.node.raft.lead_transferee.is_some() {
+            let raft = &self.node.raft;
+            let leader = raft.leader_id;
+            return Err(AdminRefusal::NotLeader {
+                leader: (leader != 0 && leader != raft.id).then_some(leader),
+            });
+        }
+        if self.change_in_flight() {
+            return Err(AdminRefusal::ChangeInFlight);
+        }
+        Ok(())
+    }
+
+    /// A change is proposed and not applied, or the configuration is joint.
+    fn change_in_flight(&self) -> bool {
+        let raft = &self.node.raft;
+        raft.pending_conf_index > raft.raft_log.applied || !self.conf().voters_outgoing.is_empty()
+    }
+
+    fn heard_lately(&self, peer: u64) -> bool {
+        self.membership
+            .heard_lately(peer, self.now, self.ticker.election_timeout())
+    }
+
+    /// Proposes `cc`; refused if raft-rs did not take it as a change.
+    fn propose_change(&mut self, cc: ConfChangeV2) -> Result<(), AdminRefusal> {
+        let index = self.node.raft.raft_log.last_index() + 1;
+        let taken = self.node.propose_conf_change(Vec::new(), cc).is_ok()
+            && self.node.raft.raft_log.last_index() == index
+            && self.node.raft.pending_conf_index == index;
+        self.dirty = true;
+        if taken {
+            Ok(())
+        } else {
+            Err(AdminRefusal::ChangeInFlight)
+        }
+    }
+
+    /// The leader's next step of a change under way: leave a joint
+    /// configuration; promote a learner that caught up.
+    pub(super) fn drive_membership(&mut self) {
+        if !self.is_serving()
+            || self.node.raft.state != StateRole::Leader
+            || self.node.raft.lead_transferee.is_some()
+        {
+            return;
+        }
+        let raft = &self.node.raft;
+        if raft.pending_conf_index > raft.raft_log.applied {
+            return;
+        }
+        let conf = self.conf();
+        if !conf.voters_outgoing.is_empty() {
+            // Joint: whoever leads now proposes the leave.
+            let _ = self.propose_change(ConfChangeV2::default());
+            return;
+        }
+        let last = raft.raft_log.last_index();
+        let ready = conf.learners.iter().copied().find(|&l| {
+            raft.prs().get(l).is_some_and(|p| {
+                p.matched + PROMOTE_WITHIN >= last && p.state != ProgressState::Snapshot
+            }) && self.heard_lately(l)
+        });
+        if let Some(learner) = ready {
+            let cc = change(
+                ConfChangeTransition::Explicit,
+                single(ConfChangeType::AddNode, learner),
+                Vec::new(),
+            );
+            let _ = self.propose_change(cc);
+        }
+    }
+
+    /// Applies a committed configuration change; `false` if it cannot be
+    /// read or applied.
+    pub(super) fn apply_change(&mut self, entry: &Entry) -> bool {
+        let cc = if entry.entry_type == EntryType::EntryConfChangeV2 as i32 {
+            prost::Message::decode(entry.data.as_slice()).ok()
+        } else {
+            <ConfChange as prost::Message>::decode(entry.data.as_slice())
+                .ok()
+                .map(|cc| cc.into_v2())
+        };
+        let Some(cc) = cc else {
+            return false;
+        };
+        let cc: ConfChangeV2 = cc;
+        let added_learner = cc
+            .changes
+            .iter()
+            .any(|c| c.change_type == ConfChangeType::AddLearnerNode as i32);
+        if added_learner {
+            if let Some((id, addrs)) = core::str::from_utf8(&cc.context)
+                .ok()
+                .and_then(MemberAddrs::decode)
+            {
+                self.roster.insert(id, addrs);
+            }
+        }
+        let Ok(conf) = self.node.apply_conf_change(&cc) else {
+            return false;
+        };
+        self.node.mut_store().set_conf_state(conf.clone());
+        self.roster.keep(&conf);
+        let me = self.node.raft.id;
+        if in_conf(&conf, me) {
+            self.membership.seen_self = true;
+        } else if self.membership.seen_self {
+            self.stop(ReplicaEvent::Removed);
+            return true;
+        }
+        if added_learner {
+            // The learner is to be sent a snapshot: see the module's docs.
+            self.compact_now = true;
+        }
+        self.dirty = true;
+        true
+    }
+
+    /// A snapshot installed: its configuration, and whether this member is
+    /// still in it.
+    pub(super) fn after_install(&mut self) {
+        let conf = self.conf();
+        let me = self.node.raft.id;
+        if in_conf(&conf, me) {
+            self.membership.seen_self = true;
+        } else if self.membership.seen_self {
+            self.stop(ReplicaEvent::Removed);
+        }
+    }
+}
