@@ -21,7 +21,9 @@
 //!                                      SM <id> <member> <role> <client> <peer> <reachable> <match> <lag> <applied>
 //!                                      ... one SM per member, <count> in all
 //! Q <id> transfer <member>|-           OK <id> transfer <member>
-//! any Q                                NO <id> <error> <leader's client address>|-
+//! Q <id> add <member> <client> <peer>   OK <id> add <member>
+//! Q <id> remove <member> force|-       OK <id> remove <member>
+//! any Q                                NO <id> <error> <address>|-
 //! ```
 //!
 //! - The credential is the cluster's peer credential, or `-` where the
@@ -40,6 +42,12 @@
 //!   caught-up when `-`; `OK` says the transfer began, to whom. A member
 //!   that does not lead refuses every change: `NO <id> not_leader` with
 //!   the leader's client address when it knows one.
+//! - `add` proposes a new member, reached at those addresses, as a learner
+//!   (it is promoted once caught up); `remove` proposes a member's removal
+//!   (`force`: even when the members that would remain do not answer).
+//!   `OK` says the change was proposed; `status` tells when it is done. A
+//!   leader asked to remove itself answers `NO <id> handing_over` with the
+//!   client address of the member it hands over to, which is to be asked.
 //! - `NO` carries the `error` values of CLI.md (`not_leader`,
 //!   `unknown_member`, `not_caught_up`, ...) as an atom.
 
@@ -92,6 +100,26 @@ pub enum AdminRequest {
         id: u64,
         /// The member to hand over to; `None`: the most caught-up.
         to: Option<u64>,
+    },
+    /// `Q <id> add <member> <client> <peer>`.
+    Add {
+        /// Request id.
+        id: u64,
+        /// The new member's Raft id.
+        member: u64,
+        /// Where its clients reach it.
+        client: Endpoint,
+        /// Where its peers reach it.
+        peer: Endpoint,
+    },
+    /// `Q <id> remove <member> force|-`.
+    Remove {
+        /// Request id.
+        id: u64,
+        /// The member to remove.
+        member: u64,
+        /// Even when the members that would remain do not answer.
+        force: bool,
     },
 }
 
@@ -191,6 +219,20 @@ pub enum AdminReply {
         /// The member handed to.
         to: u64,
     },
+    /// `OK <id> add <member>`: its addition was proposed.
+    Adding {
+        /// Request id.
+        id: u64,
+        /// The member.
+        member: u64,
+    },
+    /// `OK <id> remove <member>`: its removal was proposed.
+    Removing {
+        /// Request id.
+        id: u64,
+        /// The member.
+        member: u64,
+    },
     /// `NO <id> <error> <leader>|-`: refused, and why.
     Refused {
         /// Request id.
@@ -269,6 +311,21 @@ impl AdminRequest {
                 id: number(&f, 1)?,
                 to: maybe_number(&f, 3)?,
             }),
+            ["Q", _, "add", _, client, peer] => Ok(AdminRequest::Add {
+                id: number(&f, 1)?,
+                member: number(&f, 3)?,
+                client: Endpoint::new(client).map_err(|_| AdminFrameError::Field { index: 4 })?,
+                peer: Endpoint::new(peer).map_err(|_| AdminFrameError::Field { index: 5 })?,
+            }),
+            ["Q", _, "remove", _, force] => Ok(AdminRequest::Remove {
+                id: number(&f, 1)?,
+                member: number(&f, 3)?,
+                force: match force {
+                    "force" => true,
+                    "-" => false,
+                    _ => return Err(AdminFrameError::Field { index: 4 }),
+                },
+            }),
             _ => Err(AdminFrameError::Unknown),
         }
     }
@@ -285,6 +342,16 @@ impl AdminRequest {
             ),
             AdminRequest::Status { id } => format!("Q {id} status"),
             AdminRequest::Transfer { id, to } => format!("Q {id} transfer {}", dash_or(*to)),
+            AdminRequest::Add {
+                id,
+                member,
+                client,
+                peer,
+            } => format!("Q {id} add {member} {} {}", client.as_str(), peer.as_str()),
+            AdminRequest::Remove { id, member, force } => format!(
+                "Q {id} remove {member} {}",
+                if *force { "force" } else { "-" }
+            ),
         };
         out.extend_from_slice(line.as_bytes());
         out.push(b'\n');
@@ -337,6 +404,14 @@ impl AdminReply {
                 id: number(&f, 1)?,
                 to: number(&f, 3)?,
             }),
+            ["OK", _, "add", _] => Ok(AdminReply::Adding {
+                id: number(&f, 1)?,
+                member: number(&f, 3)?,
+            }),
+            ["OK", _, "remove", _] => Ok(AdminReply::Removing {
+                id: number(&f, 1)?,
+                member: number(&f, 3)?,
+            }),
             ["NO", _, _, _] => Ok(AdminReply::Refused {
                 id: number(&f, 1)?,
                 error: name(&f, 2)?,
@@ -378,6 +453,8 @@ impl AdminReply {
                 dash_or(m.applied)
             ),
             AdminReply::Transferring { id, to } => format!("OK {id} transfer {to}"),
+            AdminReply::Adding { id, member } => format!("OK {id} add {member}"),
+            AdminReply::Removing { id, member } => format!("OK {id} remove {member}"),
             AdminReply::Refused { id, error, leader } => format!(
                 "NO {id} {} {}",
                 error.as_str(),
@@ -438,6 +515,24 @@ mod tests {
             round_trip_request("Q 9 transfer -"),
             AdminRequest::Transfer { id: 9, to: None }
         );
+        assert_eq!(
+            round_trip_request("Q 10 add 4 127.0.0.1:7004 127.0.0.1:7104"),
+            AdminRequest::Add {
+                id: 10,
+                member: 4,
+                client: Endpoint::new("127.0.0.1:7004").unwrap(),
+                peer: Endpoint::new("127.0.0.1:7104").unwrap(),
+            }
+        );
+        assert_eq!(
+            round_trip_request("Q 11 remove 2 force"),
+            AdminRequest::Remove {
+                id: 11,
+                member: 2,
+                force: true
+            }
+        );
+        round_trip_request("Q 12 remove 2 -");
     }
 
     #[test]
@@ -459,6 +554,9 @@ mod tests {
         );
         round_trip_reply("SM 1 3 follower - - - - - 40");
         round_trip_reply("OK 4 transfer 2");
+        round_trip_reply("OK 7 add 4");
+        round_trip_reply("OK 8 remove 2");
+        round_trip_reply("NO 9 handing_over 127.0.0.1:7002");
         round_trip_reply("NO 5 not_leader 127.0.0.1:7003");
         round_trip_reply("NO 6 unknown_member -");
         round_trip_reply("E auth_failed");
@@ -477,6 +575,10 @@ mod tests {
             "Q 1 transfer",
             "Q 1 transfer 0x3",
             "Q 1 reboot",
+            "Q 1 add 4 127.0.0.1:7004",
+            "Q 1 add 4 nohost 127.0.0.1:7104",
+            "Q 1 remove 2",
+            "Q 1 remove 2 yes",
             "H 2 c -",
             "A 1 k o 0 1000",
             "Q 1 status\r",

@@ -6,7 +6,7 @@
 
 use raft::StateRole;
 
-use super::{ClusterId, Replica};
+use super::{AdminRefusal, ClusterId, MemberAddrs, Replica};
 use crate::admin::{AdminReply, AdminRequest, MemberRole, StatusHead, StatusMember};
 use crate::names::{Endpoint, Name};
 use crate::server::ConnId;
@@ -109,7 +109,27 @@ impl Replica {
                 AdminRequest::Transfer { id, to } => {
                     let reply = match self.transfer_leadership(self.now, to) {
                         Ok(to) => AdminReply::Transferring { id, to },
-                        Err(refused) => self.refused(id, refused.code()),
+                        Err(refused) => self.refused(id, refused),
+                    };
+                    self.server.answer_admin(conn, &reply);
+                }
+                AdminRequest::Add {
+                    id,
+                    member,
+                    client,
+                    peer,
+                } => {
+                    let addrs = MemberAddrs::new(client, Some(peer));
+                    let reply = match self.add_member(self.now, member, addrs) {
+                        Ok(()) => AdminReply::Adding { id, member },
+                        Err(refused) => self.refused(id, refused),
+                    };
+                    self.server.answer_admin(conn, &reply);
+                }
+                AdminRequest::Remove { id, member, force } => {
+                    let reply = match self.remove_member(self.now, member, force) {
+                        Ok(()) => AdminReply::Removing { id, member },
+                        Err(refused) => self.refused(id, refused),
                     };
                     self.server.answer_admin(conn, &reply);
                 }
@@ -148,16 +168,20 @@ impl Replica {
         }
     }
 
-    /// `NO <id> <error> <leader>`: with the leader's client address when
-    /// this member knows one and does not lead.
-    fn refused(&self, id: u64, error: &str) -> AdminReply {
-        let leader = self.node.raft.leader_id;
-        let leader = (leader != self.node.raft.id)
-            .then(|| self.roster.client(leader).cloned())
+    /// `NO <id> <error> <address>`: the client address of the member to
+    /// ask instead, when there is one (the leader this member knows, or
+    /// the member it hands over to).
+    fn refused(&self, id: u64, refused: AdminRefusal) -> AdminReply {
+        let to = match refused {
+            AdminRefusal::HandingOver { to } => to,
+            _ => self.node.raft.leader_id,
+        };
+        let leader = (to != self.node.raft.id)
+            .then(|| self.roster.client(to).cloned())
             .flatten();
         AdminReply::Refused {
             id,
-            error: Name::new(error).expect("every refusal's code is an atom"),
+            error: Name::new(refused.code()).expect("every refusal's code is an atom"),
             leader,
         }
     }

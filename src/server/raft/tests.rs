@@ -1280,3 +1280,29 @@ fn addresses_travel_with_the_configuration_and_win_over_those_a_start_is_given()
     assert_eq!(four.client, Some(client_addr(4)), "{status:?}");
     assert_eq!(four.peer, Some(peer_addr(4)), "{status:?}");
 }
+
+#[test]
+fn changes_asked_on_an_administrative_connection_are_proposed_or_refused_by_name() {
+    let (mut c, leader) = elected();
+    c.join(4);
+    let admin = c.connect(leader, "HA 1 -\n");
+    c.request(leader, admin, "Q 1 add 4 10.0.0.4:7878 10.0.0.4:7979\n");
+    c.request(leader, admin, "Q 2 add 5 10.0.0.5:7878 10.0.0.5:7979\n");
+    c.run(Duration::from_millis(400));
+    c.request(leader, admin, "Q 3 remove 9 -\n");
+    c.request(leader, admin, &format!("Q 4 remove {leader} -\n"));
+    c.run(Duration::from_millis(50));
+    let lines = admin_lines(&c, leader, admin);
+    assert_eq!(lines[1], "OK 1 add 4");
+    assert_eq!(lines[2], "NO 2 change_in_flight -");
+    assert_eq!(lines[3], "NO 3 unknown_member -");
+    let Some(to) = lines[4]
+        .strip_prefix("NO 4 handing_over 10.0.0.")
+        .and_then(|rest| rest.strip_suffix(":7878"))
+    else {
+        panic!("{lines:?}");
+    };
+    let to: u64 = to.parse().unwrap();
+    assert_eq!(c.leader(), Some(to));
+    assert_eq!(voters(&c, to), [1, 2, 3, 4]);
+}
