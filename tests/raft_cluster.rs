@@ -483,6 +483,130 @@ fn cluster_status_and_transfer_go_to_the_leader_through_any_member() {
     assert_eq!(done.code, Some(2), "{done:?}");
 }
 
+// ----- replacing every member ---------------------------------------------------
+
+/// `ticketing cluster ARGS...` asked through the live members, no
+/// credential (the cluster runs `--raft-insecure`).
+fn cluster_op(c: &Cluster, args: &[&str]) -> (Option<i32>, Value) {
+    let live = c.live_addrs();
+    let mut all = vec!["cluster"];
+    all.extend_from_slice(args);
+    for addr in &live {
+        all.extend_from_slice(&["--endpoint", addr]);
+    }
+    let done = cli::ticketing(&all, Duration::from_secs(90));
+    let value = serde_json::from_str(done.stdout.trim())
+        .unwrap_or_else(|e| panic!("{all:?}: not one JSON object ({e}): {done:?}"));
+    (done.code, value)
+}
+
+/// PROTOCOL.md 4.4: each of three members replaced in turn, three times
+/// round (a new member started with `--raft-join` and added, then the old
+/// one removed, the leader among them), under a holder renewing an 8 s
+/// lease whose client lists the future members on its allowlist. No
+/// original member remains; the holder keeps its grant and token
+/// throughout; a member removed stops by itself and refuses to start
+/// again from its directory.
+#[test]
+fn every_member_replaced_three_times_under_a_renewing_holder() {
+    const ROUNDS: usize = 3;
+    let _serial = serial();
+    let mut c = Cluster::new("replace", &[]);
+    c.reserve(3 * ROUNDS);
+    c.start_all(true);
+    c.settled();
+    let originals: Vec<String> = (0..3).map(|i| c.addr(i)).collect();
+    let endpoints: Vec<&str> = originals.iter().map(String::as_str).collect();
+    let future: Vec<String> = (3..3 + 3 * ROUNDS).map(|i| c.addr(i)).collect();
+    let mut extra = Vec::new();
+    for addr in &future {
+        extra.extend_from_slice(&["--allow", addr.as_str()]);
+    }
+    let mut client = cli::Client::start(&endpoints, &extra);
+    client.send("acquire a1 k o 5000 8000 renew");
+    let (token, _) = client.granted("a1", "k");
+    let renewed = |v: &Value| v["type"] == "event" && v["event"] == "renewed";
+
+    let mut next = 3;
+    let mut leaders_removed = 0;
+    for round in 0..ROUNDS {
+        for old in round * 3..round * 3 + 3 {
+            client.wait_for("a renewal before the change", renewed);
+            client.forget_printed();
+            let new = next;
+            next += 1;
+            c.join(new);
+            let spec = format!(
+                "{}={}/{}",
+                c.members[new].id, c.members[new].addr, c.members[new].raft
+            );
+            let (code, v) = cluster_op(&c, &["add", &spec]);
+            assert_eq!(code, Some(0), "add {spec}: {v}");
+            assert_eq!(
+                (v["added"].as_u64(), v["voter"].as_bool()),
+                (Some(new as u64 + 1), Some(true)),
+                "{v}"
+            );
+            let id = (old + 1).to_string();
+            if c.settled() == old {
+                // It hands over first; the next leader removes it.
+                leaders_removed += 1;
+            }
+            let (code, v) = cluster_op(&c, &["remove", &id]);
+            assert_eq!(code, Some(0), "remove {id}: {v}");
+            assert_eq!(v["removed"].as_u64(), Some(old as u64 + 1), "{v}");
+            c.removed(old);
+            let (code, v) = cluster_op(&c, &["status"]);
+            assert_eq!(code, Some(0), "{v}");
+            let ids: Vec<u64> = v["members"]
+                .as_array()
+                .expect("members")
+                .iter()
+                .filter_map(|m| m["id"].as_u64())
+                .collect();
+            assert_eq!(ids.len(), 3, "{v}");
+            assert!(!ids.contains(&(old as u64 + 1)), "{v}");
+            eprintln!(
+                "round {}: member {} replaced by member {}; members {ids:?}",
+                round + 1,
+                old + 1,
+                new + 1
+            );
+        }
+    }
+    assert!(leaders_removed >= 1, "the leader was among those removed");
+    // None of the first three is in the configuration, or runs.
+    assert!((0..3).all(|i| !c.members[i].live && c.members[i].serve.is_none()));
+    let v = client.wait_for("a renewal after the last change", renewed);
+    assert_eq!(
+        (v["tag"].as_str(), v["token"].as_u64()),
+        (Some("a1"), Some(token)),
+        "{v}"
+    );
+    let lost = client.count(|v| {
+        v["type"] == "event" && (v["event"] == "lease_lost" || v["event"] == "lease_expired")
+    });
+    assert_eq!(
+        lost, 0,
+        "the holder was told its lease ended: {:?}",
+        client.all
+    );
+    client.send("release-grant r1 a1");
+    client.outcome_is("r1", "released");
+    client.finish();
+    // A member removed refuses to start again from its directory.
+    let args = c.args(0, false, &c.members[0].dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut serve_args = vec!["serve", "--listen", &originals[0]];
+    serve_args.extend_from_slice(&args);
+    let done = cli::ticketing(&serve_args, WAIT);
+    assert_ne!(done.code, Some(0), "{done:?}");
+    assert!(
+        done.stderr.contains("was removed from its cluster"),
+        "{done:?}"
+    );
+}
+
 // ----- the leader stopped and continued -------------------------------------
 
 /// SIGSTOP of the leader with a grant held through it; while it is

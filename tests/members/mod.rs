@@ -50,6 +50,9 @@ pub struct Member {
     pub raft: String,
     pub dir: PathBuf,
     pub serve: Option<Serve>,
+    /// In the configuration (or about to join it): what the others'
+    /// `--raft-peer` lists name. Reserved members and removed ones are not.
+    pub live: bool,
 }
 
 /// Three members on free loopback ports, their state directories under a
@@ -77,6 +80,7 @@ impl Cluster {
                 raft: free_addr(),
                 dir: root.join(format!("n{id}")),
                 serve: None,
+                live: true,
             })
             .collect();
         Cluster {
@@ -100,7 +104,7 @@ impl Cluster {
             "--election-timeout-ms".to_string(),
             TIMEOUT_MS.to_string(),
         ];
-        for p in &self.members {
+        for p in self.members.iter().filter(|p| p.live || p.id == m.id) {
             args.push("--raft-peer".to_string());
             args.push(format!("{}={}/{}", p.id, p.addr, p.raft));
         }
@@ -128,8 +132,65 @@ impl Cluster {
 
     pub fn start_all(&mut self, new_cluster: bool) {
         for i in 0..self.members.len() {
-            self.start(i, new_cluster);
+            if self.members[i].live {
+                self.start(i, new_cluster);
+            }
         }
+    }
+
+    /// Makes room for `n` more members, not started and in no
+    /// configuration: their addresses are known from now on.
+    ///
+    /// Each on a loopback address of its own (127.0.<id>.1), where nothing
+    /// else binds: a port free now on 127.0.0.1 may be taken by an
+    /// outgoing connection before the member starts.
+    pub fn reserve(&mut self, n: usize) {
+        for _ in 0..n {
+            let id = self.members.len() as u64 + 1;
+            let own = |_| {
+                let listener = std::net::TcpListener::bind(format!("127.0.{id}.1:0"))
+                    .expect("bind a free port on a loopback address of its own");
+                listener.local_addr().expect("local addr").to_string()
+            };
+            self.members.push(Member {
+                id,
+                addr: own(0),
+                raft: own(1),
+                dir: self.root.join(format!("n{id}")),
+                serve: None,
+                live: false,
+            });
+            self.own.push(Vec::new());
+        }
+    }
+
+    /// Starts reserved member `i` with `--raft-join` on its empty
+    /// directory, naming the live members and itself.
+    pub fn join(&mut self, i: usize) {
+        self.members[i].live = true;
+        let mut args = self.args(i, false, &self.members[i].dir);
+        args.push("--raft-join".to_string());
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let serve = Serve::start_on(&self.members[i].addr, &args, |_| {});
+        self.members[i].serve = Some(serve);
+    }
+
+    /// Member `i`, removed from the configuration, stops by itself (exit
+    /// 0); it is no longer named to the others.
+    pub fn removed(&mut self, i: usize) {
+        self.members[i].live = false;
+        let mut serve = self.members[i].serve.take().expect("a running member");
+        let status = serve.wait_exit(WAIT);
+        assert!(status.success(), "member {i} removed ended with {status}");
+    }
+
+    /// The client addresses of the live members.
+    pub fn live_addrs(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter(|m| m.live)
+            .map(|m| m.addr.clone())
+            .collect()
     }
 
     pub fn serve(&mut self, i: usize) -> &mut Serve {
@@ -199,6 +260,7 @@ impl Cluster {
         loop {
             let answers: Vec<(usize, String)> = (0..self.members.len())
                 .filter(|&i| self.members[i].serve.is_some())
+                .filter(|&i| self.members[i].live)
                 .map(|i| (i, self.hello(i)))
                 .collect();
             let leaders: Vec<usize> = answers

@@ -13,20 +13,25 @@ use std::time::Duration;
 
 use clap::{Args as ClapArgs, Subcommand};
 use serde_json::{json, Value};
-use ticketing::admin::{AdminReply, AdminRequest, StatusHead, StatusMember, ADMIN_VERSION};
+use ticketing::admin::{
+    AdminReply, AdminRequest, MemberRole, StatusHead, StatusMember, ADMIN_VERSION,
+};
 use ticketing::{Endpoint, Name};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::time::{sleep, timeout, Instant};
 
 use crate::common::{Secret, RAFT_CREDENTIAL_ENV};
+use crate::member::RaftPeer;
 
 /// Exit status when no member could be reached (EX_TEMPFAIL).
 const UNREACHED: u8 = 75;
 /// How long one member has to answer.
 const ANSWER_TIME: Duration = Duration::from_secs(5);
-/// How many times a request follows a member to the leader it names.
-const HOPS: usize = 4;
+/// How long a request follows members to the leader they name.
+const FOLLOW_TIME: Duration = Duration::from_secs(10);
+/// How long `remove` waits for its change to be committed.
+const CHANGE_TIME: Duration = Duration::from_secs(60);
 
 /// Options of `ticketing cluster` (CLI.md).
 #[derive(ClapArgs)]
@@ -49,6 +54,28 @@ enum Op {
         /// How long to wait for it to lead.
         #[arg(long, value_name = "N", default_value_t = 10_000)]
         wait_ms: u64,
+    },
+    /// Adds a member, started with --raft-join, as a learner; returns once
+    /// it votes.
+    Add {
+        #[command(flatten)]
+        common: Common,
+        /// The new member: `ID=CLIENT_ADDR/RAFT_ADDR`.
+        #[arg(value_name = "ID=CLIENT_ADDR/RAFT_ADDR")]
+        member: RaftPeer,
+        /// How long to wait for it to vote.
+        #[arg(long, value_name = "N", default_value_t = 60_000)]
+        wait_ms: u64,
+    },
+    /// Removes a member; returns once the change is committed.
+    Remove {
+        #[command(flatten)]
+        common: Common,
+        /// The member to remove.
+        id: u64,
+        /// Even when the members that would remain do not answer.
+        #[arg(long)]
+        force: bool,
     },
 }
 
@@ -88,6 +115,12 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             id,
             wait_ms,
         } => transfer(&common, id, Duration::from_millis(wait_ms)).await?,
+        Op::Add {
+            common,
+            member,
+            wait_ms,
+        } => add(&common, &member, Duration::from_millis(wait_ms)).await?,
+        Op::Remove { common, id, force } => remove(&common, id, force).await?,
     };
     Ok(match ended {
         Ended::Done(v) => {
@@ -281,6 +314,75 @@ async fn status(common: &Common) -> Result<Ended, Box<dyn Error>> {
     Ok(Ended::Done(status_json(&head, &members)))
 }
 
+/// Sends the request `make` builds to the leader, following members that
+/// name it (`not_leader`) or hand over to another (`handing_over`), and
+/// returns the leader's connection and its answer: anything but one of
+/// those two refusals.
+async fn ask_leader(
+    common: &Common,
+    make: impl Fn(u64) -> AdminRequest,
+) -> Result<Result<(Admin, AdminReply), Ended>, Box<dyn Error>> {
+    let mut admin = match first(common).await {
+        Ok(admin) => admin,
+        Err(ended) => return Ok(Err(ended)),
+    };
+    let deadline = Instant::now() + FOLLOW_TIME;
+    loop {
+        let id = admin.id();
+        admin.send(&make(id)).await?;
+        let reply = admin.read().await?;
+        let next = match &reply {
+            AdminReply::Refused {
+                error,
+                leader: Some(next),
+                ..
+            } if matches!(error.as_str(), "not_leader" | "handing_over")
+                && Instant::now() < deadline =>
+            {
+                next.clone()
+            }
+            _ => return Ok(Ok((admin, reply))),
+        };
+        // A member handing over names the next leader before it leads.
+        sleep(Duration::from_millis(50)).await;
+        admin = match Admin::open(&next, common.raft_credential.as_ref()).await {
+            Ok(admin) => admin,
+            Err(Refusal::Said(reason)) => return Ok(Err(Ended::Refused(json!({"error": reason})))),
+            Err(Refusal::Usage(why)) => return Ok(Err(Ended::Usage(why))),
+            Err(Refusal::Unreached(e)) => return Ok(Err(Ended::Unreached(e))),
+        };
+    }
+}
+
+/// A refusal as the object printed.
+fn refused(reply: &AdminReply, what: &str) -> Result<Ended, Box<dyn Error>> {
+    match reply {
+        AdminReply::Refused { error, .. } => Ok(Ended::Refused(json!({"error": error.as_str()}))),
+        other => Err(format!("{what} answered with {other:?}").into()),
+    }
+}
+
+/// Polls `admin`'s status until `done` says so (its answer), or `wait`
+/// runs out (`None`).
+async fn until_status<T>(
+    admin: &mut Admin,
+    wait: Duration,
+    done: impl Fn(&StatusHead, &[StatusMember]) -> Option<T>,
+) -> Option<T> {
+    let deadline = Instant::now() + wait;
+    loop {
+        if let Ok((head, members)) = admin.status().await {
+            if let Some(t) = done(&head, &members) {
+                return Some(t);
+            }
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Asks the leader to hand over, then waits until the member it chose
 /// leads.
 async fn transfer(
@@ -288,53 +390,88 @@ async fn transfer(
     to: Option<u64>,
     wait: Duration,
 ) -> Result<Ended, Box<dyn Error>> {
-    let mut admin = match first(common).await {
-        Ok(admin) => admin,
-        Err(ended) => return Ok(ended),
-    };
-    let mut hops = 0;
-    let chosen = loop {
-        let id = admin.id();
-        admin.send(&AdminRequest::Transfer { id, to }).await?;
-        match admin.read().await? {
-            AdminReply::Transferring { to, .. } => break to,
-            AdminReply::Refused {
-                error,
-                leader: Some(leader),
-                ..
-            } if error.as_str() == "not_leader" && hops < HOPS => {
-                hops += 1;
-                admin = match Admin::open(&leader, common.raft_credential.as_ref()).await {
-                    Ok(admin) => admin,
-                    Err(Refusal::Said(reason)) => {
-                        return Ok(Ended::Refused(json!({"error": reason})))
-                    }
-                    Err(Refusal::Usage(why)) => return Ok(Ended::Usage(why)),
-                    Err(Refusal::Unreached(e)) => return Ok(Ended::Unreached(e)),
-                };
-            }
-            AdminReply::Refused { error, .. } => {
-                return Ok(Ended::Refused(json!({"error": error.as_str()})));
-            }
-            other => return Err(format!("transfer answered with {other:?}").into()),
-        }
+    let (mut admin, reply) =
+        match ask_leader(common, |id| AdminRequest::Transfer { id, to }).await? {
+            Ok(asked) => asked,
+            Err(ended) => return Ok(ended),
+        };
+    let AdminReply::Transferring { to: chosen, .. } = reply else {
+        return refused(&reply, "transfer");
     };
     // The member chosen leads once a member's status says so; the one that
     // handed over says it as soon as it hears of the new term.
-    let deadline = Instant::now() + wait;
-    loop {
-        if let Ok((head, _)) = admin.status().await {
-            if head.leader == Some(chosen) {
-                return Ok(Ended::Done(
-                    json!({"transferred": chosen, "leader": chosen, "term": head.term}),
-                ));
-            }
-        }
-        if Instant::now() >= deadline {
-            return Ok(Ended::Refused(
-                json!({"error": "not_transferred", "to": chosen, "message": "the member chosen did not lead in time; the old leader leads on"}),
-            ));
-        }
-        sleep(Duration::from_millis(20)).await;
+    let led = until_status(&mut admin, wait, |head, _| {
+        (head.leader == Some(chosen)).then_some(head.term)
+    })
+    .await;
+    Ok(match led {
+        Some(term) => Ended::Done(json!({"transferred": chosen, "leader": chosen, "term": term})),
+        None => Ended::Refused(json!({
+            "error": "not_transferred",
+            "to": chosen,
+            "message": "the member chosen did not lead in time; the old leader leads on"
+        })),
+    })
+}
+
+/// Asks the leader to add a member as a learner, then waits until it votes.
+async fn add(common: &Common, member: &RaftPeer, wait: Duration) -> Result<Ended, Box<dyn Error>> {
+    let (id, client, peer) = (
+        member.id(),
+        member.client().clone(),
+        member.peer_endpoint()?,
+    );
+    let ask = |n| AdminRequest::Add {
+        id: n,
+        member: id,
+        client: client.clone(),
+        peer: peer.clone(),
+    };
+    let (mut admin, reply) = match ask_leader(common, ask).await? {
+        Ok(asked) => asked,
+        Err(ended) => return Ok(ended),
+    };
+    if !matches!(reply, AdminReply::Adding { .. }) {
+        return refused(&reply, "add");
     }
+    let voter = until_status(&mut admin, wait, |_, members| {
+        members
+            .iter()
+            .any(|m| m.member == id && m.role != MemberRole::Learner)
+            .then_some(())
+    })
+    .await;
+    Ok(match voter {
+        Some(()) => Ended::Done(json!({"added": id, "voter": true})),
+        None => Ended::Refused(json!({
+            "added": id,
+            "voter": false,
+            "error": "not_caught_up",
+            "message": "still a learner catching up: kept, and promoted once caught up"
+        })),
+    })
+}
+
+/// Asks the leader to remove a member, then waits until the change is
+/// committed (it is out of the configuration).
+async fn remove(common: &Common, member: u64, force: bool) -> Result<Ended, Box<dyn Error>> {
+    let ask = |id| AdminRequest::Remove { id, member, force };
+    let (mut admin, reply) = match ask_leader(common, ask).await? {
+        Ok(asked) => asked,
+        Err(ended) => return Ok(ended),
+    };
+    if !matches!(reply, AdminReply::Removing { .. }) {
+        return refused(&reply, "remove");
+    }
+    let gone = until_status(&mut admin, CHANGE_TIME, |head, members| {
+        (head.member != member && members.iter().all(|m| m.member != member)).then_some(())
+    })
+    .await;
+    Ok(match gone {
+        Some(()) => Ended::Done(json!({"removed": member})),
+        None => Ended::Refused(json!({
+            "error": "not_removed",
+            "message": "the removal was proposed and is not committed yet"
+        })),
+    })
 }

@@ -34,6 +34,21 @@ pub struct RaftPeer {
     raft: SocketAddr,
 }
 
+impl RaftPeer {
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    pub fn client(&self) -> &Endpoint {
+        &self.client
+    }
+
+    /// The peer address, as the configuration carries it.
+    pub fn peer_endpoint(&self) -> Result<Endpoint, String> {
+        Endpoint::new(self.raft.to_string()).map_err(|e| format!("{}: {e}", self.raft))
+    }
+}
+
 impl FromStr for RaftPeer {
     type Err = String;
 
@@ -65,6 +80,8 @@ pub struct MemberArgs<'a> {
     pub peers: &'a [RaftPeer],
     pub state_dir: &'a Path,
     pub new_cluster: bool,
+    /// `--raft-join`: an empty directory, to be added to a running cluster.
+    pub join: bool,
     pub election_timeout: Duration,
     pub credential: Option<Name>,
     /// `--raft-insecure`: peers do not authenticate (loopback only).
@@ -142,6 +159,8 @@ pub async fn serve_member(
     let voters: Vec<u64> = clients.keys().copied().collect();
     let start = if args.new_cluster {
         ticketing::raft::Start::NewCluster
+    } else if args.join {
+        ticketing::raft::Start::Join
     } else {
         ticketing::raft::Start::Existing
     };
@@ -177,6 +196,11 @@ pub async fn serve_member(
     warn_if_exposed(addr, client_credential, args.tls.is_some());
     let origin = Instant::now();
     let raft_id = args.id;
+    let mut given: BTreeMap<u64, String> = args
+        .peers
+        .iter()
+        .map(|p| (p.id, p.raft.to_string()))
+        .collect();
     let notify = move |notice: MemberNotice| match notice {
         MemberNotice::Replica(ReplicaEvent::Leading { term, index }) => {
             eprintln!(
@@ -207,6 +231,41 @@ pub async fn serve_member(
         }) => {
             eprintln!("this state directory is cluster {recorded}'s, and the log of the cluster it was started in committed {committed}: stopping");
             std::process::exit(1);
+        }
+        MemberNotice::Replica(ReplicaEvent::Members { peers }) => {
+            let now: BTreeMap<u64, String> =
+                peers.iter().map(|(&id, a)| (id, a.to_string())).collect();
+            if now != given {
+                let mut said: Vec<String> = Vec::new();
+                for (id, addr) in &now {
+                    match given.get(id) {
+                        None => said.push(format!("member {id} at {addr} (not given)")),
+                        Some(g) if g != addr => {
+                            said.push(format!("member {id} at {addr} (given {g})"))
+                        }
+                        Some(_) => {}
+                    }
+                }
+                for (id, g) in &given {
+                    if !now.contains_key(id) {
+                        said.push(format!("no member {id} (given at {g})"));
+                    }
+                }
+                eprintln!(
+                    "the configuration differs from --raft-peer, and wins: {}",
+                    said.join(", ")
+                );
+                given = now;
+            }
+        }
+        MemberNotice::Replica(ReplicaEvent::Removed) => {
+            eprintln!(
+                "removed from the cluster: stopping; this state directory never starts again"
+            );
+            std::process::exit(0);
+        }
+        MemberNotice::PeersRefused(why) => {
+            eprintln!("the configuration's peer addresses cannot all be linked: {why}");
         }
         MemberNotice::DiskFailed(why) => {
             // A crash, as far as the cluster can tell: a restart reads

@@ -123,6 +123,12 @@ pub struct Args {
     /// directories); refused on a directory that holds state.
     #[arg(long, requires = "raft_id")]
     raft_new_cluster: bool,
+    /// The first start of a member to be added to a running cluster
+    /// (`ticketing cluster add`), on an empty state directory: it serves
+    /// no client until it votes. Give --raft-peer for the members it is to
+    /// reach, itself included.
+    #[arg(long, requires = "raft_id", conflicts_with = "raft_new_cluster")]
+    raft_join: bool,
     /// The least time a member waits without hearing from a leader before
     /// it stands for election, in milliseconds (Raft draws each wait
     /// between it and twice it).
@@ -234,6 +240,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             peers: &args.raft_peer,
             state_dir,
             new_cluster: args.raft_new_cluster,
+            join: args.raft_join,
             election_timeout: Duration::from_millis(args.election_timeout_ms),
             credential: args.raft_credential.clone(),
             insecure: args.raft_insecure,

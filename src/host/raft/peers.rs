@@ -188,7 +188,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -455,7 +455,7 @@ struct Counters {
     received: AtomicU64,
     refused: AtomicU64,
     connects: AtomicU64,
-    connected: BTreeMap<u64, AtomicBool>,
+    connected: Mutex<BTreeMap<u64, bool>>,
     foreign: AtomicU64,
     last_foreign: Mutex<Option<(u64, ClusterId)>>,
     evicted: AtomicU64,
@@ -511,7 +511,12 @@ pub struct Peers {
 
 #[derive(Debug)]
 struct Inner {
-    queues: BTreeMap<u64, mpsc::Sender<Message>>,
+    /// The queue of each other member's outbound link.
+    queues: Mutex<BTreeMap<u64, mpsc::Sender<Message>>>,
+    /// What starting a link for a member added takes.
+    spawner: Spawner,
+    /// Who may come in: shared with the accepting side.
+    members: Arc<Mutex<BTreeMap<u64, SocketAddr>>>,
     counters: Arc<Counters>,
     /// This node's cluster identity, once known: every task reads it.
     cluster: watch::Sender<Option<ClusterId>>,
@@ -526,6 +531,8 @@ type BoxStream = Box<dyn Stream>;
 
 /// How this node authenticates, resolved at start.
 struct Auth {
+    /// Without TLS, every peer address must be a loopback one: why.
+    plain: Option<Plain>,
     /// What its hellos offer.
     offered: Vec<u8>,
     /// What it requires of others' hellos.
@@ -567,38 +574,31 @@ impl Peers {
         let auth = Arc::new(auth);
         let (stop, stopped) = watch::channel(());
         let (cluster, ours) = watch::channel(None);
-        let counters = Arc::new(Counters {
-            connected: cfg
-                .members
-                .keys()
-                .filter(|&&id| id != cfg.id)
-                .map(|&id| (id, AtomicBool::new(false)))
-                .collect(),
-            ..Counters::default()
-        });
+        let counters = Arc::new(Counters::default());
+        let spawner = Spawner {
+            runtime,
+            stopped: stopped.clone(),
+            me: cfg.id,
+            max_frame: cfg.max_frame,
+            queue_limit: cfg.queue_limit,
+            auth: Arc::clone(&auth),
+            counters: Arc::clone(&counters),
+            ours: ours.clone(),
+        };
         let mut queues = BTreeMap::new();
         for (&peer, &addr) in cfg.members.iter().filter(|(&id, _)| id != cfg.id) {
-            let (tx, rx) = mpsc::channel(cfg.queue_limit);
-            queues.insert(peer, tx);
-            let link = Outbound {
-                me: cfg.id,
-                peer,
-                addr,
-                max_frame: cfg.max_frame,
-                auth: Arc::clone(&auth),
-                counters: Arc::clone(&counters),
-                ours: ours.clone(),
-            };
-            runtime.spawn(until(stopped.clone(), link.run(rx)));
+            queues.insert(peer, spawner.link(peer, addr));
         }
+        let members = Arc::new(Mutex::new(cfg.members));
         let (inbound, received) = mpsc::channel(cfg.queue_limit);
+        let runtime = spawner.runtime.clone();
         let door = Arc::new(Door {
             me: cfg.id,
             max_frame: cfg.max_frame,
             auth,
             counters: Arc::clone(&counters),
             inbound,
-            members: cfg.members,
+            members: Arc::clone(&members),
             ours,
             waiting: Arc::new(Waiting {
                 list: Mutex::new(Unauthenticated::new(
@@ -611,7 +611,9 @@ impl Peers {
         });
         runtime.spawn(until(stopped.clone(), door.accept(listener, stopped)));
         let inner = Inner {
-            queues,
+            queues: Mutex::new(queues),
+            spawner,
+            members,
             counters,
             cluster,
             _stop: stop,
@@ -628,7 +630,12 @@ impl Peers {
     /// queue is full (or `to` is not a peer) the message is dropped and
     /// counted; Raft sends again.
     pub fn send(&self, msg: Message) {
-        let queued = match self.inner.queues.get(&msg.to) {
+        let queues = self
+            .inner
+            .queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let queued = match queues.get(&msg.to) {
             Some(queue) => queue.try_send(msg).is_ok(),
             None => false,
         };
@@ -651,6 +658,57 @@ impl Peers {
         });
     }
 
+    /// The members from now on, as the configuration changed (PROTOCOL.md
+    /// 4.4): a link is started to each member added (or whose address
+    /// changed), the link to each member removed ends, and only the
+    /// members given are let in. Refused, changing nothing, where the
+    /// start would have been (`PeerConfig`'s rules): this member's id
+    /// missing, or an address off loopback without TLS.
+    pub fn set_members(&self, members: BTreeMap<u64, SocketAddr>) -> Result<(), PeerError> {
+        let me = self.inner.spawner.me;
+        if members.contains_key(&0) {
+            return Err(PeerError::ZeroId);
+        }
+        if !members.contains_key(&me) {
+            return Err(PeerError::NotAMember { id: me });
+        }
+        if let Some(plain) = self.inner.spawner.auth.plain {
+            if let Some((&id, &addr)) = members.iter().find(|(_, a)| !a.ip().is_loopback()) {
+                let place = Place::Member(id);
+                return Err(match plain {
+                    Plain::Insecure => PeerError::InsecureOffLoopback { place, addr },
+                    Plain::Credential => PeerError::CredentialInClear { place, addr },
+                });
+            }
+        }
+        let mut known = self
+            .inner
+            .members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let mut queues = self
+            .inner
+            .queues
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        // Dropping a queue's sender ends its link.
+        queues.retain(|id, _| members.get(id) == known.get(id));
+        for (&peer, &addr) in members.iter().filter(|(&id, _)| id != me) {
+            queues
+                .entry(peer)
+                .or_insert_with(|| self.inner.spawner.link(peer, addr));
+        }
+        let mut connected = self
+            .inner
+            .counters
+            .connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        connected.retain(|id, _| members.contains_key(id));
+        *known = members;
+        Ok(())
+    }
+
     /// The counters, and which links are up.
     pub fn stats(&self) -> PeerStats {
         let c = &self.inner.counters;
@@ -661,11 +719,19 @@ impl Peers {
             received: get(&c.received),
             refused: get(&c.refused),
             connects: get(&c.connects),
-            connected: c
-                .connected
-                .iter()
-                .map(|(&id, up)| (id, up.load(Ordering::Relaxed)))
-                .collect(),
+            connected: {
+                let members = self
+                    .inner
+                    .members
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner);
+                let up = c.connected.lock().unwrap_or_else(PoisonError::into_inner);
+                members
+                    .keys()
+                    .filter(|&&id| id != self.inner.spawner.me)
+                    .map(|&id| (id, up.get(&id).copied().unwrap_or(false)))
+                    .collect()
+            },
             foreign: get(&c.foreign),
             last_foreign: *c
                 .last_foreign
@@ -723,6 +789,12 @@ fn check(cfg: &PeerConfig, listener: &TcpListener) -> Result<Auth, PeerError> {
         },
     };
     Ok(Auth {
+        plain: match &cfg.auth {
+            PeerAuth::InsecureLoopback => Some(Plain::Insecure),
+            PeerAuth::Credential(_) => Some(Plain::Credential),
+            #[cfg(feature = "tls")]
+            PeerAuth::Tls { .. } => None,
+        },
         offered,
         required,
         #[cfg(feature = "tls")]
@@ -763,6 +835,55 @@ async fn read_frame(stream: &mut (impl AsyncRead + Unpin), limit: usize) -> io::
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
     Ok(frame)
+}
+
+/// Links without TLS, which keep to loopback addresses.
+#[derive(Debug, Clone, Copy)]
+enum Plain {
+    /// `PeerAuth::InsecureLoopback`.
+    Insecure,
+    /// `PeerAuth::Credential`: never sent in the clear off this machine.
+    Credential,
+}
+
+/// What starting an outbound link takes, kept to start those of members
+/// added later.
+struct Spawner {
+    runtime: tokio::runtime::Handle,
+    stopped: watch::Receiver<()>,
+    me: u64,
+    max_frame: usize,
+    queue_limit: usize,
+    auth: Arc<Auth>,
+    counters: Arc<Counters>,
+    ours: Ours,
+}
+
+impl std::fmt::Debug for Spawner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spawner")
+            .field("me", &self.me)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Spawner {
+    /// Starts the outbound link to `peer` at `addr`; its queue.
+    fn link(&self, peer: u64, addr: SocketAddr) -> mpsc::Sender<Message> {
+        let (tx, rx) = mpsc::channel(self.queue_limit);
+        let link = Outbound {
+            me: self.me,
+            peer,
+            addr,
+            max_frame: self.max_frame,
+            auth: Arc::clone(&self.auth),
+            counters: Arc::clone(&self.counters),
+            ours: self.ours.clone(),
+        };
+        self.runtime
+            .spawn(until(self.stopped.clone(), link.run(rx)));
+        tx
+    }
 }
 
 /// The outbound link to one peer.
@@ -818,9 +939,11 @@ impl Outbound {
     }
 
     fn up(&self, up: bool) {
-        if let Some(flag) = self.counters.connected.get(&self.peer) {
-            flag.store(up, Ordering::Relaxed);
-        }
+        self.counters
+            .connected
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(self.peer, up);
     }
 
     /// A connection to the peer, its hello acknowledged by the member
@@ -1061,7 +1184,8 @@ impl Drop for Ticket {
 /// The accepting side: who may come in, and where their messages go.
 struct Door {
     me: u64,
-    members: BTreeMap<u64, SocketAddr>,
+    /// Who may come in: the members as they are now.
+    members: Arc<Mutex<BTreeMap<u64, SocketAddr>>>,
     max_frame: usize,
     auth: Arc<Auth>,
     counters: Arc<Counters>,
@@ -1230,7 +1354,11 @@ impl Door {
         let mut stream: BoxStream = Box::new(tcp);
         let frame = read_frame(&mut stream, HELLO_MAX).await.ok()?;
         let hello = Hello::parse(&frame)?;
-        let addr = self.members.get(&hello.from)?;
+        let addr = *self
+            .members
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&hello.from)?;
         if hello.from == self.me || hello.to != self.me {
             return None;
         }
@@ -1418,6 +1546,64 @@ mod tests {
         );
         assert_eq!(one.connects, 2);
         assert_eq!(one.connected, BTreeMap::from([(2, true), (3, true)]));
+    }
+
+    #[tokio::test]
+    async fn a_member_added_is_linked_and_let_in_and_one_removed_is_not() {
+        let (members, mut nodes) = cluster(3, PeerAuth::Credential(SECRET.into())).await;
+        let wait = Duration::from_secs(5);
+        // 1 and 2 forget 3, as before it was added.
+        let two: BTreeMap<u64, SocketAddr> = members.range(1..=2).map(|(&i, &a)| (i, a)).collect();
+        for node in &nodes[..2] {
+            node.0.set_members(two.clone()).expect("the two");
+        }
+        nodes[2]
+            .0
+            .send(message(MessageType::MsgHeartbeatResponse, 3, 1, 5));
+        nodes[0].0.send(message(MessageType::MsgHeartbeat, 1, 3, 5));
+        assert!(next(&mut nodes[0].1, Duration::from_millis(300))
+            .await
+            .is_none());
+        assert_eq!(nodes[0].0.stats().dropped, 1, "no link to 3");
+        assert_eq!(
+            nodes[0]
+                .0
+                .stats()
+                .connected
+                .keys()
+                .copied()
+                .collect::<Vec<_>>(),
+            [2]
+        );
+        // Added: linked both ways.
+        nodes[0].0.set_members(members.clone()).expect("the three");
+        nodes[0].0.send(message(MessageType::MsgHeartbeat, 1, 3, 6));
+        let got = next(&mut nodes[2].1, wait).await.expect("3 hears from 1");
+        assert_eq!((got.from, got.term), (1, 6));
+        nodes[2]
+            .0
+            .send(message(MessageType::MsgHeartbeatResponse, 3, 1, 6));
+        let got = loop {
+            let got = next(&mut nodes[0].1, wait).await.expect("1 hears from 3");
+            if got.term == 6 {
+                break got;
+            }
+        };
+        assert_eq!(got.from, 3);
+        // Off loopback without TLS: refused, nothing changed.
+        let mut far = members.clone();
+        far.insert(4, "10.9.9.9:7979".parse().unwrap());
+        assert!(matches!(
+            nodes[0].0.set_members(far),
+            Err(PeerError::CredentialInClear { .. })
+        ));
+        let mut without_me = members.clone();
+        without_me.remove(&1);
+        assert!(matches!(
+            nodes[0].0.set_members(without_me),
+            Err(PeerError::NotAMember { id: 1 })
+        ));
+        assert_eq!(nodes[0].0.stats().connected.len(), 2);
     }
 
     #[tokio::test]

@@ -21,6 +21,7 @@
 //!
 //! Every rule is the replica's; this module only moves bytes.
 
+use std::collections::BTreeMap;
 use std::io;
 use std::net::SocketAddr;
 use std::sync::mpsc as std_mpsc;
@@ -36,6 +37,7 @@ use crate::host::raft::disk::RaftDisk;
 use crate::host::raft::peers::Peers;
 use crate::host::serve::{Core, Hosted, Listener};
 use crate::host::state::WallClock;
+use crate::names::Endpoint;
 use crate::server::raft::{AdminRefusal, ClusterStatus, Output, Persist, Replica, ReplicaEvent};
 use crate::server::{Action, ConnId, Server, ServerStats};
 use crate::time::Time;
@@ -52,6 +54,10 @@ pub enum MemberNotice {
     /// Making its state durable failed: the member acknowledges nothing
     /// more, and should be stopped.
     DiskFailed(String),
+    /// The configuration names peer addresses its links cannot take (off
+    /// loopback without TLS, or not `IP:PORT`): those links stay as they
+    /// were.
+    PeersRefused(String),
 }
 
 /// A member ready to serve: its replica, its state directory's Raft
@@ -156,6 +162,12 @@ impl Writer {
                 Written::Failed(Some(e.to_string()))
             }
         }
+    }
+
+    /// Records that the member was removed, in place: a small file,
+    /// once.
+    fn record_removed(&self) -> Result<(), crate::host::raft::disk::RaftDiskError> {
+        lock_disk(&self.disk).record_removed()
     }
 
     /// Keeps a snapshot on the thread, whatever the member's role: it may
@@ -426,6 +438,27 @@ fn fold(into: &mut Persist, next: Persist) {
     }
 }
 
+impl MemberCore {
+    /// Links to the members the configuration names, and lets only them
+    /// in.
+    fn link_members(&mut self, peers: &BTreeMap<u64, Endpoint>) {
+        let mut addrs = BTreeMap::new();
+        for (&id, addr) in peers {
+            match addr.as_str().parse::<SocketAddr>() {
+                Ok(addr) => {
+                    addrs.insert(id, addr);
+                }
+                Err(_) => (self.notify)(MemberNotice::PeersRefused(format!(
+                    "member {id}'s peer address {addr} is not IP:PORT"
+                ))),
+            }
+        }
+        if let Err(e) = self.peers.set_members(addrs) {
+            (self.notify)(MemberNotice::PeersRefused(e.to_string()));
+        }
+    }
+}
+
 impl Core for MemberCore {
     /// An operator's: none about the table or the role, which come from
     /// its log.
@@ -459,10 +492,19 @@ impl Core for MemberCore {
                 Output::Compact(s) => self.writer.compact(s),
                 Output::Send(m) => self.peers.send(m),
                 Output::Event(e) => {
-                    if let ReplicaEvent::Cluster { id } = e {
+                    match &e {
                         // Hellos carry it from now on; a peer of another
                         // cluster is refused.
-                        self.peers.set_cluster(id);
+                        ReplicaEvent::Cluster { id } => self.peers.set_cluster(*id),
+                        ReplicaEvent::Members { peers } => self.link_members(peers),
+                        ReplicaEvent::Removed => {
+                            // Said before anything else: it never starts
+                            // again from this directory.
+                            if let Err(e) = self.writer.record_removed() {
+                                (self.notify)(MemberNotice::DiskFailed(e.to_string()));
+                            }
+                        }
+                        _ => {}
                     }
                     (self.notify)(MemberNotice::Replica(e));
                 }

@@ -385,6 +385,7 @@ impl Replica {
         };
         self.node.mut_store().set_conf_state(conf.clone());
         self.roster.keep(&conf);
+        self.tell_members();
         let me = self.node.raft.id;
         if in_conf(&conf, me) {
             self.membership.seen_self = true;
@@ -398,6 +399,18 @@ impl Replica {
         }
         self.dirty = true;
         true
+    }
+
+    /// Tells the driver the members' peer addresses
+    /// ([`ReplicaEvent::Members`]).
+    pub(super) fn tell_members(&mut self) {
+        let peers = self
+            .roster
+            .iter()
+            .filter_map(|(id, addrs)| Some((id, addrs.peer.clone()?)))
+            .collect();
+        self.outputs
+            .push_back(super::Output::Event(ReplicaEvent::Members { peers }));
     }
 
     /// A snapshot installed: its configuration, and whether this member is

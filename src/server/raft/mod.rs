@@ -129,10 +129,6 @@ pub struct ReplicaConfig {
     /// Every member's peer address, where known: what its status says,
     /// and what a member added with it carries.
     pub peers: BTreeMap<u64, Endpoint>,
-    /// It starts with an empty state directory to be added to a running
-    /// cluster (PROTOCOL.md 4.4, "Adding"): it serves no client until it
-    /// votes, and learns the configuration from the leader's snapshot.
-    pub joining: bool,
 }
 
 impl ReplicaConfig {
@@ -156,7 +152,6 @@ impl ReplicaConfig {
             draw: 1,
             admin: None,
             peers: BTreeMap::new(),
-            joining: false,
         }
     }
 }
@@ -327,6 +322,13 @@ pub enum ReplicaEvent {
         term: u64,
         /// The leader's client address (`M`), if one is known.
         leader: Option<Endpoint>,
+    },
+    /// The members' peer addresses, as the configuration has them: at
+    /// start, and after each change (PROTOCOL.md 4.4). The driver links to
+    /// these members, and lets only them in.
+    Members {
+        /// Every member whose peer address is known, this one's included.
+        peers: BTreeMap<u64, Endpoint>,
     },
     /// This member was removed from the configuration (PROTOCOL.md 4.4,
     /// "Removing"): it stops serving for good, and its driver should record
@@ -514,19 +516,13 @@ impl Replica {
                 why: "the id must be one of the members' and not 0",
             });
         }
+        // A state with no configuration is a member's that joins a running
+        // cluster (PROTOCOL.md 4.4, "Adding"; its driver started it so, on
+        // an empty directory): it serves no client until it votes, and
+        // learns the configuration from the leader's snapshot.
         let empty = restored.snapshot.is_none()
             && restored.entries.is_empty()
             && restored.conf_state == ConfState::default();
-        if config.joining != empty {
-            return Err(ReplicaError::Members {
-                id,
-                why: if config.joining {
-                    "a member that joins starts with nothing"
-                } else {
-                    "a member that does not join starts from a configuration"
-                },
-            });
-        }
         let tick = config.election_timeout / ELECTION_TICKS as u32;
         if tick < Duration::from_millis(1) {
             return Err(ReplicaError::ElectionTimeout);
@@ -553,6 +549,12 @@ impl Replica {
         // The addresses the configuration carried win over those given.
         let mut roster = Roster::given(config.members, &config.peers);
         roster.adopt(&durable);
+        if !empty {
+            // Members given that the configuration no longer has are not
+            // linked to; those added after the snapshot come back as the
+            // log is replayed, with their addresses.
+            roster.keep(&restored.conf_state);
+        }
         let seen_self = membership::in_conf(&restored.conf_state, id);
         // A learner, or a member that joins, serves no client until it
         // votes (PROTOCOL.md 4.4, "Adding").
@@ -624,6 +626,7 @@ impl Replica {
             // Read in the snapshot only: recorded from now on.
             replica.record_cluster();
         }
+        replica.tell_members();
         Ok(replica)
     }
 
@@ -1252,6 +1255,7 @@ impl Replica {
             self.learn_cluster(id);
         }
         self.roster.adopt(&roster);
+        self.tell_members();
         self.after_install();
     }
 

@@ -88,8 +88,6 @@ impl Cluster {
         config.admin = Some(AdminAccess::Open);
         config.peers = self.members.keys().map(|&id| (id, peer_addr(id))).collect();
         let restored = self.disks[&id].restored();
-        // A member with nothing on its disk was started to join.
-        config.joining = restored == Restored::default();
         let mut replica = Replica::new(config, server, restored, self.now).unwrap();
         if self.defer {
             replica.defer_apply();

@@ -44,6 +44,13 @@ pub enum RaftDiskError {
         /// The directory.
         path: PathBuf,
     },
+    /// The member whose directory it is was removed from its cluster
+    /// (PROTOCOL.md 4.4, "Removing"), and said so here.
+    #[error("{path}: this member was removed from its cluster; it never starts again from this directory (a member that comes back is a new one: a new id, an empty directory, --raft-join)")]
+    Removed {
+        /// The record of its removal.
+        path: PathBuf,
+    },
     /// The directory holds another member's Raft state.
     #[error("{path}: this state directory is member {recorded}'s; refusing to start it as member {member}")]
     NotMine {

@@ -171,7 +171,15 @@ pub enum Start {
     /// A start of a member of an existing cluster: the directory must hold
     /// this member's Raft state, readable whole.
     Existing,
+    /// The first start of a member to be added to a running cluster
+    /// (`--raft-join`, PROTOCOL.md 4.4 "Adding"): the directory must hold
+    /// no Raft state, and segment 0 is written with an empty
+    /// configuration, which the leader's snapshot replaces.
+    Join,
 }
+
+/// The file that says this directory's member was removed.
+const REMOVED_FILE: &str = "raft-removed";
 
 /// The Raft state in a state directory, held (locked) while this lives.
 #[derive(Debug)]
@@ -233,14 +241,23 @@ impl RaftDisk {
         voters: &[u64],
     ) -> Result<(RaftDisk, Restored), RaftDiskError> {
         let dir = StateDir::open(dir)?;
+        let removed = dir.path().join(REMOVED_FILE);
+        if removed.exists() {
+            return Err(RaftDiskError::Removed { path: removed });
+        }
         let found = survey(dir.path())?;
         match start {
-            Start::NewCluster => {
+            Start::NewCluster | Start::Join => {
                 if let Some(found) = found.any(dir.path()) {
                     let path = dir.path().to_path_buf();
                     return Err(RaftDiskError::NotEmpty { path, found });
                 }
                 found.remove_pending(&dir)?;
+                let voters = if start == Start::Join {
+                    &[][..]
+                } else {
+                    voters
+                };
                 RaftDisk::begin(dir, member, voters)
             }
             Start::Existing => {
@@ -497,6 +514,14 @@ impl RaftDisk {
             cluster,
         };
         Ok((disk, restored))
+    }
+
+    /// Records, durably, that this member was removed from its cluster
+    /// ([`ReplicaEvent::Removed`](crate::server::raft::ReplicaEvent::Removed)):
+    /// [`RaftDisk::open`] refuses the directory from now on.
+    pub fn record_removed(&self) -> Result<(), RaftDiskError> {
+        let text = format!("member {} was removed from its cluster\n", self.member);
+        Ok(self.dir.write_durably(REMOVED_FILE, text.as_bytes())?)
     }
 
     /// Makes `p` durable: its record written at the end of the newest
