@@ -19,6 +19,11 @@
 //! - `ticketing cluster status` and `transfer`, asked of any member, are
 //!   answered by the leader; refusals, a wrong credential, no member and
 //!   no endpoint end with their exit status.
+//! - Every member replaced in turn, three times round (`--raft-join`,
+//!   `cluster add`, `cluster remove`) under a renewing holder, who keeps
+//!   its grant; a removed member's directory never starts again.
+//! - Membership refusals: already there, unknown, would lose the
+//!   majority; forced, the last shows why.
 //! - A leader stopped (SIGSTOP) past the election timeout and continued
 //!   answers nothing it was asked in the meantime, grants and renews
 //!   nothing, and follows the leader the others elected.
@@ -605,6 +610,79 @@ fn every_member_replaced_three_times_under_a_renewing_holder() {
         done.stderr.contains("was removed from its cluster"),
         "{done:?}"
     );
+}
+
+/// The refusals of PROTOCOL.md 4.4 over `ticketing cluster`, each with its
+/// `error` and exit 1, and nothing changed: a member already there, an
+/// unknown member, a removal that would leave no answering majority (one
+/// member down, without `--force`). Forced, that removal shows why it is
+/// refused: the joint configuration needs the member down, so the leader
+/// steps down and nothing is changed or granted until it is back. (A
+/// second change while one is under way, `change_in_flight`, is refused
+/// within the moments a change takes: `src/server/raft/tests.rs` shows it.)
+#[test]
+fn membership_refusals_are_named_and_change_nothing() {
+    let _serial = serial();
+    let mut c = Cluster::new("refusals", &[]);
+    c.start_all(true);
+    let lead = c.settled();
+    let ids = |v: &Value| -> Vec<u64> {
+        v["members"]
+            .as_array()
+            .expect("members")
+            .iter()
+            .filter_map(|m| m["id"].as_u64())
+            .collect()
+    };
+    let refused = |c: &Cluster, args: &[&str], error: &str| {
+        let (code, v) = cluster_op(c, args);
+        assert_eq!(
+            (code, v["error"].as_str()),
+            (Some(1), Some(error)),
+            "{args:?}: {v}"
+        );
+    };
+    let there = format!(
+        "{}={}/{}",
+        c.members[0].id, c.members[0].addr, c.members[0].raft
+    );
+    refused(&c, &["add", &there], "already_member");
+    refused(&c, &["remove", "9"], "unknown_member");
+    let (down, removed) = {
+        let mut others = (0..3).filter(|&i| i != lead);
+        (others.next().unwrap(), others.next().unwrap())
+    };
+    c.kill(down);
+    // The leader stops hearing from it within an election timeout.
+    thread::sleep(Duration::from_millis(3 * TIMEOUT_MS));
+    let removed_id = (removed + 1).to_string();
+    refused(&c, &["remove", &removed_id], "would_lose_majority");
+    let (_, v) = cluster_op(&c, &["status"]);
+    assert_eq!(ids(&v), [1, 2, 3], "nothing changed: {v}");
+    // Forced: joint until the member down is back, and no leader meanwhile.
+    let forced = cli::Proc::start(&[
+        "cluster",
+        "remove",
+        &removed_id,
+        "--force",
+        "--endpoint",
+        &c.addr(lead),
+    ]);
+    thread::sleep(Duration::from_millis(500));
+    c.reserve(1);
+    let spec = format!(
+        "{}={}/{}",
+        c.members[3].id, c.members[3].addr, c.members[3].raft
+    );
+    refused(&c, &["add", &spec], "not_leader");
+    c.start(down, false);
+    let done = forced.finish(Duration::from_secs(60));
+    assert_eq!(done.code, Some(0), "{done:?}");
+    c.removed(removed);
+    let (_, v) = cluster_op(&c, &["status"]);
+    let mut expected = vec![lead as u64 + 1, down as u64 + 1];
+    expected.sort_unstable();
+    assert_eq!(ids(&v), expected, "{v}");
 }
 
 // ----- the leader stopped and continued -------------------------------------
