@@ -218,8 +218,7 @@ impl Replica {
     ) -> Result<(), AdminRefusal> {
         self.input(now);
         self.may_change()?;
-        let conf = self.conf();
-        if id == 0 || in_conf(&conf, id) {
+        if id == 0 || in_conf(self.conf(), id) {
             return Err(AdminRefusal::AlreadyMember { id });
         }
         let cc = change(
@@ -241,7 +240,7 @@ impl Replica {
     pub fn remove_member(&mut self, now: Time, id: u64, force: bool) -> Result<(), AdminRefusal> {
         self.input(now);
         self.may_change()?;
-        let conf = self.conf();
+        let conf = self.conf().clone();
         if !in_conf(&conf, id) {
             return Err(AdminRefusal::UnknownMember { id });
         }
@@ -273,9 +272,10 @@ impl Replica {
         self.propose_change(cc)
     }
 
-    /// The configuration as this member applied it.
-    pub(super) fn conf(&self) -> ConfState {
-        self.node.raft.prs().conf().to_conf_state()
+    /// The configuration as this member applied it (its log store keeps
+    /// it with raft-rs's, for the next snapshot).
+    pub(super) fn conf(&self) -> &ConfState {
+        self.node.store().conf_state()
     }
 
     /// Whether a change may be proposed now: this member serves as leader,
@@ -416,9 +416,8 @@ impl Replica {
     /// A snapshot installed: its configuration, and whether this member is
     /// still in it.
     pub(super) fn after_install(&mut self) {
-        let conf = self.conf();
         let me = self.node.raft.id;
-        if in_conf(&conf, me) {
+        if in_conf(self.conf(), me) {
             self.membership.seen_self = true;
         } else if self.membership.seen_self {
             self.stop(ReplicaEvent::Removed);

@@ -110,6 +110,11 @@ impl LogStore {
         self.snapshot = snapshot;
     }
 
+    /// The configuration as applied.
+    pub(crate) fn conf_state(&self) -> &ConfState {
+        &self.conf_state
+    }
+
     /// The configuration as applied: what the next snapshot holds.
     pub(crate) fn set_conf_state(&mut self, conf_state: ConfState) {
         self.conf_state = conf_state;

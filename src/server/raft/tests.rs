@@ -1041,7 +1041,7 @@ fn addrs(id: u64) -> MemberAddrs {
 }
 
 fn voters(c: &Cluster, id: u64) -> Vec<u64> {
-    let mut v = c.replicas[&id].conf().voters;
+    let mut v = c.replicas[&id].conf().voters.clone();
     v.sort_unstable();
     v
 }
