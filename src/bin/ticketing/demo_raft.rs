@@ -1,9 +1,11 @@
 //! `ticketing demo`'s second act: a replicated cluster (PROTOCOL.md 4.3)
-//! whose leader stops dead. Three members on loopback, their Raft state in
-//! a temporary directory; a holder renews one key, then the leader's task
-//! ends with nothing handed over. What it shows: a new leader within an
-//! election, no recovery grace (a key nobody held is granted at once), and
-//! the holder keeps its grant with the same token.
+//! whose leader stops dead, and one of whose members is then replaced
+//! (4.4). Three members on loopback, their Raft state in a temporary
+//! directory; a holder renews one key, then the leader's task ends with
+//! nothing handed over. What it shows: a new leader within an election, no
+//! recovery grace (a key nobody held is granted at once), and the holder
+//! keeps its grant with the same token. Then a fourth member joins, is
+//! added and votes, and the first is removed, while the holder renews on.
 
 use std::collections::BTreeMap;
 use std::error::Error;
@@ -11,10 +13,11 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use ticketing::admin::MemberRole;
 use ticketing::client::Config;
 use ticketing::raft::{
-    spawn_member, Member, MemberHandle, MemberNotice, PeerAuth, PeerConfig, Peers, RaftDisk,
-    Replica, ReplicaConfig, ReplicaEvent,
+    spawn_member, Member, MemberAddrs, MemberHandle, MemberNotice, PeerAuth, PeerConfig, Peers,
+    RaftDisk, Replica, ReplicaConfig, ReplicaEvent, Start,
 };
 use ticketing::server::{self, Server};
 use ticketing::tokio::{spawn, LeaseStatus, TcpConnector};
@@ -39,18 +42,18 @@ struct Cluster {
 }
 
 impl Cluster {
-    /// Starts member `id` (on the very first start, as a new cluster).
-    async fn start(&mut self, id: u64, new: bool) -> Result<(), Box<dyn Error>> {
+    /// Starts member `id` as `start` says.
+    async fn start(&mut self, id: u64, start: Start) -> Result<(), Box<dyn Error>> {
         let voters: Vec<u64> = self.clients.keys().copied().collect();
-        let start = if new {
-            ticketing::raft::Start::NewCluster
-        } else {
-            ticketing::raft::Start::Existing
-        };
         let (disk, restored) = RaftDisk::open(&self.dirs[&id], start, id, &voters)?;
         let wall_ms = u64::try_from(ticketing::state::unix_now().as_millis()).unwrap_or(0);
         let mut config = ReplicaConfig::new(id, self.clients.clone(), ELECTION_TIMEOUT, wall_ms);
         config.draw = crate::common::secret();
+        config.peers = self
+            .rafts
+            .iter()
+            .map(|(&id, addr)| Ok((id, Endpoint::new(addr.to_string())?)))
+            .collect::<Result<_, ticketing::wire::AtomError>>()?;
         let server = Server::new(
             server::Config::new(Name::new(format!("member-{id}"))?),
             Time::ZERO,
@@ -78,6 +81,25 @@ impl Cluster {
     }
 }
 
+impl Cluster {
+    /// The member that leads now, as its own status says (waiting up to
+    /// 10 s for one).
+    async fn leading(&self) -> Result<u64, Box<dyn Error>> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            for (&id, member) in &self.running {
+                if member.status().await?.leader == Some(id) {
+                    return Ok(id);
+                }
+            }
+            if Instant::now() >= deadline {
+                return Err("no member led within 10 s".into());
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
 /// Waits for a member other than `not` to lead; which one, and when.
 async fn leader(
     news: &mut mpsc::UnboundedReceiver<(u64, ReplicaEvent, Instant)>,
@@ -96,6 +118,21 @@ async fn leader(
         .ok()
         .flatten()
         .ok_or_else(|| "no member led within 10 s".into())
+}
+
+/// Waits, at most 10 s, until `member`'s status satisfies `done`.
+async fn wait_for_status(
+    member: &MemberHandle,
+    done: impl Fn(&ticketing::raft::ClusterStatus) -> bool,
+) -> Result<(), Box<dyn Error>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done(&member.status().await?) {
+        if Instant::now() >= deadline {
+            return Err("the change did not complete within 10 s".into());
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(())
 }
 
 /// Runs the act; its violations (empty if none).
@@ -128,7 +165,7 @@ pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
     );
     let started = Instant::now();
     for id in 1..=3 {
-        cluster.start(id, true).await?;
+        cluster.start(id, Start::NewCluster).await?;
     }
     let (first, _) = leader(&mut heard, None).await?;
     println!(
@@ -210,13 +247,70 @@ pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
     if !kept {
         violations.push("the holder did not keep its grant across the leader change".into());
     }
-    held.release().await?;
-
-    cluster.start(first, false).await?;
+    cluster.start(first, Start::Existing).await?;
     println!(
         "[{:4.1}s] member-{first} restarts from its state directory and follows",
         started.elapsed().as_secs_f64()
     );
+
+    // Replaced while the holder renews: member-4 joins and is added, then
+    // member-first is removed (PROTOCOL.md 4.4).
+    let client = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
+    let raft = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
+    let client = Endpoint::new(client.to_string())?;
+    cluster.clients.insert(4, client.clone());
+    cluster.rafts.insert(4, raft);
+    cluster.dirs.insert(4, root.join("member-4"));
+    cluster.start(4, Start::Join).await?;
+    let addrs = MemberAddrs::new(client, Some(Endpoint::new(raft.to_string())?));
+    let lead = cluster.leading().await?;
+    cluster.running[&lead]
+        .add_member(4, addrs)
+        .await?
+        .map_err(|e| format!("adding member-4: {e}"))?;
+    let votes = |s: &ticketing::raft::ClusterStatus| {
+        s.members
+            .iter()
+            .any(|m| m.id == 4 && m.role != MemberRole::Learner)
+    };
+    wait_for_status(&cluster.running[&lead], votes).await?;
+    println!(
+        "[{:4.1}s] member-4 joins as a learner, catches up from a snapshot and votes",
+        started.elapsed().as_secs_f64()
+    );
+    let lead = cluster.leading().await?;
+    cluster.running[&lead]
+        .remove_member(first, false)
+        .await?
+        .map_err(|e| format!("removing member-{first}: {e}"))?;
+    let gone = |s: &ticketing::raft::ClusterStatus| s.members.iter().all(|m| m.id != first);
+    wait_for_status(&cluster.running[&lead], gone).await?;
+    println!(
+        "[{:4.1}s] member-{first} is removed; members now {:?}",
+        started.elapsed().as_secs_f64(),
+        cluster.running[&lead]
+            .status()
+            .await?
+            .members
+            .iter()
+            .map(|m| m.id)
+            .collect::<Vec<_>>()
+    );
+    let kept = matches!(held.status(), LeaseStatus::Valid { .. }) && held.token() == token;
+    println!(
+        "[{:4.1}s] the holder {} (token {})",
+        started.elapsed().as_secs_f64(),
+        if kept {
+            "kept its grant through the replacement"
+        } else {
+            "LOST its grant"
+        },
+        held.token()
+    );
+    if !kept {
+        violations.push("the holder did not keep its grant through the replacement".into());
+    }
+    held.release().await?;
     handle.shutdown(Duration::from_secs(3)).await?;
     for (_, member) in std::mem::take(&mut cluster.running) {
         member.stop().await?;

@@ -38,7 +38,9 @@ use crate::host::raft::peers::Peers;
 use crate::host::serve::{Core, Hosted, Listener};
 use crate::host::state::WallClock;
 use crate::names::Endpoint;
-use crate::server::raft::{AdminRefusal, ClusterStatus, Output, Persist, Replica, ReplicaEvent};
+use crate::server::raft::{
+    AdminRefusal, ClusterStatus, MemberAddrs, Output, Persist, Replica, ReplicaEvent,
+};
 use crate::server::{Action, ConnId, Server, ServerStats};
 use crate::time::Time;
 
@@ -239,6 +241,18 @@ pub(crate) enum MemberCommand {
     Leads(oneshot::Sender<bool>),
     /// [`Replica::status`].
     Status(oneshot::Sender<ClusterStatus>),
+    /// [`Replica::add_member`].
+    Add {
+        id: u64,
+        addrs: MemberAddrs,
+        reply: oneshot::Sender<Result<(), AdminRefusal>>,
+    },
+    /// [`Replica::remove_member`].
+    Remove {
+        id: u64,
+        force: bool,
+        reply: oneshot::Sender<Result<(), AdminRefusal>>,
+    },
 }
 
 /// A member served on a tokio task ([`spawn_member`]). Unlike a single
@@ -314,6 +328,30 @@ impl MemberHandle {
     /// The member's view of its cluster ([`Replica::status`]).
     pub async fn status(&self) -> io::Result<ClusterStatus> {
         self.hosted.ask(MemberCommand::Status).await
+    }
+
+    /// Proposes member `id`, reached at `addrs`, as a learner
+    /// ([`Replica::add_member`]); [`status`](MemberHandle::status) tells
+    /// when it votes.
+    pub async fn add_member(
+        &self,
+        id: u64,
+        addrs: MemberAddrs,
+    ) -> io::Result<Result<(), AdminRefusal>> {
+        self.hosted
+            .ask(|reply| MemberCommand::Add { id, addrs, reply })
+            .await
+    }
+
+    /// Proposes the removal of member `id` ([`Replica::remove_member`]).
+    pub async fn remove_member(
+        &self,
+        id: u64,
+        force: bool,
+    ) -> io::Result<Result<(), AdminRefusal>> {
+        self.hosted
+            .ask(|reply| MemberCommand::Remove { id, force, reply })
+            .await
     }
 
     /// What a member does before it stops (PROTOCOL.md 4.4, "Leadership
@@ -565,6 +603,12 @@ impl Core for MemberCore {
             }
             MemberCommand::Status(reply) => {
                 let _ = reply.send(self.replica.status());
+            }
+            MemberCommand::Add { id, addrs, reply } => {
+                let _ = reply.send(self.replica.add_member(now, id, addrs));
+            }
+            MemberCommand::Remove { id, force, reply } => {
+                let _ = reply.send(self.replica.remove_member(now, id, force));
             }
         }
     }
