@@ -316,42 +316,55 @@ async fn status(common: &Common) -> Result<Ended, Box<dyn Error>> {
 
 /// Sends the request `make` builds to the leader, following members that
 /// name it (`not_leader`) or hand over to another (`handing_over`), and
-/// returns the leader's connection and its answer: anything but one of
-/// those two refusals.
+/// trying the next endpoint when one knows no leader (a member that is
+/// joining, say); returns the leader's connection and its answer:
+/// anything but one of those two refusals, or the last refusal when no
+/// member led.
 async fn ask_leader(
     common: &Common,
     make: impl Fn(u64) -> AdminRequest,
 ) -> Result<Result<(Admin, AdminReply), Ended>, Box<dyn Error>> {
-    let mut admin = match first(common).await {
-        Ok(admin) => admin,
-        Err(ended) => return Ok(Err(ended)),
-    };
     let deadline = Instant::now() + FOLLOW_TIME;
-    loop {
-        let id = admin.id();
-        admin.send(&make(id)).await?;
-        let reply = admin.read().await?;
-        let next = match &reply {
-            AdminReply::Refused {
-                error,
-                leader: Some(next),
-                ..
-            } if matches!(error.as_str(), "not_leader" | "handing_over")
-                && Instant::now() < deadline =>
-            {
-                next.clone()
+    let mut last = None;
+    let mut unreached = Vec::new();
+    for endpoint in &common.endpoints {
+        let mut next = Some(endpoint.clone());
+        while let Some(addr) = next.take() {
+            let mut admin = match Admin::open(&addr, common.raft_credential.as_ref()).await {
+                Ok(admin) => admin,
+                Err(Refusal::Said(reason)) => {
+                    return Ok(Err(Ended::Refused(json!({"error": reason}))))
+                }
+                Err(Refusal::Usage(why)) => return Ok(Err(Ended::Usage(why))),
+                Err(Refusal::Unreached(e)) => {
+                    unreached.push(e);
+                    break;
+                }
+            };
+            let id = admin.id();
+            admin.send(&make(id)).await?;
+            let reply = admin.read().await?;
+            match &reply {
+                AdminReply::Refused { error, leader, .. }
+                    if matches!(error.as_str(), "not_leader" | "handing_over")
+                        && Instant::now() < deadline =>
+                {
+                    // A member handing over names the next leader before
+                    // it leads.
+                    if leader.is_some() {
+                        sleep(Duration::from_millis(50)).await;
+                    }
+                    next = leader.clone();
+                    last = Some((admin, reply));
+                }
+                _ => return Ok(Ok((admin, reply))),
             }
-            _ => return Ok(Ok((admin, reply))),
-        };
-        // A member handing over names the next leader before it leads.
-        sleep(Duration::from_millis(50)).await;
-        admin = match Admin::open(&next, common.raft_credential.as_ref()).await {
-            Ok(admin) => admin,
-            Err(Refusal::Said(reason)) => return Ok(Err(Ended::Refused(json!({"error": reason})))),
-            Err(Refusal::Usage(why)) => return Ok(Err(Ended::Usage(why))),
-            Err(Refusal::Unreached(e)) => return Ok(Err(Ended::Unreached(e))),
-        };
+        }
     }
+    Ok(match last {
+        Some(asked) => Ok(asked),
+        None => Err(Ended::Unreached(unreached.join("; "))),
+    })
 }
 
 /// A refusal as the object printed.
