@@ -66,11 +66,36 @@ pub fn status_kb(pid: u32, field: &str) -> u64 {
         .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status:\n{status}"))
 }
 
-/// A loopback address with a port the OS just handed out, free again (for
-/// a process that must be told its port before it starts).
+/// A loopback address with a port free now, for a process that must be
+/// told its port before it starts. Below the kernel's range of ephemeral
+/// ports, which outgoing connections take theirs from: a port the OS had
+/// just handed out could be taken by one of them (a member's peer link,
+/// say) before the process binds it ("address in use"). Never the same
+/// port twice in one test binary.
 pub fn free_addr() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind a free port");
-    listener.local_addr().expect("local addr").to_string()
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
+    let low: u16 = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32768);
+    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+    let given = given.get_or_insert_with(HashSet::new);
+    // A different start per process, so that test binaries run side by
+    // side rarely try the same ports.
+    let mut port = 10_000 + (std::process::id() as u16 % 1_000) * 7;
+    for _ in 0..20_000 {
+        port = if port + 1 >= low { 10_000 } else { port + 1 };
+        if given.contains(&port) {
+            continue;
+        }
+        if let Ok(listener) = TcpListener::bind(("127.0.0.1", port)) {
+            given.insert(port);
+            return listener.local_addr().expect("local addr").to_string();
+        }
+    }
+    panic!("no free port between 10000 and {low}");
 }
 
 /// An address nobody listens on: a port the OS just handed out, closed
