@@ -673,13 +673,7 @@ impl Peers {
             return Err(PeerError::NotAMember { id: me });
         }
         if let Some(plain) = self.inner.spawner.auth.plain {
-            if let Some((&id, &addr)) = members.iter().find(|(_, a)| !a.ip().is_loopback()) {
-                let place = Place::Member(id);
-                return Err(match plain {
-                    Plain::Insecure => PeerError::InsecureOffLoopback { place, addr },
-                    Plain::Credential => PeerError::CredentialInClear { place, addr },
-                });
-            }
+            plain.keeps_to_loopback(members.iter().map(|(&id, &a)| (Place::Member(id), a)))?;
         }
         let mut known = self
             .inner
@@ -761,27 +755,28 @@ fn check(cfg: &PeerConfig, listener: &TcpListener) -> Result<Auth, PeerError> {
         });
     }
     let local = listener.local_addr().map_err(PeerError::Listener)?;
-    // The first address that is not a loopback one, if any.
-    let outside = cfg
-        .members
-        .iter()
-        .map(|(&id, &addr)| (Place::Member(id), addr))
-        .chain([(Place::Listener, local)])
-        .find(|(_, addr)| !addr.ip().is_loopback());
+    let plain = match &cfg.auth {
+        PeerAuth::InsecureLoopback => Some(Plain::Insecure),
+        PeerAuth::Credential(_) => Some(Plain::Credential),
+        #[cfg(feature = "tls")]
+        PeerAuth::Tls { .. } => None,
+    };
+    if let Some(plain) = plain {
+        let places = cfg
+            .members
+            .iter()
+            .map(|(&id, &addr)| (Place::Member(id), addr))
+            .chain([(Place::Listener, local)]);
+        plain.keeps_to_loopback(places)?;
+    }
     let credential = |c: &str| {
         Name::new(c)
             .map(|name| (c.as_bytes().to_vec(), Some(Credential::new(&name))))
             .map_err(|_| PeerError::BadCredential)
     };
     let (offered, required) = match &cfg.auth {
-        PeerAuth::InsecureLoopback => match outside {
-            Some((place, addr)) => return Err(PeerError::InsecureOffLoopback { place, addr }),
-            None => (Vec::new(), None),
-        },
-        PeerAuth::Credential(c) => match outside {
-            Some((place, addr)) => return Err(PeerError::CredentialInClear { place, addr }),
-            None => credential(c)?,
-        },
+        PeerAuth::InsecureLoopback => (Vec::new(), None),
+        PeerAuth::Credential(c) => credential(c)?,
         #[cfg(feature = "tls")]
         PeerAuth::Tls { credential: c, .. } => match c {
             Some(c) => credential(c)?,
@@ -789,12 +784,7 @@ fn check(cfg: &PeerConfig, listener: &TcpListener) -> Result<Auth, PeerError> {
         },
     };
     Ok(Auth {
-        plain: match &cfg.auth {
-            PeerAuth::InsecureLoopback => Some(Plain::Insecure),
-            PeerAuth::Credential(_) => Some(Plain::Credential),
-            #[cfg(feature = "tls")]
-            PeerAuth::Tls { .. } => None,
-        },
+        plain,
         offered,
         required,
         #[cfg(feature = "tls")]
@@ -844,6 +834,23 @@ enum Plain {
     Insecure,
     /// `PeerAuth::Credential`: never sent in the clear off this machine.
     Credential,
+}
+
+impl Plain {
+    /// Refuses the first of `places` off loopback, as this kind of link
+    /// must never reach one.
+    fn keeps_to_loopback(
+        self,
+        mut places: impl Iterator<Item = (Place, SocketAddr)>,
+    ) -> Result<(), PeerError> {
+        match places.find(|(_, addr)| !addr.ip().is_loopback()) {
+            None => Ok(()),
+            Some((place, addr)) => Err(match self {
+                Plain::Insecure => PeerError::InsecureOffLoopback { place, addr },
+                Plain::Credential => PeerError::CredentialInClear { place, addr },
+            }),
+        }
+    }
 }
 
 /// What starting an outbound link takes, kept to start those of members

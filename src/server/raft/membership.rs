@@ -154,6 +154,12 @@ pub(super) fn in_conf(conf: &ConfState, id: u64) -> bool {
         || conf.learners_next.contains(&id)
 }
 
+/// Whether `id` votes in `conf` (in a joint configuration, in either
+/// half): a member that does not serves no client.
+pub(super) fn votes(conf: &ConfState, id: u64) -> bool {
+    conf.voters.contains(&id) || conf.voters_outgoing.contains(&id)
+}
+
 /// What membership remembers between turns.
 #[derive(Debug, Default)]
 pub(super) struct Membership {
@@ -247,8 +253,7 @@ impl Replica {
         let me = self.node.raft.id;
         if id == me {
             let to = Handover::choose(self.node.raft.prs(), me, None)?;
-            self.handover = Some(Handover { to });
-            self.node.transfer_leader(to);
+            self.begin_handover(to);
             return Err(AdminRefusal::HandingOver { to });
         }
         let remaining: Vec<u64> = conf.voters.iter().copied().filter(|&v| v != id).collect();
@@ -282,11 +287,7 @@ impl Replica {
     /// hands nothing over, and no change is under way.
     fn may_change(&self) -> Result<(), AdminRefusal> {
         if !self.is_serving() || self.node.raft.lead_transferee.is_some() {
-            let raft = &self.node.raft;
-            let leader = raft.leader_id;
-            return Err(AdminRefusal::NotLeader {
-                leader: (leader != 0 && leader != raft.id).then_some(leader),
-            });
+            return Err(self.not_leader());
         }
         if self.change_in_flight() {
             return Err(AdminRefusal::ChangeInFlight);
@@ -386,11 +387,7 @@ impl Replica {
         self.node.mut_store().set_conf_state(conf.clone());
         self.roster.keep(&conf);
         self.tell_members();
-        let me = self.node.raft.id;
-        if in_conf(&conf, me) {
-            self.membership.seen_self = true;
-        } else if self.membership.seen_self {
-            self.stop(ReplicaEvent::Removed);
+        if !self.still_member() {
             return true;
         }
         if added_learner {
@@ -413,14 +410,17 @@ impl Replica {
             .push_back(super::Output::Event(ReplicaEvent::Members { peers }));
     }
 
-    /// A snapshot installed: its configuration, and whether this member is
-    /// still in it.
-    pub(super) fn after_install(&mut self) {
+    /// Whether this member is in the configuration it applied (a change,
+    /// or a snapshot's); found out of it after it was in one, it was
+    /// removed, and stops for good.
+    pub(super) fn still_member(&mut self) -> bool {
         let me = self.node.raft.id;
         if in_conf(self.conf(), me) {
             self.membership.seen_self = true;
         } else if self.membership.seen_self {
             self.stop(ReplicaEvent::Removed);
+            return false;
         }
+        true
     }
 }

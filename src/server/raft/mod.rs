@@ -558,8 +558,7 @@ impl Replica {
         let seen_self = membership::in_conf(&restored.conf_state, id);
         // A learner, or a member that joins, serves no client until it
         // votes (PROTOCOL.md 4.4, "Adding").
-        let conf = &restored.conf_state;
-        let voting = conf.voters.contains(&id) || conf.voters_outgoing.contains(&id);
+        let voting = membership::votes(&restored.conf_state, id);
         let cluster = match (restored.cluster, in_snapshot) {
             (Some(recorded), Some(committed)) if recorded != committed => {
                 return Err(ReplicaError::OtherCluster {
@@ -724,17 +723,30 @@ impl Replica {
         self.input(now);
         let me = self.node.raft.id;
         if !self.is_serving() {
-            let leader = self.node.raft.leader_id;
-            return Err(AdminRefusal::NotLeader {
-                leader: (leader != 0 && leader != me).then_some(leader),
-            });
+            return Err(self.not_leader());
         }
         let to = Handover::choose(self.node.raft.prs(), me, to)?;
         if to != me {
-            self.handover = Some(Handover { to });
-            self.node.transfer_leader(to);
+            self.begin_handover(to);
         }
         Ok(to)
+    }
+
+    /// Asks raft-rs to hand the leadership to `to`, and remembers it
+    /// (`handover.rs`).
+    fn begin_handover(&mut self, to: u64) {
+        self.handover = Some(Handover { to });
+        self.node.transfer_leader(to);
+    }
+
+    /// The refusal of an operator's request by a member that does not
+    /// serve as leader: with the leader it knows, if another.
+    fn not_leader(&self) -> AdminRefusal {
+        let raft = &self.node.raft;
+        let leader = raft.leader_id;
+        AdminRefusal::NotLeader {
+            leader: (leader != 0 && leader != raft.id).then_some(leader),
+        }
     }
 
     /// The oldest [`Persist`] handed out and not yet said durable is
@@ -1256,7 +1268,7 @@ impl Replica {
         }
         self.roster.adopt(&roster);
         self.tell_members();
-        self.after_install();
+        self.still_member();
     }
 
     /// Follows Raft's role: serve once elected and caught up, step down
@@ -1274,8 +1286,7 @@ impl Replica {
         let raft = &self.node.raft;
         let (state, term, leader) = (raft.state, raft.term, raft.leader_id);
         let me = raft.id;
-        let conf = self.conf();
-        let voting = conf.voters.contains(&me) || conf.voters_outgoing.contains(&me);
+        let voting = membership::votes(self.conf(), me);
         if state == StateRole::Leader && raft.lead_transferee.is_none() {
             // raft-rs gave the transfer up, or none runs: it goes on leading.
             self.handover = None;
