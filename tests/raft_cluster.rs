@@ -279,6 +279,31 @@ fn leader_kills_cost_an_election_and_a_renewing_holder_keeps_its_grant() {
 
 // ----- a rolling restart -----------------------------------------------------
 
+/// A holder's end (its acquire tagged `a1`): its next renewal, after
+/// `since`, still of its grant with `token`; never told its lease ended;
+/// its grant released by that token.
+fn held_to_the_end(mut client: cli::Client, token: u64, since: &str) {
+    let v = client.wait_for(&format!("a renewal after {since}"), |v| {
+        v["type"] == "event" && v["event"] == "renewed"
+    });
+    assert_eq!(
+        (v["tag"].as_str(), v["token"].as_u64()),
+        (Some("a1"), Some(token)),
+        "{v}"
+    );
+    let lost = client.count(|v| {
+        v["type"] == "event" && (v["event"] == "lease_lost" || v["event"] == "lease_expired")
+    });
+    assert_eq!(
+        lost, 0,
+        "the holder was told its lease ended: {:?}",
+        client.all
+    );
+    client.send("release-grant r1 a1");
+    client.outcome_is("r1", "released");
+    client.finish();
+}
+
 /// SIGTERM, then a start from its state directory, of each member in turn,
 /// twice round. A leader hands over before it stops (PROTOCOL.md 4.4): the
 /// member it hands to grants a fresh key sooner after the SIGTERM than any
@@ -326,23 +351,7 @@ fn a_rolling_restart_hands_each_leader_over_and_a_renewing_holder_keeps_its_gran
         }
     }
     c.settled();
-    let v = client.wait_for("a renewal after the last restart", renewed);
-    assert_eq!(
-        (v["tag"].as_str(), v["token"].as_u64()),
-        (Some("a1"), Some(token)),
-        "{v}"
-    );
-    let lost = client.count(|v| {
-        v["type"] == "event" && (v["event"] == "lease_lost" || v["event"] == "lease_expired")
-    });
-    assert_eq!(
-        lost, 0,
-        "the holder was told its lease ended: {:?}",
-        client.all
-    );
-    client.send("release-grant r1 a1");
-    client.outcome_is("r1", "released");
-    client.finish();
+    held_to_the_end(client, token, "the last restart");
 
     handovers.sort();
     let ms: Vec<u128> = handovers.iter().map(Duration::as_millis).collect();
@@ -582,23 +591,7 @@ fn every_member_replaced_three_times_under_a_renewing_holder() {
     assert!(leaders_removed >= 1, "the leader was among those removed");
     // None of the first three is in the configuration, or runs.
     assert!((0..3).all(|i| !c.members[i].live && c.members[i].serve.is_none()));
-    let v = client.wait_for("a renewal after the last change", renewed);
-    assert_eq!(
-        (v["tag"].as_str(), v["token"].as_u64()),
-        (Some("a1"), Some(token)),
-        "{v}"
-    );
-    let lost = client.count(|v| {
-        v["type"] == "event" && (v["event"] == "lease_lost" || v["event"] == "lease_expired")
-    });
-    assert_eq!(
-        lost, 0,
-        "the holder was told its lease ended: {:?}",
-        client.all
-    );
-    client.send("release-grant r1 a1");
-    client.outcome_is("r1", "released");
-    client.finish();
+    held_to_the_end(client, token, "the last change");
     // A member removed refuses to start again from its directory.
     let args = c.args(0, false, &c.members[0].dir);
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
