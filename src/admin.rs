@@ -23,6 +23,9 @@
 //! Q <id> transfer <member>|-           OK <id> transfer <member>
 //! Q <id> add <member> <client> <peer>   OK <id> add <member>
 //! Q <id> remove <member> force|-       OK <id> remove <member>
+//! Q <id> snapshot                      SB <id> <cluster> <index> <floor> <count>
+//!                                      SG <id> <key> <token> <remaining_ms>
+//!                                      ... one SG per grant, <count> in all
 //! any Q                                NO <id> <error> <address>|-
 //! ```
 //!
@@ -48,12 +51,19 @@
 //!   `OK` says the change was proposed; `status` tells when it is done. A
 //!   leader asked to remove itself answers `NO <id> handing_over` with the
 //!   client address of the member it hands over to, which is to be asked.
+//! - `snapshot` asks for the leader's committed table at its applied
+//!   index (PROTOCOL.md 4.4, "Backup and restore"): `SB` gives the
+//!   cluster's identity (`-` before one), the index, the floor of its
+//!   tokens and how many grants follow; each `SG` is one grant, in key
+//!   order, with its token and the lease it has left. What `ticketing
+//!   cluster snapshot` writes to its file
+//!   ([`Backup`](crate::raft::Backup), feature `raft`).
 //! - `NO` carries the `error` values of CLI.md (`not_leader`,
 //!   `unknown_member`, `not_caught_up`, ...) as an atom.
 
 use thiserror::Error;
 
-use crate::names::{Endpoint, Name};
+use crate::names::{Endpoint, Key, Name};
 use crate::wire::Atom;
 
 /// The version of the administrative frames this module speaks.
@@ -120,6 +130,11 @@ pub enum AdminRequest {
         member: u64,
         /// Even when the members that would remain do not answer.
         force: bool,
+    },
+    /// `Q <id> snapshot`.
+    Snapshot {
+        /// Request id.
+        id: u64,
     },
 }
 
@@ -199,6 +214,34 @@ pub struct StatusMember {
     pub applied: Option<u64>,
 }
 
+/// `SB`: the head of a snapshot of the committed table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotHead {
+    /// Request id.
+    pub id: u64,
+    /// The cluster's identity, once committed.
+    pub cluster: Option<u128>,
+    /// The applied index the table is at.
+    pub index: u64,
+    /// The floor of the cluster's tokens.
+    pub floor: u64,
+    /// How many `SG` lines follow.
+    pub count: u64,
+}
+
+/// `SG`: one grant of a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotGrant {
+    /// Request id.
+    pub id: u64,
+    /// The key.
+    pub key: Key,
+    /// Its fencing token.
+    pub token: u64,
+    /// The lease it has left, in milliseconds.
+    pub remaining_ms: u64,
+}
+
 /// A frame a member sends on an administrative connection.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
@@ -233,6 +276,10 @@ pub enum AdminReply {
         /// The member.
         member: u64,
     },
+    /// `SB ...`.
+    SnapshotHead(SnapshotHead),
+    /// `SG ...`.
+    SnapshotGrant(SnapshotGrant),
     /// `NO <id> <error> <leader>|-`: refused, and why.
     Refused {
         /// Request id.
@@ -290,6 +337,23 @@ fn name(fields: &[&str], index: usize) -> Result<Name, AdminFrameError> {
     Name::new(fields[index]).map_err(|_| AdminFrameError::Field { index })
 }
 
+/// A cluster identity: 32 lowercase hex digits, or `-` for none.
+fn cluster_field(s: &str, index: usize) -> Result<Option<u128>, AdminFrameError> {
+    match s {
+        "-" => Ok(None),
+        hex if hex.len() == 32 && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) => {
+            u128::from_str_radix(hex, 16)
+                .map(Some)
+                .map_err(|_| AdminFrameError::Field { index })
+        }
+        _ => Err(AdminFrameError::Field { index }),
+    }
+}
+
+fn cluster_text(cluster: Option<u128>) -> String {
+    cluster.map_or_else(|| "-".to_string(), |c| format!("{c:032x}"))
+}
+
 fn dash_or<T: ToString>(value: Option<T>) -> String {
     value.map_or_else(|| "-".to_string(), |v| v.to_string())
 }
@@ -326,6 +390,7 @@ impl AdminRequest {
                     _ => return Err(AdminFrameError::Field { index: 4 }),
                 },
             }),
+            ["Q", _, "snapshot"] => Ok(AdminRequest::Snapshot { id: number(&f, 1)? }),
             _ => Err(AdminFrameError::Unknown),
         }
     }
@@ -352,6 +417,7 @@ impl AdminRequest {
                 "Q {id} remove {member} {}",
                 if *force { "force" } else { "-" }
             ),
+            AdminRequest::Snapshot { id } => format!("Q {id} snapshot"),
         };
         out.extend_from_slice(line.as_bytes());
         out.push(b'\n');
@@ -369,15 +435,7 @@ impl AdminReply {
             ["SR", _, _, cluster, _, _, _, _, _] => Ok(AdminReply::Status(StatusHead {
                 id: number(&f, 1)?,
                 member: number(&f, 2)?,
-                cluster: match cluster {
-                    "-" => None,
-                    hex if hex.len() == 32
-                        && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
-                    {
-                        u128::from_str_radix(hex, 16).ok()
-                    }
-                    _ => return Err(AdminFrameError::Field { index: 3 }),
-                },
+                cluster: cluster_field(cluster, 3)?,
                 leader: maybe_number(&f, 4)?,
                 term: number(&f, 5)?,
                 commit: number(&f, 6)?,
@@ -412,6 +470,22 @@ impl AdminReply {
                 id: number(&f, 1)?,
                 member: number(&f, 3)?,
             }),
+            ["SB", _, cluster, _, _, _] => Ok(AdminReply::SnapshotHead(SnapshotHead {
+                id: number(&f, 1)?,
+                cluster: cluster_field(cluster, 2)?,
+                index: number(&f, 3)?,
+                floor: number(&f, 4)?,
+                count: number(&f, 5)?,
+            })),
+            ["SG", _, key, _, _] => Ok(AdminReply::SnapshotGrant(SnapshotGrant {
+                id: number(&f, 1)?,
+                key: Key::new(key).map_err(|_| AdminFrameError::Field { index: 2 })?,
+                token: match number(&f, 3)? {
+                    0 => return Err(AdminFrameError::Field { index: 3 }),
+                    token => token,
+                },
+                remaining_ms: number(&f, 4)?,
+            })),
             ["NO", _, _, _] => Ok(AdminReply::Refused {
                 id: number(&f, 1)?,
                 error: name(&f, 2)?,
@@ -432,8 +506,7 @@ impl AdminReply {
                 "SR {} {} {} {} {} {} {} {}",
                 s.id,
                 s.member,
-                s.cluster
-                    .map_or_else(|| "-".to_string(), |c| format!("{c:032x}")),
+                cluster_text(s.cluster),
                 dash_or(s.leader),
                 s.term,
                 s.commit,
@@ -455,6 +528,21 @@ impl AdminReply {
             AdminReply::Transferring { id, to } => format!("OK {id} transfer {to}"),
             AdminReply::Adding { id, member } => format!("OK {id} add {member}"),
             AdminReply::Removing { id, member } => format!("OK {id} remove {member}"),
+            AdminReply::SnapshotHead(h) => format!(
+                "SB {} {} {} {} {}",
+                h.id,
+                cluster_text(h.cluster),
+                h.index,
+                h.floor,
+                h.count
+            ),
+            AdminReply::SnapshotGrant(g) => format!(
+                "SG {} {} {} {}",
+                g.id,
+                g.key.as_str(),
+                g.token,
+                g.remaining_ms
+            ),
             AdminReply::Refused { id, error, leader } => format!(
                 "NO {id} {} {}",
                 error.as_str(),
@@ -533,6 +621,10 @@ mod tests {
             }
         );
         round_trip_request("Q 12 remove 2 -");
+        assert_eq!(
+            round_trip_request("Q 13 snapshot"),
+            AdminRequest::Snapshot { id: 13 }
+        );
     }
 
     #[test]
@@ -560,6 +652,28 @@ mod tests {
         round_trip_reply("NO 5 not_leader 127.0.0.1:7003");
         round_trip_reply("NO 6 unknown_member -");
         round_trip_reply("E auth_failed");
+        let head = round_trip_reply("SB 3 000000000000000000000000000000ff 120 1700000000000 2");
+        assert_eq!(
+            head,
+            AdminReply::SnapshotHead(SnapshotHead {
+                id: 3,
+                cluster: Some(255),
+                index: 120,
+                floor: 1_700_000_000_000,
+                count: 2
+            })
+        );
+        round_trip_reply("SB 3 - 0 0 0");
+        let grant = round_trip_reply("SG 3 orders/7 7130316800000000001 2500");
+        assert_eq!(
+            grant,
+            AdminReply::SnapshotGrant(SnapshotGrant {
+                id: 3,
+                key: Key::new("orders/7").unwrap(),
+                token: 7_130_316_800_000_000_001,
+                remaining_ms: 2_500
+            })
+        );
     }
 
     #[test]
@@ -583,6 +697,7 @@ mod tests {
             "A 1 k o 0 1000",
             "Q 1 status\r",
             "Q 18446744073709551616 status",
+            "Q 1 snapshot now",
         ] {
             assert!(AdminRequest::parse(line.as_bytes()).is_err(), "{line:?}");
         }
@@ -596,6 +711,11 @@ mod tests {
             "OK 1 transfer -",
             "NO 1 not_leader",
             "G 1 A k 7 1000 0",
+            "SB 1 - 5 7",
+            "SB 1 ff 5 7 0",
+            "SG 1 k 0 1000",
+            "SG 1 k 7",
+            "SG 1 k 7 01",
         ] {
             assert!(AdminReply::parse(line.as_bytes()).is_err(), "{line:?}");
         }

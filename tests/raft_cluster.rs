@@ -24,6 +24,9 @@
 //!   its grant; a removed member's directory never starts again.
 //! - Membership refusals: already there, unknown, would lose the
 //!   majority; forced, the last shows why.
+//! - A snapshot taken under load (64 tasks locking and unlocking) and a new
+//!   cluster restored from it: every grant held with its token, every later
+//!   token above the file's.
 //! - A leader stopped (SIGSTOP) past the election timeout and continued
 //!   answers nothing it was asked in the meantime, grants and renews
 //!   nothing, and follows the leader the others elected.
@@ -602,6 +605,114 @@ fn every_member_replaced_three_times_under_a_renewing_holder() {
     assert!(
         done.stderr.contains("was removed from its cluster"),
         "{done:?}"
+    );
+}
+
+// ----- backup and restore ---------------------------------------------------------
+
+/// PROTOCOL.md 4.4, "Backup and restore": `ticketing cluster snapshot`
+/// taken while 64 tasks lock and unlock 16 keys (and 8 more keys are held
+/// throughout), then a new cluster started from the file with
+/// `--raft-new-cluster --restore`. Every grant of the file is held there
+/// with its token (its holder renews and releases by it), and the next
+/// token of each key, and of a key never held, is above every token of the
+/// file.
+#[test]
+fn a_snapshot_taken_under_load_restores_every_grant_and_tokens_go_on_above_it() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    use std::sync::Arc;
+    const TASKS: usize = 64;
+    let _serial = serial();
+    let mut c = Cluster::new("backup", &[]);
+    c.start_all(true);
+    let (_, mut holder) = c.connect_leader();
+    for k in 0..8 {
+        holder.grant_v2(k + 1, &format!("held{k}"), 0, 60_000);
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| {
+            let (_, mut raw) = c.connect_leader();
+            let (stop, done) = (Arc::clone(&stop), Arc::clone(&done));
+            thread::spawn(move || {
+                let key = format!("busy{}", t % 16);
+                let mut id = 0;
+                while !stop.load(Ordering::Relaxed) {
+                    id += 2;
+                    let token = raw.grant_v2(id, &key, 10_000, 30_000);
+                    raw.send(&format!("R {} {key} {token}\n", id + 1));
+                    raw.expect(&format!("D {} R {key}", id + 1));
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    thread::sleep(Duration::from_millis(500));
+    // Where the new cluster will run: the old one's directory goes with it.
+    let mut r = Cluster::new("restored", &[]);
+    let file = r.root.join("cluster.backup");
+    let path = file.to_string_lossy().into_owned();
+    let before = done.load(Ordering::Relaxed);
+    let (code, v) = cluster_op(&c, &["snapshot", &path]);
+    let during = done.load(Ordering::Relaxed) - before;
+    thread::sleep(Duration::from_millis(200));
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        t.join().expect("a task locking and unlocking");
+    }
+    assert_eq!(code, Some(0), "{v}");
+    assert!(
+        before > 0 && during > 0,
+        "under load: {before} pairs before, {during} during"
+    );
+    let backup = ticketing::raft::read_backup(&file).expect("the file reads back");
+    assert_eq!(
+        v["grants"].as_u64(),
+        Some(backup.grants.len() as u64),
+        "{v}"
+    );
+    assert_eq!(v["index"].as_u64(), Some(backup.index), "{v}");
+    assert!(backup.grants.len() >= 8, "{v}");
+    for k in 0..8 {
+        let key = format!("held{k}");
+        assert!(
+            backup.grants.iter().any(|g| g.key.as_str() == key),
+            "{key} in {v}"
+        );
+    }
+    eprintln!(
+        "snapshot at index {} under load ({before} lock/unlock pairs before it, {during} while it was taken): {} grants",
+        backup.index,
+        backup.grants.len()
+    );
+    drop(c);
+
+    // A new cluster from the file, on new addresses and directories.
+    for own in &mut r.own {
+        own.extend(["--restore".to_string(), path.clone()]);
+    }
+    r.start_all(true);
+    let (_, mut raw) = r.connect_leader();
+    let greatest = backup.max_token();
+    let mut id = 0;
+    for g in &backup.grants {
+        let key = g.key.as_str();
+        id += 3;
+        raw.send(&format!("X {id} {key} {} 20000\n", g.token));
+        raw.expect(&format!("G {id} X {key} {} 20000", g.token));
+        raw.send(&format!("R {} {key} {}\n", id + 1, g.token));
+        raw.expect(&format!("D {} R {key}", id + 1));
+        let next = raw.grant_v2(id + 2, key, 0, 1_000);
+        assert!(
+            next > greatest,
+            "{key}: token {next} after the file's {greatest}"
+        );
+    }
+    let fresh = raw.grant_v2(id + 3, "never-held", 0, 1_000);
+    assert!(
+        fresh > greatest,
+        "token {fresh} after the file's {greatest}"
     );
 }
 

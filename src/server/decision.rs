@@ -30,6 +30,7 @@ const RELEASE: u8 = 2;
 const EXPIRE: u8 = 3;
 const RENEW: u8 = 4;
 const CLUSTER: u8 = 5;
+const RESTORED: u8 = 6;
 
 /// One change to the lock table, as a leader decided it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,6 +50,17 @@ pub enum Decision {
     Cluster {
         /// Its 128 bits.
         id: NonZeroU128,
+    },
+    /// The cluster begins from a backup (PROTOCOL.md 4.4, "Backup and
+    /// restore"): the one taken at `index`, whose `grants` grants follow in
+    /// the same entry. Decided once, by the first leader, before its floor;
+    /// every member given a backup checks it is its own. It changes nothing
+    /// in the table.
+    Restored {
+        /// The applied index the backup was taken at.
+        index: u64,
+        /// How many grants it holds.
+        grants: u64,
     },
     /// `key` granted with `token` for `lease_ms`, counted from when a
     /// member applies it.
@@ -131,6 +143,10 @@ impl Decision {
             out.push(match tag {
                 FLOOR => Decision::Floor { epoch: r.u64()? },
                 CLUSTER => Decision::Cluster { id: r.id()? },
+                RESTORED => Decision::Restored {
+                    index: r.u64()?,
+                    grants: r.u64()?,
+                },
                 GRANT => Decision::Grant {
                     token: r.token()?,
                     lease_ms: r.lease()?,
@@ -169,6 +185,10 @@ impl Decision {
                     r.u64()?;
                 }
                 CLUSTER => cluster = Some(r.id()?),
+                RESTORED => {
+                    r.u64()?;
+                    r.u64()?;
+                }
                 GRANT | RENEW => {
                     r.token()?;
                     r.lease()?;
@@ -199,6 +219,11 @@ impl Decision {
             Decision::Cluster { id } => {
                 out.push(CLUSTER);
                 out.extend_from_slice(&id.get().to_le_bytes());
+            }
+            Decision::Restored { index, grants } => {
+                out.push(RESTORED);
+                out.extend_from_slice(&index.to_le_bytes());
+                out.extend_from_slice(&grants.to_le_bytes());
             }
             Decision::Grant {
                 key: k,
@@ -327,6 +352,10 @@ mod tests {
             Decision::Floor { epoch: u64::MAX },
             Decision::Cluster {
                 id: NonZeroU128::new(u128::MAX - 1).expect("nonzero"),
+            },
+            Decision::Restored {
+                index: 41,
+                grants: u64::MAX,
             },
             Decision::Grant {
                 key: key("a"),

@@ -319,14 +319,14 @@ fn checksum(body: &[u8]) -> u64 {
 const SUM_LINE_LEN: usize = "sum ".len() + 16 + 1;
 
 /// `body` followed by its checksum line.
-fn seal(mut body: String) -> Vec<u8> {
+pub(crate) fn seal(mut body: String) -> Vec<u8> {
     let sum = checksum(body.as_bytes());
     let _ = writeln!(body, "sum {sum:016x}");
     body.into_bytes()
 }
 
 /// The body of sealed bytes, if the checksum line is there and matches.
-fn unseal(bytes: &[u8]) -> Result<&str, ImageError> {
+pub(crate) fn unseal(bytes: &[u8]) -> Result<&str, ImageError> {
     let text = core::str::from_utf8(bytes).map_err(|_| ImageError::Checksum)?;
     let without_lf = text.strip_suffix('\n').ok_or(ImageError::Truncated)?;
     let start = without_lf.rfind('\n').map_or(0, |i| i + 1);
@@ -344,7 +344,7 @@ fn unseal(bytes: &[u8]) -> Result<&str, ImageError> {
 }
 
 /// A canonical decimal number: digits only, no leading zero.
-fn number(s: &str) -> Option<u64> {
+pub(crate) fn number(s: &str) -> Option<u64> {
     let canonical = s == "0" || (!s.starts_with('0') && !s.is_empty());
     if !canonical || !s.bytes().all(|b| b.is_ascii_digit()) {
         return None;

@@ -81,6 +81,15 @@ impl Server {
         self.table = table;
     }
 
+    /// A new leader takes `decisions` over as its own (the grants of a
+    /// backup it restores): in its table, and in the next entry.
+    pub(crate) fn restore_replicated(&mut self, now: Time, decisions: Vec<Decision>) {
+        self.advance(now);
+        for d in decisions {
+            self.table.take_over(now, d);
+        }
+    }
+
     /// Tokens of decisions from here on are of `epoch`: the next entry's.
     pub(crate) fn set_entry_epoch(&mut self, epoch: u64) {
         self.table.set_entry_epoch(epoch);

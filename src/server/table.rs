@@ -946,6 +946,16 @@ impl LockTable {
         }
     }
 
+    /// A decision a leader takes over rather than makes (a restored
+    /// grant, `server/raft/backup.rs`): applied as a copy applies it, and
+    /// noted as the leader's own, so that it is proposed and an answer
+    /// that depends on it waits for its commit.
+    #[cfg(feature = "raft")]
+    pub(crate) fn take_over(&mut self, now: Time, decision: Decision) {
+        self.apply(now, &decision);
+        self.journal.note(|| decision);
+    }
+
     /// Applies a decision of a committed entry to a member's copy of the
     /// table, at `now`: a lease counts from when it is applied, so that a
     /// member's lease never ends before the leader's. A copy never fires
@@ -953,7 +963,7 @@ impl LockTable {
     #[cfg(feature = "raft")]
     pub(crate) fn apply(&mut self, now: Time, decision: &Decision) {
         match decision {
-            Decision::Floor { .. } | Decision::Cluster { .. } => {}
+            Decision::Floor { .. } | Decision::Cluster { .. } | Decision::Restored { .. } => {}
             Decision::Grant {
                 key,
                 token,

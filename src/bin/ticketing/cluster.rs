@@ -8,6 +8,7 @@
 
 use std::error::Error;
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -16,6 +17,8 @@ use serde_json::{json, Value};
 use ticketing::admin::{
     AdminReply, AdminRequest, MemberRole, StatusHead, StatusMember, ADMIN_VERSION,
 };
+use ticketing::raft::{write_backup, Backup, ClusterId};
+use ticketing::server::ImageGrant;
 use ticketing::{Endpoint, Name};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
@@ -77,6 +80,14 @@ enum Op {
         #[arg(long)]
         force: bool,
     },
+    /// Writes the leader's committed table to FILE (a temporary, synced,
+    /// renamed), for `serve --raft-new-cluster --restore FILE`.
+    Snapshot {
+        #[command(flatten)]
+        common: Common,
+        /// Where to write it.
+        file: PathBuf,
+    },
 }
 
 /// What every subcommand takes.
@@ -121,6 +132,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             wait_ms,
         } => add(&common, &member, Duration::from_millis(wait_ms)).await?,
         Op::Remove { common, id, force } => remove(&common, id, force).await?,
+        Op::Snapshot { common, file } => snapshot(&common, &file).await?,
     };
     Ok(match ended {
         Ended::Done(v) => {
@@ -487,4 +499,38 @@ async fn remove(common: &Common, member: u64, force: bool) -> Result<Ended, Box<
             "message": "the removal was proposed and is not committed yet"
         })),
     })
+}
+
+/// Asks the leader for its committed table, and writes it to `file`.
+async fn snapshot(common: &Common, file: &Path) -> Result<Ended, Box<dyn Error>> {
+    let (mut admin, reply) = match ask_leader(common, |id| AdminRequest::Snapshot { id }).await? {
+        Ok(asked) => asked,
+        Err(ended) => return Ok(ended),
+    };
+    let AdminReply::SnapshotHead(head) = reply else {
+        return refused(&reply, "snapshot");
+    };
+    let mut grants = Vec::new();
+    for _ in 0..head.count {
+        match admin.read().await? {
+            AdminReply::SnapshotGrant(g) if g.id == head.id => grants.push(ImageGrant {
+                key: g.key,
+                token: g.token,
+                remaining_ms: g.remaining_ms,
+            }),
+            other => return Err(format!("a grant of the snapshot was {other:?}").into()),
+        }
+    }
+    let cluster = head.cluster.and_then(ClusterId::new);
+    let backup = Backup::new(cluster, head.index, head.floor, grants);
+    // What the leader sent is checked as a restore will check the file.
+    Backup::decode(&backup.encode())?;
+    write_backup(file, &backup)?;
+    Ok(Ended::Done(json!({
+        "snapshot": file.display().to_string(),
+        "cluster": cluster.map(|c| c.to_string()),
+        "index": head.index,
+        "grants": backup.grants.len(),
+        "max_token": backup.max_token(),
+    })))
 }

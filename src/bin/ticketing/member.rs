@@ -80,6 +80,8 @@ pub struct MemberArgs<'a> {
     pub peers: &'a [RaftPeer],
     pub state_dir: &'a Path,
     pub new_cluster: bool,
+    /// `--restore FILE`: the backup a new cluster begins from.
+    pub restore: Option<&'a Path>,
     /// `--raft-join`: an empty directory, to be added to a running cluster.
     pub join: bool,
     pub election_timeout: Duration,
@@ -171,6 +173,19 @@ pub async fn serve_member(
     let wall_ms = u64::try_from(unix_now().as_millis()).unwrap_or(u64::MAX);
     let mut replica_config = ReplicaConfig::new(args.id, clients, args.election_timeout, wall_ms);
     replica_config.snapshot_every = args.snapshot_every;
+    if let Some(path) = args.restore {
+        let backup = ticketing::raft::read_backup(path)?;
+        eprintln!(
+            "restoring the backup at index {} of cluster {}: {} grants, every later token above {}",
+            backup.index,
+            backup
+                .cluster
+                .map_or_else(|| "-".to_owned(), |c| c.to_string()),
+            backup.grants.len(),
+            backup.max_token()
+        );
+        replica_config.restore = Some(backup);
+    }
     // The cluster's identity if this member is its first leader.
     replica_config.draw = secret();
     replica_config.admin = admin;
@@ -224,6 +239,21 @@ pub async fn serve_member(
         }
         MemberNotice::Replica(ReplicaEvent::Cluster { id }) => {
             eprintln!("cluster {id}, member {raft_id}");
+        }
+        MemberNotice::Replica(ReplicaEvent::RestoreDiffers {
+            index,
+            grants,
+            committed,
+        }) => {
+            match committed {
+                Some((at, n)) => eprintln!(
+                    "this member was given the backup at index {index} ({grants} grants), and the cluster restored the one at index {at} ({n} grants): stopping"
+                ),
+                None => eprintln!(
+                    "this member was given the backup at index {index} ({grants} grants), and the cluster's first leader restored none: stopping; start every member of a new cluster with the same --restore FILE"
+                ),
+            }
+            std::process::exit(1);
         }
         MemberNotice::Replica(ReplicaEvent::OtherCluster {
             recorded,

@@ -123,6 +123,12 @@ pub struct Args {
     /// directories); refused on a directory that holds state.
     #[arg(long, requires = "raft_id")]
     raft_new_cluster: bool,
+    /// With --raft-new-cluster: begin from this backup (`ticketing cluster
+    /// snapshot` wrote it), given to every member alike. The new cluster
+    /// holds every grant in it with its token, counts each lease from now,
+    /// and grants every later token above the file's.
+    #[arg(long, value_name = "FILE", requires = "raft_new_cluster")]
+    restore: Option<PathBuf>,
     /// The first start of a member to be added to a running cluster
     /// (`ticketing cluster add`), on an empty state directory: it serves
     /// no client until it votes. Give --raft-peer for the members it is to
@@ -240,6 +246,7 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
             peers: &args.raft_peer,
             state_dir,
             new_cluster: args.raft_new_cluster,
+            restore: args.restore.as_deref(),
             join: args.raft_join,
             election_timeout: Duration::from_millis(args.election_timeout_ms),
             credential: args.raft_credential.clone(),

@@ -49,6 +49,7 @@
 //! is on its way. A follower's acknowledgement and a leader's answers no
 //! longer wait for the copy.
 
+mod backup;
 mod handover;
 mod identity;
 mod membership;
@@ -67,6 +68,7 @@ use raft::prelude::{ConfState, Entry, EntryType, HardState, Message, MessageType
 use raft::{RawNode, StateRole};
 use thiserror::Error;
 
+pub use self::backup::{Backup, BackupError};
 pub use self::handover::AdminRefusal;
 use self::handover::Handover;
 pub use self::identity::{ClusterId, ClusterIdError};
@@ -129,6 +131,10 @@ pub struct ReplicaConfig {
     /// Every member's peer address, where known: what its status says,
     /// and what a member added with it carries.
     pub peers: BTreeMap<u64, Endpoint>,
+    /// A new cluster begins from this backup (PROTOCOL.md 4.4, "Backup
+    /// and restore"; `backup.rs`): give every member of it the same one.
+    /// Refused on a member whose state is not a new cluster's.
+    pub restore: Option<Backup>,
 }
 
 impl ReplicaConfig {
@@ -152,6 +158,7 @@ impl ReplicaConfig {
             draw: 1,
             admin: None,
             peers: BTreeMap::new(),
+            restore: None,
         }
     }
 }
@@ -175,6 +182,10 @@ pub enum ReplicaError {
     /// The snapshot held is not a table image.
     #[error("the snapshot in the state directory is not a table image")]
     Snapshot,
+    /// A backup to restore was given to a member whose state is not a new
+    /// cluster's.
+    #[error("a backup is restored only by the members of a new cluster, on their first start")]
+    RestoreIntoExisting,
     /// The election timeout is shorter than a tick of a millisecond.
     #[error("the election timeout must be at least {ELECTION_TICKS} ms")]
     ElectionTimeout,
@@ -354,6 +365,18 @@ pub enum ReplicaEvent {
         /// The member whose message it was.
         peer: u64,
     },
+    /// This member was given a backup to restore (`backup.rs`), and the
+    /// cluster's first leader restored another one, or none: it stops
+    /// serving.
+    RestoreDiffers {
+        /// The applied index of this member's backup.
+        index: u64,
+        /// How many grants it holds.
+        grants: u64,
+        /// The index and number of grants of the backup the cluster
+        /// restored; `None`: it restored none.
+        committed: Option<(u64, u64)>,
+    },
     /// The log committed another cluster's identity than the one this
     /// member recorded: it stops serving.
     OtherCluster {
@@ -476,6 +499,11 @@ pub struct Replica {
     floor_to_propose: Option<u64>,
     /// An identity this leader drew and has still to propose.
     cluster_to_propose: Option<NonZeroU128>,
+    /// The backup this member was given to restore, until the cluster's
+    /// first floor is applied (`backup.rs`).
+    restore: Option<Backup>,
+    /// The marker of a restore this leader has still to propose.
+    restore_to_propose: Option<Decision>,
     /// The index applied to `copy`.
     applied: u64,
     snapshot_every: u64,
@@ -555,6 +583,12 @@ impl Replica {
             // log is replayed, with their addresses.
             roster.keep(&restored.conf_state);
         }
+        let new_cluster = restored.snapshot.is_none()
+            && restored.entries.is_empty()
+            && restored.hard_state.commit == 0;
+        if config.restore.is_some() && (empty || !new_cluster) {
+            return Err(ReplicaError::RestoreIntoExisting);
+        }
         let seen_self = membership::in_conf(&restored.conf_state, id);
         // A learner, or a member that joins, serves no client until it
         // votes (PROTOCOL.md 4.4, "Adding").
@@ -607,6 +641,8 @@ impl Replica {
             handover: None,
             floor_to_propose: None,
             cluster_to_propose: None,
+            restore: config.restore,
+            restore_to_propose: None,
             applied: snapshot_index,
             snapshot_every: config.snapshot_every.max(1),
             rejoining: config.rejoining,
@@ -1008,6 +1044,7 @@ impl Replica {
             // transfer's end (`handover.rs`).
             return;
         }
+        let restored = self.restore_to_propose.take();
         let floor = self.floor_to_propose.take();
         let cluster = self.cluster_to_propose.take();
         let decisions = self.server.take_decisions();
@@ -1015,9 +1052,11 @@ impl Replica {
             return;
         }
         let (turn, mut decisions) = decisions.unwrap_or((0, Vec::new()));
-        let first = floor
-            .map(|epoch| Decision::Floor { epoch })
+        // A restore's marker goes before the floor, which members given a
+        // backup check it came with (`backup.rs`).
+        let first = restored
             .into_iter()
+            .chain(floor.map(|epoch| Decision::Floor { epoch }))
             .chain(cluster.map(|id| Decision::Cluster { id }));
         decisions.splice(0..0, first);
         let index = self.node.raft.raft_log.last_index() + 1;
@@ -1217,7 +1256,11 @@ impl Replica {
     fn apply_decisions(&mut self, decisions: &[Decision]) {
         for d in decisions {
             match d {
-                Decision::Floor { epoch } => self.floor = self.floor.max(*epoch),
+                Decision::Restored { index, grants } => self.check_restored(*index, *grants),
+                Decision::Floor { epoch } => {
+                    self.check_first_floor();
+                    self.floor = self.floor.max(*epoch);
+                }
                 Decision::Cluster { id } => {
                     if let Some(id) = ClusterId::new(id.get()) {
                         self.learn_cluster(id);
@@ -1261,6 +1304,8 @@ impl Replica {
         self.copy = copy;
         self.floor = self.floor.max(floor);
         self.applied = index;
+        // What the cluster restored is in the snapshot, past checking.
+        self.restore = None;
         // What the copy had still to take is in the snapshot.
         self.unapplied.entries.retain(|c| c.index() > index);
         if let Some(id) = cluster {
@@ -1349,11 +1394,17 @@ impl Replica {
     /// applied it, never earlier than the old leader's.
     fn serve(&mut self, term: u64, index: u64) {
         self.leadership = Leadership::Serving { term };
-        if self.floor == 0 {
+        // Every committed entry is applied by now: a backup not yet
+        // restored was never restored, or its entry was lost with an
+        // earlier leadership (`backup.rs`).
+        let restoring = self.restore.is_some();
+        if self.floor == 0 || restoring {
             // The cluster's first leader: tokens from here on are above
-            // every token of PROTOCOL.md 4.1 given before now.
+            // every token of PROTOCOL.md 4.1 given before now, and every
+            // token of the backup it restores.
             let elapsed = self.now.as_nanos().saturating_sub(self.start.as_nanos()) / 1_000_000;
-            let floor = self.wall_ms.saturating_add(elapsed).max(1);
+            let wall = self.wall_ms.saturating_add(elapsed).max(1);
+            let floor = self.first_floor(wall).max(self.floor);
             self.floor = floor;
             self.floor_to_propose = Some(floor);
         }
@@ -1362,12 +1413,22 @@ impl Replica {
             // identity: this cluster is new, or began before identities.
             self.cluster_to_propose = NonZeroU128::new(self.draw);
         }
-        if self.floor_to_propose.is_some() || self.cluster_to_propose.is_some() {
+        if restoring {
+            // The backup's grants go into the leader's table, then into
+            // the entry with the floor.
+            let epoch = self.entry_epoch();
+            self.server
+                .lead_replicated(self.now, self.copy.clone(), epoch);
+            self.seed_restore();
             self.propose_turn(true);
+        } else {
+            if self.floor_to_propose.is_some() || self.cluster_to_propose.is_some() {
+                self.propose_turn(true);
+            }
+            let epoch = self.entry_epoch();
+            self.server
+                .lead_replicated(self.now, self.copy.clone(), epoch);
         }
-        let epoch = self.entry_epoch();
-        self.server
-            .lead_replicated(self.now, self.copy.clone(), epoch);
         self.outputs
             .push_back(Output::Event(ReplicaEvent::Leading { term, index }));
     }
@@ -1389,6 +1450,7 @@ impl Replica {
         self.proposals.clear();
         self.floor_to_propose = None;
         self.cluster_to_propose = None;
+        self.restore_to_propose = None;
         if matches!(
             self.leadership,
             Leadership::Serving { .. } | Leadership::Elected { .. }

@@ -1,13 +1,16 @@
 //! What an operator asks of a member (PROTOCOL.md 4.4), on an
 //! administrative connection (`server/admin.rs`, frames in
 //! [`crate::admin`]): its view of the cluster ([`ClusterStatus`]),
-//! and a leadership transfer (`handover.rs`). Every request gets one clear
+//! a leadership transfer (`handover.rs`), and a snapshot of the committed
+//! table (`backup.rs`). Every request gets one clear
 //! answer at once: done, or refused and why.
 
 use raft::StateRole;
 
 use super::{AdminRefusal, ClusterId, MemberAddrs, Replica};
-use crate::admin::{AdminReply, AdminRequest, MemberRole, StatusHead, StatusMember};
+use crate::admin::{
+    AdminReply, AdminRequest, MemberRole, SnapshotGrant, SnapshotHead, StatusHead, StatusMember,
+};
 use crate::names::{Endpoint, Name};
 use crate::server::ConnId;
 
@@ -133,6 +136,7 @@ impl Replica {
                     };
                     self.server.answer_admin(conn, &reply);
                 }
+                AdminRequest::Snapshot { id } => self.answer_snapshot(conn, id),
                 // The desk takes hellos itself and never queues one.
                 AdminRequest::Hello { .. } => {}
             }
@@ -165,6 +169,36 @@ impl Replica {
                 applied: m.applied,
             };
             self.server.answer_admin(conn, &AdminReply::Member(line));
+        }
+    }
+
+    /// The leader's committed table (`backup.rs`), one `SG` per grant;
+    /// a member that does not lead names the leader.
+    fn answer_snapshot(&mut self, conn: ConnId, id: u64) {
+        if self.node.raft.state != StateRole::Leader {
+            let reply = self.refused(id, self.not_leader());
+            self.server.answer_admin(conn, &reply);
+            return;
+        }
+        let backup = self.backup();
+        let head = SnapshotHead {
+            id,
+            cluster: backup.cluster.map(ClusterId::get),
+            index: backup.index,
+            floor: backup.floor,
+            count: backup.grants.len() as u64,
+        };
+        self.server
+            .answer_admin(conn, &AdminReply::SnapshotHead(head));
+        for g in backup.grants {
+            let grant = SnapshotGrant {
+                id,
+                key: g.key,
+                token: g.token,
+                remaining_ms: g.remaining_ms,
+            };
+            self.server
+                .answer_admin(conn, &AdminReply::SnapshotGrant(grant));
         }
     }
 

@@ -24,8 +24,10 @@ pub(super) struct Cluster {
     /// What each member sent each client connection, as text.
     sent: BTreeMap<(u64, ConnId), String>,
     closed: BTreeSet<(u64, ConnId)>,
-    events: Vec<(u64, ReplicaEvent)>,
+    pub(super) events: Vec<(u64, ReplicaEvent)>,
     snapshot_every: u64,
+    /// The backup each member of a new cluster is given to restore.
+    pub(super) restores: BTreeMap<u64, Backup>,
     /// Writes made but not yet said durable: their syncs end at the next
     /// step, while messages go on meanwhile.
     pub(super) syncing: Vec<u64>,
@@ -45,6 +47,15 @@ impl Cluster {
     }
 
     fn with(snapshot_every: u64, defer: bool) -> Cluster {
+        Cluster::restoring(snapshot_every, defer, BTreeMap::new())
+    }
+
+    /// A new cluster whose members are given these backups to restore.
+    pub(super) fn restoring(
+        snapshot_every: u64,
+        defer: bool,
+        restores: BTreeMap<u64, Backup>,
+    ) -> Cluster {
         let members: BTreeMap<u64, Endpoint> = (1..=3)
             .map(|id| (id, Endpoint::new(format!("10.0.0.{id}:7878")).unwrap()))
             .collect();
@@ -62,6 +73,7 @@ impl Cluster {
             defer,
             delivered: None,
             honest: true,
+            restores,
         };
         for id in 1..=3 {
             c.disks
@@ -87,6 +99,8 @@ impl Cluster {
         config.draw = draw(id);
         config.admin = Some(AdminAccess::Open);
         config.peers = self.members.keys().map(|&id| (id, peer_addr(id))).collect();
+        // Only at a new cluster's first start.
+        config.restore = self.restores.remove(&id);
         let restored = self.disks[&id].restored();
         let mut replica = Replica::new(config, server, restored, self.now).unwrap();
         if self.defer {
@@ -224,7 +238,7 @@ impl Cluster {
             .handle_bytes(now, conn, line.as_bytes());
     }
 
-    fn text(&self, id: u64, conn: ConnId) -> &str {
+    pub(super) fn text(&self, id: u64, conn: ConnId) -> &str {
         self.sent.get(&(id, conn)).map_or("", String::as_str)
     }
 
@@ -244,7 +258,7 @@ impl Cluster {
     }
 
     /// The token of the grant of `key` answered on (`id`, `conn`).
-    fn token(&self, id: u64, conn: ConnId, key: &str) -> u64 {
+    pub(super) fn token(&self, id: u64, conn: ConnId, key: &str) -> u64 {
         let prefix = format!(" A {key} ");
         let line = self
             .text(id, conn)
@@ -263,7 +277,7 @@ fn peer_addr(id: u64) -> Endpoint {
     Endpoint::new(format!("10.0.0.{id}:7979")).unwrap()
 }
 
-fn elected() -> (Cluster, u64) {
+pub(super) fn elected() -> (Cluster, u64) {
     elected_with(false)
 }
 
@@ -946,7 +960,7 @@ fn a_transfer_is_refused_by_a_follower_and_for_a_member_not_in_the_configuration
 }
 
 /// The lines an administrative connection to `id` was sent.
-fn admin_lines(c: &Cluster, id: u64, conn: ConnId) -> Vec<String> {
+pub(super) fn admin_lines(c: &Cluster, id: u64, conn: ConnId) -> Vec<String> {
     c.text(id, conn).lines().map(str::to_string).collect()
 }
 
