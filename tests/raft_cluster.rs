@@ -24,6 +24,9 @@
 //!   its grant; a removed member's directory never starts again.
 //! - Membership refusals: already there, unknown, would lose the
 //!   majority; forced, the last shows why.
+//! - A second change while one is under way is refused `change_in_flight`;
+//!   a learner added before it runs is seen in `status`, unreachable and
+//!   its lag growing, then catching up and promoted.
 //! - A snapshot taken under load (64 tasks locking and unlocking) and a new
 //!   cluster restored from it: every grant held with its token, every later
 //!   token above the file's.
@@ -716,14 +719,181 @@ fn a_snapshot_taken_under_load_restores_every_grant_and_tokens_go_on_above_it() 
     );
 }
 
+/// `ticketing cluster ARGS... --endpoint ADDR`, one member only (no
+/// credential): its exit code and the JSON object it printed.
+fn cluster_at(addr: &str, args: &[&str]) -> (Option<i32>, Value) {
+    let mut all = vec!["cluster"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--endpoint", addr]);
+    let done = cli::ticketing(&all, Duration::from_secs(60));
+    let value = serde_json::from_str(done.stdout.trim())
+        .unwrap_or_else(|e| panic!("{all:?}: not one JSON object ({e}): {done:?}"));
+    (done.code, value)
+}
+
+/// The role and lag of member `id` in a `cluster status` object.
+fn role_and_lag(v: &Value, id: u64) -> Option<(String, Option<u64>, Option<bool>)> {
+    let m = v["members"].as_array()?.iter().find(|m| m["id"] == id)?;
+    Some((
+        m["role"].as_str()?.to_string(),
+        m["lag"].as_u64(),
+        m["reachable"].as_bool(),
+    ))
+}
+
+/// PROTOCOL.md 4.4 over real processes, two things an in-memory cluster
+/// showed alone:
+/// - a second change asked while one is under way (both followers
+///   stopped, so the first cannot commit) is refused `change_in_flight`,
+///   exit 1, and changes nothing;
+/// - a member added before it runs is a learner that `status` shows
+///   unreachable, its lag growing under load; started, it catches up (its
+///   lag shrinking) and is promoted to a voter.
+#[test]
+fn a_change_in_flight_is_refused_and_a_learner_is_seen_catching_up() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+    let _serial = serial();
+    let mut c = Cluster::new("learner", &[]);
+    c.reserve(2);
+    c.start_all(true);
+    let lead = c.settled();
+    let leader = c.addr(lead);
+    let spec = |c: &Cluster, i: usize| {
+        let m = &c.members[i];
+        format!("{}={}/{}", m.id, m.addr, m.raft)
+    };
+    let (four, five) = (spec(&c, 3), spec(&c, 4));
+
+    // Both followers stopped: a change proposed now cannot commit.
+    let followers: Vec<usize> = (0..3).filter(|&i| i != lead).collect();
+    for &i in &followers {
+        c.serve(i).signal(Signal::SIGSTOP);
+    }
+    let first = {
+        let (leader, four) = (leader.clone(), four.clone());
+        thread::spawn(move || cluster_at(&leader, &["add", &four, "--wait-ms", "1000"]))
+    };
+    thread::sleep(Duration::from_millis(60));
+    let second = cluster_at(&leader, &["add", &five, "--wait-ms", "1000"]);
+    for &i in &followers {
+        c.serve(i).signal(Signal::SIGCONT);
+    }
+    let first = first.join().expect("the first add");
+    let in_flight = |(code, v): &(Option<i32>, Value)| {
+        *code == Some(1) && v["error"].as_str() == Some("change_in_flight")
+    };
+    // Whichever reached the leader second was refused.
+    let (refused, refused_id, taken_id) = if in_flight(&second) {
+        (&second, 5, 4)
+    } else {
+        (&first, 4, 5)
+    };
+    assert!(
+        in_flight(refused),
+        "one of the two is refused change_in_flight: {first:?} {second:?}"
+    );
+    eprintln!("refused while a change was under way: {}", refused.1);
+
+    // The change taken commits once the followers are back (or, had its
+    // leader lost its term meanwhile, is asked again): member `taken_id`
+    // is a learner, not running; `refused_id` never appears.
+    let taken_spec = if taken_id == 4 { &four } else { &five };
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        let (code, v) = cluster_op(&c, &["status"]);
+        if code == Some(0) && role_and_lag(&v, taken_id).is_some() {
+            break v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "member {taken_id} never added: {v}"
+        );
+        if code == Some(0) && v["leader"].is_u64() {
+            let _ = cluster_op(&c, &["add", taken_spec, "--wait-ms", "200"]);
+        }
+        thread::sleep(Duration::from_millis(100));
+    };
+    assert!(role_and_lag(&status, refused_id).is_none(), "{status}");
+
+    // Under load, the learner that does not run falls behind.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = {
+        let (_, mut raw) = c.connect_leader();
+        let stop = Arc::clone(&stop);
+        thread::spawn(move || {
+            let mut id = 0;
+            while !stop.load(Ordering::Relaxed) {
+                id += 2;
+                raw.send(&format!("A {id} load test 5000 5000\n"));
+                let Some(token) = (match raw.next("a grant") {
+                    End::Line(l) => l.split(' ').nth(4).and_then(|t| t.parse::<u64>().ok()),
+                    End::Closed => None,
+                }) else {
+                    break;
+                };
+                raw.send(&format!("R {} load {token}\n", id + 1));
+                if !matches!(raw.next("a release"), End::Line(_)) {
+                    break;
+                }
+            }
+        })
+    };
+    let learner = |v: &Value| match role_and_lag(v, taken_id) {
+        Some((role, Some(lag), reachable)) if role == "learner" => Some((lag, reachable)),
+        _ => None,
+    };
+    let mut behind = Vec::new();
+    while behind.len() < 3 {
+        thread::sleep(Duration::from_millis(150));
+        let (_, v) = cluster_at(&leader, &["status"]);
+        if let Some(seen) = learner(&v) {
+            behind.push(seen);
+        }
+    }
+    eprintln!("a learner not running: (lag, reachable) {behind:?}");
+    assert!(
+        behind.windows(2).all(|w| w[1].0 > w[0].0),
+        "its lag grows under load: {behind:?}"
+    );
+    assert!(behind.iter().all(|(_, r)| *r == Some(false)), "{behind:?}");
+
+    // Started, it catches up and votes.
+    let at = if taken_id == 4 { 3 } else { 4 };
+    c.join(at);
+    let greatest = behind.last().unwrap().0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seen = Vec::new();
+    let voted = loop {
+        let (_, v) = cluster_at(&leader, &["status"]);
+        match role_and_lag(&v, taken_id) {
+            Some((role, lag, _)) if role != "learner" => break (role, lag),
+            Some((_, lag, _)) => seen.push(lag),
+            None => {}
+        }
+        assert!(Instant::now() < deadline, "never promoted: {v}");
+        thread::sleep(Duration::from_millis(20));
+    };
+    stop.store(true, Ordering::Relaxed);
+    load.join().expect("the load");
+    eprintln!(
+        "started: lags seen as a learner {seen:?}, then {voted:?} (at most {greatest} before)"
+    );
+    assert_eq!(voted.0, "follower");
+    assert!(
+        voted.1.is_some_and(|lag| lag < greatest),
+        "caught up: {voted:?} after a lag of {greatest}"
+    );
+}
+
 /// The refusals of PROTOCOL.md 4.4 over `ticketing cluster`, each with its
 /// `error` and exit 1, and nothing changed: a member already there, an
 /// unknown member, a removal that would leave no answering majority (one
 /// member down, without `--force`). Forced, that removal shows why it is
 /// refused: the joint configuration needs the member down, so the leader
 /// steps down and nothing is changed or granted until it is back. (A
-/// second change while one is under way, `change_in_flight`, is refused
-/// within the moments a change takes: `src/server/raft/tests.rs` shows it.)
+/// second change while one is under way, `change_in_flight`: the test
+/// above.)
 #[test]
 fn membership_refusals_are_named_and_change_nothing() {
     let _serial = serial();
