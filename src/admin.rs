@@ -30,9 +30,13 @@
 //! ```
 //!
 //! - The credential is the cluster's peer credential, or `-` where the
-//!   members run without one (`--raft-insecure`, loopback only). A wrong
-//!   one is answered `E auth_failed`; a server that is no member of a
-//!   replicated cluster answers `E not_active`.
+//!   members run without one (`--raft-insecure`, loopback only) or speak
+//!   mutual TLS on their client addresses (the certificate the peer CA
+//!   signed admits the operator, [`AdminAccess::Certified`]). A wrong one is
+//!   answered `E auth_failed`; a server that is no member of a replicated
+//!   cluster answers `E not_active`.
+//!
+//! [`AdminAccess::Certified`]: crate::server::AdminAccess::Certified
 //! - `SR` is the answering member's view: its id, the cluster's identity
 //!   (32 hex digits, `-` before one is committed), the leader it knows
 //!   (`-`: none), the Raft term, and its commit and applied indices.

@@ -19,6 +19,9 @@
 //! - `ticketing cluster status` and `transfer`, asked of any member, are
 //!   answered by the leader; refusals, a wrong credential, no member and
 //!   no endpoint end with their exit status.
+//! - Over mutual TLS, an operator's certificate the peer CA signed is
+//!   admitted without the credential; none, another CA's, or plain TCP is
+//!   not.
 //! - Every member replaced in turn, three times round (`--raft-join`,
 //!   `cluster add`, `cluster remove`) under a renewing holder, who keeps
 //!   its grant; a removed member's directory never starts again.
@@ -46,6 +49,7 @@
 
 mod cli;
 mod members;
+mod pki;
 
 use std::fs;
 use std::io::Write;
@@ -501,6 +505,103 @@ fn cluster_status_and_transfer_go_to_the_leader_through_any_member() {
     );
     let done = cli::ticketing(&["cluster", "status"], WAIT);
     assert_eq!(done.code, Some(2), "{done:?}");
+}
+
+/// PROTOCOL.md 4.4, "Who may ask", over mutual TLS: members whose peers
+/// and clients must present a certificate the CA signed answer `ticketing
+/// cluster` for an operator who presents one, with no credential; one
+/// without a certificate, with another CA's, or without TLS at all, is
+/// never admitted (no member reached, exit 75).
+#[test]
+fn over_mutual_tls_a_certificate_the_peer_ca_signed_admits_an_operator() {
+    let _serial = serial();
+    let root = std::env::temp_dir().join(format!("ticketing-raft-mtls-{}", std::process::id()));
+    fs::create_dir_all(&root).expect("a directory for the certificates");
+    let (ca, other) = (pki::Ca::new("cluster CA"), pki::Ca::new("other CA"));
+    let ca_pem = root.join("ca.pem");
+    fs::write(&ca_pem, ca.cert_pem()).expect("ca.pem");
+    let (member_cert, member_key) = ca.server().write(&root, "member");
+    let (op_cert, op_key) = ca.client("operator").write(&root, "operator");
+    let (stranger_cert, stranger_key) = other.client("stranger").write(&root, "stranger");
+    let s = |p: &std::path::Path| p.to_string_lossy().into_owned();
+    let (ca_pem, member_cert, member_key) = (s(&ca_pem), s(&member_cert), s(&member_key));
+    let mut c = Cluster::new(
+        "mtls",
+        &[
+            "--tls-cert",
+            &member_cert,
+            "--tls-key",
+            &member_key,
+            "--tls-client-ca",
+            &ca_pem,
+        ],
+    );
+    c.start_all(true);
+    let endpoint = c.addr(0);
+    let ask = |args: &[&str], tls: &[&str]| {
+        let mut all = vec!["cluster"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--endpoint", &endpoint]);
+        all.extend_from_slice(tls);
+        let done = cli::ticketing(&all, WAIT);
+        let value: Value = serde_json::from_str(done.stdout.trim())
+            .unwrap_or_else(|e| panic!("{all:?}: not one JSON object ({e}): {done:?}"));
+        (done.code, value)
+    };
+    let (op_cert, op_key) = (s(&op_cert), s(&op_key));
+    let operator = [
+        "--tls-ca",
+        &ca_pem,
+        "--tls-cert",
+        &op_cert,
+        "--tls-key",
+        &op_key,
+    ];
+    let deadline = Instant::now() + WAIT;
+    let status = loop {
+        let (code, v) = ask(&["status"], &operator);
+        assert_eq!(code, Some(0), "{v}");
+        if v["leader"].is_u64() {
+            break v;
+        }
+        assert!(Instant::now() < deadline, "no leader: {v}");
+        thread::sleep(Duration::from_millis(100));
+    };
+    let roles: Vec<&str> = status["members"]
+        .as_array()
+        .expect("members")
+        .iter()
+        .filter_map(|m| m["role"].as_str())
+        .collect();
+    assert_eq!(roles.len(), 3, "{status}");
+    assert_eq!(
+        roles.iter().filter(|r| **r == "leader").count(),
+        1,
+        "{status}"
+    );
+    let (code, v) = ask(&["transfer"], &operator);
+    assert_eq!(code, Some(0), "{v}");
+    assert_ne!(v["leader"], status["leader"], "{v}");
+
+    let (stranger_cert, stranger_key) = (s(&stranger_cert), s(&stranger_key));
+    for tls in [
+        &["--tls-ca", &ca_pem][..],
+        &[
+            "--tls-ca",
+            &ca_pem,
+            "--tls-cert",
+            &stranger_cert,
+            "--tls-key",
+            &stranger_key,
+        ][..],
+        &[][..],
+    ] {
+        let (code, v) = ask(&["status"], tls);
+        assert_eq!(code, Some(75), "{tls:?}: {v}");
+        assert_eq!(v["error"], "unreachable", "{tls:?}: {v}");
+    }
+    drop(c);
+    let _ = fs::remove_dir_all(&root);
 }
 
 // ----- replacing every member ---------------------------------------------------

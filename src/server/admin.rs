@@ -18,7 +18,8 @@ use super::ConnId;
 use crate::admin::AdminRequest;
 use crate::names::Name;
 
-/// Who may open an administrative connection.
+/// Who may open an administrative connection (PROTOCOL.md 4.4, "Who may
+/// ask": the peer credential, or a certificate the peer CA signed).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum AdminAccess {
@@ -27,6 +28,11 @@ pub enum AdminAccess {
     /// Anyone: the members authenticate nobody either (`--raft-insecure`,
     /// loopback addresses only).
     Open,
+    /// Every connection to the client address: its driver admits only
+    /// clients that present a certificate the peer CA signed (mutual TLS,
+    /// the peers' CA on the client address too), so each may ask, with
+    /// or without the credential.
+    Certified,
 }
 
 /// The desk: who may come, and what was asked and not yet taken.
@@ -45,7 +51,7 @@ impl AdminDesk {
             member,
             credential: match access {
                 AdminAccess::Credential(c) => Some(Credential::new(c)),
-                AdminAccess::Open => None,
+                AdminAccess::Open | AdminAccess::Certified => None,
             },
             inbox: VecDeque::new(),
         }

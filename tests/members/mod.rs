@@ -111,9 +111,13 @@ impl Cluster {
         if new_cluster {
             args.push("--raft-new-cluster".to_string());
         }
-        // Peers authenticate always: by the cluster's credential if it has
-        // one, else insecurely, as loopback allows.
-        if !self.extra.iter().any(|a| a == "--raft-credential") {
+        // Peers authenticate always: by the cluster's credential or mutual
+        // TLS if it has either, else insecurely, as loopback allows.
+        if !self
+            .extra
+            .iter()
+            .any(|a| a == "--raft-credential" || a == "--tls-client-ca")
+        {
             args.push("--raft-insecure".to_string());
         }
         args.extend(self.extra.iter().cloned());

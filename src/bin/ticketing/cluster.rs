@@ -19,12 +19,13 @@ use ticketing::admin::{
 };
 use ticketing::raft::{write_backup, Backup, ClusterId};
 use ticketing::server::ImageGrant;
+use ticketing::tls::ClientTls;
+use ticketing::tokio::{Connector, TcpConnector, TlsConnector};
 use ticketing::{Endpoint, Name};
-use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::net::TcpStream;
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::time::{sleep, timeout, Instant};
 
-use crate::common::{Secret, RAFT_CREDENTIAL_ENV};
+use crate::common::{Secret, TlsOptions, RAFT_CREDENTIAL_ENV};
 use crate::member::RaftPeer;
 
 /// Exit status when no member could be reached (EX_TEMPFAIL).
@@ -107,6 +108,11 @@ struct Common {
         hide_env_values = true
     )]
     raft_credential: Option<Name>,
+    /// TLS to the members' client addresses; with a certificate the peer
+    /// CA signed (`--tls-cert`), mutual TLS admits it without the
+    /// credential.
+    #[command(flatten)]
+    tls: TlsOptions,
 }
 
 /// How a request ended, for the exit status.
@@ -154,10 +160,40 @@ pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     })
 }
 
+/// A connection to a member's client address: TCP, or TLS over it.
+trait Stream: AsyncRead + AsyncWrite + Send + Unpin {}
+impl<S: AsyncRead + AsyncWrite + Send + Unpin> Stream for S {}
+
+/// How to reach the members: the credential to offer, and TLS if asked.
+struct Reach {
+    credential: Option<Name>,
+    tls: Option<ClientTls>,
+}
+
+impl Reach {
+    fn of(common: &Common) -> Result<Reach, Box<dyn Error>> {
+        Ok(Reach {
+            credential: common.raft_credential.clone(),
+            tls: common.tls.client_tls()?,
+        })
+    }
+
+    async fn connect(&self, endpoint: &Endpoint) -> std::io::Result<Box<dyn Stream>> {
+        Ok(match &self.tls {
+            Some(tls) => Box::new(
+                TlsConnector::new(tls.clone())
+                    .connect(endpoint.clone())
+                    .await?,
+            ),
+            None => Box::new(TcpConnector.connect(endpoint.clone()).await?),
+        })
+    }
+}
+
 /// An administrative connection to one member.
 struct Admin {
-    lines: tokio::io::Lines<BufReader<tokio::net::tcp::OwnedReadHalf>>,
-    write: tokio::net::tcp::OwnedWriteHalf,
+    lines: tokio::io::Lines<BufReader<tokio::io::ReadHalf<Box<dyn Stream>>>>,
+    write: tokio::io::WriteHalf<Box<dyn Stream>>,
     /// The member's Raft id, as its `WA` said.
     member: u64,
     next_id: u64,
@@ -175,23 +211,26 @@ enum Refusal {
 
 impl Admin {
     /// Connects to `endpoint` and says the administrative hello.
-    async fn open(endpoint: &Endpoint, credential: Option<&Name>) -> Result<Admin, Refusal> {
-        let addrs: Vec<SocketAddr> = tokio::net::lookup_host(endpoint.as_str())
-            .await
-            .map_err(|e| Refusal::Unreached(format!("{endpoint}: {e}")))?
-            .collect();
-        if credential.is_some() && !addrs.iter().all(|a| a.ip().is_loopback()) {
-            // The credential is the members' own: never in the clear
-            // beyond this machine.
-            return Err(Refusal::Usage(format!(
-                "{endpoint} is not a loopback address: the peer credential is not sent to it without TLS"
-            )));
+    async fn open(endpoint: &Endpoint, reach: &Reach) -> Result<Admin, Refusal> {
+        let credential = reach.credential.as_ref();
+        if credential.is_some() && reach.tls.is_none() {
+            let addrs: Vec<SocketAddr> = tokio::net::lookup_host(endpoint.as_str())
+                .await
+                .map_err(|e| Refusal::Unreached(format!("{endpoint}: {e}")))?
+                .collect();
+            if !addrs.iter().all(|a| a.ip().is_loopback()) {
+                // The credential is the members' own: never in the clear
+                // beyond this machine.
+                return Err(Refusal::Usage(format!(
+                    "{endpoint} is not a loopback address: the peer credential is not sent to it without TLS"
+                )));
+            }
         }
-        let stream = timeout(ANSWER_TIME, TcpStream::connect(&addrs[..]))
+        let stream = timeout(ANSWER_TIME, reach.connect(endpoint))
             .await
             .map_err(|_| Refusal::Unreached(format!("{endpoint}: no connection in time")))?
             .map_err(|e| Refusal::Unreached(format!("{endpoint}: {e}")))?;
-        let (read, write) = stream.into_split();
+        let (read, write) = tokio::io::split(stream);
         let mut admin = Admin {
             lines: BufReader::new(read).lines(),
             write,
@@ -261,9 +300,10 @@ impl Admin {
 /// Connects to the first endpoint that admits us; a refused hello ends
 /// the request (every member holds the same credential).
 async fn first(common: &Common) -> Result<Admin, Ended> {
+    let reach = Reach::of(common).map_err(|e| Ended::Usage(e.to_string()))?;
     let mut why = Vec::new();
     for endpoint in &common.endpoints {
-        match Admin::open(endpoint, common.raft_credential.as_ref()).await {
+        match Admin::open(endpoint, &reach).await {
             Ok(admin) => return Ok(admin),
             Err(Refusal::Said(reason)) => {
                 return Err(Ended::Refused(
@@ -317,7 +357,8 @@ async fn status(common: &Common) -> Result<Ended, Box<dyn Error>> {
         .and_then(|l| members.iter().find(|m| m.member == l))
         .and_then(|m| m.client.clone());
     if let Some(addr) = leader_addr {
-        if let Ok(mut leader) = Admin::open(&addr, common.raft_credential.as_ref()).await {
+        let reach = Reach::of(common)?;
+        if let Ok(mut leader) = Admin::open(&addr, &reach).await {
             if let Ok((head, members)) = leader.status().await {
                 return Ok(Ended::Done(status_json(&head, &members)));
             }
@@ -336,13 +377,17 @@ async fn ask_leader(
     common: &Common,
     make: impl Fn(u64) -> AdminRequest,
 ) -> Result<Result<(Admin, AdminReply), Ended>, Box<dyn Error>> {
+    let reach = match Reach::of(common) {
+        Ok(reach) => reach,
+        Err(e) => return Ok(Err(Ended::Usage(e.to_string()))),
+    };
     let deadline = Instant::now() + FOLLOW_TIME;
     let mut last = None;
     let mut unreached = Vec::new();
     for endpoint in &common.endpoints {
         let mut next = Some(endpoint.clone());
         while let Some(addr) = next.take() {
-            let mut admin = match Admin::open(&addr, common.raft_credential.as_ref()).await {
+            let mut admin = match Admin::open(&addr, &reach).await {
                 Ok(admin) => admin,
                 Err(Refusal::Said(reason)) => {
                     return Ok(Err(Ended::Refused(json!({"error": reason}))))

@@ -94,7 +94,7 @@ pub struct TlsOptions {
 
 impl TlsOptions {
     /// The client's TLS, if it speaks TLS.
-    fn client_tls(&self) -> Result<Option<ClientTls>, Box<dyn Error>> {
+    pub fn client_tls(&self) -> Result<Option<ClientTls>, Box<dyn Error>> {
         let Some(ca) = &self.tls_ca else {
             return Ok(None);
         };

@@ -150,12 +150,16 @@ pub async fn serve_member(
     if !clients.contains_key(&args.id) {
         return Err(format!("--raft-id {} is not among the --raft-peer members", args.id).into());
     }
-    // Operators are authenticated as peers are (PROTOCOL.md 4.4): by the
-    // peer credential, or by nothing where the peers are not either.
-    let admin = match (&args.credential, args.insecure) {
-        (Some(credential), _) => Some(AdminAccess::Credential(credential.clone())),
-        (None, true) => Some(AdminAccess::Open),
-        (None, false) => None,
+    // Operators are authenticated as peers are (PROTOCOL.md 4.4): by a
+    // certificate the peer CA signed, by the peer credential, or by
+    // nothing where the peers are not either.
+    // With mutual TLS, every client of this member's client address
+    // presented a certificate the peers' CA signed: each may ask.
+    let admin = match (&args.credential, args.insecure, &args.peer_tls) {
+        (_, _, Some(_)) => Some(AdminAccess::Certified),
+        (Some(credential), _, None) => Some(AdminAccess::Credential(credential.clone())),
+        (None, true, None) => Some(AdminAccess::Open),
+        (None, false, None) => None,
     };
     let auth = peer_auth(args.credential, args.insecure, args.peer_tls, &args.tls)?;
     let voters: Vec<u64> = clients.keys().copied().collect();
