@@ -3,7 +3,8 @@
 //! `fuzz/corpus/client` through `testkit::fuzz::client` (which checks the
 //! invariants after every step and runs each input twice for determinism);
 //! `decisions` likewise, and with the feature `raft`, `peer_frames`
-//! through `testkit::peer_frames::peer_frames`.
+//! through `testkit::peer_frames::peer_frames` and `backup` through
+//! `testkit::fuzz::backup`.
 //! A corpus directory that is missing or empty fails the test.
 
 use std::fs;
@@ -67,4 +68,10 @@ fn the_decisions_corpus_reads_back_canonically() {
 #[test]
 fn the_peer_frames_corpus_fails_no_member() {
     replay("peer_frames", ticketing::testkit::peer_frames::peer_frames);
+}
+
+#[cfg(feature = "raft")]
+#[test]
+fn the_backup_corpus_reads_back_as_the_same_backup() {
+    replay("backup", fuzz::backup);
 }

@@ -79,6 +79,8 @@ pub use action::{Action, ConnId};
 pub use admin::AdminAccess;
 pub use config::{Config, ConfigError, Role};
 pub use decision::{Decision, DecisionError};
+#[cfg(all(feature = "fuzzing", feature = "raft"))]
+pub(crate) use image::seal;
 pub use image::{EpochRecord, ImageError, ImageGrant, OutOfRange, TableImage};
 pub use stats::ServerStats;
 pub use table::{Holder, LockTable};

@@ -514,4 +514,29 @@ mod tests {
             ));
         }
     }
+
+    /// Writes the seeds of the `backup` fuzz target's corpus (and one
+    /// entry with a restore's marker for `decisions`) into
+    /// `TICKETING_SEED_DIR`: `cargo test --features raft --lib
+    /// backup::tests::seeds -- --ignored`.
+    #[test]
+    #[ignore = "writes fuzz seeds"]
+    fn seeds() {
+        let dir = std::path::PathBuf::from(std::env::var("TICKETING_SEED_DIR").expect("a dir"));
+        let most = ImageGrant {
+            key: Key::new("z").unwrap(),
+            token: u64::MAX,
+            remaining_ms: u64::MAX,
+        };
+        let seeds = [
+            backup(),
+            Backup::new(None, 0, 1, Vec::new()),
+            Backup::new(ClusterId::new(u128::MAX), u64::MAX, u64::MAX, vec![most]),
+        ];
+        for (i, b) in seeds.iter().enumerate() {
+            std::fs::write(dir.join(format!("backup-{i}")), b.encode()).unwrap();
+        }
+        let marker = Decision::encode_entry(&[backup().marker()]);
+        std::fs::write(dir.join("decisions-restored"), marker).unwrap();
+    }
 }
