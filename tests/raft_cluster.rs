@@ -25,6 +25,8 @@
 //! - Every member replaced in turn, three times round (`--raft-join`,
 //!   `cluster add`, `cluster remove`) under a renewing holder, who keeps
 //!   its grant; a removed member's directory never starts again.
+//! - A member removed while it was down learns it from the members it
+//!   dials when it comes back, and stops for good.
 //! - Membership refusals: already there, unknown, would lose the
 //!   majority; forced, the last shows why.
 //! - A second change while one is under way is refused `change_in_flight`;
@@ -984,6 +986,67 @@ fn a_change_in_flight_is_refused_and_a_learner_is_seen_catching_up() {
     assert!(
         voted.1.is_some_and(|lag| lag < greatest),
         "caught up: {voted:?} after a lag of {greatest}"
+    );
+}
+
+/// PROTOCOL.md 4.4, "Removing": a member removed while it was down
+/// (killed, then removed by the others), started again from its
+/// directory, is told by the members it dials that it is no longer one;
+/// it records that, stops by itself (exit 0), and refuses to start again.
+#[test]
+fn a_member_removed_while_it_was_down_learns_it_when_it_comes_back_and_stops() {
+    let _serial = serial();
+    let mut c = Cluster::new("removed-down", &[]);
+    c.reserve(1);
+    c.start_all(true);
+    let lead = c.settled();
+    c.join(3);
+    let four = format!("4={}/{}", c.members[3].addr, c.members[3].raft);
+    let (code, v) = cluster_op(&c, &["add", &four]);
+    assert_eq!(code, Some(0), "{v}");
+    let down = (0..3).find(|&i| i != lead).expect("a follower");
+    c.kill(down);
+    let id = c.members[down].id.to_string();
+    let others: Vec<String> = c
+        .live_addrs()
+        .into_iter()
+        .filter(|a| *a != c.addr(down))
+        .collect();
+    let mut args = vec!["cluster", "remove", id.as_str()];
+    for a in &others {
+        args.extend_from_slice(&["--endpoint", a]);
+    }
+    let done = cli::ticketing(&args, Duration::from_secs(60));
+    assert_eq!(done.code, Some(0), "{done:?}");
+    // Entries go on past the removal. No member sends it any of them:
+    // their links to it ended with the removal, dropping what they held
+    // for it while it was in the joint configuration.
+    let (_, mut raw) = c.connect_leader_but(Some(down));
+    for i in 0..20 {
+        raw.grant_v2(i + 1, &format!("after{i}"), 0, 1_000);
+    }
+    // Back from its directory, naming the members as it knew them.
+    c.start(down, false);
+    let status = c.serve(down).wait_exit(Duration::from_secs(10));
+    let said = c.serve(down).stderr.rest();
+    assert!(status.success(), "it stopped by itself: {status}; {said:?}");
+    assert!(
+        said.iter()
+            .any(|l| l.contains("is not in its configuration as of entry")),
+        "told by a member it dialled: {said:?}"
+    );
+    c.members[down].serve = None;
+    c.members[down].live = false;
+    let args = c.args(down, false, &c.members[down].dir);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let addr = c.addr(down);
+    let mut serve_args = vec!["serve", "--listen", &addr];
+    serve_args.extend_from_slice(&args);
+    let again = cli::ticketing(&serve_args, WAIT);
+    assert_ne!(again.code, Some(0), "{again:?}");
+    assert!(
+        again.stderr.contains("was removed from its cluster"),
+        "{again:?}"
     );
 }
 

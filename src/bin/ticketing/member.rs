@@ -266,7 +266,7 @@ pub async fn serve_member(
             eprintln!("this state directory is cluster {recorded}'s, and the log of the cluster it was started in committed {committed}: stopping");
             std::process::exit(1);
         }
-        MemberNotice::Replica(ReplicaEvent::Members { peers }) => {
+        MemberNotice::Replica(ReplicaEvent::Members { peers, .. }) => {
             let now: BTreeMap<u64, String> =
                 peers.iter().map(|(&id, a)| (id, a.to_string())).collect();
             if now != given {
@@ -291,6 +291,11 @@ pub async fn serve_member(
                 );
                 given = now;
             }
+        }
+        MemberNotice::Replica(ReplicaEvent::ToldRemoved { by, index }) => {
+            eprintln!(
+                "member {by} says this member is not in its configuration as of entry {index}, past all this member knew committed: it was removed while it was down"
+            );
         }
         MemberNotice::Replica(ReplicaEvent::Removed) => {
             eprintln!(

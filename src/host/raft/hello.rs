@@ -1,5 +1,5 @@
-//! The peer hello (module `peers`, "The hello"), sans-IO: its bytes, and
-//! nothing else. Whether a hello is admitted is the links' to decide.
+//! The peer hello (module `peers`, "The hello"), and the answer to a peer
+//! that is not a member, sans-IO: their bytes, and nothing else. Whether a hello is admitted is the links' to decide.
 
 /// The first bytes of every hello.
 const MAGIC: [u8; 4] = *b"TKRP";
@@ -58,6 +58,55 @@ impl Hello<'_> {
     }
 }
 
+/// The first bytes of the answer to a hello from a peer that is not a
+/// member.
+const NOT_MEMBER_MAGIC: [u8; 4] = *b"TKRN";
+
+/// The answer to the hello of an authenticated peer that is not in the
+/// answering member's configuration (PROTOCOL.md 4.4, "Removing"): who
+/// answers, to whom, its cluster, and the applied index its configuration
+/// is as of. The dialler decides what it means (`Replica::handle_not_member`).
+#[derive(Debug, PartialEq, Eq)]
+pub(super) struct NotMember {
+    pub(super) from: u64,
+    pub(super) to: u64,
+    pub(super) cluster: u128,
+    pub(super) index: u64,
+}
+
+impl NotMember {
+    /// The answer as a frame, its length first.
+    pub(super) fn frame(&self) -> Vec<u8> {
+        let body: u32 = 4 + 2 + 8 + 8 + 16 + 8;
+        let mut out = Vec::with_capacity(4 + body as usize);
+        out.extend_from_slice(&body.to_be_bytes());
+        out.extend_from_slice(&NOT_MEMBER_MAGIC);
+        out.extend_from_slice(&VERSION.to_be_bytes());
+        out.extend_from_slice(&self.from.to_be_bytes());
+        out.extend_from_slice(&self.to.to_be_bytes());
+        out.extend_from_slice(&self.cluster.to_be_bytes());
+        out.extend_from_slice(&self.index.to_be_bytes());
+        out
+    }
+
+    /// An answer's body, if it is one of these.
+    pub(super) fn parse(body: &[u8]) -> Option<NotMember> {
+        let (magic, rest) = body.split_first_chunk::<4>()?;
+        let (version, rest) = rest.split_first_chunk::<2>()?;
+        let (from, rest) = rest.split_first_chunk::<8>()?;
+        let (to, rest) = rest.split_first_chunk::<8>()?;
+        let (cluster, rest) = rest.split_first_chunk::<16>()?;
+        let (index, rest) = rest.split_first_chunk::<8>()?;
+        let ok = *magic == NOT_MEMBER_MAGIC && u16::from_be_bytes(*version) == VERSION;
+        (ok && rest.is_empty()).then(|| NotMember {
+            from: u64::from_be_bytes(*from),
+            to: u64::from_be_bytes(*to),
+            cluster: u128::from_be_bytes(*cluster),
+            index: u64::from_be_bytes(*index),
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -90,5 +139,33 @@ mod tests {
         assert_eq!(Hello::parse(&other), None, "version 1");
         other[5] = 3;
         assert_eq!(Hello::parse(&other), None, "version 3");
+    }
+
+    #[test]
+    fn a_not_member_answer_reads_back_and_is_never_taken_for_a_hello() {
+        let answer = NotMember {
+            from: 2,
+            to: 9,
+            cluster: 7,
+            index: 1_234,
+        };
+        let frame = answer.frame();
+        assert_eq!(frame.len(), 4 + 46);
+        assert_eq!(&frame[..4], &[0, 0, 0, 46]);
+        assert_eq!(NotMember::parse(&frame[4..]), Some(answer));
+        assert_eq!(Hello::parse(&frame[4..]), None);
+        for cut in 0..frame.len() - 4 {
+            assert_eq!(NotMember::parse(&frame[4..4 + cut]), None, "cut at {cut}");
+        }
+        let mut longer = frame[4..].to_vec();
+        longer.push(0);
+        assert_eq!(NotMember::parse(&longer), None);
+        let hello = Hello {
+            from: 3,
+            to: 1,
+            cluster: 7,
+            credential: b"",
+        };
+        assert_eq!(NotMember::parse(&hello.frame()[4..]), None);
     }
 }

@@ -98,6 +98,26 @@
 //! cluster on one machine); a credential without TLS only then too, so
 //! that it never crosses a network in the clear.
 //!
+//! # A member removed while it was down
+//!
+//! A peer whose hello authenticates as far as a peer that is no member can
+//! (the credential, or a certificate the CA signed: which member it names
+//! no configuration of this node says), of this node's cluster, but not in
+//! its configuration, is answered, instead of a hello, `TKRN`, the version,
+//! this node's id, the dialler's, the cluster's identity and the applied
+//! index its configuration is as of ([`Peers::set_members_at`]; never
+//! before it knows one), and closed, counted as refused. The dialler
+//! gives the connection up and keeps the answer for its replica
+//! ([`Peers::take_not_member`]), which decides whether it means its
+//! removal (`Replica::handle_not_member`: a member that was in a
+//! configuration, told of one past everything it knows committed). The
+//! answer is as trustworthy as the link: under TLS the dialler checked
+//! whom it reached; with a credential alone, every address is on
+//! loopback, where a process that could answer in a member's place has
+//! had the credential from the hello already. A link to a member removed
+//! ends: what it held for it is dropped and the member not dialled again,
+//! so that the log does not reach it by a link that should be gone.
+//!
 //! # Before authentication
 //!
 //! Anyone who can reach the peer listener can open connections, so a
@@ -198,7 +218,7 @@ use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::{sleep, timeout};
 
-use super::hello::{Hello, HELLO_MAX};
+use super::hello::{Hello, NotMember, HELLO_MAX};
 use crate::names::Name;
 use crate::server::credential::Credential;
 use crate::server::raft::ClusterId;
@@ -461,6 +481,8 @@ struct Counters {
     evicted: AtomicU64,
     unauthenticated: AtomicU64,
     replaced: AtomicU64,
+    /// The last "not a member" answer to this node's hello, not yet taken.
+    not_member: Mutex<Option<(u64, u64)>>,
 }
 
 impl Counters {
@@ -480,6 +502,15 @@ fn bump(counter: &AtomicU64, by: u64) {
 
 /// This node's cluster identity, as [`Peers::set_cluster`] last gave it.
 type Ours = watch::Receiver<Option<ClusterId>>;
+
+/// Who may come in, and the applied index their configuration is as of
+/// (0: not known, as at start): what a peer that is not among them is told
+/// ([`NotMember`]).
+#[derive(Debug, Default)]
+struct Members {
+    addrs: BTreeMap<u64, SocketAddr>,
+    as_of: u64,
+}
 
 /// The identity `theirs` carried (0: not known yet), if it is another
 /// cluster's than `ours`: both known, and different.
@@ -516,7 +547,7 @@ struct Inner {
     /// What starting a link for a member added takes.
     spawner: Spawner,
     /// Who may come in: shared with the accepting side.
-    members: Arc<Mutex<BTreeMap<u64, SocketAddr>>>,
+    members: Arc<Mutex<Members>>,
     counters: Arc<Counters>,
     /// This node's cluster identity, once known: every task reads it.
     cluster: watch::Sender<Option<ClusterId>>,
@@ -589,7 +620,10 @@ impl Peers {
         for (&peer, &addr) in cfg.members.iter().filter(|(&id, _)| id != cfg.id) {
             queues.insert(peer, spawner.link(peer, addr));
         }
-        let members = Arc::new(Mutex::new(cfg.members));
+        let members = Arc::new(Mutex::new(Members {
+            addrs: cfg.members,
+            as_of: 0,
+        }));
         let (inbound, received) = mpsc::channel(cfg.queue_limit);
         let runtime = spawner.runtime.clone();
         let door = Arc::new(Door {
@@ -665,6 +699,19 @@ impl Peers {
     /// start would have been (`PeerConfig`'s rules): this member's id
     /// missing, or an address off loopback without TLS.
     pub fn set_members(&self, members: BTreeMap<u64, SocketAddr>) -> Result<(), PeerError> {
+        self.set_members_at(members, 0)
+    }
+
+    /// As [`Peers::set_members`], for the configuration applied as of
+    /// entry `index` (`ReplicaEvent::Members`): a peer that authenticates
+    /// and is not among them is told so, with `index`, when it dials this
+    /// member, so that a member removed while it was down learns it
+    /// ([`Peers::take_not_member`] on its side).
+    pub fn set_members_at(
+        &self,
+        members: BTreeMap<u64, SocketAddr>,
+        index: u64,
+    ) -> Result<(), PeerError> {
         let me = self.inner.spawner.me;
         if members.contains_key(&0) {
             return Err(PeerError::ZeroId);
@@ -686,7 +733,7 @@ impl Peers {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         // Dropping a queue's sender ends its link.
-        queues.retain(|id, _| members.get(id) == known.get(id));
+        queues.retain(|id, _| members.get(id) == known.addrs.get(id));
         for (&peer, &addr) in members.iter().filter(|(&id, _)| id != me) {
             queues
                 .entry(peer)
@@ -699,8 +746,24 @@ impl Peers {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         connected.retain(|id, _| members.contains_key(id));
-        *known = members;
+        *known = Members {
+            addrs: members,
+            as_of: index,
+        };
         Ok(())
+    }
+
+    /// What a member this node dialled last said: that this node is not
+    /// in its configuration as of the entry at the index given, `(member,
+    /// index)`; taken once. For `Replica::handle_not_member`, which decides
+    /// what it means.
+    pub fn take_not_member(&self) -> Option<(u64, u64)> {
+        self.inner
+            .counters
+            .not_member
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 
     /// The counters, and which links are up.
@@ -721,6 +784,7 @@ impl Peers {
                     .unwrap_or_else(PoisonError::into_inner);
                 let up = c.connected.lock().unwrap_or_else(PoisonError::into_inner);
                 members
+                    .addrs
                     .keys()
                     .filter(|&&id| id != self.inner.spawner.me)
                     .map(|&id| (id, up.get(&id).copied().unwrap_or(false)))
@@ -912,6 +976,11 @@ impl Outbound {
         let mut held = None;
         loop {
             let first = match held.take() {
+                // The member was removed (its queue's sender dropped): what
+                // the link holds for it is not sent, nor is it dialled
+                // again; told it is no member, it learns of its removal
+                // from the others (`NotMember`).
+                Some(_) if queue.is_closed() => return,
                 Some(msg) => msg,
                 None => match queue.recv().await {
                     Some(msg) => msg,
@@ -977,6 +1046,20 @@ impl Outbound {
         stream.write_all(&hello.frame()).await?;
         stream.flush().await?;
         let answer = read_frame(&mut stream, HELLO_MAX).await?;
+        if let Some(told) = NotMember::parse(&answer) {
+            let ours = ClusterId::bits_of(*self.ours.borrow());
+            if told.from == self.peer && told.to == self.me && ours != 0 && told.cluster == ours {
+                *self
+                    .counters
+                    .not_member
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some((self.peer, told.index));
+            }
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "not a member of the peer's configuration",
+            ));
+        }
         let answer = Hello::parse(&answer)
             .filter(|a| a.from == self.peer && a.to == self.me && a.credential.is_empty())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "not the member dialled"))?;
@@ -1192,7 +1275,7 @@ impl Drop for Ticket {
 struct Door {
     me: u64,
     /// Who may come in: the members as they are now.
-    members: Arc<Mutex<BTreeMap<u64, SocketAddr>>>,
+    members: Arc<Mutex<Members>>,
     max_frame: usize,
     auth: Arc<Auth>,
     counters: Arc<Counters>,
@@ -1361,11 +1444,6 @@ impl Door {
         let mut stream: BoxStream = Box::new(tcp);
         let frame = read_frame(&mut stream, HELLO_MAX).await.ok()?;
         let hello = Hello::parse(&frame)?;
-        let addr = *self
-            .members
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(&hello.from)?;
         if hello.from == self.me || hello.to != self.me {
             return None;
         }
@@ -1374,6 +1452,23 @@ impl Door {
                 return None;
             }
         }
+        let (addr, as_of) = {
+            let members = self.members.lock().unwrap_or_else(PoisonError::into_inner);
+            (members.addrs.get(&hello.from).copied(), members.as_of)
+        };
+        let Some(addr) = addr else {
+            // Authenticated as far as a peer that is no member can be: the
+            // credential, or a certificate the CA signed (which name it
+            // is for, no configuration of this member says).
+            #[cfg(feature = "tls")]
+            let certified = !matches!(cert, Some(None));
+            #[cfg(not(feature = "tls"))]
+            let certified = true;
+            if certified {
+                self.tell_not_member(&mut stream, &hello, as_of).await;
+            }
+            return None;
+        };
         #[cfg(feature = "tls")]
         if let Some(cert) = cert {
             let cert = cert?;
@@ -1384,6 +1479,29 @@ impl Door {
         #[cfg(not(feature = "tls"))]
         let _ = addr;
         Some((hello.from, hello.cluster, stream))
+    }
+
+    /// Tells the sender of `hello`, a peer of this cluster that is not a
+    /// member, that it is not, as of the applied index `as_of` (module
+    /// docs, "A member removed while it was down"): only once this node
+    /// knows its cluster and its configuration's index, and the hello
+    /// carries the same cluster.
+    async fn tell_not_member(&self, stream: &mut BoxStream, hello: &Hello<'_>, as_of: u64) {
+        let ours = ClusterId::bits_of(*self.ours.borrow());
+        if as_of == 0 || ours == 0 || hello.cluster != ours {
+            return;
+        }
+        let answer = NotMember {
+            from: self.me,
+            to: hello.from,
+            cluster: ours,
+            index: as_of,
+        };
+        let _ = timeout(HELLO_TIMEOUT, async {
+            stream.write_all(&answer.frame()).await?;
+            stream.flush().await
+        })
+        .await;
     }
 
     /// Answers `member`'s hello, with this node's cluster identity as it

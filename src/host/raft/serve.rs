@@ -479,7 +479,7 @@ fn fold(into: &mut Persist, next: Persist) {
 impl MemberCore {
     /// Links to the members the configuration names, and lets only them
     /// in.
-    fn link_members(&mut self, peers: &BTreeMap<u64, Endpoint>) {
+    fn link_members(&mut self, peers: &BTreeMap<u64, Endpoint>, index: u64) {
         let mut addrs = BTreeMap::new();
         for (&id, addr) in peers {
             match addr.as_str().parse::<SocketAddr>() {
@@ -491,7 +491,7 @@ impl MemberCore {
                 ))),
             }
         }
-        if let Err(e) = self.peers.set_members(addrs) {
+        if let Err(e) = self.peers.set_members_at(addrs, index) {
             (self.notify)(MemberNotice::PeersRefused(e.to_string()));
         }
     }
@@ -534,7 +534,7 @@ impl Core for MemberCore {
                         // Hellos carry it from now on; a peer of another
                         // cluster is refused.
                         ReplicaEvent::Cluster { id } => self.peers.set_cluster(*id),
-                        ReplicaEvent::Members { peers } => self.link_members(peers),
+                        ReplicaEvent::Members { peers, index } => self.link_members(peers, *index),
                         ReplicaEvent::Removed => {
                             // Said before anything else: it never starts
                             // again from this directory.
@@ -569,6 +569,10 @@ impl Core for MemberCore {
                 Ok(()) => self.replica.handle_persisted(now),
                 Err(why) => (self.notify)(MemberNotice::DiskFailed(why)),
             }
+        }
+        if let Some((from, index)) = self.peers.take_not_member() {
+            took = true;
+            self.replica.handle_not_member(now, from, index);
         }
         for _ in 0..MESSAGES_PER_PASS {
             match self.inbound.poll_recv(cx) {

@@ -40,7 +40,7 @@ use raft::prelude::{
 use raft::{ProgressState, StateRole};
 use raft_proto::ConfChangeI as _;
 
-use super::{AdminRefusal, Handover, Replica, ReplicaEvent};
+use super::{AdminRefusal, Handover, Leadership, Replica, ReplicaEvent};
 use crate::names::Endpoint;
 use crate::time::Time;
 
@@ -406,8 +406,40 @@ impl Replica {
             .iter()
             .filter_map(|(id, addrs)| Some((id, addrs.peer.clone()?)))
             .collect();
+        // The roster is the configuration applied by now, never an older
+        // one: what a peer may be told of it is as of this index.
+        let index = self.applied;
         self.outputs
-            .push_back(super::Output::Event(ReplicaEvent::Members { peers }));
+            .push_back(super::Output::Event(ReplicaEvent::Members { peers, index }));
+    }
+
+    /// A member said this one is not in its configuration as of the
+    /// entry at `index` (its answer to this member's peer hello; PROTOCOL.md
+    /// 4.4, "Removing"): a member removed while it was down learns so,
+    /// and stops for good, as it would had it applied its removal. Only
+    /// when that cannot be a member that has not yet applied this one's
+    /// addition: this member was in a configuration, so committed its
+    /// addition, and `index` is past everything it knows committed, so the
+    /// configuration that leaves it out came later. `from` must be a
+    /// member of its own configuration, of this member's cluster (its
+    /// driver checked the identity).
+    pub fn handle_not_member(&mut self, now: Time, from: u64, index: u64) {
+        self.input(now);
+        let raft = &self.node.raft;
+        let told = self.membership.seen_self
+            && self.cluster.is_some()
+            && from != raft.id
+            && in_conf(self.conf(), from)
+            && index > raft.raft_log.committed
+            && self.leadership != Leadership::Stopped;
+        if told {
+            self.outputs
+                .push_back(super::Output::Event(ReplicaEvent::ToldRemoved {
+                    by: from,
+                    index,
+                }));
+            self.stop(ReplicaEvent::Removed);
+        }
     }
 
     /// Whether this member is in the configuration it applied (a change,

@@ -340,11 +340,25 @@ pub enum ReplicaEvent {
     Members {
         /// Every member whose peer address is known, this one's included.
         peers: BTreeMap<u64, Endpoint>,
+        /// The applied index the configuration is as of: what the driver
+        /// may tell a peer that is not in it
+        /// ([`Replica::handle_not_member`]).
+        index: u64,
     },
     /// This member was removed from the configuration (PROTOCOL.md 4.4,
     /// "Removing"): it stops serving for good, and its driver should record
     /// it, so that it refuses to start again from its state directory.
     Removed,
+    /// Member `by` answered this member's peer hello that it is not in
+    /// its configuration as of entry `index`, which this member takes as
+    /// its removal ([`Replica::handle_not_member`]): [`ReplicaEvent::Removed`]
+    /// follows.
+    ToldRemoved {
+        /// The member that said so.
+        by: u64,
+        /// The applied index its configuration is as of.
+        index: u64,
+    },
     /// A committed entry could not be read: this member stops serving.
     BadEntry {
         /// Its index.

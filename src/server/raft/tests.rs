@@ -1318,3 +1318,62 @@ fn changes_asked_on_an_administrative_connection_are_proposed_or_refused_by_name
     assert_eq!(c.leader(), Some(to));
     assert_eq!(voters(&c, to), [1, 2, 3, 4]);
 }
+
+/// PROTOCOL.md 4.4, "Removing": a member removed while it was down, told
+/// so by a member that applied its removal (the answer to its peer hello),
+/// stops for good; told so by what cannot prove it (an index it has
+/// committed itself, a member it does not know, or, for a member never in
+/// a configuration, anything), it goes on.
+#[test]
+fn a_member_removed_while_it_was_down_stops_when_told_and_nothing_less_stops_it() {
+    let (mut c, leader) = elected();
+    c.join(4);
+    let now = c.now;
+    let r = c.replicas.get_mut(&leader).unwrap();
+    assert_eq!(r.add_member(now, 4, addrs(4)), Ok(()));
+    c.run(Duration::from_millis(300));
+    assert_eq!(voters(&c, leader), [1, 2, 3, 4]);
+    let gone = (1..=3).find(|&id| id != leader).unwrap();
+    c.kill(gone);
+    c.run(Duration::from_millis(300));
+    let now = c.now;
+    let r = c.replicas.get_mut(&leader).unwrap();
+    assert_eq!(r.remove_member(now, gone, false), Ok(()));
+    c.run(Duration::from_millis(300));
+    assert!(!voters(&c, leader).contains(&gone));
+    let as_of = c.replicas[&leader].applied();
+    // Back from its disk, it still holds itself a member.
+    c.start(gone);
+    c.cut.insert(gone);
+    c.run(Duration::from_millis(50));
+    let committed = c.replicas[&gone].committed();
+    assert!(committed < as_of);
+    let removed = |c: &Cluster| {
+        c.events
+            .iter()
+            .any(|(id, e)| *id == gone && *e == ReplicaEvent::Removed)
+    };
+    let now = c.now;
+    let r = c.replicas.get_mut(&gone).unwrap();
+    r.handle_not_member(now, leader, committed);
+    r.handle_not_member(now, 9, as_of);
+    c.settle();
+    assert!(!removed(&c), "nothing it cannot trust stops it");
+    // A member that never was in a configuration is told nothing it can
+    // use: it may be one whose addition that member has not applied.
+    c.join(5);
+    let r = c.replicas.get_mut(&5).unwrap();
+    r.handle_not_member(now, leader, as_of);
+    c.settle();
+    assert!(!c
+        .events
+        .iter()
+        .any(|(id, e)| *id == 5 && *e == ReplicaEvent::Removed));
+    let r = c.replicas.get_mut(&gone).unwrap();
+    r.handle_not_member(now, leader, as_of);
+    c.settle();
+    assert!(removed(&c));
+    assert!(!c.replicas[&gone].is_serving());
+    let conn = c.connect(gone, "H 2 c -\n");
+    assert_eq!(c.text(gone, conn), "E not_active\n");
+}
