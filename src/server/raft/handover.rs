@@ -116,10 +116,20 @@ impl Handover {
                 Err(AdminRefusal::UnknownMember { id })
             };
         }
+        Handover::most_caught_up(prs, me, |id| voters.contains(id)).ok_or(AdminRefusal::NotCaughtUp)
+    }
+
+    /// Of the members `eligible` says, other than `me`, the one the leader
+    /// heard from lately whose log matches the most of its own (the
+    /// lowest id among equals).
+    pub(super) fn most_caught_up(
+        prs: &ProgressTracker,
+        me: u64,
+        eligible: impl Fn(u64) -> bool,
+    ) -> Option<u64> {
         prs.iter()
-            .filter(|&(&id, p)| id != me && p.recent_active && voters.contains(id))
+            .filter(|&(&id, p)| id != me && p.recent_active && eligible(id))
             .max_by(|(a, p), (b, q)| p.matched.cmp(&q.matched).then(b.cmp(a)))
             .map(|(&id, _)| id)
-            .ok_or(AdminRefusal::NotCaughtUp)
     }
 }

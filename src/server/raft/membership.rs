@@ -283,6 +283,19 @@ impl Replica {
         self.node.store().conf_state()
     }
 
+    /// The voters of the configuration this member applied and, while it
+    /// is joint, the outgoing ones; and the learners (for the simulator's
+    /// checks and its changes).
+    #[cfg(feature = "sim")]
+    pub(crate) fn configuration(&self) -> (Vec<u64>, Vec<u64>, Vec<u64>) {
+        let conf = self.conf();
+        (
+            conf.voters.clone(),
+            conf.voters_outgoing.clone(),
+            conf.learners.clone(),
+        )
+    }
+
     /// Whether a change may be proposed now: this member serves as leader,
     /// hands nothing over, and no change is under way.
     fn may_change(&self) -> Result<(), AdminRefusal> {
@@ -335,6 +348,18 @@ impl Replica {
         }
         let conf = self.conf();
         if !conf.voters_outgoing.is_empty() {
+            let me = raft.id;
+            if !conf.voters.contains(&me) {
+                // A leader the change leaves out hands over to a member it
+                // keeps, which proposes the leave: raft-rs's leader would
+                // lead on past its own removal.
+                let kept = conf.voters.clone();
+                if let Some(to) = Handover::most_caught_up(raft.prs(), me, |id| kept.contains(&id))
+                {
+                    self.begin_handover(to);
+                }
+                return;
+            }
             // Joint: whoever leads now proposes the leave.
             let _ = self.propose_change(ConfChangeV2::default());
             return;

@@ -862,7 +862,7 @@ impl Replica {
     fn input(&mut self, now: Time) -> bool {
         self.now = self.now.max(now);
         self.dirty = true;
-        if self.leadership == Leadership::Failed {
+        if self.is_inert() {
             return false;
         }
         // While the log starts past what raft-rs counts applied (a
@@ -910,6 +910,10 @@ impl Replica {
             return Some(self.now);
         }
         let server = self.server.poll_timeout();
+        if self.is_inert() {
+            // Its engine ticks no more: only its clients' timers.
+            return server;
+        }
         let tick = self.ticker.next();
         Some(server.map_or(tick, |at| at.min(tick)))
     }
@@ -1006,6 +1010,9 @@ impl Replica {
             return;
         }
         self.answer_operators();
+        if self.is_inert() {
+            return;
+        }
         self.drive_membership();
         // Raft's output may commit entries, which may move leadership, make
         // answers go and make room for the next entry: until it has
@@ -1179,6 +1186,14 @@ impl Replica {
                     .push_back(Output::Event(ReplicaEvent::Cluster { id }));
             }
         }
+    }
+
+    /// Whether it stopped for good, or failed: its engine is never ticked
+    /// or stepped again (one removed while it led would fail on the next
+    /// answer it counted, its own progress gone); its clients are still
+    /// answered (`E not_active`).
+    fn is_inert(&self) -> bool {
+        matches!(self.leadership, Leadership::Failed | Leadership::Stopped)
     }
 
     /// Stops serving for good, saying why.

@@ -1377,3 +1377,74 @@ fn a_member_removed_while_it_was_down_stops_when_told_and_nothing_less_stops_it(
     let conn = c.connect(gone, "H 2 c -\n");
     assert_eq!(c.text(gone, conn), "E not_active\n");
 }
+
+/// A member elected while the configuration is joint and leaves it out
+/// (the leader that proposed its removal killed after it proposed the
+/// leave too) commits the leave, which removes it: it stops, and its
+/// engine is never stepped again (raft-rs's leader, led on past its own
+/// removal, failed on the next answer it counted: the simulator found it),
+/// and a member the change kept leads. (One elected before any leave was
+/// proposed hands over to a member the change keeps instead of proposing
+/// it: `membership.rs`, shown by the simulator's replacements.)
+#[test]
+fn a_member_elected_in_a_joint_configuration_that_leaves_it_out_stops_and_never_fails() {
+    let (mut c, first) = elected();
+    assert_eq!(first, 1, "the shortest election timeout leads first");
+    // Four voters, so that with the leader of the change gone both
+    // majorities of the joint configuration ({2, 3, 4} and {1, 2, 3, 4})
+    // remain.
+    c.join(4);
+    let now = c.now;
+    let r = c.replicas.get_mut(&1).unwrap();
+    assert_eq!(r.add_member(now, 4, addrs(4)), Ok(()));
+    c.run(Duration::from_millis(300));
+    assert_eq!(voters(&c, 1), [1, 2, 3, 4]);
+    let now = c.now;
+    let r = c.replicas.get_mut(&1).unwrap();
+    assert_eq!(r.transfer_leadership(now, Some(2)), Ok(2));
+    c.run(Duration::from_millis(100));
+    assert_eq!(c.leader(), Some(2));
+    let now = c.now;
+    let r = c.replicas.get_mut(&2).unwrap();
+    assert_eq!(r.remove_member(now, 1, false), Ok(()));
+    let mut joint = false;
+    for _ in 0..100 {
+        c.run(STEP);
+        if !c.replicas[&2].conf().voters_outgoing.is_empty() {
+            joint = true;
+            break;
+        }
+    }
+    assert!(joint, "the joint configuration was applied");
+    c.kill(2);
+    let before = c.events.len();
+    c.run(Duration::from_secs(2));
+    let since = &c.events[before..];
+    let led_by_1 = ReplicaEvent::Following {
+        term: 3,
+        leader: Some(client_addr(1)),
+    };
+    assert!(
+        since.iter().any(|(id, e)| *id == 3 && *e == led_by_1),
+        "member 1, left out, was elected: {since:?}"
+    );
+    assert!(since
+        .iter()
+        .any(|(id, e)| *id == 1 && *e == ReplicaEvent::Removed));
+    assert!(
+        !since
+            .iter()
+            .any(|(_, e)| matches!(e, ReplicaEvent::Failed { .. })),
+        "{since:?}"
+    );
+    assert_eq!(voters(&c, 3), [2, 3, 4]);
+    assert!(c.replicas[&3].conf().voters_outgoing.is_empty());
+    // Stopped: what it is sent changes nothing, and it asks for no timer
+    // of its engine's.
+    let term = c.replicas[&1].term();
+    c.run(Duration::from_millis(500));
+    assert_eq!(c.replicas[&1].term(), term);
+    assert_eq!(c.replicas[&1].poll_timeout(), None);
+    // A member the change kept serves.
+    assert!(matches!(c.leader(), Some(3 | 4)), "{:?}", c.leader());
+}
