@@ -99,8 +99,10 @@
 //! half the time), some with the loss of their disk (the member then
 //! rejoins empty, and counts as down until it has caught up), partitions
 //! between members, leadership transfers asked of the leader (to the most
-//! caught-up member, or to one drawn, which may be down or behind), and
-//! peer messages delayed and lost. `raft.rs` says how.
+//! caught-up member, or to one drawn, which may be down or behind),
+//! members replaced (a new one added in a spare slot, then an old one
+//! removed, the leader killed mid-change among them), and peer messages
+//! delayed and lost. `raft.rs` says how.
 //!
 //! On top of the checks below, three that only a view of every member and
 //! disk can make:
@@ -856,6 +858,16 @@ pub struct Replication {
     pub partitions: u64,
     /// Leadership transfers a leader began (PROTOCOL.md 4.4).
     pub transfers: u64,
+    /// Members started empty and added (PROTOCOL.md 4.4, "Replacing").
+    pub members_added: u64,
+    /// Members removed, out of the configuration.
+    pub members_removed: u64,
+    /// Leaders killed as soon as they proposed a removal, the
+    /// configuration joint.
+    pub joint_kills: u64,
+    /// The longest time no member served, between a leadership's end and
+    /// the next one's start (of all the runs, the longest).
+    pub longest_leaderless: Duration,
     /// Peer messages lost (at random, or cut by a partition or a crash).
     pub lost: u64,
     /// Peer messages delayed by a spike.
@@ -875,6 +887,10 @@ impl Replication {
         self.restarts += o.restarts;
         self.partitions += o.partitions;
         self.transfers += o.transfers;
+        self.members_added += o.members_added;
+        self.members_removed += o.members_removed;
+        self.joint_kills += o.joint_kills;
+        self.longest_leaderless = self.longest_leaderless.max(o.longest_leaderless);
         self.lost += o.lost;
         self.delayed += o.delayed;
         self.answers_checked += o.answers_checked;
@@ -983,8 +999,8 @@ impl fmt::Display for Report {
         if r.members > 0 {
             writeln!(
                 f,
-                "raft: {} leaderships; member crashes {} ({} losing their disk), restarts {}, partitions {}, leadership transfers {}, peer messages lost {}, delayed {}; {} G answers checked committed, {} answered grants checked for invariant 8",
-                r.leaderships, r.crashes, r.disk_losses, r.restarts, r.partitions, r.transfers, r.lost, r.delayed, r.answers_checked, r.grants_checked
+                "raft: {} leaderships; member crashes {} ({} losing their disk), restarts {}, partitions {}, leadership transfers {}, members added {} and removed {} ({} leaders killed mid-change), at most {:?} without a leader, peer messages lost {}, delayed {}; {} G answers checked committed, {} answered grants checked for invariant 8",
+                r.leaderships, r.crashes, r.disk_losses, r.restarts, r.partitions, r.transfers, r.members_added, r.members_removed, r.joint_kills, r.longest_leaderless, r.lost, r.delayed, r.answers_checked, r.grants_checked
             )?;
         }
         writeln!(f, "faults injected: {}", self.faults.total())?;

@@ -2,7 +2,10 @@
 //! [`Scenario::Raft5`](super::Scenario::Raft5): 3 or 5 [`Replica`]s (the
 //! real member core, PROTOCOL.md 4.3) on [`MemoryDisk`]s, over a simulated
 //! peer network, under faults, with the checks only a view of every member
-//! and every disk can make (feature `raft`).
+//! and every disk can make (feature `raft`). The world lends it one more
+//! address than it has members: the spare slot, where a member added
+//! starts (every client knows every slot's address, as operators are told
+//! to list future members).
 //!
 //! # What the members are given
 //!
@@ -39,6 +42,18 @@
 //!   member half the time, else to a member drawn, which may be down, cut
 //!   off or behind (raft-rs then gives up after an election timeout and
 //!   the leader goes on). Its clients are sent to the new leader.
+//! * **Members replaced** (PROTOCOL.md 4.4, "Replacing"), in three seeds of
+//!   four, a step every 0.5 to 2 s: a new member (a new id) started with an
+//!   empty disk in the spare slot and added by whoever serves (a learner,
+//!   promoted once caught up); once it votes, an old member removed (the
+//!   leader a third of the time, which hands over first), and in a third
+//!   of the removals the leader killed as soon as it proposed it, the
+//!   configuration joint; once the old member is out of the configuration,
+//!   its slot is the spare. What the cluster refuses is asked again at the
+//!   next step. In those seeds a crash never loses the disk (a member that
+//!   lost its disk is replaced, never started again empty under its id),
+//!   and a crash needs the members up to remain a majority of every voter
+//!   set of the configurations in effect.
 //! * **Message delays and loss**, at rates drawn from the seed.
 //!
 //! The world adds the clients' side: latency, spikes and split writes.
@@ -49,8 +64,11 @@
 //!   every `G` a member writes to a client (a grant, `G <id> A`, or a
 //!   renewal, `G <id> X`) depends on the entry that holds its decision;
 //!   that entry must be committed, judged from the disks, not from the
-//!   member's own claim: a majority of members must have synced that index
-//!   with that term (an entry of an earlier term than the sender's counts
+//!   member's own claim: a majority of the voters (and, while joint, of the
+//!   outgoing voters) of a configuration the member applied, the one in
+//!   effect when the entry was appended or a later one, must have synced
+//!   that index with that term (a member removed since counts with its
+//!   disk) (an entry of an earlier term than the sender's counts
 //!   only below one of the sender's term that a majority synced, Raft's
 //!   rule). What a member synced is mirrored as its disk is written (index
 //!   and term of every entry, kept while a later write does not replace
@@ -58,7 +76,8 @@
 //!   counted when it was given.
 //! * **No member's message refused** ([`Check::Refused`]), as it is
 //!   delivered: however late or out of order, or to a member that lost its
-//!   disk since it was sent, it is stepped (the receiver's
+//!   disk since it was sent, a message from a member of the receiver's
+//!   configuration is stepped (the receiver's
 //!   [`ReplicaStats`](crate::server::raft::ReplicaStats) say whether).
 //! * **Leader changes** for [`Failovers`](super::Failovers): a leadership
 //!   (a member serving in a term) ends when its member crashes or stops
@@ -78,8 +97,8 @@ use super::{millis_between, Check, FaultKind, Replication, SimConfig};
 use crate::names::{Endpoint, Key, Name};
 use crate::rng::Rng;
 use crate::server::raft::{
-    ClusterId, MemoryDisk, Output, Persist, Replica, ReplicaConfig, ReplicaEvent, Restored,
-    ELECTION_TICKS,
+    ClusterId, MemberAddrs, MemoryDisk, Output, Persist, Replica, ReplicaConfig, ReplicaEvent,
+    Restored, ELECTION_TICKS,
 };
 use crate::server::{Action, Config, ConnId, Decision, Holder, Server};
 use crate::time::Time;
@@ -99,6 +118,9 @@ const WIND_DOWN_MARGIN: Duration = Duration::from_secs(2);
 
 /// Mixed into the members' seed for the stream the transfers draw from.
 const TRANSFER_STREAM: u64 = 0x7472_616e_7366_6572;
+/// Mixed into the members' seed for the stream membership changes draw
+/// from.
+const CHANGE_STREAM: u64 = 0x6d65_6d62_6572_7321;
 
 /// Something the members scheduled for themselves.
 #[derive(Debug)]
@@ -121,6 +143,9 @@ pub(super) enum Ev {
     /// The leader is asked to hand its leadership over, and the next such
     /// request is planned.
     Transfer,
+    /// The replacement of a member moves a step on (`Change`), and the
+    /// next step is planned.
+    Change,
     /// A crashed member starts again.
     Restart { member: usize, life: u64 },
     /// Member `member` brings its copy up to what is committed (it defers
@@ -145,6 +170,7 @@ impl Ev {
             Ev::Restart { member, life } => (34, *member as u64, *life),
             Ev::CatchUp { member, life } => (35, *member as u64, *life),
             Ev::Transfer => (36, 0, 0),
+            Ev::Change => (37, 0, 0),
         }
     }
 }
@@ -173,9 +199,17 @@ pub(super) enum Effect {
     Note(String),
 }
 
-/// One member.
+/// One slot of the cluster: the member that runs at its address, or
+/// none (the spare, where the next member added starts).
 struct Member {
     name: Name,
+    /// The Raft id of the member in this slot; `None`: the spare.
+    id: Option<u64>,
+    /// The configurations it applied, each with the applied index it was
+    /// first seen at, oldest first (the last [`CONF_HISTORY`]): an entry
+    /// is committed under the one in effect when it was appended, or a
+    /// later one.
+    confs: Vec<(u64, Conf)>,
     /// Its pinned election timeout, in ticks.
     ticks: usize,
     /// `None` while it is down.
@@ -206,6 +240,25 @@ struct Cut {
     until: Time,
 }
 
+/// A configuration's voters, and its outgoing voters while it is joint.
+type Conf = (Vec<u64>, Vec<u64>);
+
+/// How many configurations each member's history keeps.
+const CONF_HISTORY: usize = 16;
+
+/// Where the replacement of a member stands (PROTOCOL.md 4.4: a new member
+/// added, then an old one removed).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Change {
+    /// None under way.
+    Idle,
+    /// Member `id` started in the spare slot and is being added; `victim`,
+    /// once chosen, is to be removed after it votes.
+    Adding { id: u64, victim: Option<u64> },
+    /// Member `id` is being removed.
+    Removing { id: u64 },
+}
+
 /// What a decision did to a grant.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Did {
@@ -220,7 +273,24 @@ type DecisionKey = (Did, Key, u64);
 /// The replicated cluster.
 pub(super) struct Members {
     members: Vec<Member>,
+    /// Each member's client address, by Raft id: what a member starts
+    /// with.
     ids: BTreeMap<u64, Endpoint>,
+    /// Each member's slot, by Raft id.
+    slot_of: BTreeMap<u64, usize>,
+    /// The id the next member added gets.
+    next_id: u64,
+    /// The replacement under way.
+    change: Change,
+    /// Mean interval of the steps of replacements, in milliseconds.
+    change_mean: Option<u64>,
+    /// What the replacements draw from.
+    change_rng: Rng,
+    /// What the disks of removed members synced, by their id: an answer
+    /// may still have been committed with their acknowledgement.
+    retired: BTreeMap<u64, BTreeMap<u64, u64>>,
+    /// The latest configuration a serving leader applied.
+    conf: Conf,
     template: Config,
     rng: Rng,
     snapshot_every: u64,
@@ -254,6 +324,8 @@ pub(super) struct Members {
     leader: Option<(usize, u64)>,
     /// The latest term a leadership was seen in.
     last_term: u64,
+    /// When the last leadership ended, while none has begun since.
+    leaderless_since: Option<Time>,
     /// From then on the members stop (the clients are done).
     stop_at: Option<Time>,
     /// Answer-before-commit: the members' answers skip the hold-back.
@@ -261,6 +333,8 @@ pub(super) struct Members {
     answer_before_commit: bool,
     trace: bool,
     pub(super) counts: Replication,
+    /// Every slot's client address.
+    addrs: Vec<Endpoint>,
 }
 
 impl Members {
@@ -274,14 +348,16 @@ impl Members {
         now: Time,
         faults_end: Time,
     ) -> (Members, Vec<Effect>) {
-        let count = addrs.len();
+        // The last address is the spare's: members are added there.
+        let slots = addrs.len();
+        let count = slots - 1;
         // Distinct election timeouts, two ticks apart, above ELECTION_TICKS.
-        let mut ticks: Vec<usize> = (0..count).map(|i| ELECTION_TICKS + 1 + 2 * i).collect();
+        let mut ticks: Vec<usize> = (0..slots).map(|i| ELECTION_TICKS + 1 + 2 * i).collect();
         for i in (1..ticks.len()).rev() {
             let j = rng.up_to(i as u64) as usize;
             ticks.swap(i, j);
         }
-        let ids: BTreeMap<u64, Endpoint> = addrs
+        let ids: BTreeMap<u64, Endpoint> = addrs[..count]
             .iter()
             .enumerate()
             .map(|(i, a)| (i as u64 + 1, a.clone()))
@@ -292,9 +368,15 @@ impl Members {
             .enumerate()
             .map(|(i, _)| Member {
                 name: Name::new(format!("n{i}")).expect("an atom"),
+                id: (i < count).then_some(i as u64 + 1),
+                confs: Vec::new(),
                 ticks: ticks[i],
                 replica: None,
-                disk: MemoryDisk::new(Restored::new_cluster(voters.iter().copied())),
+                disk: MemoryDisk::new(if i < count {
+                    Restored::new_cluster(voters.iter().copied())
+                } else {
+                    Restored::default()
+                }),
                 syncing: VecDeque::new(),
                 synced_at: now,
                 life: 0,
@@ -319,8 +401,22 @@ impl Members {
         let transfer_mean = transfer_rng
             .chance(3, 4)
             .then(|| 1_000 + transfer_rng.up_to(3_000));
+        // So do the replacements: in three seeds of four, a step every
+        // 0.5 to 2 s on average (a replacement takes three at least).
+        let mut change_rng = Rng::new(rng.clone().next_u64() ^ CHANGE_STREAM);
+        let change_mean = change_rng
+            .chance(3, 4)
+            .then(|| 500 + change_rng.up_to(1_500));
+        let slot_of = (0..count).map(|i| (i as u64 + 1, i)).collect();
         let mut m = Members {
             members,
+            slot_of,
+            next_id: count as u64 + 1,
+            change: Change::Idle,
+            change_mean,
+            change_rng,
+            retired: BTreeMap::new(),
+            conf: (voters.clone(), Vec::new()),
             ids,
             template: template.clone(),
             rng,
@@ -340,6 +436,7 @@ impl Members {
             answered: BTreeMap::new(),
             leader: None,
             last_term: 0,
+            leaderless_since: None,
             stop_at: None,
             #[cfg(feature = "sabotage")]
             answer_before_commit: sim.sabotage == Some(super::Sabotage::AnswerBeforeCommit),
@@ -348,6 +445,7 @@ impl Members {
                 members: count as u64,
                 ..Replication::default()
             },
+            addrs: addrs.to_vec(),
         };
         let mut out = Vec::new();
         for i in 0..count {
@@ -385,6 +483,11 @@ impl Members {
                     1_000 + 2 * mean,
                 ));
                 out.push(Effect::At(at, Ev::Transfer));
+            }
+            if let Some(mean) = m.change_mean {
+                let at =
+                    now.saturating_add(millis_between(&mut m.change_rng, 1_000, 1_000 + 2 * mean));
+                out.push(Effect::At(at, Ev::Change));
             }
         }
         (m, out)
@@ -436,6 +539,7 @@ impl Members {
             && self
                 .members
                 .iter()
+                .filter(|m| m.id.is_some())
                 .all(|m| m.replica.is_some() && m.amnesia.is_none())
     }
 
@@ -473,7 +577,7 @@ impl Members {
         };
         self.entries_of
             .get(&(Did::Release, key.clone(), token))
-            .is_some_and(|held| held.keys().any(|&(i, t)| self.committed(i, t, term_now)))
+            .is_some_and(|held| held.keys().any(|&(i, t)| self.committed(n, i, t, term_now)))
     }
 
     /// The clients are done at `now`: the members run on until every lease
@@ -542,9 +646,16 @@ impl Members {
                 }
                 if let Some(r) = self.members[to].replica.as_mut() {
                     let (before, kind) = (r.stats().refused, message.msg_type);
+                    // A member refuses whom its configuration does not
+                    // name (one removed, or added after what it applied):
+                    // only a member's message must be stepped.
+                    let (incoming, outgoing, learners) = r.configuration();
+                    let member = [incoming, outgoing, learners]
+                        .iter()
+                        .any(|ids| ids.contains(&message.from));
                     r.handle_message(now, *message);
                     let stats = r.stats();
-                    if stats.refused > before {
+                    if stats.refused > before && member {
                         let (name, sender) = (&self.members[to].name, &self.members[from].name);
                         let why = stats
                             .last_refusal
@@ -601,6 +712,15 @@ impl Members {
                     }
                 }
             }
+            Ev::Change => {
+                if now < self.faults_end {
+                    self.change(now, out);
+                    if let Some(mean) = self.change_mean {
+                        let next = millis_between(&mut self.change_rng, mean / 2, mean * 3 / 2);
+                        out.push(Effect::At(now.saturating_add(next), Ev::Change));
+                    }
+                }
+            }
             Ev::CatchUp { member, life } => {
                 let m = &mut self.members[member];
                 if m.life != life {
@@ -643,7 +763,9 @@ impl Members {
         if self.answer_before_commit {
             server.answer_before_commit();
         }
-        let id = i as u64 + 1;
+        let Some(id) = m.id else {
+            return;
+        };
         let wall_ms = WALL_MS_AT_ZERO + now.as_nanos() / 1_000_000;
         let mut config = ReplicaConfig::new(id, self.ids.clone(), ELECTION_TIMEOUT, wall_ms);
         config.pinned_election_ticks = Some(m.ticks);
@@ -673,22 +795,53 @@ impl Members {
     /// else any member that is up; a third of the time with its disk.
     fn crash(&mut self, now: Time, out: &mut Vec<Effect>) {
         let n = self.members.len();
-        let down = self
-            .members
-            .iter()
-            .filter(|m| m.replica.is_none() || m.amnesia.is_some())
-            .count();
-        if down + 1 > (n - 1) / 2 {
+        let up: Vec<usize> = (0..n)
+            .filter(|&i| {
+                let m = &self.members[i];
+                m.id.is_some() && m.replica.is_some() && m.amnesia.is_none()
+            })
+            .collect();
+        if up.is_empty() {
             return;
         }
-        let up: Vec<usize> = (0..n)
-            .filter(|&i| self.members[i].replica.is_some() && self.members[i].amnesia.is_none())
-            .collect();
         let victim = match self.leader {
             Some((l, _)) if up.contains(&l) && self.rng.chance(1, 2) => l,
             _ => up[self.rng.up_to(up.len() as u64 - 1) as usize],
         };
-        let disk_loss = self.rng.chance(1, 3);
+        if !self.majorities_without(victim) {
+            return;
+        }
+        self.crash_member(victim, now, out);
+    }
+
+    /// Whether the members up (and not forgetful) other than slot
+    /// `victim` are a majority of every voter set of the configurations
+    /// known: the latest a leader applied, and the one each member up
+    /// applied.
+    fn majorities_without(&self, victim: usize) -> bool {
+        let up = |id: &u64| {
+            self.slot_of.get(id).is_some_and(|&i| {
+                let m = &self.members[i];
+                i != victim && m.replica.is_some() && m.amnesia.is_none()
+            })
+        };
+        let mut sets: Vec<&Vec<u64>> = vec![&self.conf.0, &self.conf.1];
+        for m in self.members.iter().filter(|m| m.replica.is_some()) {
+            if let Some((_, (incoming, outgoing))) = m.confs.last() {
+                sets.push(incoming);
+                sets.push(outgoing);
+            }
+        }
+        sets.iter()
+            .filter(|v| !v.is_empty())
+            .all(|v| v.iter().filter(|id| up(id)).count() > v.len() / 2)
+    }
+
+    /// Crashes the member in slot `victim`; a third of the time with its
+    /// disk (not in the seeds that replace members, where a member that
+    /// lost its disk comes back as a new one).
+    fn crash_member(&mut self, victim: usize, now: Time, out: &mut Vec<Effect>) {
+        let disk_loss = self.rng.chance(1, 3) && self.change_mean.is_none();
         let committed = self
             .members
             .iter()
@@ -736,10 +889,13 @@ impl Members {
             return;
         };
         let n = self.members.len() as u64;
+        let ids: Vec<u64> = self.members.iter().filter_map(|m| m.id).collect();
         let to = if self.transfer_rng.chance(1, 2) {
             None
+        } else if self.change_mean.is_none() {
+            Some(1 + self.transfer_rng.up_to(n - 2))
         } else {
-            Some(1 + self.transfer_rng.up_to(n - 1))
+            Some(ids[self.transfer_rng.up_to(ids.len() as u64 - 1) as usize])
         };
         let Some(r) = self.members[l].replica.as_mut() else {
             return;
@@ -754,21 +910,191 @@ impl Members {
         self.drain(l, now, out);
     }
 
+    /// Moves the replacement under way a step on (PROTOCOL.md 4.4,
+    /// "Replacing"), asking whoever serves: a new member started in the
+    /// spare slot with an empty disk and added (a learner, promoted once
+    /// caught up); once it votes, an old one (the leader a third of the
+    /// time, which hands over first) removed; once that is out of the
+    /// configuration, its slot emptied for the next. A third of the
+    /// removals, the leader is killed as soon as it proposed the change,
+    /// the configuration joint. Whatever the cluster refuses (a change
+    /// under way, no majority answering) is asked again at the next step.
+    fn change(&mut self, now: Time, out: &mut Vec<Effect>) {
+        let Some((l, _)) = self.leader else {
+            return;
+        };
+        let Some((incoming, outgoing, learners)) =
+            self.members[l].replica.as_ref().map(Replica::configuration)
+        else {
+            return;
+        };
+        let known =
+            |id: u64| incoming.contains(&id) || outgoing.contains(&id) || learners.contains(&id);
+        match self.change {
+            Change::Idle => {
+                let Some(spare) = self.members.iter().position(|m| m.id.is_none()) else {
+                    return;
+                };
+                let id = self.next_id;
+                self.next_id += 1;
+                let addr = self.addr_of(spare);
+                let m = &mut self.members[spare];
+                m.id = Some(id);
+                m.disk = MemoryDisk::new(Restored::default());
+                m.synced.clear();
+                m.confs.clear();
+                m.amnesia = None;
+                self.ids.insert(id, addr);
+                self.slot_of.insert(id, spare);
+                self.start(spare, false, now, out);
+                self.drain(spare, now, out);
+                self.change = Change::Adding { id, victim: None };
+                self.counts.members_added += 1;
+                self.ask_add(l, id, now, out);
+            }
+            Change::Adding { id, victim } => {
+                if !known(id) {
+                    self.ask_add(l, id, now, out);
+                    return;
+                }
+                if !incoming.contains(&id) || !outgoing.is_empty() {
+                    // A learner catching up, or its promotion under way.
+                    return;
+                }
+                let victim = victim.unwrap_or_else(|| {
+                    let leader_id = self.members[l].id.unwrap_or(0);
+                    let others: Vec<u64> = incoming.iter().copied().filter(|&v| v != id).collect();
+                    if others.contains(&leader_id) && self.change_rng.chance(1, 3) {
+                        leader_id
+                    } else {
+                        others[self.change_rng.up_to(others.len() as u64 - 1) as usize]
+                    }
+                });
+                let Some(r) = self.members[l].replica.as_mut() else {
+                    return;
+                };
+                let result = r.remove_member(now, victim, false);
+                let name = self.members[l].name.clone();
+                self.note(out, || {
+                    format!("change: {name} asked to remove member {victim}: {result:?}")
+                });
+                self.change = match result {
+                    Ok(()) => Change::Removing { id: victim },
+                    Err(_) => Change::Adding {
+                        id,
+                        victim: Some(victim),
+                    },
+                };
+                self.drain(l, now, out);
+                if matches!(self.change, Change::Removing { .. })
+                    && self.change_rng.chance(1, 3)
+                    && self.leader.is_some_and(|(now_l, _)| now_l == l)
+                    && self.majorities_without(l)
+                {
+                    self.note(out, || {
+                        format!("fault: the leader {name} killed with the configuration joint")
+                    });
+                    self.counts.joint_kills += 1;
+                    self.crash_member(l, now, out);
+                }
+            }
+            Change::Removing { id } => {
+                if known(id) {
+                    if outgoing.is_empty() {
+                        // Its removal was lost with a leadership: again.
+                        if let Some(r) = self.members[l].replica.as_mut() {
+                            let _ = r.remove_member(now, id, false);
+                        }
+                        self.drain(l, now, out);
+                    }
+                    return;
+                }
+                self.retire(id, now, out);
+                self.change = Change::Idle;
+            }
+        }
+    }
+
+    /// Asks the leader in slot `l` to add member `id` (a learner).
+    fn ask_add(&mut self, l: usize, id: u64, now: Time, out: &mut Vec<Effect>) {
+        let Some(slot) = self.slot_of.get(&id).copied() else {
+            return;
+        };
+        let client = self.addr_of(slot);
+        let Some(r) = self.members[l].replica.as_mut() else {
+            return;
+        };
+        let result = r.add_member(now, id, MemberAddrs::new(client, None));
+        let name = self.members[l].name.clone();
+        self.note(out, || {
+            format!("change: {name} asked to add member {id}: {result:?}")
+        });
+        self.drain(l, now, out);
+    }
+
+    /// The client address of slot `i`.
+    fn addr_of(&self, i: usize) -> Endpoint {
+        self.addrs[i].clone()
+    }
+
+    /// Member `id`, out of the configuration, leaves its slot: stopped if
+    /// it still runs (it stopped serving when it applied its removal), its
+    /// disk kept aside for the checks, the slot the spare from now on.
+    fn retire(&mut self, id: u64, now: Time, out: &mut Vec<Effect>) {
+        let Some(slot) = self.slot_of.remove(&id) else {
+            return;
+        };
+        self.ids.remove(&id);
+        self.counts.members_removed += 1;
+        let m = &mut self.members[slot];
+        let instance = m.instance;
+        let (name, running) = (m.name.clone(), m.replica.is_some());
+        m.replica = None;
+        m.syncing.clear();
+        m.life += 1;
+        m.id = None;
+        m.amnesia = None;
+        m.confs.clear();
+        let synced = core::mem::take(&mut m.synced);
+        self.retired.insert(id, synced);
+        if running {
+            out.push(Effect::Gone {
+                node: slot,
+                instance,
+            });
+        }
+        self.note(out, || {
+            format!("change: member {id} removed, its slot {name} empty at {now}")
+        });
+        self.follow_leadership(now, out);
+    }
+
     /// Cuts one member (the leader half the time) off from the others, or
     /// splits the members in two, for a while.
     fn partition(&mut self, now: Time, out: &mut Vec<Effect>) {
-        let n = self.members.len();
+        // The slots that hold a member (not the spare).
+        let slots: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].id.is_some())
+            .collect();
+        let n = slots.len();
+        if n < 2 {
+            return;
+        }
         let mut side = BTreeSet::new();
         if self.rng.chance(1, 2) {
             let one = match self.leader {
                 Some((l, _)) if self.rng.chance(1, 2) => l,
-                _ => self.rng.up_to(n as u64 - 1) as usize,
+                _ => slots[self.rng.up_to(n as u64 - 1) as usize],
             };
             side.insert(one);
         } else {
             // A random nonempty proper subset.
             while side.is_empty() || side.len() == n {
-                side = (0..n).filter(|_| self.rng.chance(1, 2)).collect();
+                side = slots
+                    .iter()
+                    .copied()
+                    .filter(|_| self.rng.chance(1, 2))
+                    .collect();
             }
         }
         let length = millis_between(&mut self.rng, 200, 3_000);
@@ -786,6 +1112,7 @@ impl Members {
     /// Drains member `n`'s outputs: client actions for the world (each `G`
     /// checked first), disk writes, peer messages, events.
     pub(super) fn drain(&mut self, n: usize, now: Time, out: &mut Vec<Effect>) {
+        self.note_conf(n);
         loop {
             let Some(output) = self.members[n]
                 .replica
@@ -856,6 +1183,7 @@ impl Members {
                 }
             }
         }
+        self.note_conf(n);
         let m = &mut self.members[n];
         if !m.catch_up_due && m.replica.as_ref().is_some_and(Replica::has_deferred) {
             m.catch_up_due = true;
@@ -881,13 +1209,32 @@ impl Members {
         self.follow_leadership(now, out);
     }
 
+    /// Notes the configuration member `n` applied, if it changed (and, if
+    /// it serves, as the cluster's latest).
+    fn note_conf(&mut self, n: usize) {
+        let Some(r) = self.members[n].replica.as_ref() else {
+            return;
+        };
+        let (incoming, outgoing, _) = r.configuration();
+        let (serving, applied) = (r.is_serving(), r.applied());
+        let conf = (incoming, outgoing);
+        let confs = &mut self.members[n].confs;
+        if confs.last().map(|(_, c)| c) != Some(&conf) {
+            confs.push((applied, conf.clone()));
+            if confs.len() > CONF_HISTORY {
+                confs.remove(0);
+            }
+        }
+        if serving {
+            self.conf = conf;
+        }
+    }
+
     /// A message from member `from` to its peer: delayed, maybe lost.
     fn send(&mut self, from: usize, message: Message, now: Time, out: &mut Vec<Effect>) {
-        let Some(to) = usize::try_from(message.to)
-            .ok()
-            .and_then(|id| id.checked_sub(1))
-            .filter(|&to| to < self.members.len())
-        else {
+        // A member removed has no slot: what is sent to it is lost.
+        let Some(&to) = self.slot_of.get(&message.to) else {
+            self.counts.lost += 1;
             return;
         };
         let faults = now < self.faults_end;
@@ -941,28 +1288,59 @@ impl Members {
         }
     }
 
-    /// How many members synced `(index, term)`.
+    /// How many members synced `(index, term)`, of all.
     fn synced_by(&self, index: u64, term: u64) -> usize {
         self.members
             .iter()
             .filter(|m| m.synced.get(&index) == Some(&term))
             .count()
+            + self
+                .retired
+                .values()
+                .filter(|synced| synced.get(&index) == Some(&term))
+                .count()
     }
 
-    /// Whether `(index, term)` is committed by the disks, for a sender in
-    /// `term_now`: a majority synced it, and, if it is of an earlier term,
-    /// a majority synced an entry of `term_now` after it.
-    fn committed(&self, index: u64, term: u64, term_now: u64) -> bool {
-        let majority = self.members.len() / 2 + 1;
-        if self.synced_by(index, term) < majority {
-            return false;
-        }
-        term == term_now
-            || self
-                .entries_of
-                .values()
-                .flat_map(BTreeMap::keys)
-                .any(|&(i, t)| i > index && t == term_now && self.synced_by(i, t) >= majority)
+    /// Whether the disks of a majority of `voters` synced `(index, term)`
+    /// (those of members removed since included).
+    fn majority_synced(&self, voters: &[u64], index: u64, term: u64) -> bool {
+        let synced = |id: &u64| {
+            let disk = match self.slot_of.get(id) {
+                Some(&slot) => Some(&self.members[slot].synced),
+                None => self.retired.get(id),
+            };
+            disk.is_some_and(|d| d.get(&index) == Some(&term))
+        };
+        voters.iter().filter(|id| synced(id)).count() > voters.len() / 2
+    }
+
+    /// Whether `(index, term)` is committed by the disks under `conf` (a
+    /// majority of its voters, and of its outgoing voters while joint).
+    fn committed_under(&self, conf: &Conf, index: u64, term: u64) -> bool {
+        self.majority_synced(&conf.0, index, term)
+            && (conf.1.is_empty() || self.majority_synced(&conf.1, index, term))
+    }
+
+    /// Whether `(index, term)` is committed by the disks, for member `n`
+    /// in `term_now`, under a configuration it applied: the one in effect
+    /// when the entry was appended, or a later one (a leader counts with
+    /// what it applied when it commits). A majority synced it, and, if it
+    /// is of an earlier term, a majority synced an entry of `term_now`
+    /// after it.
+    fn committed(&self, n: usize, index: u64, term: u64, term_now: u64) -> bool {
+        let confs = &self.members[n].confs;
+        let from = confs.iter().rposition(|&(at, _)| at <= index).unwrap_or(0);
+        confs[from..].iter().any(|(_, conf)| {
+            self.committed_under(conf, index, term)
+                && (term == term_now
+                    || self
+                        .entries_of
+                        .values()
+                        .flat_map(BTreeMap::keys)
+                        .any(|&(i, t)| {
+                            i > index && t == term_now && self.committed_under(conf, i, t)
+                        }))
+        })
     }
 
     /// Every `G` in `data`, written by member `n`, must depend on a
@@ -973,6 +1351,8 @@ impl Members {
     /// k-th entry of its term that holds it; failing such an entry, the
     /// latest of its term or of any.
     fn check_answers(&mut self, n: usize, data: &[u8]) -> Result<(), Failure> {
+        // The turn that made these answers may have applied a change.
+        self.note_conf(n);
         let Some(term_now) = self.members[n].replica.as_ref().map(Replica::term) else {
             return Ok(());
         };
@@ -1019,14 +1399,14 @@ impl Members {
                     ),
                 ));
             };
-            if !self.committed(index, term, term_now) {
+            if !self.committed(n, index, term, term_now) {
                 return Err((
                     Check::Uncommitted,
                     None,
                     format!(
-                        "{name} (term {term_now}) answered the {what} of ({key}, {token}) before its entry {index} of term {term} was committed: {} of {} members synced it",
+                        "{name} (term {term_now}) answered the {what} of ({key}, {token}) before its entry {index} of term {term} was committed: {} members synced it, configurations (applied from) {:?}",
                         self.synced_by(index, term),
-                        self.members.len()
+                        self.members[n].confs
                     ),
                 ));
             }
@@ -1054,6 +1434,7 @@ impl Members {
             let superseded = serving.is_some_and(|(t, _)| t > term);
             if !still || superseded {
                 self.leader = None;
+                self.leaderless_since = Some(now);
                 self.note(out, || {
                     format!("raft: the leadership of n{l} in term {term} ends at {now}")
                 });
@@ -1065,6 +1446,10 @@ impl Members {
                 self.leader = Some((i, term));
                 self.last_term = term;
                 self.counts.leaderships += 1;
+                if let Some(since) = self.leaderless_since.take() {
+                    let gap = Duration::from_nanos(now.as_nanos().saturating_sub(since.as_nanos()));
+                    self.counts.longest_leaderless = self.counts.longest_leaderless.max(gap);
+                }
                 self.note(out, || format!("raft: n{i} serves in term {term}"));
             }
         }

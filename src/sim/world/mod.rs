@@ -114,7 +114,8 @@ impl World {
         // addresses to the members.
         let mut cluster_config = config.clone();
         if let Some(members) = config.scenario.raft_members() {
-            cluster_config.nodes = members;
+            // And one spare address, where members added start.
+            cluster_config.nodes = members + 1;
         }
         let (cluster, planned) = Cluster::new(
             &params.server,
