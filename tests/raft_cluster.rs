@@ -659,10 +659,7 @@ fn every_member_replaced_three_times_under_a_renewing_holder() {
             let new = next;
             next += 1;
             c.join(new);
-            let spec = format!(
-                "{}={}/{}",
-                c.members[new].id, c.members[new].addr, c.members[new].raft
-            );
+            let spec = c.spec(new);
             let (code, v) = cluster_op(&c, &["add", &spec]);
             assert_eq!(code, Some(0), "add {spec}: {v}");
             assert_eq!(
@@ -862,11 +859,7 @@ fn a_change_in_flight_is_refused_and_a_learner_is_seen_catching_up() {
     c.start_all(true);
     let lead = c.settled();
     let leader = c.addr(lead);
-    let spec = |c: &Cluster, i: usize| {
-        let m = &c.members[i];
-        format!("{}={}/{}", m.id, m.addr, m.raft)
-    };
-    let (four, five) = (spec(&c, 3), spec(&c, 4));
+    let (four, five) = (c.spec(3), c.spec(4));
 
     // Both followers stopped: a change proposed now cannot commit.
     let followers: Vec<usize> = (0..3).filter(|&i| i != lead).collect();
@@ -1001,7 +994,7 @@ fn a_member_removed_while_it_was_down_learns_it_when_it_comes_back_and_stops() {
     c.start_all(true);
     let lead = c.settled();
     c.join(3);
-    let four = format!("4={}/{}", c.members[3].addr, c.members[3].raft);
+    let four = c.spec(3);
     let (code, v) = cluster_op(&c, &["add", &four]);
     assert_eq!(code, Some(0), "{v}");
     let down = (0..3).find(|&i| i != lead).expect("a follower");
@@ -1080,10 +1073,7 @@ fn membership_refusals_are_named_and_change_nothing() {
             "{args:?}: {v}"
         );
     };
-    let there = format!(
-        "{}={}/{}",
-        c.members[0].id, c.members[0].addr, c.members[0].raft
-    );
+    let there = c.spec(0);
     refused(&c, &["add", &there], "already_member");
     refused(&c, &["remove", "9"], "unknown_member");
     let (down, removed) = {
@@ -1108,10 +1098,7 @@ fn membership_refusals_are_named_and_change_nothing() {
     ]);
     thread::sleep(Duration::from_millis(500));
     c.reserve(1);
-    let spec = format!(
-        "{}={}/{}",
-        c.members[3].id, c.members[3].addr, c.members[3].raft
-    );
+    let spec = c.spec(3);
     refused(&c, &["add", &spec], "not_leader");
     c.start(down, false);
     let done = forced.finish(Duration::from_secs(60));

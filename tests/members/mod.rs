@@ -224,6 +224,13 @@ impl Cluster {
         assert!(status.success(), "member {i} stopped with {status}");
     }
 
+    /// Member `i` as `ticketing cluster add` and `--raft-peer` name it:
+    /// `ID=CLIENT_ADDR/RAFT_ADDR`.
+    pub fn spec(&self, i: usize) -> String {
+        let m = &self.members[i];
+        format!("{}={}/{}", m.id, m.addr, m.raft)
+    }
+
     pub fn addr(&self, i: usize) -> String {
         self.members[i].addr.clone()
     }
