@@ -32,11 +32,9 @@
 //! - The credential is the cluster's peer credential, or `-` where the
 //!   members run without one (`--raft-insecure`, loopback only) or speak
 //!   mutual TLS on their client addresses (the certificate the peer CA
-//!   signed admits the operator, [`AdminAccess::Certified`]). A wrong one is
-//!   answered `E auth_failed`; a server that is no member of a replicated
-//!   cluster answers `E not_active`.
-//!
-//! [`AdminAccess::Certified`]: crate::server::AdminAccess::Certified
+//!   signed admits the operator: `AdminAccess::Certified`, feature
+//!   `server`). A wrong one is answered `E auth_failed`; a server that is
+//!   no member of a replicated cluster answers `E not_active`.
 //! - `SR` is the answering member's view: its id, the cluster's identity
 //!   (32 hex digits, `-` before one is committed), the leader it knows
 //!   (`-`: none), the Raft term, and its commit and applied indices.
@@ -60,8 +58,8 @@
 //!   cluster's identity (`-` before one), the index, the floor of its
 //!   tokens and how many grants follow; each `SG` is one grant, in key
 //!   order, with its token and the lease it has left. What `ticketing
-//!   cluster snapshot` writes to its file
-//!   ([`Backup`](crate::raft::Backup), feature `raft`).
+//!   cluster snapshot` writes to its file (`ticketing::raft::Backup`,
+//!   feature `raft`).
 //! - `NO` carries the `error` values of CLI.md (`not_leader`,
 //!   `unknown_member`, `not_caught_up`, ...) as an atom.
 

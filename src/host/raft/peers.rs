@@ -1827,6 +1827,49 @@ mod tests {
         drop(silent);
     }
 
+    /// A peer of this cluster that authenticates and is not a member is
+    /// told so, with the index the configuration is as of, once this node
+    /// knows both; a peer of another cluster, or with the wrong
+    /// credential, is told nothing; and no member message gets through.
+    #[tokio::test]
+    async fn a_peer_that_is_no_member_is_told_so_with_the_configurations_index() {
+        let (members, mut nodes) = cluster(2, PeerAuth::Credential(SECRET.into())).await;
+        let (two, mut rx) = nodes.pop().expect("node 2");
+        let addr = members[&2];
+        let hello = |cluster, credential| Hello {
+            from: 9,
+            to: 2,
+            cluster,
+            credential,
+        };
+        // Neither the identity nor the configuration's index known yet.
+        assert_eq!(raw(addr, hello(7, SECRET.as_bytes())).await.1, None);
+        two.set_cluster(ClusterId::new(7).expect("nonzero"));
+        assert_eq!(raw(addr, hello(7, SECRET.as_bytes())).await.1, None);
+        two.set_members_at(members.clone(), 40).expect("the two");
+        let (_tcp, answer) = raw(addr, hello(7, SECRET.as_bytes())).await;
+        let told = answer.as_deref().and_then(NotMember::parse);
+        assert_eq!(
+            told,
+            Some(NotMember {
+                from: 2,
+                to: 9,
+                cluster: 7,
+                index: 40
+            })
+        );
+        for (cluster, credential) in [
+            (8, SECRET.as_bytes()),
+            (0, SECRET.as_bytes()),
+            (7, b"wrong".as_slice()),
+        ] {
+            let answer = raw(addr, hello(cluster, credential)).await.1;
+            assert_eq!(answer, None, "cluster {cluster}");
+        }
+        assert_eq!(next(&mut rx, Duration::from_millis(100)).await, None);
+        assert_eq!(two.stats().received, 0);
+    }
+
     #[tokio::test]
     async fn a_non_member_or_a_wrong_credential_is_refused_before_any_message() {
         let (members, mut nodes) = cluster(2, PeerAuth::Credential(SECRET.into())).await;
