@@ -859,6 +859,15 @@ fn a_change_in_flight_is_refused_and_a_learner_is_seen_catching_up() {
     c.start_all(true);
     let lead = c.settled();
     let leader = c.addr(lead);
+    // A member's node id, unless it is given one, is its Raft id.
+    let mut raw = cli::Raw::connect(&leader);
+    raw.send("H 2 probe -\n");
+    let welcome = raw.line("W");
+    assert!(
+        welcome.starts_with(&format!("W {} ", c.members[lead].id)),
+        "{welcome}"
+    );
+    drop(raw);
     let (four, five) = (c.spec(3), c.spec(4));
 
     // Both followers stopped: a change proposed now cannot commit.

@@ -36,9 +36,9 @@ pub struct Args {
     /// Address to listen on; port 0 picks a free one (printed on stderr).
     #[arg(long, default_value = "127.0.0.1:7878")]
     listen: String,
-    /// Node id sent in W.
-    #[arg(long, default_value = "node-1")]
-    node_id: Name,
+    /// Node id sent in W (default: `node-1`, or a member's Raft id).
+    #[arg(long)]
+    node_id: Option<Name>,
     /// Credential clients must present (default: any). Better from the
     /// environment: a command line is visible to every user of the
     /// machine (`ps`).
@@ -207,7 +207,13 @@ impl Args {
 
 pub async fn run(args: Args) -> Result<ExitCode, Box<dyn Error>> {
     let tls = args.tls()?;
-    let mut config = Config::new(args.node_id);
+    // A member of a replicated cluster says which one it is.
+    let node_id = match (args.node_id, args.raft_id) {
+        (Some(id), _) => id,
+        (None, Some(raft_id)) => Name::new(raft_id.to_string()).expect("a number is an atom"),
+        (None, None) => Name::new("node-1").expect("an atom"),
+    };
+    let mut config = Config::new(node_id);
     config.window = args.window;
     config.queue_limit = args.queue_limit;
     config.max_waiters = args.max_waiters;
