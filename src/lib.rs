@@ -261,5 +261,5 @@ pub use runtime::futures_io;
 #[cfg(feature = "tokio")]
 pub use runtime::tokio;
 
-pub use names::{Endpoint, Key, Name};
+pub use names::{Endpoint, InvalidValue, Key, Name, ValueKind};
 pub use time::Time;

@@ -7,20 +7,99 @@
 use core::fmt;
 use std::sync::Arc;
 
+use thiserror::Error;
+
 use crate::wire::{self, AtomError};
 
+/// What kind of value an [`InvalidValue`] was to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ValueKind {
+    /// A [`Key`].
+    Key,
+    /// A [`Name`]: an owner, a client or node id, a credential.
+    Name,
+    /// An [`Endpoint`].
+    Address,
+}
+
+/// Why text is not a [`Key`], a [`Name`] or an [`Endpoint`], for a person
+/// to read: what it was to be, the value (but for a name, which may be a
+/// credential), what is wrong with it and the rule, e.g. `invalid key "my
+/// invoices": a space (0x20) at offset 2; a key is 1 to 250 printable
+/// ASCII bytes, no space`.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("invalid {}{}: {why}; {}", kind_word(self.kind), quoted(self.value.as_deref()), rule(self.kind, self.why))]
+pub struct InvalidValue {
+    kind: ValueKind,
+    /// The value, shortened; `None` for a name.
+    value: Option<String>,
+    why: AtomError,
+}
+
+impl InvalidValue {
+    fn new(kind: ValueKind, value: &str, why: AtomError) -> InvalidValue {
+        // Long enough to recognise, short enough for a log line.
+        const SHOWN: usize = 64;
+        let value = (kind != ValueKind::Name).then(|| {
+            let mut shown: String = value.chars().take(SHOWN).collect();
+            if value.chars().count() > SHOWN {
+                shown.push('…');
+            }
+            shown
+        });
+        InvalidValue { kind, value, why }
+    }
+
+    /// What the value was to be.
+    pub fn kind(&self) -> ValueKind {
+        self.kind
+    }
+
+    /// What is wrong with it, as the wire's rules say.
+    pub fn reason(&self) -> AtomError {
+        self.why
+    }
+}
+
+fn kind_word(kind: ValueKind) -> &'static str {
+    match kind {
+        ValueKind::Key => "key",
+        ValueKind::Name => "name",
+        ValueKind::Address => "address",
+    }
+}
+
+/// ` "value"`, escaped as Rust writes a string, or nothing.
+fn quoted(value: Option<&str>) -> String {
+    value.map_or_else(String::new, |v| format!(" {v:?}"))
+}
+
+fn rule(kind: ValueKind, why: AtomError) -> &'static str {
+    match (kind, why) {
+        (ValueKind::Address, AtomError::NotAnAddress) => {
+            "an address is host:port (10.0.0.1:7878, [::1]:7878, locks.internal:7878), not a URL"
+        }
+        (ValueKind::Address, _) => {
+            "an address is host:port, 1 to 250 printable ASCII bytes, no space"
+        }
+        (ValueKind::Key, _) => "a key is 1 to 250 printable ASCII bytes, no space (0x21..=0x7e)",
+        _ => "a name is 1 to 250 printable ASCII bytes, no space (0x21..=0x7e)",
+    }
+}
+
 macro_rules! atom_type {
-    ($(#[$doc:meta])* $name:ident, $check:expr, $wire:ident) => {
+    ($(#[$doc:meta])* $name:ident, $kind:ident, $check:expr, $wire:ident) => {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
         pub struct $name(Arc<str>);
 
         impl $name {
             /// Checks `s` and makes an owned copy of it.
-            pub fn new(s: impl AsRef<str>) -> Result<$name, AtomError> {
+            pub fn new(s: impl AsRef<str>) -> Result<$name, InvalidValue> {
                 let s = s.as_ref();
                 let check: fn(&str) -> Result<(), AtomError> = $check;
-                check(s)?;
+                check(s).map_err(|why| InvalidValue::new(ValueKind::$kind, s, why))?;
                 Ok($name(Arc::from(s)))
             }
 
@@ -54,8 +133,8 @@ macro_rules! atom_type {
         }
 
         impl core::str::FromStr for $name {
-            type Err = AtomError;
-            fn from_str(s: &str) -> Result<$name, AtomError> {
+            type Err = InvalidValue;
+            fn from_str(s: &str) -> Result<$name, InvalidValue> {
                 $name::new(s)
             }
         }
@@ -93,9 +172,10 @@ atom_type!(
     /// The name of a lock: an atom, 1 to 250 bytes, each printable ASCII
     /// other than the space (`0x21..=0x7E`: letters, digits and
     /// punctuation such as `-_.:/@#`). Anything else is refused with an
-    /// [`AtomError`] that says which byte, or how long it was: a space, a
-    /// tab or a newline, a byte above `0x7E` (so no UTF-8 beyond ASCII),
-    /// an empty key, a key of 251 bytes or more.
+    /// [`InvalidValue`] that names the key and says which byte, or how long
+    /// it was ([`InvalidValue::reason`]): a space, a tab or a newline, a
+    /// byte above `0x7E` (so no UTF-8 beyond ASCII), an empty key, a key of
+    /// 251 bytes or more.
     ///
     /// Keys are compared byte for byte. To lock on a name that may hold
     /// other characters, or be longer, map it to a key first: its
@@ -106,11 +186,18 @@ atom_type!(
     /// use ticketing::wire::AtomError;
     ///
     /// assert!(Key::new("invoices/2026-12:eu-west").is_ok());
-    /// assert_eq!(Key::new("two words"), Err(AtomError::InvalidByte { at: 3, byte: b' ' }));
-    /// assert_eq!(Key::new("é").unwrap_err(), AtomError::InvalidByte { at: 0, byte: 0xc3 });
-    /// assert_eq!(Key::new("k".repeat(251)), Err(AtomError::TooLong { len: 251 }));
-    /// assert_eq!(Key::new(""), Err(AtomError::Empty));
+    /// let err = Key::new("my invoices").unwrap_err();
+    /// assert_eq!(err.reason(), AtomError::InvalidByte { at: 2, byte: b' ' });
+    /// assert_eq!(
+    ///     err.to_string(),
+    ///     "invalid key \"my invoices\": a space (0x20) at offset 2; \
+    ///      a key is 1 to 250 printable ASCII bytes, no space (0x21..=0x7e)"
+    /// );
+    /// assert_eq!(Key::new("é").unwrap_err().reason(), AtomError::InvalidByte { at: 0, byte: 0xc3 });
+    /// assert_eq!(Key::new("k".repeat(251)).unwrap_err().reason(), AtomError::TooLong { len: 251 });
+    /// assert_eq!(Key::new("").unwrap_err().reason(), AtomError::Empty);
     /// ```
+    Key,
     Key,
     check_atom,
     Atom
@@ -118,7 +205,9 @@ atom_type!(
 
 atom_type!(
     /// Any other atom: an owner, a client id, a credential, a node id, an
-    /// error reason.
+    /// error reason. Its errors never show the value (it may be a
+    /// credential).
+    Name,
     Name,
     check_atom,
     Atom
@@ -132,6 +221,7 @@ atom_type!(
     /// the driver's connector does (a host that does not resolve ends the
     /// connect attempt with an error that says so).
     Endpoint,
+    Address,
     check_addr,
     Addr
 );
@@ -174,16 +264,62 @@ mod tests {
         assert!(Arc::ptr_eq(&key.0, &clone.0));
         assert_eq!(key.to_wire().as_str(), "printer");
         assert_eq!(
-            Key::new("two words"),
-            Err(AtomError::InvalidByte { at: 3, byte: b' ' })
+            Key::new("two words").unwrap_err().reason(),
+            AtomError::InvalidByte { at: 3, byte: b' ' }
         );
-        assert_eq!(Endpoint::new("localhost"), Err(AtomError::NotAnAddress));
+        assert_eq!(
+            Endpoint::new("localhost").unwrap_err().reason(),
+            AtomError::NotAnAddress
+        );
         for url in ["http://127.0.0.1:7878", "tcp://locks.internal:7878"] {
-            assert_eq!(Endpoint::new(url), Err(AtomError::NotAnAddress), "{url}");
+            let err = Endpoint::new(url).unwrap_err();
+            assert_eq!(err.reason(), AtomError::NotAnAddress, "{url}");
+            assert_eq!(err.kind(), ValueKind::Address);
         }
         assert_eq!(
             "127.0.0.1:7878".parse::<Endpoint>().unwrap().as_str(),
             "127.0.0.1:7878"
+        );
+    }
+
+    /// Issue 32: errors a person reads, naming what the value was to be,
+    /// the value (never a name's: it may be a credential), what is wrong
+    /// and the rule.
+    #[test]
+    fn an_invalid_value_says_what_it_was_to_be_what_is_wrong_and_the_rule() {
+        let key_rule = "a key is 1 to 250 printable ASCII bytes, no space (0x21..=0x7e)";
+        for (bad, why) in [
+            ("my invoices", "a space (0x20) at offset 2"),
+            ("tab\there", "a tab (0x09) at offset 3"),
+            ("line\n", "a line break (0x0a) at offset 4"),
+            ("nul\0", "a control byte (0x00) at offset 3"),
+            ("café", "a byte beyond ASCII (0xc3) at offset 3"),
+            ("", "empty"),
+        ] {
+            assert_eq!(
+                Key::new(bad).unwrap_err().to_string(),
+                format!("invalid key {bad:?}: {why}; {key_rule}")
+            );
+        }
+        let long = "k".repeat(300);
+        let text = Key::new(&long).unwrap_err().to_string();
+        assert!(
+            text.starts_with(&format!(
+                "invalid key \"{}…\": 300 bytes, more than 250;",
+                "k".repeat(64)
+            )),
+            "{text}"
+        );
+        let secret = "s3cret with a space";
+        let text = Name::new(secret).unwrap_err().to_string();
+        assert_eq!(
+            text,
+            "invalid name: a space (0x20) at offset 6; a name is 1 to 250 printable ASCII bytes, no space (0x21..=0x7e)"
+        );
+        assert!(!text.contains("s3cret"));
+        assert_eq!(
+            Endpoint::new("http://127.0.0.1:7878").unwrap_err().to_string(),
+            "invalid address \"http://127.0.0.1:7878\": not host:port; an address is host:port (10.0.0.1:7878, [::1]:7878, locks.internal:7878), not a URL"
         );
     }
 }

@@ -2,21 +2,24 @@
 
 use thiserror::Error;
 
-/// Why a string is not an atom (PROTOCOL.md section 2).
+/// Why a string is not an atom (PROTOCOL.md section 2). Its text says what
+/// is wrong, in words: "empty", "251 bytes", "a space (0x20) at offset 2".
+/// The rule it breaks is said by whoever knows what the atom was to be
+/// ([`InvalidValue`](crate::InvalidValue) for keys, names and addresses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum AtomError {
     /// An atom has at least one byte.
-    #[error("an atom cannot be empty")]
+    #[error("empty")]
     Empty,
     /// An atom has at most 250 bytes.
-    #[error("an atom has at most 250 bytes, this one has {len}")]
+    #[error("{len} bytes, more than 250")]
     TooLong {
         /// Its length in bytes.
         len: usize,
     },
     /// Every byte of an atom is in `0x21..=0x7E` (printable, no space).
-    #[error("byte 0x{byte:02x} at offset {at} is not allowed in an atom (only 0x21..=0x7e)")]
+    #[error("{} (0x{byte:02x}) at offset {at}", byte_name(*byte))]
     InvalidByte {
         /// Offset of the byte in the atom.
         at: usize,
@@ -25,8 +28,19 @@ pub enum AtomError {
     },
     /// An address is `host:port` with a non-empty host and a canonical port
     /// number up to 65535.
-    #[error("an address has the form host:port")]
+    #[error("not host:port")]
     NotAnAddress,
+}
+
+/// What a byte an atom cannot hold is, in words.
+fn byte_name(byte: u8) -> &'static str {
+    match byte {
+        b' ' => "a space",
+        b'\t' => "a tab",
+        b'\n' | b'\r' => "a line break",
+        0x00..=0x1f | 0x7f => "a control byte",
+        _ => "a byte beyond ASCII",
+    }
 }
 
 /// Why a line is not a valid frame. Every variant is a protocol violation:

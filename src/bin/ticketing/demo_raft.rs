@@ -53,7 +53,7 @@ impl Cluster {
             .rafts
             .iter()
             .map(|(&id, addr)| Ok((id, Endpoint::new(addr.to_string())?)))
-            .collect::<Result<_, ticketing::wire::AtomError>>()?;
+            .collect::<Result<_, ticketing::InvalidValue>>()?;
         let server = Server::new(
             server::Config::new(Name::new(format!("member-{id}"))?),
             Time::ZERO,
