@@ -15,8 +15,10 @@ use crate::names::Key;
 use crate::sync::register;
 use crate::time::Time;
 
-/// Where a held grant stands, as its client knows it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where a held grant stands, as its client knows it. Its `Display` (and
+/// `Debug`) say the times from now: `valid for another 7.4 s`, `expired 1.2
+/// s ago`.
+#[derive(Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LeaseStatus {
     /// The holder may count on the key until `valid_until`.
@@ -58,6 +60,64 @@ impl LeaseStatus {
     /// Whether the holder can no longer count on the key.
     pub fn is_over(self) -> bool {
         matches!(self, LeaseStatus::Lost | LeaseStatus::Expired { .. })
+    }
+}
+
+/// Seconds from now to `at` (negative: past), to a tenth.
+fn seconds_from_now(at: Instant) -> f64 {
+    let now = Instant::now();
+    match at.checked_duration_since(now) {
+        Some(ahead) => ahead.as_secs_f64(),
+        None => -now.duration_since(at).as_secs_f64(),
+    }
+}
+
+impl std::fmt::Display for LeaseStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            LeaseStatus::Valid { valid_until } => {
+                write!(
+                    f,
+                    "valid for another {:.1} s",
+                    seconds_from_now(valid_until).max(0.0)
+                )
+            }
+            LeaseStatus::Jeopardy { valid_until } => write!(
+                f,
+                "in jeopardy: renewals unanswered, {:.1} s left",
+                seconds_from_now(valid_until).max(0.0)
+            ),
+            LeaseStatus::Lost => f.write_str("lost: the server no longer has the grant"),
+            LeaseStatus::Expired { valid_until } => {
+                write!(
+                    f,
+                    "expired {:.1} s ago",
+                    (-seconds_from_now(valid_until)).max(0.0)
+                )
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for LeaseStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let name = match self {
+            LeaseStatus::Valid { .. } => "Valid",
+            LeaseStatus::Jeopardy { .. } => "Jeopardy",
+            LeaseStatus::Lost => "Lost",
+            LeaseStatus::Expired { .. } => "Expired",
+        };
+        match self.valid_until() {
+            // An `Instant` says nothing readable by itself: from now.
+            Some(at) => f
+                .debug_struct(name)
+                .field(
+                    "valid_until",
+                    &format_args!("{:+.3}s from now", seconds_from_now(at)),
+                )
+                .finish(),
+            None => f.write_str(name),
+        }
     }
 }
 
@@ -408,5 +468,42 @@ mod tests {
         let (status, version) = shared.wait_change(0, Some(Duration::from_millis(5)));
         assert_eq!(version, 0);
         assert_eq!(status, shared.status().0);
+    }
+
+    /// Issue 32: a status reads as the times from now, never as an
+    /// `Instant`'s insides.
+    #[test]
+    fn a_status_says_its_times_from_now() {
+        let now = Instant::now();
+        let ten = now + Duration::from_secs(10);
+        let seconds = |text: &str, prefix: &str, suffix: &str| -> f64 {
+            let number = text
+                .strip_prefix(prefix)
+                .and_then(|t| t.strip_suffix(suffix))
+                .unwrap_or_else(|| panic!("{text:?}"));
+            number.parse().unwrap_or_else(|_| panic!("{text:?}"))
+        };
+        let valid = LeaseStatus::Valid { valid_until: ten }.to_string();
+        let left = seconds(&valid, "valid for another ", " s");
+        assert!((9.0..=10.0).contains(&left), "{valid}");
+        let jeopardy = LeaseStatus::Jeopardy { valid_until: ten }.to_string();
+        let left = seconds(&jeopardy, "in jeopardy: renewals unanswered, ", " s left");
+        assert!((9.0..=10.0).contains(&left), "{jeopardy}");
+        let past = now.checked_sub(Duration::from_secs(2)).unwrap_or(now);
+        let expired = LeaseStatus::Expired { valid_until: past }.to_string();
+        let ago = seconds(&expired, "expired ", " s ago");
+        assert!((0.0..=3.0).contains(&ago), "{expired}");
+        assert_eq!(
+            LeaseStatus::Lost.to_string(),
+            "lost: the server no longer has the grant"
+        );
+        let debug = format!("{:?}", LeaseStatus::Valid { valid_until: ten });
+        assert!(debug.starts_with("Valid { valid_until: +"), "{debug}");
+        assert!(debug.ends_with("s from now }"), "{debug}");
+        assert!(
+            !debug.contains("tv_sec") && !debug.contains("Instant"),
+            "{debug}"
+        );
+        assert_eq!(format!("{:?}", LeaseStatus::Lost), "Lost");
     }
 }
