@@ -33,10 +33,7 @@ trap cleanup EXIT INT TERM
 cargo build --release --quiet --features cli --bin ticketing
 "$TARGET_DIR/release/ticketing" serve --listen 127.0.0.1:0 --window 1024 2>"$WORK/serve.err" &
 SERVE_PID=$!
-ADDR=""
-for _ in $(seq 100); do
-  ADDR=$(sed -n 's/^listening on //p' "$WORK/serve.err"); [[ -n "$ADDR" ]] && break; sleep 0.05
-done
+ADDR=$(listening_addr "$WORK/serve.err")
 [[ -n "$ADDR" ]] || { echo "the server did not start" >&2; exit 1; }
 
 IFS=',' read -r -a LEVELS <<<"$CONC"

@@ -106,10 +106,7 @@ if [[ -z "${SKIP_THROUGHPUT:-}" ]]; then
   echo "== throughput: the leader beside a single server (${SECS}s per level, K=$KEYS)"
   "$TICKETING" serve --listen 127.0.0.1:0 --window 1024 2>"$WORK/single.err" &
   SINGLE_PID=$!
-  SINGLE_ADDR=""
-  for _ in $(seq 100); do
-    SINGLE_ADDR=$(sed -n 's/^listening on //p' "$WORK/single.err"); [[ -n "$SINGLE_ADDR" ]] && break; sleep 0.05
-  done
+  SINGLE_ADDR=$(listening_addr "$WORK/single.err")
   IFS=',' read -r -a LEVELS <<<"$CONC"
   printf '| %4s | %16s | %16s | %6s |\n' C "single pairs/s" "leader pairs/s" ratio
   printf '|------|------------------|------------------|--------|\n'

@@ -1,5 +1,4 @@
-# Shell helpers of the benchmark scripts (sourced by benches/e2e.sh and
-# benches/cluster.sh).
+# Shell helpers of the benchmark scripts (sourced by each of them).
 
 # Stops process $1 (TERM, then KILL after 5 s) and reaps it.
 stop_pid() {
@@ -21,6 +20,16 @@ free_port() {
     if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then echo "$p"; return 0; fi
   done
   echo "no free port found" >&2; return 1
+}
+
+# The address `ticketing serve` said on its stderr, file $1 ("listening on
+# ADDR"), waited for up to 5 s; nothing if it did not say it.
+listening_addr() {
+  local addr=""
+  for _ in $(seq 100); do
+    addr=$(sed -n 's/^listening on //p' "$1"); [[ -n "$addr" ]] && break; sleep 0.05
+  done
+  echo "$addr"
 }
 
 bench_bin() { # the executable of release bench $1

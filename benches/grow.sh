@@ -86,10 +86,7 @@ ms_since() { echo $(( ($(date +%s%N) - $1) / 1000000 )); }
 
 "$TICKETING" serve --listen 127.0.0.1:0 --window 1024 2>"$WORK/single.err" &
 SINGLE_PID=$!
-SINGLE=""
-for _ in $(seq 100); do
-  SINGLE=$(sed -n 's/^listening on //p' "$WORK/single.err"); [[ -n "$SINGLE" ]] && break; sleep 0.05
-done
+SINGLE=$(listening_addr "$WORK/single.err")
 for i in 1 2 3; do start_member "$i" --raft-new-cluster 1 2 3; done
 leader_addr >/dev/null
 

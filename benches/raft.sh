@@ -219,10 +219,7 @@ if [[ -z "${SKIP_THROUGHPUT:-}" ]]; then
   echo "== throughput: a single server and the leaders (tmpfs, disk), ${SECS}s per level, K=$KEYS, election timeout $TIMEOUT_MS ms"
   "$TICKETING" serve --listen 127.0.0.1:0 --window 1024 2>"$WORK/single.err" &
   SINGLE_PID=$!
-  SINGLE_ADDR=""
-  for _ in $(seq 100); do
-    SINGLE_ADDR=$(sed -n 's/^listening on //p' "$WORK/single.err"); [[ -n "$SINGLE_ADDR" ]] && break; sleep 0.05
-  done
+  SINGLE_ADDR=$(listening_addr "$WORK/single.err")
   new_cluster tmpfs "$TMPFS_DIR"; start_cluster tmpfs
   new_cluster disk "$DISK_DIR"; start_cluster disk
   TL=$(leader_index tmpfs); DL=$(leader_index disk)
