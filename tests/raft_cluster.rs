@@ -239,18 +239,8 @@ fn leader_kills_cost_an_election_and_a_renewing_holder_keeps_its_grant() {
         c.settled();
     }
 
-    let lost = client.count(|v| {
-        v["type"] == "event" && (v["event"] == "lease_lost" || v["event"] == "lease_expired")
-    });
-    assert_eq!(
-        lost, 0,
-        "the holder was told its lease ended: {:?}",
-        client.all
-    );
     // Its grant is still the current one: released by its token.
-    client.send("release-grant r1 a1");
-    client.outcome_is("r1", "released");
-    client.finish();
+    client.kept_and_released("a1");
 
     to_leading.sort();
     to_grant.sort();
@@ -303,17 +293,7 @@ fn held_to_the_end(mut client: cli::Client, token: u64, since: &str) {
         (Some("a1"), Some(token)),
         "{v}"
     );
-    let lost = client.count(|v| {
-        v["type"] == "event" && (v["event"] == "lease_lost" || v["event"] == "lease_expired")
-    });
-    assert_eq!(
-        lost, 0,
-        "the holder was told its lease ended: {:?}",
-        client.all
-    );
-    client.send("release-grant r1 a1");
-    client.outcome_is("r1", "released");
-    client.finish();
+    client.kept_and_released("a1");
 }
 
 /// SIGTERM, then a start from its state directory, of each member in turn,

@@ -681,6 +681,23 @@ impl Client {
 
     /// Closes stdin (end of input); everything printed afterwards, then
     /// asserts that `done` is the last line and the exit status is 0.
+    /// The holder's end: it was never told that a lease of its ended
+    /// (`lease_lost`, `lease_expired`), and its grant of acquire `tag` is
+    /// still the current one, released by its token; then the client ends.
+    pub fn kept_and_released(mut self, tag: &str) {
+        let lost = self.count(|v| {
+            v["type"] == "event" && (v["event"] == "lease_lost" || v["event"] == "lease_expired")
+        });
+        assert_eq!(
+            lost, 0,
+            "the holder was told its lease ended: {:?}",
+            self.all
+        );
+        self.send(&format!("release-grant r1 {tag}"));
+        self.outcome_is("r1", "released");
+        self.finish();
+    }
+
     pub fn finish(mut self) -> Vec<Value> {
         drop(self.stdin.take());
         self.drain_to_exit()
