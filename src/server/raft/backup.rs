@@ -220,10 +220,9 @@ impl Replica {
             .map(|g| Decision::Grant {
                 key: g.key.clone(),
                 token: g.token,
+                // At least a millisecond: a lease of none is no grant.
                 lease_ms: NonZeroU64::new(
-                    g.remaining_ms
-                        .min(crate::time::duration_millis(max_lease))
-                        .max(1),
+                    g.remaining_ms.min(crate::time::duration_millis(max_lease)),
                 )
                 .unwrap_or(NonZeroU64::MIN),
             })
