@@ -617,8 +617,9 @@ fn a_log_cut_at_or_inside_an_acknowledged_record_or_missing_a_segment_is_refused
             refused.stderr.contains(&file) && !refused.stderr.contains("listening on"),
             "{damage:?}: names {file}: {refused:?}"
         );
+        // "index N", or "indices N..=M" when the cut takes more than one.
         assert!(
-            refused.stderr.contains("index"),
+            refused.stderr.contains("index") || refused.stderr.contains("indices"),
             "{damage:?}: names the indices: {refused:?}"
         );
         // The other comes back: the key is still held.
