@@ -626,6 +626,7 @@ impl Arbitrary for Scenario {
             reserved: u8::arbitrary(g),
             keep_waiter: bool::arbitrary(g),
             fail_fast: below(g, 4) == 0,
+            give_up: below(g, 4) == 0,
             release_attempts: u8::arbitrary(g),
             queue_limit: u8::arbitrary(g),
             // Mostly leases long enough to matter.

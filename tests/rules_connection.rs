@@ -1402,3 +1402,90 @@ fn a_never_sent_timed_out_carries_why_the_latest_attempt_ended() {
         )],
     );
 }
+
+/// PROTOCOL.md section 5, "an acquire not yet sent": a client that gives
+/// up while unreachable ends an unsent acquire at once, with the round's
+/// cause, when a round fails at every address and at a submission until
+/// a `W`; one that does not (the default, or an acquire that says so)
+/// waits `max(wait, queue_grace)`. Releases are never given up.
+#[test]
+fn a_client_that_gives_up_while_unreachable_ends_unsent_acquires_at_once() {
+    use ticketing::client::{AcquireOptions, CloseReason};
+    let mut c = config();
+    c.give_up_while_unreachable = true;
+    let mut h = Harness::new(c);
+    // Submitted before any round ended: it waits for the round.
+    let first = h.acquire("k", 5_000, 5_000);
+    let patient = h.client.acquire_with(
+        h.now,
+        key("p"),
+        name("o-patient"),
+        ms(5_000),
+        ms(5_000),
+        AcquireOptions::new().give_up_while_unreachable(false),
+    );
+    let patient = patient.expect("taken");
+    let release = h.release_token("old", 3);
+    h.take_events();
+    h.fail_connect();
+    assert_eq!(h.take_outcomes(), vec![], "a:1 failed, b:2 is left");
+    h.at_ms(5);
+    h.fail_connect();
+    // Every address failed: the one that gives up ends now, with how the
+    // latest attempt ended; the other and the release wait.
+    let gave_up = Outcome::TimedOut {
+        sent: false,
+        cause: Some(CloseReason::ConnectFailed),
+    };
+    assert_eq!(h.take_outcomes(), vec![(first, gave_up.clone())]);
+    // While unreachable, one submitted ends at once, also with a wait.
+    let second = h.acquire("k", 5_000, 5_000);
+    assert_eq!(h.take_outcomes(), vec![(second, gave_up.clone())]);
+    // The next round under way changes nothing until a `W`.
+    h.next_deadline();
+    assert!(h.client.connection().is_some(), "a new round");
+    let third = h.acquire("k", 5_000, 5_000);
+    assert_eq!(h.take_outcomes(), vec![(third, gave_up)]);
+    // A `W`: acquires wait and go out again; the lane goes first.
+    h.ready(4);
+    let fourth = h.acquire("k", 5_000, 5_000);
+    assert_eq!(h.take_outcomes(), vec![]);
+    let since_start = Duration::from_nanos(h.now.as_nanos());
+    let left = ms(5_000).saturating_sub(since_start).as_millis();
+    assert_eq!(
+        h.take_sent(),
+        format!("R 1 old 3\nA 2 p o-patient {left} 5000\nA 3 k o 5000 5000\n")
+    );
+    h.feed("D 1 R old\nG 2 A p 8 5000 0\nG 3 A k 9 5000 0\n");
+    let ended: Vec<_> = h.take_outcomes().into_iter().map(|(op, _)| op).collect();
+    assert_eq!(ended, vec![release, patient, fourth]);
+}
+
+/// Off by default: the same round leaves an acquire waiting out
+/// `max(wait, queue_grace)`, and one acquire may ask to give up.
+#[test]
+fn by_default_an_unsent_acquire_waits_and_one_may_ask_to_give_up() {
+    use ticketing::client::{AcquireOptions, CloseReason};
+    let mut h = Harness::new(config());
+    let waits = h.acquire("k", 3_000, 5_000);
+    h.fail_connect();
+    h.fail_connect();
+    assert_eq!(h.take_outcomes(), vec![]);
+    let asks = h.client.acquire_with(
+        h.now,
+        key("k"),
+        name("o-asks"),
+        ms(3_000),
+        ms(5_000),
+        AcquireOptions::new().give_up_while_unreachable(true),
+    );
+    let asks = asks.expect("taken");
+    h.pump();
+    let gave_up = Outcome::TimedOut {
+        sent: false,
+        cause: Some(CloseReason::ConnectFailed),
+    };
+    assert_eq!(h.take_outcomes(), vec![(asks, gave_up.clone())]);
+    h.refuse_connects_until(t(3_000));
+    assert_eq!(h.take_outcomes(), vec![(waits, gave_up)]);
+}

@@ -37,6 +37,9 @@ struct Acquire {
     /// Attempts handed out so far: each after the first followed a `B`.
     sent: u32,
     phase: Phase,
+    /// Ends at once, never sent, while the client is unreachable
+    /// ([`Config::give_up_while_unreachable`](super::Config::give_up_while_unreachable)).
+    give_up: bool,
     /// While [`Phase::Queued`], its ticket in the queue; while
     /// [`Phase::Sent`], its request's id. (Kept beside the phase, not in
     /// it, so that a record is 8 bytes smaller.)
@@ -44,6 +47,28 @@ struct Acquire {
     /// Renew the grant automatically, for at most this many nanoseconds
     /// once granted ([`NO_RENEWAL`]: not automatically).
     renew: u64,
+}
+
+/// What the embedder asked for in one acquire.
+pub(crate) struct Asked {
+    pub(crate) key: Key,
+    pub(crate) owner: Name,
+    /// The wait budget, across all attempts.
+    pub(crate) wait: Duration,
+    pub(crate) lease: Duration,
+    /// Renewed automatically once granted, for at most this long.
+    pub(crate) renew: Option<Duration>,
+    /// Gives up at once while the client is unreachable.
+    pub(crate) give_up: bool,
+}
+
+/// Where the connection stands for an acquire submitted now.
+pub(crate) struct Standing<'a> {
+    /// Every server of the latest round refused the client: why.
+    pub(crate) refused: Option<&'a CloseReason>,
+    /// The latest round failed at every address, and no connection is
+    /// up: how its latest attempt ended.
+    pub(crate) unreachable: Option<&'a CloseReason>,
 }
 
 /// An [`Acquire`]'s `renew` when it asked for no automatic renewal.
@@ -110,24 +135,28 @@ pub(crate) struct Acquires {
 }
 
 impl Acquires {
-    /// Takes an acquire of `key` for `lease`, waiting at most `wait` in all
-    /// (`renew`: renewed automatically once granted, for at most that
-    /// long). It waits for a connection at most `max(wait, queue_grace)`.
-    /// Refused when every server refuses the client (`refused`: why), when
-    /// the lease is under a millisecond, or when the client's own capacity
-    /// is full.
-    #[allow(clippy::too_many_arguments)]
+    /// Takes an acquire as `asked`: of its key for its lease, waiting at
+    /// most its `wait` in all, renewed once granted if it asked. It waits
+    /// for a connection at most `max(wait, queue_grace)`; one that gives
+    /// up while the client is unreachable (`link.unreachable`) is taken
+    /// and ends at once, never sent. Refused when every server refuses the
+    /// client (`link.refused`: why), when the lease is under a
+    /// millisecond, or when the client's own capacity is full.
     pub(crate) fn submit(
         &mut self,
         fx: &mut Fx<'_>,
-        key: Key,
-        owner: Name,
-        wait: Duration,
-        lease: Duration,
-        renew: Option<Duration>,
-        refused: Option<&CloseReason>,
+        asked: Asked,
+        link: Standing<'_>,
     ) -> Result<OpId, Error> {
-        if let Some(cause) = refused {
+        let Asked {
+            key,
+            owner,
+            wait,
+            lease,
+            renew,
+            give_up,
+        } = asked;
+        if let Some(cause) = link.refused {
             return Err(Error::Misconfigured(cause.clone()));
         }
         let lease_ms = NonZeroU64::new(duration_millis(lease)).ok_or(Error::ZeroLease)?;
@@ -147,6 +176,7 @@ impl Acquires {
                 sent_at: Time::ZERO,
                 sent: 0,
                 phase: Phase::Backoff,
+                give_up,
                 req: 0,
                 renew: renew.map_or(NO_RENEWAL, |limit| {
                     u64::try_from(limit.as_nanos()).unwrap_or(NO_RENEWAL - 1)
@@ -154,7 +184,10 @@ impl Acquires {
             })
             .ok_or(Error::Busy)?;
         fx.events.note(Note::AcquireStarted);
-        self.enqueue(handle, last_moment);
+        match link.unreachable.filter(|_| give_up) {
+            Some(cause) => self.unsent(fx, handle, Some(cause.clone())),
+            None => self.enqueue(handle, last_moment),
+        }
         Ok(OpId::of(OpKind::Acquire, handle))
     }
 
@@ -400,11 +433,25 @@ impl Acquires {
     /// after `B`) ends now, none of its bytes sent since: every server
     /// refused the client (misconfigured), with `cause`.
     pub(crate) fn refused(&mut self, fx: &mut Fx<'_>, cause: &CloseReason) {
+        self.end_waiting(fx, cause, |_| true);
+    }
+
+    /// Every acquire not yet sent that gives up while unreachable ends
+    /// now: a round just failed at every address, the latest attempt for
+    /// `cause`.
+    pub(crate) fn unreachable(&mut self, fx: &mut Fx<'_>, cause: &CloseReason) {
+        self.end_waiting(fx, cause, |a| a.give_up && a.sent == 0);
+    }
+
+    /// Ends every acquire waiting for a connection (queued, or backing
+    /// off after `B`) that `which` picks, with `cause`.
+    fn end_waiting(&mut self, fx: &mut Fx<'_>, cause: &CloseReason, which: fn(&Acquire) -> bool) {
         for handle in self.table.handles() {
-            if matches!(
-                self.table.get(handle).map(|a| a.phase),
-                Some(Phase::Queued | Phase::Backoff)
-            ) {
+            if self
+                .table
+                .get(handle)
+                .is_some_and(|a| matches!(a.phase, Phase::Queued | Phase::Backoff) && which(a))
+            {
                 self.unsent(fx, handle, Some(cause.clone()));
             }
         }
@@ -500,8 +547,19 @@ mod tests {
     fn submit(h: &mut Harness, a: &mut Acquires, wait_ms: u64) -> OpId {
         let (key, owner) = (Key::new("k").unwrap(), Name::new("o").unwrap());
         let (wait, lease) = (millis(wait_ms), millis(1000));
-        a.submit(&mut h.fx(), key, owner, wait, lease, None, None)
-            .expect("taken")
+        let asked = Asked {
+            key,
+            owner,
+            wait,
+            lease,
+            renew: None,
+            give_up: false,
+        };
+        let link = Standing {
+            refused: None,
+            unreachable: None,
+        };
+        a.submit(&mut h.fx(), asked, link).expect("taken")
     }
 
     /// As the client does: time catches up to `at`, then the timer due fires.

@@ -175,6 +175,16 @@ pub struct Config {
     /// 65 536). Releases the client issues itself for orphaned grants are
     /// never refused.
     pub max_releases: usize,
+    /// Give up while unreachable (default `false`): when the last round
+    /// of connection attempts failed at every address and no connection
+    /// is up, an acquire not yet sent ends at once, `TimedOut` never sent
+    /// with the round's cause, instead of waiting up to `max(wait,
+    /// queue_grace)` for a connection: at its submission, or when such a
+    /// round ends. For a caller that would rather turn elsewhere at once
+    /// than wait for the service to come back. Releases and renewals are
+    /// never given up. One acquire can say otherwise
+    /// ([`AcquireOptions::give_up_while_unreachable`]).
+    pub give_up_while_unreachable: bool,
     /// Seed of the generator behind every random choice (backoff jitter).
     pub seed: u64,
 }
@@ -201,8 +211,47 @@ impl core::fmt::Debug for Config {
             .field("stale_hint", &self.stale_hint)
             .field("max_acquires", &self.max_acquires)
             .field("max_releases", &self.max_releases)
+            .field("give_up_while_unreachable", &self.give_up_while_unreachable)
             .field("seed", &self.seed)
             .finish()
+    }
+}
+
+/// How one acquire is taken, beyond its key, owner, wait and lease
+/// ([`Client::acquire_with`](super::Client::acquire_with)). Starts as
+/// [`AcquireOptions::new`]: not renewed, and giving up while unreachable
+/// as [`Config::give_up_while_unreachable`] says.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct AcquireOptions {
+    /// Renewed automatically once granted, for at most this long from
+    /// then (`Duration::MAX`: until released); `None`: not automatically.
+    pub renew: Option<Duration>,
+    /// Whether this acquire gives up while unreachable (see
+    /// [`Config::give_up_while_unreachable`]); `None`: as the
+    /// configuration says.
+    pub give_up_while_unreachable: Option<bool>,
+}
+
+impl AcquireOptions {
+    /// Not renewed; giving up while unreachable as the configuration says.
+    pub fn new() -> AcquireOptions {
+        AcquireOptions::default()
+    }
+
+    /// Renewed automatically once granted, for at most `limit` from then
+    /// (`None`: until released).
+    pub fn renewing(mut self, limit: Option<Duration>) -> AcquireOptions {
+        self.renew = Some(limit.unwrap_or(Duration::MAX));
+        self
+    }
+
+    /// Gives up at once while unreachable (`true`), or waits for a
+    /// connection as long as its budget allows (`false`), whatever
+    /// [`Config::give_up_while_unreachable`] says.
+    pub fn give_up_while_unreachable(mut self, give_up: bool) -> AcquireOptions {
+        self.give_up_while_unreachable = Some(give_up);
+        self
     }
 }
 
@@ -228,6 +277,7 @@ impl Config {
             stale_hint: Duration::from_secs(1),
             max_acquires: 65_536,
             max_releases: 65_536,
+            give_up_while_unreachable: false,
             seed: 0,
         }
     }

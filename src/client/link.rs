@@ -83,6 +83,10 @@ pub(crate) struct Link {
     /// Why the latest connection attempt ended; `None` after a `W`, and
     /// before any attempt ended.
     last_end: Option<CloseReason>,
+    /// A whole round failed, at every address, since the last `W` (a
+    /// connection that had its `W` and ended is no failed round): the
+    /// client is unreachable, for acquires that give up then.
+    round_failed: bool,
 }
 
 /// One round over the addresses: what it tried, and what its attempts
@@ -200,6 +204,18 @@ pub(crate) struct Ctx<'a> {
     pub(crate) cap: Option<Duration>,
 }
 
+/// A round that failed at every address, as [`Link::after_close`] tells
+/// it: the acquires waiting for a connection that end now, and why.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum RoundFailed {
+    /// Every address refused the client (misconfigured): every acquire
+    /// waiting for a connection ends, with the refusal.
+    Refused(CloseReason),
+    /// The client is unreachable: the acquires that give up then end,
+    /// with how the round's latest attempt ended.
+    Unreachable(CloseReason),
+}
+
 /// What comes after a connection or an attempt ended.
 pub(crate) enum Next {
     /// The round goes on at once with another address.
@@ -228,6 +244,7 @@ impl Link {
             failed_at: Vec::new(),
             misconfigured: None,
             last_end: None,
+            round_failed: false,
         }
     }
 
@@ -261,6 +278,14 @@ impl Link {
     /// `W`: what an acquire that could not be sent was kept from by.
     pub(crate) fn last_end(&self) -> Option<&CloseReason> {
         self.last_end.as_ref()
+    }
+
+    /// Why the client is unreachable, while it is: the last round of
+    /// attempts failed at every address and no `W` came since (the round
+    /// under way, if any, has not succeeded yet). How the latest attempt
+    /// ended is the cause an acquire that gives up then carries.
+    pub(crate) fn unreachable(&self) -> Option<&CloseReason> {
+        self.last_end.as_ref().filter(|_| self.round_failed)
     }
 
     /// Whether `addr` is stale as a hint at `now`: its latest connection
@@ -312,6 +337,7 @@ impl Link {
         self.failed_rounds = 0;
         self.misconfigured = None;
         self.last_end = None;
+        self.round_failed = false;
     }
 
     /// Notes how the connection `conn`, in `phase`, ended, and says what
@@ -356,6 +382,7 @@ impl Link {
             return Next::AtOnce;
         }
         self.failed_rounds = self.failed_rounds.saturating_add(1);
+        self.round_failed = true;
         let cause = self.round.cause();
         let misconfigured = self.round.misconfigures().cloned();
         if misconfigured.is_some() {
@@ -669,8 +696,9 @@ impl Link {
 
     /// After a close, once the requests on the connection are settled:
     /// the round goes on at once, or the client waits before the next one
-    /// (with [`Plan::Idle`], no new attempt is planned). The refusal that
-    /// leaves the client misconfigured, if this round made it so.
+    /// (with [`Plan::Idle`], no new attempt is planned). How the round
+    /// failed, if it just did: refused by every address (misconfigured),
+    /// or unreachable.
     pub(crate) fn after_close(
         &mut self,
         fx: &mut Fx<'_>,
@@ -679,7 +707,7 @@ impl Link {
         closed: Closed,
         reason: &CloseReason,
         plan: Plan,
-    ) -> Option<CloseReason> {
+    ) -> Option<RoundFailed> {
         match reason {
             CloseReason::AuthFailed => fx.events.push_back(Event::AuthFailed {
                 addr: closed.conn.addr.clone(),
@@ -717,7 +745,10 @@ impl Link {
                         cause: cause.clone(),
                     });
                 }
-                misconfigured
+                match misconfigured {
+                    Some(refusal) => Some(RoundFailed::Refused(refusal)),
+                    None => self.unreachable().cloned().map(RoundFailed::Unreachable),
+                }
             }
         }
     }
@@ -758,7 +789,7 @@ mod tests {
         link: &mut Link,
         rng: &mut Rng,
         reason: CloseReason,
-    ) -> Option<CloseReason> {
+    ) -> Option<RoundFailed> {
         let closed = link.close(&mut h.fx(), &reason).expect("a connection");
         link.after_close(&mut h.fx(), rng, None, closed, &reason, Plan::Connect)
     }
@@ -800,6 +831,40 @@ mod tests {
                 "round {k}: {wait:?} for {d:?}"
             );
         }
+    }
+
+    /// PROTOCOL.md section 5, "an acquire not yet sent": the client is
+    /// unreachable from the end of a round that failed at every address
+    /// until a `W`, whatever the next round is doing; a welcomed
+    /// connection that ends is no failed round.
+    #[test]
+    fn a_round_failed_at_every_address_leaves_the_client_unreachable_until_a_welcome() {
+        let (mut h, mut link, mut rng) = (Harness::new(), Link::new(3), Rng::new(7));
+        link.connect(&mut h.fx(), None);
+        for attempt in 0..3 {
+            assert_eq!(link.unreachable(), None, "attempt {attempt}");
+            connecting(&mut h);
+            let told = fail(&mut h, &mut link, &mut rng, CloseReason::ConnectFailed);
+            let want =
+                (attempt == 2).then_some(RoundFailed::Unreachable(CloseReason::ConnectFailed));
+            assert_eq!(told, want, "attempt {attempt}");
+        }
+        assert_eq!(link.unreachable(), Some(&CloseReason::ConnectFailed));
+        // The next round starts: still unreachable, with its latest cause.
+        h.now = link.deadline().expect("a wait");
+        assert_eq!(link.fire(&mut h.fx(), None), None);
+        connecting(&mut h);
+        assert_eq!(
+            fail(&mut h, &mut link, &mut rng, CloseReason::ConnectTimeout),
+            None
+        );
+        assert_eq!(link.unreachable(), Some(&CloseReason::ConnectTimeout));
+        let (conn, _) = connecting(&mut h);
+        welcome(&mut h, &mut link, conn);
+        assert_eq!(link.unreachable(), None);
+        // A connection that had its `W` ends: a wait, but no failed round.
+        assert_eq!(fail(&mut h, &mut link, &mut rng, CloseReason::Eof), None);
+        assert_eq!(link.unreachable(), None);
     }
 
     #[test]
@@ -889,7 +954,7 @@ mod tests {
             assert_eq!(refused, Err(CloseReason::AuthFailed));
             told = fail(&mut h, &mut link, &mut rng, CloseReason::AuthFailed);
         }
-        assert_eq!(told, Some(CloseReason::AuthFailed));
+        assert_eq!(told, Some(RoundFailed::Refused(CloseReason::AuthFailed)));
         assert_eq!(link.misconfigured(), Some(&CloseReason::AuthFailed));
         let events = h.events();
         assert!(events.contains(&Event::Misconfigured {

@@ -38,6 +38,7 @@
 //! | cancel before and after bytes went out; `KeepWaiter` | `Client::cancel_op`, `Acquires::cancel`, `Acquires::abandon`, `Pending::abandon` |
 //! | a sent acquire past `sent_at + wait_ms + answer_grace` | `Acquires::fire` |
 //! | an acquire not yet sent, and why it could not be | `Acquires::submit`, `Acquires::fire`, `Acquires::unsent`, `Link::last_end` |
+//! | giving up while unreachable (*added*, off by default) | `Link::unreachable`, `Link::after_close`, `Acquires::submit`, `Acquires::unreachable` |
 //! | a Granted outcome the embedder cannot take | `Holds::undeliverable` |
 //! | never asking again whether an Indeterminate acquire holds | `Acquires::in_doubt` |
 //! | the Indeterminate bound | `Acquire::settles_by` |
@@ -77,7 +78,9 @@ use core::mem;
 use core::time::Duration;
 use std::collections::VecDeque;
 
-pub use config::{Backoff, Backoffs, BusyPolicy, CancelPolicy, Config, ConfigError};
+pub use config::{
+    AcquireOptions, Backoff, Backoffs, BusyPolicy, CancelPolicy, Config, ConfigError,
+};
 pub use outcome::{
     Action, BackoffCause, CloseReason, ConnId, Error, Event, Grant, InFlight, OpId, OpenOperations,
     Outcome, ReleaseResult, TransportEnd, Violation,
@@ -87,9 +90,9 @@ pub use stats::{
     ReleaseOutcomes, RenewalCounts,
 };
 
-use self::acquires::Acquires;
+use self::acquires::{Acquires, Asked, Standing};
 use self::holds::{AutoRenew, Holds};
-use self::link::{Link, Phase, Plan};
+use self::link::{Link, Phase, Plan, RoundFailed};
 use self::outcome::OpKind;
 use self::pending::{Claimed, Owner, Pending};
 use self::stats::EventQueue;
@@ -343,7 +346,9 @@ impl Client {
     /// outcome comes as [`Event::Outcome`] with the returned id.
     ///
     /// Until a connection can take it, the acquire waits at most
-    /// `max(wait, queue_grace)`, then ends `TimedOut { sent: false }`.
+    /// `max(wait, queue_grace)`, then ends `TimedOut { sent: false }`;
+    /// at once while the client is unreachable, if it gives up then
+    /// ([`Config::give_up_while_unreachable`]).
     pub fn acquire(
         &mut self,
         now: Time,
@@ -352,9 +357,7 @@ impl Client {
         wait: Duration,
         lease: Duration,
     ) -> Result<OpId, Error> {
-        self.step(now, |client| {
-            client.submit_acquire(key, owner, wait, lease, None)
-        })
+        self.acquire_with(now, key, owner, wait, lease, AcquireOptions::new())
     }
 
     /// As [`acquire`](Client::acquire), and the grant, once granted, is
@@ -376,9 +379,28 @@ impl Client {
         lease: Duration,
         limit: Option<Duration>,
     ) -> Result<OpId, Error> {
-        let limit = limit.unwrap_or(Duration::MAX);
+        let options = AcquireOptions::new().renewing(limit);
+        self.acquire_with(now, key, owner, wait, lease, options)
+    }
+
+    /// As [`acquire`](Client::acquire), with `options`: renewed
+    /// automatically once granted (as
+    /// [`acquire_renewing`](Client::acquire_renewing)), and whether it
+    /// gives up while unreachable
+    /// ([`Config::give_up_while_unreachable`]). An acquire that gives up
+    /// while the client is unreachable is taken and ends at once:
+    /// `TimedOut` never sent, with how the latest attempt ended.
+    pub fn acquire_with(
+        &mut self,
+        now: Time,
+        key: Key,
+        owner: Name,
+        wait: Duration,
+        lease: Duration,
+        options: AcquireOptions,
+    ) -> Result<OpId, Error> {
         self.step(now, |client| {
-            client.submit_acquire(key, owner, wait, lease, Some(limit))
+            client.submit_acquire(key, owner, wait, lease, options)
         })
     }
 
@@ -690,21 +712,34 @@ impl Client {
         }
     }
 
-    /// [`Client::acquire`], and [`Client::acquire_renewing`] with `renew`.
+    /// [`Client::acquire_with`], which every acquire goes through.
     fn submit_acquire(
         &mut self,
         key: Key,
         owner: Name,
         wait: Duration,
         lease: Duration,
-        renew: Option<Duration>,
+        options: AcquireOptions,
     ) -> Result<OpId, Error> {
         self.unfinished()?;
         if self.life != Life::Running {
             return Err(Error::ShuttingDown);
         }
-        let refused = self.link.misconfigured();
-        with_fx!(self, fx => self.acquires.submit(&mut fx, key, owner, wait, lease, renew, refused))
+        let link = Standing {
+            refused: self.link.misconfigured(),
+            unreachable: self.link.unreachable(),
+        };
+        let asked = Asked {
+            key,
+            owner,
+            wait,
+            lease,
+            renew: options.renew,
+            give_up: options
+                .give_up_while_unreachable
+                .unwrap_or(self.config.give_up_while_unreachable),
+        };
+        with_fx!(self, fx => self.acquires.submit(&mut fx, asked, link))
     }
 
     /// [`Client::auto_renew`] and [`Client::stop_renewing`].
@@ -1065,9 +1100,15 @@ impl Client {
             _ => Plan::Connect,
         };
         let cap = self.holds.lease_cap(self.now);
-        let refused = with_fx!(self, fx => self.link.after_close(&mut fx, &mut self.rng, cap, closed, &reason, next));
-        if let Some(cause) = refused {
-            with_fx!(self, fx => self.acquires.refused(&mut fx, &cause));
+        let failed = with_fx!(self, fx => self.link.after_close(&mut fx, &mut self.rng, cap, closed, &reason, next));
+        match failed {
+            Some(RoundFailed::Refused(cause)) => {
+                with_fx!(self, fx => self.acquires.refused(&mut fx, &cause));
+            }
+            Some(RoundFailed::Unreachable(cause)) => {
+                with_fx!(self, fx => self.acquires.unreachable(&mut fx, &cause));
+            }
+            None => {}
         }
     }
 

@@ -257,6 +257,9 @@ pub(super) fn client_config(
         config.backoff.busy = Backoff::new(ms(10), ms(200));
     }
     config.seed = rng.next_u64();
+    // A quarter of the clients give up while unreachable: taken from the
+    // client's own seed, so that the seed's other draws stay as they were.
+    config.give_up_while_unreachable = config.seed % 4 == 0;
     config
 }
 

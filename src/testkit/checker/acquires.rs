@@ -14,7 +14,7 @@ use super::holds::NewGrant;
 use super::invariant::{breach, Verdict};
 use super::ledger::Ledger;
 use super::{ms, Invariant, Session};
-use crate::client::{CloseReason, Error as ClientError, OpId, Outcome};
+use crate::client::{CloseReason, Config, Error as ClientError, OpId, Outcome};
 use crate::names::{Key, Name};
 use crate::time::Time;
 use crate::wire::AnswerKind;
@@ -49,6 +49,8 @@ struct Acquire {
     /// Asked with `acquire_renewing`: renewed automatically for at most this
     /// long from the grant (`Duration::MAX`: no limit).
     renew: Option<Duration>,
+    /// Gives up at once while the client is unreachable.
+    give_up: bool,
 }
 
 /// An acquire the embedder asked for: `acquire(now, key, owner, wait,
@@ -61,6 +63,20 @@ pub(super) struct Submission<'a> {
     pub(super) wait: Duration,
     pub(super) lease: Duration,
     pub(super) renew: Option<Duration>,
+    /// Whether it gives up while unreachable (`None`: as configured).
+    pub(super) give_up: Option<bool>,
+}
+
+/// Where the connection stood as the checker saw it when an acquire ended.
+pub(super) struct Standing<'a> {
+    /// The time of the step.
+    pub(super) now: Time,
+    /// How the latest attempt to connect ended, since the last `W`.
+    pub(super) last_end: Option<&'a CloseReason>,
+    /// Every server of the last round refused the client.
+    pub(super) misconfigured: bool,
+    /// The last round failed at every address, with no `W` since.
+    pub(super) unreachable: bool,
 }
 
 /// An `A` as sent.
@@ -99,17 +115,20 @@ pub(super) struct Acquires {
     capacity: usize,
     queue_grace: Duration,
     settle_margin: Duration,
+    /// `Config::give_up_while_unreachable`.
+    give_up: bool,
 }
 
 impl Acquires {
-    pub(super) fn new(capacity: usize, queue_grace: Duration, settle_margin: Duration) -> Acquires {
+    pub(super) fn new(config: &Config) -> Acquires {
         Acquires {
             ops: Ledger::new(),
             owners: BTreeMap::new(),
             in_doubt: Vec::new(),
-            capacity,
-            queue_grace,
-            settle_margin,
+            capacity: config.max_acquires,
+            queue_grace: config.queue_grace,
+            settle_margin: config.settle_margin,
+            give_up: config.give_up_while_unreachable,
         }
     }
 
@@ -183,6 +202,7 @@ impl Acquires {
                         last: None,
                         cancel_requested: false,
                         renew: s.renew,
+                        give_up: s.give_up.unwrap_or(self.give_up),
                     },
                 );
                 Ok(())
@@ -371,15 +391,16 @@ impl Acquires {
     }
 
     /// Acquire `op` ended in `outcome`, while shutting down or not, the
-    /// latest attempt to connect having ended for `last_end`: the outcome
-    /// must fit the answer matched (invariant 2) and its history.
+    /// connection standing as `link` says: the outcome must fit the answer
+    /// matched (invariant 2) and its history.
     pub(super) fn end(
         &mut self,
         op: OpId,
         outcome: &Outcome,
         session: Session,
-        last_end: Option<&CloseReason>,
+        link: &Standing<'_>,
     ) -> Verdict {
+        let last_end = link.last_end;
         self.ops.unended(op, outcome)?;
         let Some(entry) = self.ops.get(op) else {
             unreachable!("the router hands the acquires only their own operations");
@@ -438,6 +459,8 @@ impl Acquires {
                 }
             }
             Outcome::TimedOut { sent: false, cause } => {
+                let last_moment = a.submitted.saturating_add(a.wait.max(self.queue_grace));
+                let gave_up = a.give_up && link.unreachable;
                 if a.attempts > 0 {
                     Some((
                         Invariant::Protocol,
@@ -448,6 +471,16 @@ impl Acquires {
                         Invariant::Protocol,
                         format!(
                             "TimedOut as never sent with cause {cause:?}, but the latest attempt ended {last_end:?}"
+                        ),
+                    ))
+                } else if link.now < last_moment && !link.misconfigured && !gave_up {
+                    // Timers fire by the step's time: ended before its last
+                    // moment for sure, with nothing that ends it early.
+                    Some((
+                        Invariant::Protocol,
+                        format!(
+                            "TimedOut as never sent by {}, before its last moment {last_moment}, though the client was neither refused by every server nor unreachable with an acquire that gives up (gives up: {})",
+                            link.now, a.give_up
                         ),
                     ))
                 } else {
@@ -513,15 +546,20 @@ impl Acquires {
     }
 
     /// At the end of a step, while every server refuses the client or not
-    /// (`misconfigured`): no acquire waits for a connection then.
-    pub(super) fn none_waiting(&self, misconfigured: bool) -> Verdict {
-        if !misconfigured {
-            return Ok(());
-        }
-        match self.ops.open().find(|(_, a)| a.attempts == 0) {
-            Some((op, _)) => breach(
+    /// (`misconfigured`), and while it is unreachable or not: no acquire
+    /// waits for a connection while every server refuses the client, and
+    /// none that gives up while it is unreachable.
+    pub(super) fn none_waiting(&self, misconfigured: bool, unreachable: bool) -> Verdict {
+        let waiting =
+            |a: &Acquire| a.attempts == 0 && (misconfigured || (unreachable && a.give_up));
+        match self.ops.open().find(|(_, a)| waiting(a)) {
+            Some((op, _)) if misconfigured => breach(
                 Invariant::Protocol,
                 format!("{op} waits for a connection while every server refuses the client"),
+            ),
+            Some((op, _)) => breach(
+                Invariant::Protocol,
+                format!("{op} gives up while unreachable, and waits for a connection though the last round failed at every address"),
             ),
             None => Ok(()),
         }

@@ -9,7 +9,7 @@ use super::acquires::Submission;
 use super::holds::Command;
 use super::releases::Returned;
 use super::{ms, Checked, Checker, Invariant};
-use crate::client::{Error as ClientError, Grant, OpId};
+use crate::client::{AcquireOptions, Error as ClientError, Grant, OpId};
 use crate::names::{Key, Name};
 use crate::time::Time;
 
@@ -25,7 +25,7 @@ impl Checker {
         result: &Result<OpId, ClientError>,
     ) -> Checked {
         self.timeline.tick(now, "acquire");
-        self.submitted_acquire(now, key, owner, wait, lease, None, result)
+        self.submitted_acquire(now, key, owner, wait, lease, AcquireOptions::new(), result)
     }
 
     /// `acquire_renewing(now, key, owner, wait, lease, limit)` returned
@@ -43,8 +43,26 @@ impl Checker {
     ) -> Checked {
         self.timeline.tick(now, "acquire_renewing");
         self.timeline.write_debug(&limit);
-        let renew = Some(limit.unwrap_or(Duration::MAX));
-        self.submitted_acquire(now, key, owner, wait, lease, renew, result)
+        let options = AcquireOptions::new().renewing(limit);
+        self.submitted_acquire(now, key, owner, wait, lease, options, result)
+    }
+
+    /// `acquire_with(now, key, owner, wait, lease, options)` returned
+    /// `result`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn acquire_with(
+        &mut self,
+        now: Time,
+        key: &Key,
+        owner: &Name,
+        wait: Duration,
+        lease: Duration,
+        options: AcquireOptions,
+        result: &Result<OpId, ClientError>,
+    ) -> Checked {
+        self.timeline.tick(now, "acquire_with");
+        self.timeline.write_debug(&options);
+        self.submitted_acquire(now, key, owner, wait, lease, options, result)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -55,7 +73,7 @@ impl Checker {
         owner: &Name,
         wait: Duration,
         lease: Duration,
-        renew: Option<Duration>,
+        options: AcquireOptions,
         result: &Result<OpId, ClientError>,
     ) -> Checked {
         self.timeline.write(key.as_bytes());
@@ -69,7 +87,8 @@ impl Checker {
             owner,
             wait,
             lease,
-            renew,
+            renew: options.renew,
+            give_up: options.give_up_while_unreachable,
         };
         let open_elsewhere = result.as_ref().is_ok_and(|&op| self.releases.is_open(op));
         let session = self.session();

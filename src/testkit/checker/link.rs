@@ -65,6 +65,11 @@ impl Link {
         self.rounds.last_end()
     }
 
+    /// Whether the last round failed at every address, with no `W` since.
+    pub(super) fn unreachable(&self) -> bool {
+        self.rounds.unreachable()
+    }
+
     /// Whether the connection opened last is not closed yet.
     pub(super) fn alive(&self) -> bool {
         self.conn.as_ref().is_some_and(|c| c.alive)

@@ -157,11 +157,7 @@ impl Checker {
             stats: Stats::default(),
             link: Link::new(config),
             pending: Pending::new(config),
-            acquires: Acquires::new(
-                config.max_acquires,
-                config.queue_grace,
-                config.settle_margin,
-            ),
+            acquires: Acquires::new(config),
             holds: Holds::new(config.settle_margin),
             releases: Releases::new(config.max_releases),
             shutdown: None,
@@ -235,8 +231,9 @@ impl Checker {
         self.timeline.judge(self.releases.all_announced())?;
         self.timeline.judge(self.link.end_step())?;
         let misconfigured = self.link.misconfigured().is_some();
+        let unreachable = self.link.unreachable();
         self.timeline
-            .judge(self.acquires.none_waiting(misconfigured))?;
+            .judge(self.acquires.none_waiting(misconfigured, unreachable))?;
         self.timeline.judge(self.acquires.none_in_doubt())?;
         self.timeline.judge(self.link.closed_when_due())?;
         self.timeline.judge(self.acquires.answered_ended())?;

@@ -1,7 +1,7 @@
 //! What the client hands out: actions (a connect, the frames of a send, a
 //! close) and events (outcomes, notices), each to the part it is for.
 
-use super::acquires::Attempt;
+use super::acquires::{Attempt, Standing};
 use super::invariant::breach;
 use super::pending::Request;
 use super::{Checked, Checker, Invariant, InvariantViolation};
@@ -265,8 +265,13 @@ impl Checker {
     fn outcome(&mut self, op: OpId, outcome: &Outcome) -> Checked {
         let ended = if self.acquires.has(op) {
             let session = self.session();
-            self.acquires
-                .end(op, outcome, session, self.link.last_end())
+            let link = Standing {
+                now: self.timeline.now(),
+                last_end: self.link.last_end(),
+                misconfigured: self.link.misconfigured().is_some(),
+                unreachable: self.link.unreachable(),
+            };
+            self.acquires.end(op, outcome, session, &link)
         } else if self.releases.has(op) {
             self.releases.end(op, outcome)
         } else {

@@ -130,6 +130,9 @@ pub(super) struct Rounds {
     failed_at: Vec<(String, Window)>,
     misconfigured: Option<CloseReason>,
     last_end: Option<CloseReason>,
+    /// A round failed at every address since the last `W`: the client is
+    /// unreachable.
+    round_failed: bool,
     next: Next,
     /// The next round starts then: a backoff was told.
     waiting: Option<Time>,
@@ -169,6 +172,7 @@ impl Rounds {
             failed_at: Vec::new(),
             misconfigured: None,
             last_end: None,
+            round_failed: false,
             next: Next::Settled,
             waiting: None,
             closed_at: Window::at(Time::ZERO),
@@ -180,6 +184,12 @@ impl Rounds {
     /// Why every server refused the client, while it is misconfigured.
     pub(super) fn misconfigured(&self) -> Option<&CloseReason> {
         self.misconfigured.as_ref()
+    }
+
+    /// Whether the client is unreachable: the last round of attempts
+    /// failed at every address, and no `W` came since.
+    pub(super) fn unreachable(&self) -> bool {
+        self.round_failed
     }
 
     /// How the latest connection attempt ended, since the last `W`: the
@@ -355,6 +365,7 @@ impl Rounds {
     /// `W`: the round succeeded.
     pub(super) fn welcomed(&mut self) {
         self.failed_rounds = 0;
+        self.round_failed = false;
         self.misconfigured = None;
         self.last_end = None;
         self.connect_deadline = None;
@@ -439,6 +450,7 @@ impl Rounds {
             }
             Some(false) => {
                 self.failed_rounds = self.failed_rounds.saturating_add(1);
+                self.round_failed = true;
                 self.new_round();
                 self.next = self.wait(cause, at, cap, misconfigures, !shutting);
             }
@@ -501,6 +513,7 @@ impl Rounds {
                 required: true,
             };
             self.failed_rounds = self.failed_rounds.saturating_add(1);
+            self.round_failed = true;
             self.new_round();
         }
         match std::mem::replace(&mut self.next, Next::Settled) {

@@ -24,6 +24,9 @@ pub struct Setup {
     pub keep_waiter: bool,
     /// [`BusyPolicy::FailFast`] instead of [`BusyPolicy::Retry`].
     pub fail_fast: bool,
+    /// The client gives up while unreachable
+    /// ([`Config::give_up_while_unreachable`]).
+    pub give_up: bool,
     /// The client's release attempts: `1 + release_attempts % 8`.
     pub release_attempts: u8,
     /// The server's queue limit per key: `queue_limit % 4` (0: every acquire
@@ -66,6 +69,7 @@ impl Setup {
             1 => 3,
             _ => 64,
         };
+        c.give_up_while_unreachable = self.give_up;
         c
     }
 
@@ -102,6 +106,7 @@ impl Setup {
             reserved,
             keep_waiter: flags & 1 != 0,
             fail_fast: flags & 2 != 0,
+            give_up: flags & 4 != 0,
             release_attempts,
             queue_limit,
             max_lease,
@@ -116,7 +121,9 @@ impl Setup {
         out.extend_from_slice(&[
             self.window,
             self.reserved,
-            u8::from(self.keep_waiter) | u8::from(self.fail_fast) << 1,
+            u8::from(self.keep_waiter)
+                | u8::from(self.fail_fast) << 1
+                | u8::from(self.give_up) << 2,
             self.release_attempts,
             self.queue_limit,
             self.max_lease,
