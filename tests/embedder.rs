@@ -264,6 +264,68 @@ fn a_try_lock_that_could_not_be_sent_says_why() {
     );
 }
 
+/// Issue 32: a caller who would rather turn elsewhere at once says so, in
+/// the configuration or on one acquire, and an acquire with a wait of 5 s
+/// against a server that is down ends at once, naming the connection
+/// error; without it, the same acquire waits.
+#[test]
+fn an_acquire_that_gives_up_while_unreachable_ends_at_once_saying_why() {
+    let ep = dead_endpoint();
+    // What the bound is measured against: 5 s of wait, and every connect
+    // refused at once by the loopback.
+    let bound = Duration::from_millis(900);
+    let gave_up = |result: &Result<(), AcquireError>, took: Duration, how: &str| {
+        assert!(took < bound, "{how}: took {took:?}");
+        eprintln!("{how}: ended after {took:?}");
+        let Err(AcquireError::TimedOut {
+            sent: false,
+            cause: Some(cause),
+        }) = result
+        else {
+            panic!("{how}: {result:?}");
+        };
+        refused_connection(cause, &ep);
+    };
+
+    let rt = tokio_rt();
+    let (given_up, waited) = rt.block_on(async {
+        let mut c = config(&ep, "c");
+        c.give_up_while_unreachable = true;
+        let handle = ticketing::tokio::spawn(c, ticketing::tokio::TcpConnector).expect("a client");
+        let started = Instant::now();
+        let result = handle.lock(key("k")).wait(ms(5_000)).await.map(drop);
+        let given_up = (result, started.elapsed());
+        // One acquire may still wait: it is not given up at once.
+        let patient = handle
+            .lock(key("k"))
+            .wait(ms(5_000))
+            .give_up_while_unreachable(false);
+        let waited = tokio::time::timeout(ms(300), patient).await.is_err();
+        (given_up, waited)
+    });
+    gave_up(&given_up.0, given_up.1, "tokio, configured");
+    assert!(waited, "an acquire that says false waits");
+
+    let result = smol::block_on(async {
+        let (handle, driver) =
+            ticketing::futures_io::client(config(&ep, "c"), ticketing::futures_io::TcpConnector)
+                .expect("a client");
+        smol::spawn(driver).detach();
+        let started = Instant::now();
+        let lock = handle.lock(key("k")).wait(ms(5_000));
+        let result = lock.give_up_while_unreachable(true).await.map(drop);
+        (result, started.elapsed())
+    });
+    gave_up(&result.0, result.1, "futures-io, on the acquire");
+
+    let handle = ticketing::blocking::connect(config(&ep, "c"), ticketing::blocking::TcpConnector)
+        .expect("a client");
+    let started = Instant::now();
+    let lock = handle.lock(key("k")).wait(ms(5_000));
+    let result = lock.give_up_while_unreachable(true).send().map(drop);
+    gave_up(&result, started.elapsed(), "blocking, on the acquire");
+}
+
 #[test]
 fn a_host_that_does_not_resolve_says_so() {
     let ep = Endpoint::new("nosuch.invalid:7878").expect("an endpoint");

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 
 use crate::client::{
-    Action, BackoffCause, Client, ClientStats, CloseReason, ConnId, Error, Event, Grant, OpId,
-    Outcome,
+    AcquireOptions, Action, BackoffCause, Client, ClientStats, CloseReason, ConnId, Error, Event,
+    Grant, OpId, Outcome,
 };
 use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
@@ -54,6 +54,9 @@ pub(crate) struct AcquireArgs {
     pub(crate) lease: Duration,
     /// Renew the grant automatically, for at most this long.
     pub(crate) renew: Option<Duration>,
+    /// Give up at once while unreachable (`None`: as the client's
+    /// configuration says).
+    pub(crate) give_up: Option<bool>,
 }
 
 impl AcquireArgs {
@@ -66,6 +69,7 @@ impl AcquireArgs {
             wait: DEFAULT_WAIT,
             lease: DEFAULT_LEASE,
             renew: None,
+            give_up: None,
         }
     }
 }
@@ -112,6 +116,21 @@ macro_rules! acquire_options {
         /// server only shows it; what proves a grant is its fencing token.
         pub fn owner(mut self, owner: crate::names::Name) -> Self {
             self.args.owner = Some(owner);
+            self
+        }
+
+        /// Gives up at once while the service is unreachable, instead of
+        /// waiting for a connection as long as the wait allows: when the
+        /// client's last round of connection attempts failed at every
+        /// address and no connection is up, the acquire ends at once,
+        /// [`AcquireError::TimedOut`](crate::runtime::error::AcquireError::TimedOut)
+        /// never sent, with how the latest attempt ended. For a caller
+        /// that would rather turn elsewhere at once. The client-wide
+        /// default is
+        /// [`Config::give_up_while_unreachable`](crate::client::Config::give_up_while_unreachable)
+        /// (off); `false` here waits whatever it says.
+        pub fn give_up_while_unreachable(mut self, give_up: bool) -> Self {
+            self.args.give_up = Some(give_up);
             self
         }
     };
@@ -364,15 +383,19 @@ impl Shell {
                     wait,
                     lease,
                     renew,
+                    give_up,
                 } = args;
                 let owner = owner.unwrap_or_else(|| self.client.config().client_id.clone());
-                let started = match renew {
-                    None => self.client.acquire(now, key, owner, wait, lease),
-                    Some(limit) => {
-                        self.client
-                            .acquire_renewing(now, key, owner, wait, lease, Some(limit))
-                    }
-                };
+                let mut options = AcquireOptions::new();
+                if renew.is_some() {
+                    options = options.renewing(renew);
+                }
+                if let Some(give_up) = give_up {
+                    options = options.give_up_while_unreachable(give_up);
+                }
+                let started = self
+                    .client
+                    .acquire_with(now, key, owner, wait, lease, options);
                 match started {
                     Ok(op) => {
                         if let Some(guard) = guard {
