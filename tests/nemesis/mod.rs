@@ -1,0 +1,386 @@
+//! A nemesis over real processes (issue 33): the `ticketing` binary as a
+//! replicated cluster behind a fault proxy (`net.rs`), clients of the
+//! library at work on shared and private keys (`clients.rs`), faults
+//! scheduled from a seed and logged with their times, every operation in
+//! a history (`history.rs`), and a checker over it (`check.rs`).
+#![allow(dead_code)]
+
+pub mod check;
+pub mod clients;
+pub mod history;
+pub mod net;
+pub mod raft;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use check::{Report, AVAILABILITY_PROBE, MINORITY_PROBE};
+use clients::{Rng, Shared};
+use history::{Entry, FencedStore, History};
+use net::{Net, Party};
+use raft::RaftCluster;
+
+/// A fault the nemesis injects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    KillLeader,
+    KillFollower,
+    PauseLeader,
+    PauseFollower,
+    /// SIGTERM and a start again from the state directory.
+    RestartMember,
+    /// The leader cut off from every other member, both ways.
+    IsolateLeader,
+    /// A minority of followers cut off from the rest.
+    SplitMinority,
+    /// The leader's messages to one follower held; the follower's pass.
+    OneWay,
+    /// Two members cut apart; a third sees both.
+    Bridge,
+    /// The clients cut off from the leader; the members still see it.
+    ClientsFromLeader,
+    /// Every link of the leader slowed.
+    SlowLeader,
+    /// Every peer connection of the leader reset.
+    ResetLeader,
+    /// Leadership handed to another member (`ticketing cluster transfer`).
+    Transfer,
+}
+
+/// Every kind, each injected at least once per run.
+pub const EVERY_FAULT: [Fault; 13] = [
+    Fault::KillLeader,
+    Fault::KillFollower,
+    Fault::PauseLeader,
+    Fault::PauseFollower,
+    Fault::RestartMember,
+    Fault::IsolateLeader,
+    Fault::SplitMinority,
+    Fault::OneWay,
+    Fault::Bridge,
+    Fault::ClientsFromLeader,
+    Fault::SlowLeader,
+    Fault::ResetLeader,
+    Fault::Transfer,
+];
+
+impl Fault {
+    pub fn name(self) -> &'static str {
+        match self {
+            Fault::KillLeader => "kill:leader",
+            Fault::KillFollower => "kill:follower",
+            Fault::PauseLeader => "pause:leader",
+            Fault::PauseFollower => "pause:follower",
+            Fault::RestartMember => "restart",
+            Fault::IsolateLeader => "partition:isolate-leader",
+            Fault::SplitMinority => "partition:minority",
+            Fault::OneWay => "partition:one-way",
+            Fault::Bridge => "partition:bridge",
+            Fault::ClientsFromLeader => "partition:clients-leader",
+            Fault::SlowLeader => "slow:leader",
+            Fault::ResetLeader => "reset:leader",
+            Fault::Transfer => "transfer",
+        }
+    }
+}
+
+/// What a run is.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub name: String,
+    pub members: u64,
+    /// How long faults are injected after the warm-up.
+    pub secs: u64,
+    pub clients: usize,
+    pub keys: usize,
+    pub seed: u64,
+    pub faults: bool,
+    /// A client that writes past its lease's end.
+    pub sabotage: bool,
+}
+
+/// A run's outcome: the report, the fault log, and where the history is.
+pub struct Run {
+    pub report: Report,
+    pub log: Vec<String>,
+    pub history: PathBuf,
+}
+
+/// The election timeout of the members, short so that a run sees many
+/// leaders.
+const ELECTION_TIMEOUT_MS: u64 = 300;
+
+/// Runs the nemesis over a replicated cluster.
+pub fn run_raft(s: &Settings) -> Run {
+    let net = Net::new();
+    let mut cluster = RaftCluster::new(&s.name, s.members, &net, ELECTION_TIMEOUT_MS);
+    cluster.start_all();
+    assert!(
+        cluster.leader(Duration::from_secs(20)).is_some(),
+        "the cluster elected no leader"
+    );
+    let start = Instant::now();
+    let history = History::new(start);
+    let shared = Shared {
+        history: history.clone(),
+        store: FencedStore::default(),
+        stop: Arc::new(AtomicBool::new(false)),
+        endpoints: cluster.endpoints(),
+        keys: s.keys,
+    };
+    let mut threads = clients::start_workers(&shared, s.clients, s.seed);
+    threads.push(clients::start_availability_probe(
+        &shared,
+        AVAILABILITY_PROBE,
+    ));
+    if s.sabotage {
+        threads.push(clients::start_saboteur(&shared, AVAILABILITY_PROBE - 1));
+    }
+    let mut log = Vec::new();
+    thread::sleep(Duration::from_secs(1));
+    let mut rng = Rng::new(s.seed);
+    let end = Instant::now() + Duration::from_secs(s.secs);
+    let mut order: Vec<Fault> = EVERY_FAULT.to_vec();
+    for i in (1..order.len()).rev() {
+        let j = rng.range(0, i as u64) as usize;
+        order.swap(i, j);
+    }
+    let mut n = 0;
+    let mut violations = Vec::new();
+    while s.faults && (n < order.len() || Instant::now() < end) {
+        let fault = match order.get(n) {
+            Some(f) => *f,
+            None => EVERY_FAULT[rng.range(0, EVERY_FAULT.len() as u64 - 1) as usize],
+        };
+        let Some(leader) = cluster.leader(Duration::from_secs(10)) else {
+            violations.push(format!(
+                "no leader 10 s after the fault before {}",
+                fault.name()
+            ));
+            break;
+        };
+        let hold = Duration::from_millis(rng.range(1_200, 2_500));
+        let (detail, started, ended) = inject(
+            &mut cluster,
+            &net,
+            &shared,
+            fault,
+            leader,
+            hold,
+            &mut rng,
+            n,
+        );
+        let line = format!(
+            "{:>8.3} s  {:<26} {detail} for {:.3} s",
+            history.ns(started) as f64 / 1e9,
+            fault.name(),
+            ended.duration_since(started).as_secs_f64()
+        );
+        eprintln!("nemesis {}: {line}", s.name);
+        log.push(line);
+        history.push(Entry::Fault {
+            kind: fault.name().to_owned(),
+            detail,
+            start: history.ns(started),
+            end: history.ns(ended),
+        });
+        n += 1;
+        thread::sleep(Duration::from_millis(rng.range(800, 1_500)));
+    }
+    if !s.faults {
+        thread::sleep(Duration::from_secs(s.secs));
+    }
+    shared.stop.store(true, Ordering::Relaxed);
+    for t in threads {
+        let _ = t.join();
+    }
+    let mut report = check::check(&history.entries(), 1_000_000_000);
+    report.violations.extend(violations);
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nemesis");
+    let _ = std::fs::create_dir_all(&dir);
+    let path = dir.join(format!("{}-{}.jsonl", s.name, s.seed));
+    history.write(&path).expect("write the history");
+    Run {
+        report,
+        log,
+        history: path,
+    }
+}
+
+/// A member other than `leader` that runs, drawn from `rng`.
+fn follower(cluster: &RaftCluster, leader: usize, rng: &mut Rng) -> usize {
+    let others: Vec<usize> = (0..cluster.members.len())
+        .filter(|&i| i != leader && cluster.running(i))
+        .collect();
+    others[rng.range(0, others.len() as u64 - 1) as usize]
+}
+
+fn party(cluster: &RaftCluster, i: usize) -> Party {
+    Party::Member(cluster.members[i].id)
+}
+
+/// Injects `fault` for `hold`, then heals it: what it did, when it began
+/// and when it was healed.
+#[allow(clippy::too_many_arguments)]
+fn inject(
+    cluster: &mut RaftCluster,
+    net: &Net,
+    shared: &Shared,
+    fault: Fault,
+    leader: usize,
+    hold: Duration,
+    rng: &mut Rng,
+    n: usize,
+) -> (String, Instant, Instant) {
+    let name = |c: &RaftCluster, i: usize| format!("n{}", c.members[i].id);
+    let all: Vec<usize> = (0..cluster.members.len()).collect();
+    let started = Instant::now();
+    let detail = match fault {
+        Fault::KillLeader | Fault::KillFollower => {
+            let i = match fault {
+                Fault::KillLeader => leader,
+                _ => follower(cluster, leader, rng),
+            };
+            cluster.kill(i);
+            thread::sleep(hold);
+            cluster.start(i, false);
+            format!("SIGKILL {}, started again", name(cluster, i))
+        }
+        Fault::PauseLeader | Fault::PauseFollower => {
+            let i = match fault {
+                Fault::PauseLeader => leader,
+                _ => follower(cluster, leader, rng),
+            };
+            cluster.pause(i);
+            thread::sleep(hold);
+            cluster.resume(i);
+            format!("SIGSTOP {}, SIGCONT", name(cluster, i))
+        }
+        Fault::RestartMember => {
+            let i = rng.range(0, cluster.members.len() as u64 - 1) as usize;
+            cluster.terminate(i);
+            cluster.start(i, false);
+            format!("SIGTERM {}, started again", name(cluster, i))
+        }
+        Fault::IsolateLeader | Fault::SplitMinority => {
+            let minority: Vec<usize> = match fault {
+                Fault::IsolateLeader => vec![leader],
+                _ => {
+                    // Fewer than half, the leader among them in a cluster
+                    // of five, else a follower alone.
+                    let size = (all.len() - 1) / 2;
+                    let mut side = vec![follower(cluster, leader, rng)];
+                    if size > 1 {
+                        side.push(leader);
+                    }
+                    side
+                }
+            };
+            for &a in &minority {
+                for &b in all.iter().filter(|b| !minority.contains(b)) {
+                    net.cut_both(party(cluster, a), party(cluster, b));
+                }
+            }
+            // A probe that talks only to a member of the minority: from
+            // the cut on, it must never be granted before the heal.
+            let probes: Vec<_> = minority
+                .iter()
+                .enumerate()
+                .map(|(k, &i)| {
+                    clients::start_minority_probe(
+                        shared,
+                        MINORITY_PROBE + n * 8 + k,
+                        &cluster.members[i].client_proxy,
+                        started + hold,
+                    )
+                })
+                .collect();
+            thread::sleep(hold);
+            net.heal();
+            for p in probes {
+                let _ = p.join();
+            }
+            let names: Vec<String> = minority.iter().map(|&i| name(cluster, i)).collect();
+            format!(
+                "minority {} cut off, leader {}",
+                names.join(","),
+                name(cluster, leader)
+            )
+        }
+        Fault::OneWay => {
+            let f = follower(cluster, leader, rng);
+            net.cut(party(cluster, leader), party(cluster, f));
+            thread::sleep(hold);
+            net.heal();
+            format!(
+                "{} no longer hears {}",
+                name(cluster, f),
+                name(cluster, leader)
+            )
+        }
+        Fault::Bridge => {
+            let f = follower(cluster, leader, rng);
+            let bridge: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|&i| i != leader && i != f)
+                .collect();
+            // The leader's side and the follower's side, the others seeing
+            // both: in five, two bridges.
+            net.cut_both(party(cluster, leader), party(cluster, f));
+            thread::sleep(hold);
+            net.heal();
+            let names: Vec<String> = bridge.iter().map(|&i| name(cluster, i)).collect();
+            format!(
+                "{} and {} cut apart, {} seeing both",
+                name(cluster, leader),
+                name(cluster, f),
+                names.join(",")
+            )
+        }
+        Fault::ClientsFromLeader => {
+            net.cut_both(Party::Clients, party(cluster, leader));
+            thread::sleep(hold);
+            net.heal();
+            format!("clients cut off from {}", name(cluster, leader))
+        }
+        Fault::SlowLeader => {
+            let delay = Duration::from_millis(rng.range(30, 150));
+            let me = party(cluster, leader);
+            for &b in all.iter().filter(|&&b| b != leader) {
+                net.slow(me, party(cluster, b), delay);
+                net.slow(party(cluster, b), me, delay);
+            }
+            net.slow(me, Party::Clients, delay);
+            net.slow(Party::Clients, me, delay);
+            thread::sleep(hold);
+            net.heal();
+            format!(
+                "every link of {} slowed by {} ms",
+                name(cluster, leader),
+                delay.as_millis()
+            )
+        }
+        Fault::ResetLeader => {
+            let me = party(cluster, leader);
+            for &b in all.iter().filter(|&&b| b != leader) {
+                net.reset(me, party(cluster, b));
+            }
+            format!("every peer connection of {} reset", name(cluster, leader))
+        }
+        Fault::Transfer => {
+            let to = follower(cluster, leader, rng);
+            let done = cluster.transfer(leader, to);
+            format!(
+                "leadership {} to {} ({})",
+                name(cluster, leader),
+                name(cluster, to),
+                if done { "done" } else { "refused" }
+            )
+        }
+    };
+    (detail, started, Instant::now())
+}

@@ -1,0 +1,230 @@
+//! The replicated cluster under the nemesis: `ticketing serve --raft-id`
+//! processes on loopback, each behind a proxy on its client port and one
+//! on its peer port, so that every address a member or a client is told
+//! (`--raft-peer`, leader hints) is a proxy's.
+
+use std::fs;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+
+use crate::cli::{free_addr, Serve};
+
+use super::net::{Dialer, Net, Party};
+
+/// The credential the members authenticate each other with, and that
+/// `ticketing cluster` presents.
+pub const PEER_CREDENTIAL: &str = "nemesis-peers";
+
+pub struct Member {
+    pub id: u64,
+    real_client: String,
+    real_peer: String,
+    pub client_proxy: String,
+    peer_proxy: String,
+    dir: PathBuf,
+    serve: Option<Serve>,
+    /// SIGSTOPped.
+    pub paused: bool,
+}
+
+pub struct RaftCluster {
+    root: PathBuf,
+    pub members: Vec<Member>,
+    pub election_timeout_ms: u64,
+}
+
+fn addr(s: &str) -> SocketAddr {
+    s.parse().expect("a socket address")
+}
+
+/// Whether the server at `addr` answers a hello with `W`, within a
+/// second.
+fn welcomes(addr: &str) -> bool {
+    use std::io::{BufRead, BufReader, Write};
+    let Ok(mut stream) =
+        std::net::TcpStream::connect_timeout(&self::addr(addr), Duration::from_millis(500))
+    else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    if stream.write_all(b"H 2 nemesis -\n").is_err() {
+        return false;
+    }
+    let mut line = String::new();
+    BufReader::new(stream).read_line(&mut line).is_ok() && line.starts_with("W ")
+}
+
+impl RaftCluster {
+    /// `n` members, their proxies on `net`, not started.
+    pub fn new(name: &str, n: u64, net: &Net, election_timeout_ms: u64) -> RaftCluster {
+        let root =
+            std::env::temp_dir().join(format!("ticketing-nemesis-{}-{name}", std::process::id()));
+        let _ = fs::remove_dir_all(&root);
+        fs::create_dir_all(&root).expect("the run's directory");
+        let members = (1..=n)
+            .map(|id| {
+                let (real_client, real_peer) = (free_addr(), free_addr());
+                let to = Party::Member(id);
+                let client_proxy = net
+                    .proxy(
+                        "127.0.0.1:0",
+                        to,
+                        Dialer::Known(Party::Clients),
+                        addr(&real_client),
+                    )
+                    .to_string();
+                let peer_proxy = net
+                    .proxy("127.0.0.1:0", to, Dialer::PeerHello, addr(&real_peer))
+                    .to_string();
+                Member {
+                    id,
+                    real_client,
+                    real_peer,
+                    client_proxy,
+                    peer_proxy,
+                    dir: root.join(format!("n{id}")),
+                    serve: None,
+                    paused: false,
+                }
+            })
+            .collect();
+        RaftCluster {
+            root,
+            members,
+            election_timeout_ms,
+        }
+    }
+
+    /// Starts member `i` (index) from its state directory.
+    pub fn start(&mut self, i: usize, new_cluster: bool) {
+        let m = &self.members[i];
+        let mut args = vec![
+            "--raft-id".to_string(),
+            m.id.to_string(),
+            "--raft-listen".to_string(),
+            m.real_peer.clone(),
+            "--state-dir".to_string(),
+            m.dir.to_string_lossy().into_owned(),
+            "--election-timeout-ms".to_string(),
+            self.election_timeout_ms.to_string(),
+            "--raft-credential".to_string(),
+            PEER_CREDENTIAL.to_string(),
+        ];
+        for p in &self.members {
+            args.push("--raft-peer".to_string());
+            args.push(format!("{}={}/{}", p.id, p.client_proxy, p.peer_proxy));
+        }
+        if new_cluster {
+            args.push("--raft-new-cluster".to_string());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let serve = Serve::start_on(&m.real_client, &args, |_| {});
+        self.members[i].serve = Some(serve);
+        self.members[i].paused = false;
+    }
+
+    pub fn start_all(&mut self) {
+        for i in 0..self.members.len() {
+            self.start(i, true);
+        }
+    }
+
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .map(|m| m.client_proxy.clone())
+            .collect()
+    }
+
+    pub fn running(&self, i: usize) -> bool {
+        self.members[i].serve.is_some() && !self.members[i].paused
+    }
+
+    /// The member that welcomes a client on its own port, past the
+    /// proxies (`None` if none does now).
+    pub fn leader_now(&self) -> Option<usize> {
+        (0..self.members.len()).find(|&i| self.running(i) && welcomes(&self.members[i].real_client))
+    }
+
+    /// Waits up to `within` for a leader.
+    pub fn leader(&self, within: Duration) -> Option<usize> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(i) = self.leader_now() {
+                return Some(i);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut serve) = self.members[i].serve.take() {
+            serve.signal(Signal::SIGKILL);
+            serve.kill();
+        }
+        self.members[i].paused = false;
+    }
+
+    /// SIGTERM, waited for: a clean stop.
+    pub fn terminate(&mut self, i: usize) {
+        if let Some(mut serve) = self.members[i].serve.take() {
+            if self.members[i].paused {
+                serve.signal(Signal::SIGCONT);
+            }
+            serve.signal(Signal::SIGTERM);
+            let status = serve.wait_exit(Duration::from_secs(15));
+            assert!(status.success(), "member {} stopped with {status}", i + 1);
+        }
+        self.members[i].paused = false;
+    }
+
+    pub fn pause(&mut self, i: usize) {
+        if let Some(serve) = &self.members[i].serve {
+            serve.signal(Signal::SIGSTOP);
+            self.members[i].paused = true;
+        }
+    }
+
+    pub fn resume(&mut self, i: usize) {
+        if let Some(serve) = &self.members[i].serve {
+            serve.signal(Signal::SIGCONT);
+        }
+        self.members[i].paused = false;
+    }
+
+    /// `ticketing cluster transfer` to member `to` (index), through the
+    /// leader's own port; whether it was done.
+    pub fn transfer(&self, leader: usize, to: usize) -> bool {
+        let out = std::process::Command::new(crate::cli::BIN)
+            .args([
+                "cluster",
+                "transfer",
+                "--endpoint",
+                &self.members[leader].real_client,
+                "--raft-credential",
+                PEER_CREDENTIAL,
+                &self.members[to].id.to_string(),
+            ])
+            .output()
+            .expect("run ticketing cluster transfer");
+        out.status.success()
+    }
+}
+
+impl Drop for RaftCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            if self.members[i].paused {
+                self.resume(i);
+            }
+            self.kill(i);
+        }
+        let _ = fs::remove_dir_all(&self.root);
+    }
+}
