@@ -1,7 +1,8 @@
 //! The blocking adapter as a newcomer meets it: connect (and learn why
 //! not), lock, write with the fencing token, release; a lock renewed while
-//! work runs, its status followed; two threads contending for one key;
-//! work run under a lock.
+//! work runs, its renewals and its status followed (confirmed while a
+//! server has the client); two threads contending for one key; work run
+//! under a lock.
 //!
 //! Start a server, then run this against it:
 //!
@@ -25,6 +26,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let handle = connect(config, TcpConnector)?;
     // A server that is down, a wrong credential, a TLS refusal: said here.
     handle.connected()?;
+    println!("{}", handle.connection()); // connected to ... (node ...) for 0.0 s
     let key = Key::new("reports")?;
 
     // Lock, write quoting the fencing token, release.
@@ -40,19 +42,41 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     lease.release()?;
 
-    // A short lease renewed while the work runs (longer than one lease).
-    let mut lease = handle
+    // A short lease renewed while the work runs (longer than one lease):
+    // `renewed_timeout()` tells each renewal; `status()` where the lease
+    // stands (`changed()` waits for that to change): confirmed while a
+    // server has the client, unconfirmed once the connection ends,
+    // jeopardy, lost, expired.
+    let lease = handle
         .lock(key.clone())
         .lease(Duration::from_millis(600))
         .renew()
         .send()?;
     let done = Instant::now() + Duration::from_millis(1500);
+    let mut renewals = 0;
     while let Some(left) = done.checked_duration_since(Instant::now()) {
-        match lease.changed_timeout(left) {
-            Some(LeaseStatus::Valid { .. }) => println!("renewed: {:?} left", lease.remaining()),
-            Some(other) => return Err(format!("the lease ended: {other:?}").into()),
+        match lease.renewed_timeout(left) {
+            Some(until) => {
+                renewals += 1;
+                println!(
+                    "renewed: {:?} left",
+                    until.saturating_duration_since(Instant::now())
+                );
+            }
+            None if lease.status().is_over() => {
+                return Err(format!("the lease ended: {}", lease.status()).into());
+            }
             None => break, // the work is done
         }
+    }
+    // "valid for another 0.4 s" (", unconfirmed: ..." while no server has
+    // the client: see `handle.connection()`).
+    match lease.status() {
+        status @ LeaseStatus::Valid { .. } => println!("{status}"),
+        other => return Err(format!("the lease ended: {other}").into()),
+    }
+    if renewals == 0 {
+        return Err("a 600 ms lease held for 1.5 s was never renewed".into());
     }
     lease.release()?;
 

@@ -1,7 +1,8 @@
 //! The tokio adapter as a newcomer meets it: connect (and learn why not),
 //! lock, write with the fencing token, release; a lock renewed while work
-//! runs, its status followed; two workers contending for one key; work run
-//! under a lock.
+//! runs, its renewals and its status followed (confirmed while a server
+//! has the client); two workers contending for one key; work run under a
+//! lock.
 //!
 //! Start a server, then run this against it:
 //!
@@ -10,7 +11,7 @@
 //! cargo run --features tokio --example tokio_lock -- 127.0.0.1:7878
 //! ```
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ticketing::client::Config;
 use ticketing::tokio::{spawn, Handle, LeaseStatus, TcpConnector};
@@ -25,6 +26,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let handle = spawn(config, TcpConnector)?;
     // A server that is down, a wrong credential, a TLS refusal: said here.
     handle.connected().await?;
+    println!("{}", handle.connection()); // connected to ... (node ...) for 0.0 s
     let key = Key::new("invoices")?;
 
     // Lock, write quoting the fencing token, release.
@@ -40,22 +42,34 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     lease.release().await?;
 
-    // A short lease renewed while the work runs (longer than one lease).
-    let mut lease = handle
+    // A short lease renewed while the work runs (longer than one lease):
+    // `renewed()` tells each renewal; `changed()` a change of state only (the
+    // connection lost or back, jeopardy, the lease lost or run out).
+    let lease = handle
         .lock(key.clone())
         .lease(Duration::from_millis(600))
         .renew()
         .await?;
     let work = tokio::time::sleep(Duration::from_millis(1500));
     tokio::pin!(work);
+    let mut renewals = 0;
     loop {
         tokio::select! {
             () = &mut work => break,
+            Some(until) = lease.renewed() => {
+                renewals += 1;
+                println!("renewed: {:?} left", until.saturating_duration_since(Instant::now()));
+            }
             status = lease.changed() => match status {
-                LeaseStatus::Valid { .. } => println!("renewed: {:?} left", lease.remaining()),
-                other => return Err(format!("the lease ended: {other:?}").into()),
+                // The server went away: the lease holds until `valid_until`,
+                // and is confirmed again if a server takes the client in time.
+                LeaseStatus::Valid { .. } => println!("{status}; {}", handle.connection()),
+                other => return Err(format!("the lease ended: {other}").into()),
             },
         }
+    }
+    if renewals == 0 {
+        return Err("a 600 ms lease held for 1.5 s was never renewed".into());
     }
     lease.release().await?;
 

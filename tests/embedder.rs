@@ -511,24 +511,40 @@ fn a_lease_above_the_servers_maximum_is_visible_on_the_guard() {
     });
 }
 
+/// Issue 32: a renewal is told by `renewed_timeout()`, not as a change:
+/// `changed_timeout()` stays quiet (and tells that from a timeout) while
+/// renewals keep the lease valid and confirmed.
 #[test]
-fn the_blocking_guard_tells_a_change_from_a_timeout() {
+fn the_blocking_guard_tells_a_renewal_from_a_change_and_a_change_from_a_timeout() {
     let mut lab = Lab::new();
     let ep = lab.serve(|_| {});
     let handle = ticketing::blocking::connect(config(&ep, "c"), ticketing::blocking::TcpConnector)
         .expect("a client");
-    let mut lease = handle
+    let lease = handle
         .lock(key("k"))
         .lease(ms(600))
         .renew()
         .send()
         .expect("the lock");
+    let granted = lease.valid_until().expect("valid");
     assert_eq!(lease.changed_timeout(ms(20)), None, "no change in 20 ms");
-    // Renewed a third of the way through the lease.
-    let changed = lease.changed_timeout(PATIENCE);
+    // Renewed a third of the way through the lease, and again.
+    let first = lease.renewed_timeout(PATIENCE).expect("a renewal");
+    assert!(first > granted, "{first:?} after {granted:?}");
+    let second = lease.renewed_timeout(PATIENCE).expect("another renewal");
+    assert!(second > first, "{second:?} after {first:?}");
+    // Two renewals came and went: no change of state among them.
+    assert_eq!(lease.changed_timeout(ms(20)), None);
     assert!(
-        matches!(changed, Some(LeaseStatus::Valid { .. })),
-        "{changed:?}"
+        matches!(
+            lease.status(),
+            LeaseStatus::Valid {
+                confirmed: true,
+                ..
+            }
+        ),
+        "{:?}",
+        lease.status()
     );
 }
 

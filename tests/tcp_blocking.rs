@@ -169,7 +169,7 @@ impl tcp::Adapter for Blocking {
     }
 
     fn lease_changed(
-        mut lease: Lease,
+        lease: Lease,
         limit: Duration,
     ) -> impl Future<Output = (Lease, tcp::LeaseStatus)> + Send + 'static {
         off_thread(move || {

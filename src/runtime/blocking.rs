@@ -45,6 +45,7 @@ use bytes::Bytes;
 
 use crate::client::{Client, ClientStats, Config, ConnId, Error, Grant, Outcome, TransportEnd};
 use crate::names::{Endpoint, Key};
+use crate::runtime::conn::Observer;
 use crate::runtime::error::unresolved;
 use crate::runtime::lease;
 use crate::runtime::notices::Sink;
@@ -53,6 +54,7 @@ use crate::runtime::shell::{acquire_options, AcquireArgs, AcquireResult, Command
 use crate::sync::lock;
 use crate::time::Time;
 
+pub use crate::runtime::conn::ConnState;
 pub use crate::runtime::error::{AcquireError, ConnectError, RequestError, RunError, SpawnError};
 pub use crate::runtime::lease::{HeldGrant, LeaseStatus};
 pub use crate::runtime::notices::{BlockingNotices as Notices, CAPACITY as NOTICES_CAPACITY};
@@ -168,6 +170,7 @@ fn start<C: Connector>(config: Config, connector: C, notices: Sink) -> Result<Ha
     let (tx, rx) = mpsc::channel::<Msg<C::Stream>>();
     let start = Instant::now();
     let shell = Shell::new(client, start, notices);
+    let conn = Observer::new(shell.conn_watch());
     let gauges = Arc::new(Gauges::default());
     let io = ThreadIo {
         connector: Arc::new(connector),
@@ -201,6 +204,7 @@ fn start<C: Connector>(config: Config, connector: C, notices: Sink) -> Result<Ha
             start,
             ended: Mutex::new(ended),
         }),
+        conn,
     })
 }
 
@@ -306,6 +310,8 @@ impl Drop for Inner {
 #[derive(Clone)]
 pub struct Handle {
     inner: Arc<Inner>,
+    /// Where the connection stands, and what this handle read of it.
+    conn: Observer,
 }
 
 impl std::fmt::Debug for Handle {
@@ -345,6 +351,45 @@ impl Handle {
         self.inner
             .start
             .checked_add(Duration::from_nanos(time.as_nanos()))
+    }
+
+    /// Where the client's connection stands now: connected to a server
+    /// (which one, since when), disconnected (since when, and how the
+    /// latest attempt ended), or stopped. The client keeps connecting by
+    /// itself; this only tells. While it is not connected, held leases
+    /// are unconfirmed ([`LeaseStatus::Valid`]`{ confirmed: false, .. }`).
+    ///
+    /// ```no_run
+    /// # fn demo(client: ticketing::blocking::Handle) {
+    /// use ticketing::blocking::ConnState;
+    ///
+    /// match client.connection() {
+    ///     ConnState::Connected { addr, node, .. } => println!("on {addr} ({node})"),
+    ///     other => println!("{other}"), // "disconnected for 0.4 s; last attempt: ..."
+    /// }
+    /// # }
+    /// ```
+    pub fn connection(&self) -> ConnState {
+        self.conn.now()
+    }
+
+    /// Blocks until the connection's state differs from the last one this
+    /// handle returned (from [`connection`](Handle::connection) or from
+    /// these), and returns it: a server took the client, the connection
+    /// ended, or an attempt to connect failed again (a new `last_error`).
+    /// At once with [`ConnState::Stopped`] once the client has stopped.
+    /// Each clone of a handle follows on its own, starting from what the
+    /// handle it was cloned from had read.
+    pub fn connection_changed(&self) -> ConnState {
+        self.conn
+            .wait_changed(None)
+            .unwrap_or_else(|| self.conn.now())
+    }
+
+    /// As [`connection_changed`](Handle::connection_changed), for at most
+    /// `timeout`: `None` if it passed with no change.
+    pub fn connection_changed_timeout(&self, timeout: Duration) -> Option<ConnState> {
+        self.conn.wait_changed(Some(timeout))
     }
 
     /// Blocks until a server has taken the client (its handshake was
@@ -612,8 +657,11 @@ impl Deref for Lease {
 
 impl Lease {
     /// Blocks until the status changes from the last one this returned
-    /// (or, the first time, from the grant's), and returns it.
-    pub fn changed(&mut self) -> LeaseStatus {
+    /// (or, the first time, from the grant's), and returns it. A change is
+    /// one of state: confirmed to unconfirmed (the connection ended) and
+    /// back, jeopardy, lost, expired. A renewal that keeps the lease valid
+    /// is none: [`renewed`](Lease::renewed) tells those.
+    pub fn changed(&self) -> LeaseStatus {
         self.held
             .wait_change(None)
             .unwrap_or_else(|| self.held.status())
@@ -621,8 +669,23 @@ impl Lease {
 
     /// As [`changed`](Lease::changed), for at most `timeout`: `None` if it
     /// passed with no change.
-    pub fn changed_timeout(&mut self, timeout: Duration) -> Option<LeaseStatus> {
+    pub fn changed_timeout(&self, timeout: Duration) -> Option<LeaseStatus> {
         self.held.wait_change(Some(timeout))
+    }
+
+    /// Blocks until the grant is renewed (after the last renewal this
+    /// returned, or, the first time, after the grant), and returns its new
+    /// `valid_until`. `None` once the lease is over (lost or expired): no
+    /// renewal will come.
+    pub fn renewed(&self) -> Option<Instant> {
+        self.held.wait_renewal(None).flatten()
+    }
+
+    /// As [`renewed`](Lease::renewed), for at most `timeout`: `None` also
+    /// if it passed with no renewal ([`status`](HeldGrant::status) tells
+    /// the two apart).
+    pub fn renewed_timeout(&self, timeout: Duration) -> Option<Instant> {
+        self.held.wait_renewal(Some(timeout)).flatten()
     }
 
     /// Renews the grant once, asking for `lease` (`None`: the acquire's).

@@ -50,6 +50,7 @@ use crate::runtime::driver::{self, Clock, Detached, Dial, Transport};
 use crate::runtime::error::unresolved;
 use crate::runtime::notices::Sink;
 
+pub use crate::runtime::conn::ConnState;
 pub use crate::runtime::driver::{
     Acquire, AcquireBuilder, Canceller, Handle, Lease, Lock, LockBuilder,
 };

@@ -15,7 +15,8 @@
 //! | `driver` | the poll-driven driver future and the cloneable handle shared by the tokio and futures-io adapters |
 //! | `shell` | what every client adapter does around the core: reply bookkeeping, grants whose caller went away handed back to the core, the acquire builders' options, the latest attempt's I/O error |
 //! | `reply` | the one-value reply channel from a driver to the caller waiting for an operation |
-//! | `lease` | what a held-grant guard shares with its driver: where the grant stands, renewals included |
+//! | `lease` | what a held-grant guard shares with its driver: where the grant stands, renewals and the connection included |
+//! | `conn` | where the connection stands, as the driver publishes it to every handle (`ConnState`) |
 //! | `notices` | the bounded queue of notices, and reading paused while it is full |
 //! | `error` | what the client adapters answer when they cannot give what was asked: one error per kind of call |
 //! | `trace` | the notices as `tracing` events (feature `tracing`) |
@@ -25,6 +26,7 @@
 
 #[cfg(feature = "blocking")]
 pub mod blocking;
+mod conn;
 #[cfg(any(feature = "tokio", feature = "futures-io"))]
 mod driver;
 mod error;

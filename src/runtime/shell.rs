@@ -20,6 +20,7 @@ use crate::client::{
 };
 use crate::hash::IdMap;
 use crate::names::{Endpoint, Key, Name};
+use crate::runtime::conn::{ConnState, Watch};
 use crate::runtime::error::{AcquireError, ConnectError};
 use crate::runtime::lease::{self, Guards};
 use crate::runtime::notices::Sink;
@@ -245,6 +246,9 @@ struct Standing {
     dial_error: Option<Arc<io::Error>>,
     /// Callers of `connected()`.
     waiters: Vec<Sender<Result<(), ConnectError>>>,
+    /// When the last connection a server took ended (`None`: none has
+    /// yet, so since the start).
+    down_since: Option<Instant>,
 }
 
 impl Standing {
@@ -265,6 +269,8 @@ pub(crate) struct Shell {
     flush_waiters: Vec<Sender<()>>,
     guards: Guards,
     link: Standing,
+    /// Where the connection stands, published to every handle.
+    conn: Arc<Watch>,
     notices: Sink,
     /// When the counters were last published (feature `metrics`).
     #[cfg(feature = "metrics")]
@@ -283,10 +289,16 @@ impl Shell {
             flush_waiters: Vec::new(),
             guards: Guards::new(start),
             link: Standing::default(),
+            conn: Watch::new(start),
             notices,
             #[cfg(feature = "metrics")]
             published: None,
         }
+    }
+
+    /// Where the connection stands, as this shell publishes it.
+    pub(crate) fn conn_watch(&self) -> Arc<Watch> {
+        Arc::clone(&self.conn)
     }
 
     /// The core's time for the present instant.
@@ -543,6 +555,8 @@ impl Shell {
                     self.deliver(op, outcome);
                 }
                 Event::ShutdownComplete => {
+                    // Stopped before the callers of `shutdown` hear it.
+                    self.conn.stop();
                     for reply in self.shutdown_waiters.drain(..) {
                         let _ = reply.send(Ok(()));
                     }
@@ -553,7 +567,6 @@ impl Shell {
                 }
                 other => {
                     self.observe(&other);
-                    self.guards.notice(&other);
                     self.notices.notify(other);
                 }
             }
@@ -566,19 +579,29 @@ impl Shell {
         delivered
     }
 
-    /// Follows where the connection stands from a notice.
+    /// Follows where the connection stands from a notice, and publishes
+    /// it to the handles, then to the guards, before `connected()` is
+    /// answered: whoever hears of a connection finds the others told.
     fn observe(&mut self, event: &Event) {
         let link = &mut self.link;
         let mut failure = None;
+        let mut publish = None;
         match event {
-            Event::Connected { .. } => {
+            Event::Connected { addr, node, .. } => {
                 link.welcomed = true;
                 link.misconfigured = false;
                 link.last_failure = None;
-                link.answer(&Ok(()));
+                publish = Some(ConnState::Connected {
+                    addr: addr.clone(),
+                    node: node.clone(),
+                    since: Instant::now(),
+                });
             }
             Event::Closed { addr, reason } => {
-                link.welcomed = false;
+                let ended = std::mem::replace(&mut link.welcomed, false);
+                if ended {
+                    link.down_since = Some(Instant::now());
+                }
                 let io = match reason {
                     CloseReason::ConnectFailed | CloseReason::Tls(_) => link.dial_error.take(),
                     _ => None,
@@ -588,6 +611,12 @@ impl Shell {
                     let end = ConnectError::new(Some(addr.clone()), reason.clone(), io);
                     failure = Some(end.clone());
                     link.last_failure = Some(end);
+                }
+                if ended || failure.is_some() {
+                    publish = Some(ConnState::Disconnected {
+                        since: link.down_since.unwrap_or(self.start),
+                        last_error: link.last_failure.clone(),
+                    });
                 }
             }
             // A round failed: its latest attempt says why.
@@ -602,6 +631,14 @@ impl Shell {
             }
             Event::Misconfigured { .. } => link.misconfigured = true,
             _ => {}
+        }
+        // The handles first: a guard told of a connection finds it there.
+        if let Some(conn) = publish {
+            self.conn.set(conn);
+        }
+        self.guards.notice(event, self.link.welcomed);
+        if let Event::Connected { .. } = event {
+            self.link.answer(&Ok(()));
         }
         #[cfg(feature = "tracing")]
         crate::runtime::trace::notice(event, failure.as_ref());
@@ -675,5 +712,13 @@ impl Shell {
             let now = self.now();
             let _ = self.client.undeliverable(now, &grant);
         }
+    }
+}
+
+impl Drop for Shell {
+    /// Its driver has ended (or was dropped with nothing to finish): the
+    /// client connects no more, whatever it last said.
+    fn drop(&mut self) {
+        self.conn.stop();
     }
 }

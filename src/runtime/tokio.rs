@@ -46,6 +46,7 @@ use crate::names::Endpoint;
 use crate::runtime::driver::{self, Clock, Detached, Dial, Transport};
 use crate::runtime::notices::Sink;
 
+pub use crate::runtime::conn::ConnState;
 pub use crate::runtime::driver::{
     Acquire, AcquireBuilder, Canceller, Handle, Lease, Lock, LockBuilder,
 };

@@ -234,7 +234,7 @@ macro_rules! async_handle_methods {
         }
 
         fn lease_changed(
-            mut lease: Lease,
+            lease: Lease,
             limit: Duration,
         ) -> impl Future<Output = (Lease, tcp::LeaseStatus)> + Send + 'static {
             async move {

@@ -179,7 +179,7 @@ pub async fn run() -> Result<Vec<String>, Box<dyn Error>> {
         TcpConnector,
     )?;
     handle.connected().await?;
-    let mut held = handle.lock(Key::new("held")?).lease(LEASE).renew().await?;
+    let held = handle.lock(Key::new("held")?).lease(LEASE).renew().await?;
     let token = held.token();
     println!(
         "[{:4.1}s] a holder holds \"held\" with token {token}, lease {} ms, renewed",

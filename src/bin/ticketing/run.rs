@@ -181,6 +181,8 @@ async fn supervise(
                 }
                 _ => {}
             },
+            // A renewal moves `valid_until` on: so does the next `term_at`.
+            Some(_) = lease.renewed() => {}
             _ = tokio::time::sleep_until(term_at.into()) => {
                 eprintln!(
                     "ticketing run: the lease of {key} is about to run out; stopping the command"

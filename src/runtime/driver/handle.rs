@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::inbox::Sender;
 use crate::client::{ClientStats, Error, Grant, Outcome};
 use crate::names::Key;
+use crate::runtime::conn::{ConnState, Observer, Watch};
 use crate::runtime::error::{AcquireError, ConnectError, RequestError, RunError};
 use crate::runtime::lease::{self, HeldGrant, LeaseStatus};
 use crate::runtime::reply::{self, Receiver};
@@ -26,17 +27,64 @@ pub struct Handle {
     commands: Sender,
     tickets: Arc<AtomicU64>,
     start: Instant,
+    /// Where the connection stands, and what this handle read of it.
+    conn: Observer,
 }
 
 impl Handle {
-    /// The first handle on the client whose driver reads `inbox`; its
-    /// times count from `start`.
-    pub(super) fn new(commands: Sender, start: Instant) -> Handle {
+    /// The first handle on the client whose driver reads `inbox` and
+    /// publishes to `conn`; its times count from `start`.
+    pub(super) fn new(commands: Sender, start: Instant, conn: Arc<Watch>) -> Handle {
         Handle {
             commands,
             tickets: Arc::new(AtomicU64::new(1)),
             start,
+            conn: Observer::new(conn),
         }
+    }
+
+    /// Where the client's connection stands now: connected to a server
+    /// (which one, since when), disconnected (since when, and how the
+    /// latest attempt ended), or stopped. The client keeps connecting by
+    /// itself; this only tells. While it is not connected, held leases
+    /// are unconfirmed ([`LeaseStatus::Valid`]`{ confirmed: false, .. }`).
+    ///
+    /// ```no_run
+    /// # fn demo(handle: ticketing::tokio::Handle) {
+    /// use ticketing::tokio::ConnState;
+    ///
+    /// match handle.connection() {
+    ///     ConnState::Connected { addr, node, .. } => println!("on {addr} ({node})"),
+    ///     other => println!("{other}"), // "disconnected for 0.4 s; last attempt: ..."
+    /// }
+    /// # }
+    /// ```
+    pub fn connection(&self) -> ConnState {
+        self.conn.now()
+    }
+
+    /// Waits until the connection's state differs from the last one this
+    /// handle returned (from [`connection`](Handle::connection) or from
+    /// this), and returns it: a server took the client, the connection
+    /// ended, or an attempt to connect failed again (a new `last_error`).
+    /// At once with [`ConnState::Stopped`] once the client has stopped.
+    /// Each clone of a handle follows on its own, starting from what the
+    /// handle it was cloned from had read.
+    ///
+    /// ```no_run
+    /// # async fn demo(handle: ticketing::tokio::Handle) {
+    /// use ticketing::tokio::ConnState;
+    ///
+    /// loop {
+    ///     match handle.connection_changed().await {
+    ///         ConnState::Stopped => break,
+    ///         state => eprintln!("lock service: {state}"),
+    ///     }
+    /// }
+    /// # }
+    /// ```
+    pub fn connection_changed(&self) -> impl Future<Output = ConnState> + Send + 'static {
+        self.conn.changed()
     }
 
     /// The client core's time now: the core's times ([`Grant::valid_until`],
@@ -323,7 +371,7 @@ impl LockBuilder {
         F: FnOnce(HeldGrant) -> Fut,
         Fut: Future<Output = T>,
     {
-        let mut lease = self.await?;
+        let lease = self.await?;
         let view = lease.held.clone();
         let ended = {
             let mut work = std::pin::pin!(work(view));
@@ -511,9 +559,20 @@ impl Deref for Lease {
 
 impl Lease {
     /// Waits until the status changes from the last one this returned
-    /// (or, the first time, from the grant's), and returns it.
-    pub async fn changed(&mut self) -> LeaseStatus {
+    /// (or, the first time, from the grant's), and returns it. A change is
+    /// one of state: confirmed to unconfirmed (the connection ended) and
+    /// back, jeopardy, lost, expired. A renewal that keeps the lease valid
+    /// is none: [`renewed`](Lease::renewed) tells those.
+    pub async fn changed(&self) -> LeaseStatus {
         self.held.changed().await
+    }
+
+    /// Waits until the grant is renewed (after the last renewal this
+    /// returned, or, the first time, after the grant), and returns its new
+    /// `valid_until`. `None` once the lease is over (lost or expired): no
+    /// renewal will come.
+    pub async fn renewed(&self) -> Option<Instant> {
+        self.held.renewed().await
     }
 
     /// Renews the grant once, asking for `lease` (`None`: the acquire's).

@@ -103,7 +103,7 @@ pub(crate) fn new<D: Dial, K: Clock>(
     let start = Instant::now();
     let client = Client::new(config, Time::ZERO)?;
     let inbox = Inbox::new();
-    let handle = Handle::new(Sender(Arc::clone(&inbox)), start);
     let shell = Shell::new(client, start, notices);
+    let handle = Handle::new(Sender(Arc::clone(&inbox)), start, shell.conn_watch());
     Ok((handle, Driver::new(shell, inbox, dial, start)))
 }
