@@ -50,7 +50,9 @@ pub enum AcquireError {
     /// owner held the key for the whole wait. Without, the acquire was
     /// never sent: no connection could take it within
     /// `max(wait, queue_grace)`, and `cause` says why (how the latest
-    /// connection attempt ended), if an attempt had ended.
+    /// connection attempt ended), if an attempt had ended. A cause that is
+    /// a refusal ([`ConnectError::is_refusal`]) is never here: that is
+    /// [`Misconfigured`](AcquireError::Misconfigured).
     #[error("{}", timed_out(*sent, cause.as_ref()))]
     TimedOut {
         /// Whether the request reached a server.
@@ -78,10 +80,20 @@ pub enum AcquireError {
         /// When the grant, if there is one, has certainly ended.
         settles_by: Instant,
     },
-    /// Every server of the latest round refused this client (a wrong
-    /// credential, an unsupported protocol version): no acquire is taken
-    /// until one accepts it. Refused at once.
-    #[error("not acquired: {0}; no acquire is taken until a server accepts this client")]
+    /// The acquire was never sent because a server refused this client for
+    /// its configuration, which trying again does not fix: a credential or
+    /// a protocol version the server refused, or a TLS handshake that
+    /// failed on trust (see [`ConnectError::is_refusal`]). The error carries
+    /// that refusal, whichever the order of calls (`connected()` awaited
+    /// first or not).
+    ///
+    /// Once every server of a round refused the credential or the version,
+    /// the core refuses new acquires at once, and ends those waiting for a
+    /// connection, until a server accepts the client. After a TLS failure
+    /// it keeps taking acquires and trying to connect: an acquire waits
+    /// for a connection as any does (`max(wait, queue_grace)`) and ends
+    /// so if the latest attempt was still refused.
+    #[error("{}", misconfigured(.0))]
     Misconfigured(ConnectError),
     /// The core refused the request at once: a lease under a millisecond,
     /// or the client is shutting down.
@@ -99,6 +111,14 @@ fn timed_out(sent: bool, cause: Option<&ConnectError>) -> String {
             format!("not acquired: no server took the request in time ({cause})")
         }
         (false, None) => "not acquired: no connection was up in time to send the request".into(),
+    }
+}
+
+fn misconfigured(cause: &ConnectError) -> String {
+    match cause.refused() {
+        Some(until) => format!("not acquired: {cause}; no acquire succeeds until {until}"),
+        // Never made so by the adapters; said plainly all the same.
+        None => format!("not acquired: {cause}"),
     }
 }
 
@@ -211,14 +231,46 @@ impl ConnectError {
         self.io.as_deref()
     }
 
-    /// Whether the server refused this client itself: a wrong credential
-    /// (`auth_failed`) or a protocol version it does not speak. Trying
-    /// again does not help until the configuration changes.
+    /// Whether this client was refused for its configuration, or the
+    /// server's, so that trying again does not help until one changes:
+    ///
+    /// - a credential the server refused (`auth_failed`), or a protocol
+    ///   version it does not speak (`unsupported_version`);
+    /// - a TLS handshake that failed on trust: a server certificate this
+    ///   client does not trust (`tls:unknown_ca`, `tls:name_mismatch`,
+    ///   `tls:expired`, `tls:not_yet_valid`, `tls:bad_certificate`), a
+    ///   server name that cannot be checked (`tls:bad_server_name`), a
+    ///   server that does not speak TLS (`tls:not_tls`), or a TLS alert
+    ///   the server refused the handshake with (`tls:alert_<name>`).
+    ///
+    /// A TLS handshake cut short or too slow (`tls:eof`,
+    /// `tls:handshake_timeout`, `tls:handshake_failed`) is not a refusal:
+    /// the network or the server may be at fault, and the next attempt may
+    /// pass. An acquire never sent for a refusal ends as
+    /// [`AcquireError::Misconfigured`].
     pub fn is_refusal(&self) -> bool {
-        matches!(
-            self.reason,
-            CloseReason::AuthFailed | CloseReason::UnsupportedVersion
-        )
+        self.refused().is_some()
+    }
+
+    /// For a refusal, what must change before a server accepts this client.
+    fn refused(&self) -> Option<&'static str> {
+        Some(match &self.reason {
+            CloseReason::AuthFailed => "the client's credential is one the server accepts",
+            CloseReason::UnsupportedVersion => "a server speaks this client's protocol version",
+            CloseReason::Tls(detail) => match detail.as_str() {
+                "unknown_ca" | "name_mismatch" | "expired" | "not_yet_valid"
+                | "bad_certificate" => "the server presents a certificate this client trusts",
+                "bad_server_name" => {
+                    "the client's TLS server name is a DNS name or an IP address"
+                }
+                "not_tls" => "the client and the server agree on whether to use TLS",
+                alert if alert.starts_with("alert_") => {
+                    "the server accepts this client's TLS handshake (its version, ciphers, certificate)"
+                }
+                _ => return None,
+            },
+            _ => return None,
+        })
     }
 }
 

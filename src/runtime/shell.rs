@@ -605,14 +605,24 @@ impl Shell {
         }
     }
 
-    /// An acquire's outcome, as the adapters hand it out.
+    /// An acquire's outcome, as the adapters hand it out. One never sent
+    /// for a refusal (a credential, a version, TLS trust) is
+    /// [`AcquireError::Misconfigured`], as the core's refusal of a new
+    /// acquire is ([`refusal`](Shell::refusal)): the core says `TimedOut`
+    /// with that cause for the acquires that waited for a connection, and
+    /// the adapters give the one answer, whichever came first.
     fn acquire_result(&self, outcome: Outcome) -> AcquireResult {
         Err(match outcome {
             Outcome::Granted(grant) => return Ok(grant),
-            Outcome::TimedOut { sent, cause } => AcquireError::TimedOut {
-                sent,
-                cause: cause.map(|reason| self.cause(reason)),
-            },
+            Outcome::TimedOut { sent, cause } => {
+                let cause = cause.map(|reason| self.cause(reason));
+                match cause {
+                    Some(cause) if !sent && cause.is_refusal() => {
+                        AcquireError::Misconfigured(cause)
+                    }
+                    cause => AcquireError::TimedOut { sent, cause },
+                }
+            }
             Outcome::Busy => AcquireError::Busy,
             Outcome::Cancelled => AcquireError::Cancelled,
             Outcome::Indeterminate { settles_by } => AcquireError::Indeterminate {
