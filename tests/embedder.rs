@@ -404,6 +404,59 @@ fn a_server_certificate_of_an_unknown_ca_is_misconfigured_whatever_the_order_of_
 }
 
 #[test]
+fn a_plain_client_of_a_tls_server_is_told_of_tls_in_the_text_alone() {
+    let mut lab = Lab::new();
+    let ca = Ca::new("the server's CA");
+    let ep = lab.serve_tls(&ca, None);
+    let hinted = format!(
+        "the connection to {ep} ended (eof) before the server's hello; if the server uses TLS, \
+         connect with a TlsConnector and the server's CA"
+    );
+    let rt = tokio_rt();
+    rt.block_on(async {
+        let handle = ticketing::tokio::spawn(config(&ep, "t"), ticketing::tokio::TcpConnector)
+            .expect("a client");
+        let cause = handle.connected().await.expect_err("not TLS");
+        // The TLS server's alert is no frame; then the stream ends.
+        assert_eq!(cause.reason(), &CloseReason::Eof, "{cause:?}");
+        assert!(!cause.is_refusal(), "{cause:?}");
+        assert_eq!(cause.to_string(), hinted);
+        // Not a refusal: an acquire that could not be sent timed out.
+        let error = handle.lock(key("k")).wait(Duration::ZERO).await;
+        let Err(AcquireError::TimedOut {
+            sent: false,
+            cause: Some(cause),
+        }) = &error
+        else {
+            panic!("{error:?}");
+        };
+        assert_eq!(cause.reason(), &CloseReason::Eof, "{error:?}");
+        assert_eq!(
+            error.as_ref().expect_err("timed out").to_string(),
+            format!("not acquired: no server took the request in time ({hinted})")
+        );
+    });
+    let handle = ticketing::blocking::connect(config(&ep, "b"), ticketing::blocking::TcpConnector)
+        .expect("a client");
+    let cause = handle.connected().expect_err("not TLS");
+    assert_eq!(cause.reason(), &CloseReason::Eof, "{cause:?}");
+    assert_eq!(cause.to_string(), hinted);
+
+    // A TLS client whose connection ends before the hello (the server
+    // wants a client certificate; TLS 1.3 says so after the handshake) is
+    // given no hint at TLS.
+    let strict = lab.serve_tls(&ca, Some(&ca));
+    let tls = ticketing::blocking::TlsConnector::new(client_tls(&ca, None));
+    let handle = ticketing::blocking::connect(config(&strict, "b"), tls).expect("a client");
+    let cause = handle.connected().expect_err("no client certificate");
+    assert_eq!(cause.reason(), &CloseReason::Io, "{cause:?}");
+    assert_eq!(
+        cause.to_string(),
+        format!("the connection to {strict} ended (io)")
+    );
+}
+
+#[test]
 fn a_try_lock_that_could_not_be_sent_says_why() {
     let ep = dead_endpoint();
     let rt = tokio_rt();

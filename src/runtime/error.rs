@@ -189,11 +189,22 @@ fn lease_lost(status: LeaseStatus) -> &'static str {
 /// `127.0.0.1:7878 refused this client's credential (auth_failed)`,
 /// `TLS handshake with locks.internal:7878 failed: the peer's certificate
 /// is not signed by a trusted CA (tls:unknown_ca)`.
+///
+/// When the connection of a plain client (its connector is not TLS: see
+/// the adapter's `Connector::is_tls`) ended before the server's hello
+/// (`W`), the text hints at TLS, since that is how a TLS server ends a
+/// plain client's connection: `the connection to 127.0.0.1:7878 ended
+/// (eof) before the server's hello; if the server uses TLS, connect with a
+/// TlsConnector and the server's CA`. The [`reason`](Self::reason) stays
+/// what the core says (`eof`).
 #[derive(Clone)]
 pub struct ConnectError {
     addr: Option<Endpoint>,
     reason: CloseReason,
     io: Option<Arc<io::Error>>,
+    /// A plain client's connection ended before the server's hello: the
+    /// text hints at TLS.
+    tls_hint: bool,
 }
 
 impl ConnectError {
@@ -204,7 +215,24 @@ impl ConnectError {
         reason: CloseReason,
         io: Option<Arc<io::Error>>,
     ) -> ConnectError {
-        ConnectError { addr, reason, io }
+        ConnectError {
+            addr,
+            reason,
+            io,
+            tls_hint: false,
+        }
+    }
+
+    /// The same, said to be the end of a plain client's connection before
+    /// the server's hello, when its reason is one a TLS server's refusal
+    /// of a plain client can take (the stream ended or failed, or what
+    /// came was not the protocol): its text then hints at TLS.
+    pub(crate) fn plain_before_hello(mut self) -> ConnectError {
+        self.tls_hint = matches!(
+            self.reason,
+            CloseReason::Eof | CloseReason::Io | CloseReason::Protocol(_)
+        );
+        self
     }
 
     /// The client stopped before a server took it.
@@ -280,6 +308,7 @@ impl fmt::Debug for ConnectError {
             .field("addr", &self.addr)
             .field("reason", &self.reason)
             .field("io", &self.io)
+            .field("tls_hint", &self.tls_hint)
             .finish()
     }
 }
@@ -324,6 +353,11 @@ impl fmt::Display for ConnectError {
             (CloseReason::Shutdown, _) if self.addr.is_none() => {
                 f.write_str("the client has shut down")
             }
+            (reason, _) if self.tls_hint => write!(
+                f,
+                "the connection to {addr} ended ({reason}) before the server's hello; \
+                 if the server uses TLS, connect with a TlsConnector and the server's CA"
+            ),
             (reason, _) => write!(f, "the connection to {addr} ended ({reason})"),
         }
     }

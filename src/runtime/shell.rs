@@ -246,6 +246,9 @@ pub(crate) struct Shell {
     flush_waiters: Vec<Sender<()>>,
     guards: Guards,
     link: Standing,
+    /// Whether the connector runs TLS: a plain client's connection that
+    /// ends before the server's hello hints at TLS.
+    tls: bool,
     notices: Sink,
     /// When the counters were last published (feature `metrics`).
     #[cfg(feature = "metrics")]
@@ -264,10 +267,17 @@ impl Shell {
             flush_waiters: Vec::new(),
             guards: Guards::new(start),
             link: Standing::default(),
+            tls: false,
             notices,
             #[cfg(feature = "metrics")]
             published: None,
         }
+    }
+
+    /// The same, its connector running TLS (`tls`) or not.
+    pub(crate) fn over_tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// The core's time for the present instant.
@@ -545,6 +555,7 @@ impl Shell {
 
     /// Follows where the connection stands from a notice.
     fn observe(&mut self, event: &Event) {
+        let plain = !self.tls;
         let link = &mut self.link;
         let mut failure = None;
         match event {
@@ -555,6 +566,9 @@ impl Shell {
                 link.answer(&Ok(()));
             }
             Event::Closed { addr, reason } => {
+                // No `W` came on this connection: its end may be a TLS
+                // server's to a plain client.
+                let before_hello = !link.welcomed;
                 link.welcomed = false;
                 let io = match reason {
                     CloseReason::ConnectFailed | CloseReason::Tls(_) => link.dial_error.take(),
@@ -562,7 +576,10 @@ impl Shell {
                 };
                 link.dial_error = None;
                 if !matches!(reason, CloseReason::Shutdown | CloseReason::Cancel) {
-                    let end = ConnectError::new(Some(addr.clone()), reason.clone(), io);
+                    let mut end = ConnectError::new(Some(addr.clone()), reason.clone(), io);
+                    if plain && before_hello {
+                        end = end.plain_before_hello();
+                    }
                     failure = Some(end.clone());
                     link.last_failure = Some(end);
                 }
