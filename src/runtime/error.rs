@@ -397,3 +397,91 @@ pub enum SpawnError {
     #[error("cannot start the client's driver thread: {0}")]
     Thread(#[source] io::Error),
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Violation;
+    use crate::names::Name;
+
+    fn ended(reason: CloseReason) -> ConnectError {
+        let addr = Endpoint::new("127.0.0.1:7878").expect("an endpoint");
+        ConnectError::new(Some(addr), reason, None)
+    }
+
+    fn tls(detail: &str) -> CloseReason {
+        CloseReason::Tls(Name::new(detail).expect("an atom"))
+    }
+
+    #[test]
+    fn a_refusal_is_what_configuration_must_fix() {
+        let refusals = [
+            CloseReason::AuthFailed,
+            CloseReason::UnsupportedVersion,
+            tls("unknown_ca"),
+            tls("name_mismatch"),
+            tls("expired"),
+            tls("not_yet_valid"),
+            tls("bad_certificate"),
+            tls("bad_server_name"),
+            tls("not_tls"),
+            tls("alert_handshake_failure"),
+            tls("alert_protocol_version"),
+        ];
+        for reason in refusals {
+            let error = ended(reason.clone());
+            assert!(error.is_refusal(), "{reason}");
+            let text = AcquireError::Misconfigured(error).to_string();
+            assert!(
+                text.starts_with("not acquired: ") && text.contains("; no acquire succeeds until "),
+                "{text}"
+            );
+        }
+        let others = [
+            tls("eof"),
+            tls("handshake_timeout"),
+            tls("handshake_failed"),
+            CloseReason::Eof,
+            CloseReason::Io,
+            CloseReason::ConnectFailed,
+            CloseReason::ConnectTimeout,
+            CloseReason::HandshakeTimeout,
+            CloseReason::NoLeader,
+            CloseReason::NotActive,
+            CloseReason::Moved,
+        ];
+        for reason in others {
+            assert!(!ended(reason.clone()).is_refusal(), "{reason}");
+        }
+    }
+
+    #[test]
+    fn the_hint_at_tls_is_for_an_end_before_the_hello_and_only_in_the_text() {
+        let hinted = ended(CloseReason::Eof).plain_before_hello();
+        assert_eq!(hinted.reason(), &CloseReason::Eof);
+        assert_eq!(
+            hinted.to_string(),
+            "the connection to 127.0.0.1:7878 ended (eof) before the server's hello; if the \
+             server uses TLS, connect with a TlsConnector and the server's CA"
+        );
+        let framing = ended(CloseReason::Protocol(Violation::SecondWelcome)).plain_before_hello();
+        assert!(
+            framing.to_string().contains("if the server uses TLS"),
+            "{framing}"
+        );
+        // What says plainly what went wrong gets no hint.
+        for reason in [
+            CloseReason::AuthFailed,
+            CloseReason::ConnectFailed,
+            CloseReason::NoLeader,
+            CloseReason::HandshakeTimeout,
+        ] {
+            let error = ended(reason).plain_before_hello();
+            assert!(!error.to_string().contains("TLS"), "{error}");
+        }
+        assert_eq!(
+            ended(CloseReason::Eof).to_string(),
+            "the connection to 127.0.0.1:7878 ended (eof)"
+        );
+    }
+}
