@@ -46,6 +46,29 @@
 //! # fn main() {}
 //! ```
 //!
+//! A credential and TLS (feature `tls` too): the credential is sent in the
+//! handshake and never printed; TLS lives in the adapter's `TlsConnector`.
+//! A refusal of either ends acquires as `AcquireError::Misconfigured`.
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "tokio", feature = "tls"))]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use ticketing::client::Config;
+//! use ticketing::tls::{ClientTls, Identity};
+//! use ticketing::tokio::{spawn, TlsConnector};
+//! use ticketing::{Endpoint, Name};
+//!
+//! let mut config = Config::new([Endpoint::new("locks.internal:7878")?], Name::new("worker-1")?);
+//! config.credential = Some(Name::new(std::env::var("TICKETING_CREDENTIAL")?)?);
+//! let tls = ClientTls::builder()
+//!     .ca_file("ca.pem")? // or .roots(a RootCertStore)
+//!     .identity(Identity::from_pem_files("client.pem", "client.key")?) // mutual TLS only
+//!     .build()?; // .server_name("locks.internal")? to check another name
+//! let handle = spawn(config, TlsConnector::new(tls))?;
+//! handle.connected().await?; // Err: the TLS handshake or the credential refused, and why
+//! # Ok(()) }
+//! ```
+//!
 //! The futures-io adapter (smol, async-std) and the blocking adapter have
 //! the same handle, builders and guard; `examples/tokio_lock.rs` and
 //! `examples/blocking_lock.rs` walk through them. The README's table says
