@@ -46,6 +46,29 @@
 //! # fn main() {}
 //! ```
 //!
+//! A credential and TLS (feature `tls` too): the credential is sent in the
+//! handshake and never printed; TLS lives in the adapter's `TlsConnector`.
+//! A refusal of either ends acquires as `AcquireError::Misconfigured`.
+//!
+//! ```no_run
+//! # #[cfg(all(feature = "tokio", feature = "tls"))]
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use ticketing::client::Config;
+//! use ticketing::tls::{ClientTls, Identity};
+//! use ticketing::tokio::{spawn, TlsConnector};
+//! use ticketing::{Endpoint, Name};
+//!
+//! let mut config = Config::new([Endpoint::new("locks.internal:7878")?], Name::new("worker-1")?);
+//! config.credential = Some(Name::new(std::env::var("TICKETING_CREDENTIAL")?)?);
+//! let tls = ClientTls::builder()
+//!     .ca_file("ca.pem")? // or .roots(a RootCertStore)
+//!     .identity(Identity::from_pem_files("client.pem", "client.key")?) // mutual TLS only
+//!     .build()?; // .server_name("locks.internal")? to check another name
+//! let handle = spawn(config, TlsConnector::new(tls))?;
+//! handle.connected().await?; // Err: the TLS handshake or the credential refused, and why
+//! # Ok(()) }
+//! ```
+//!
 //! The futures-io adapter (smol, async-std) and the blocking adapter have
 //! the same handle, builders and guard; `examples/tokio_lock.rs` and
 //! `examples/blocking_lock.rs` walk through them. The README's table says
@@ -65,13 +88,15 @@
 //! * [`time`] and [`rng`] — the time type the cores take, and the seeded
 //!   generator behind every random choice. The cores never read a clock or
 //!   draw entropy: the same inputs at the same times give the same bytes.
-//! * Adapters (each behind a feature, none in the defaults): `tokio`,
-//!   `futures_io` (smol, async-std), `blocking` (a driver thread over
-//!   `std::net`), and `serve` (the server core on tokio and TCP); `tls`
+//! * Adapters (each behind a feature, none in the defaults; the names link
+//!   to the [features](#features) they need where they are not built):
+//!   [`tokio`][tokio], [`futures_io`][futures_io] (smol, async-std),
+//!   [`blocking`][blocking] (a driver thread over `std::net`), and
+//!   [`serve`][serve] (the server core on tokio and TCP); [`tls`][tls]
 //!   puts TLS on each of them.
-//! * `sim` — a deterministic simulator of many clients and a failing
-//!   cluster; `testkit` — the invariant checker, a model server and the
-//!   fuzz entry points.
+//! * [`sim`][sim] — a deterministic simulator of many clients and a
+//!   failing cluster; [`testkit`][testkit] — the invariant checker, a model
+//!   server and the fuzz entry points.
 //!
 //! # Driving a core
 //!
@@ -193,19 +218,67 @@
 //! | feature | what it adds | dependencies beyond `bytes`, `thiserror` and `siphasher` (the server's keyed table hash) |
 //! |---|---|---|
 //! | *(none)* | the wire codec, the client and server cores | — |
-//! | `tokio` | `ticketing::tokio`: the tokio adapter | tokio |
-//! | `futures-io` | `ticketing::futures_io`: the adapter for smol and async-std | futures-io, async-io |
-//! | `blocking` | `ticketing::blocking`: the blocking adapter | — |
-//! | `server` | `ticketing::serve` and `ticketing::state`: the server core on tokio and TCP, a state directory | tokio |
-//! | `tls` | `ticketing::tls`, a `TlsConnector` in each client adapter, `serve::TlsListener` (rustls with ring) | rustls, tokio-rustls, futures-rustls |
-//! | `etcd` | `ticketing::cluster`: a node of a cluster on etcd (PROTOCOL.md 4.2) | etcd-client (its protoc from protoc-bin-vendored) |
-//! | `raft` | `ticketing::raft`: a member of a replicated cluster (PROTOCOL.md 4.3) | raft (raft-rs, prost codec), prost, slog (its protoc from protoc-bin-vendored) |
-//! | `metrics` | `ticketing::metrics`: the cores' counters in the `metrics` facade; the client adapters publish theirs | metrics |
+//! | `tokio` | [`ticketing::tokio`][tokio]: the tokio adapter | tokio |
+//! | `futures-io` | [`ticketing::futures_io`][futures_io]: the adapter for smol and async-std | futures-io, async-io |
+//! | `blocking` | [`ticketing::blocking`][blocking]: the blocking adapter | — |
+//! | `server` | [`ticketing::serve`][serve] and [`ticketing::state`][state]: the server core on tokio and TCP, a state directory | tokio |
+//! | `tls` | [`ticketing::tls`][tls], a `TlsConnector` in each client adapter, `serve::TlsListener` (rustls with ring) | rustls, tokio-rustls, futures-rustls |
+//! | `etcd` | [`ticketing::cluster`][cluster]: a node of a cluster on etcd (PROTOCOL.md 4.2) | etcd-client (its protoc from protoc-bin-vendored) |
+//! | `raft` | [`ticketing::raft`][raft]: a member of a replicated cluster (PROTOCOL.md 4.3) | raft (raft-rs, prost codec), prost, slog (its protoc from protoc-bin-vendored) |
+//! | `metrics` | [`ticketing::metrics`][metrics]: the cores' counters in the `metrics` facade; the client adapters publish theirs | metrics |
 //! | `tracing` | the client adapters' notices as `tracing` events (target `ticketing`) | tracing |
-//! | `fuzzing` | `ticketing::testkit` | arbitrary |
-//! | `sim` | `ticketing::sim` | arbitrary |
+//! | `fuzzing` | [`ticketing::testkit`][testkit] | arbitrary |
+//! | `sim` | [`ticketing::sim`][sim] | arbitrary |
 //! | `sabotage` | `ticketing::sim::Sabotage`: bad clients, to show that the simulator's checks catch them (never in `cli`) | arbitrary |
 //! | `cli` | the `ticketing` binary | clap, serde_json, nix, and the above |
+//!
+//! On docs.rs every feature an embedder uses is built, and each item says
+//! which feature it needs.
+//!
+// The modules behind a feature, linked where they are built, else to the
+// table above: the same page builds with and without them.
+#![cfg_attr(feature = "tokio", doc = "[tokio]: crate::tokio")]
+#![cfg_attr(not(feature = "tokio"), doc = "[tokio]: #features")]
+#![cfg_attr(feature = "futures-io", doc = "[futures_io]: crate::futures_io")]
+#![cfg_attr(not(feature = "futures-io"), doc = "[futures_io]: #features")]
+#![cfg_attr(feature = "blocking", doc = "[blocking]: crate::blocking")]
+#![cfg_attr(not(feature = "blocking"), doc = "[blocking]: #features")]
+#![cfg_attr(feature = "server", doc = "[serve]: crate::serve")]
+#![cfg_attr(not(feature = "server"), doc = "[serve]: #features")]
+#![cfg_attr(feature = "server", doc = "[state]: crate::state")]
+#![cfg_attr(not(feature = "server"), doc = "[state]: #features")]
+#![cfg_attr(
+    any(
+        feature = "tls",
+        feature = "tokio",
+        feature = "futures-io",
+        feature = "blocking"
+    ),
+    doc = "[tls]: crate::tls"
+)]
+#![cfg_attr(
+    not(any(
+        feature = "tls",
+        feature = "tokio",
+        feature = "futures-io",
+        feature = "blocking"
+    )),
+    doc = "[tls]: #features"
+)]
+#![cfg_attr(feature = "etcd", doc = "[cluster]: crate::cluster")]
+#![cfg_attr(not(feature = "etcd"), doc = "[cluster]: #features")]
+#![cfg_attr(feature = "raft", doc = "[raft]: crate::raft")]
+#![cfg_attr(not(feature = "raft"), doc = "[raft]: #features")]
+#![cfg_attr(feature = "metrics", doc = "[metrics]: crate::metrics")]
+#![cfg_attr(not(feature = "metrics"), doc = "[metrics]: #features")]
+#![cfg_attr(feature = "fuzzing", doc = "[testkit]: crate::testkit")]
+#![cfg_attr(not(feature = "fuzzing"), doc = "[testkit]: #features")]
+#![cfg_attr(feature = "sim", doc = "[sim]: crate::sim")]
+#![cfg_attr(not(feature = "sim"), doc = "[sim]: #features")]
+// docs.rs (`--cfg docsrs`, `[package.metadata.docs.rs]`): each item shows
+// the features it needs, from its `cfg` (`doc_cfg` does it on its own
+// since `doc_auto_cfg` was merged into it).
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![deny(missing_docs)]
 #![forbid(unsafe_code)]
 

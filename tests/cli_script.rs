@@ -454,6 +454,23 @@ fn an_acquire_a_misconfigured_client_refuses_times_out_unsent_with_the_cause() {
     c.finish();
 }
 
+#[test]
+fn an_acquire_made_before_the_refusal_times_out_unsent_with_the_cause() {
+    let serve = Serve::start(&["--credential", "sesame"]);
+    let mut c = Client::start(&[&serve.addr], &["--credential", "wrong"]);
+    // Sent as the client starts, before the refusal comes back: the
+    // refusal ends it, with the JSON of one refused at once (the adapter
+    // says `Misconfigured` for both; CLI.md's `timed_out` stays).
+    c.send_bytes(b"acquire a k o 5000 1000\nrelease-grant r a\n");
+    let v = c.outcome_is("a", "timed_out");
+    assert_eq!(v["sent"], false, "{v}");
+    assert_eq!(v["cause"], "auth_failed", "{v}");
+    let e = c.wait_for("the error of r", |v| v["type"] == "error");
+    assert_eq!(e["tag"], "r", "{e}");
+    assert_eq!(e["message"], "acquire \"a\" was not granted: timed_out");
+    c.finish();
+}
+
 /// `ticketing demo` (CLI.md) refuses options it cannot run with, as a bad
 /// command line (exit status 2), where it used to panic mid-run.
 #[test]

@@ -70,10 +70,32 @@ impl Lab {
         ep
     }
 
-    /// A server over TLS with a certificate `ca` signed.
-    fn serve_tls(&mut self, ca: &Ca) -> Endpoint {
+    /// An address whose server `tweak` configures, and which takes no
+    /// connection until [`serve_now`](Lab::serve_now): a client's
+    /// connection waits in the listener's backlog meanwhile.
+    fn serve_later(&mut self, tweak: impl FnOnce(&mut server::Config)) -> (Endpoint, Later) {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("a port");
+        listener.set_nonblocking(true).expect("non-blocking");
+        let ep = endpoint(listener.local_addr().expect("its address"));
+        let mut config = server::Config::new(name("n1"));
+        tweak(&mut config);
+        let core = Server::new(config, Time::ZERO).expect("a server");
+        (ep, Later { listener, core })
+    }
+
+    /// Starts serving what [`serve_later`](Lab::serve_later) made.
+    fn serve_now(&mut self, later: Later) {
+        let _entered = self.rt.enter();
+        let listener = tokio::net::TcpListener::from_std(later.listener).expect("a listener");
+        let server = ticketing::serve::spawn(listener, later.core).expect("serve");
+        self.servers.push(server);
+    }
+
+    /// A server over TLS with a certificate `ca` signed; with `client_ca`,
+    /// it requires client certificates that CA signed.
+    fn serve_tls(&mut self, ca: &Ca, client_ca: Option<&Ca>) -> Endpoint {
         let core = Server::new(server::Config::new(name("n1")), Time::ZERO).expect("a server");
-        let tls = server_tls(&ca.server(), None);
+        let tls = server_tls(&ca.server(), client_ca);
         let server = self
             .rt
             .block_on(async {
@@ -85,6 +107,12 @@ impl Lab {
         self.servers.push(server);
         ep
     }
+}
+
+/// A server not serving yet, and the listener it will serve.
+struct Later {
+    listener: TcpListener,
+    core: Server,
 }
 
 fn name(s: &str) -> Name {
@@ -216,7 +244,7 @@ fn connected_and_acquires_say_a_credential_was_refused() {
 #[test]
 fn connected_says_a_tls_handshake_was_refused() {
     let mut lab = Lab::new();
-    let ep = lab.serve_tls(&Ca::new("the server's CA"));
+    let ep = lab.serve_tls(&Ca::new("the server's CA"), None);
     let other = Ca::new("another CA");
     let rt = tokio_rt();
     let error = rt.block_on(async {
@@ -235,6 +263,196 @@ fn connected_says_a_tls_handshake_was_refused() {
             "TLS handshake with {ep} failed: the peer's certificate is not signed by a trusted CA \
              (tls:unknown_ca)"
         )
+    );
+}
+
+// ----- one answer to a refusal -------------------------------------------------
+
+/// A client of `ep` with a credential the server refuses.
+fn wrong_credential(ep: &Endpoint, id: &str) -> Config {
+    let mut config = config(ep, id);
+    config.credential = Some(name("wrong"));
+    config
+}
+
+/// Asserts that `error` is the refusal of this client's credential by
+/// `ep`, said as such.
+fn credential_refused(error: &AcquireError, ep: &Endpoint) {
+    let AcquireError::Misconfigured(cause) = error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(cause.reason(), &CloseReason::AuthFailed, "{error:?}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "not acquired: {ep} refused this client's credential (auth_failed); no acquire \
+             succeeds until the client's credential is one the server accepts"
+        )
+    );
+}
+
+#[test]
+fn a_wrong_credential_is_misconfigured_whatever_the_order_of_calls() {
+    let mut lab = Lab::new();
+    let (ep, later) = lab.serve_later(|c| c.credential = Some(name("s3cret")));
+    let rt = tokio_rt();
+    // Acquires made before the refusal: their clients' connections wait
+    // in the backlog until the server starts.
+    let handle = {
+        let _entered = rt.enter();
+        ticketing::tokio::spawn(wrong_credential(&ep, "t"), ticketing::tokio::TcpConnector)
+            .expect("a client")
+    };
+    let locking = rt.spawn({
+        let handle = handle.clone();
+        async move { handle.lock(key("k")).wait(PATIENCE).await.err() }
+    });
+    let blocking = ticketing::blocking::connect(
+        wrong_credential(&ep, "b"),
+        ticketing::blocking::TcpConnector,
+    )
+    .expect("a client");
+    let pending = blocking.acquire(key("k")).wait(PATIENCE).start();
+    thread::sleep(ms(100));
+    let served = Instant::now();
+    lab.serve_now(later);
+    let tokio_error = rt.block_on(locking).expect("the task").expect("refused");
+    let blocking_error = pending.wait().expect_err("refused");
+    assert!(
+        served.elapsed() < ms(1000),
+        "ended by the refusal, not by their wait: {:?}",
+        served.elapsed()
+    );
+    credential_refused(&tokio_error, &ep);
+    credential_refused(&blocking_error, &ep);
+
+    // And after `connected()` has said so.
+    rt.block_on(async {
+        let cause = handle.connected().await.expect_err("refused");
+        assert!(cause.is_refusal(), "{cause:?}");
+        let started = Instant::now();
+        let error = handle.lock(key("k")).await.expect_err("refused");
+        assert!(started.elapsed() < ms(200), "refused at once");
+        credential_refused(&error, &ep);
+    });
+    let cause = blocking.connected().expect_err("refused");
+    assert!(cause.is_refusal(), "{cause:?}");
+    let started = Instant::now();
+    let error = blocking.acquire(key("k")).send().expect_err("refused");
+    assert!(started.elapsed() < ms(200), "refused at once");
+    credential_refused(&error, &ep);
+}
+
+/// Asserts that `error` is the refusal of `ep`'s certificate, signed by a
+/// CA this client does not trust.
+fn unknown_ca(error: &AcquireError, ep: &Endpoint) {
+    let AcquireError::Misconfigured(cause) = error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(
+        cause.reason(),
+        &CloseReason::Tls(name("unknown_ca")),
+        "{error:?}"
+    );
+    assert!(cause.is_refusal(), "{cause:?}");
+    assert_eq!(
+        error.to_string(),
+        format!(
+            "not acquired: TLS handshake with {ep} failed: the peer's certificate is not signed \
+             by a trusted CA (tls:unknown_ca); no acquire succeeds until the server presents a \
+             certificate this client trusts"
+        )
+    );
+}
+
+#[test]
+fn a_server_certificate_of_an_unknown_ca_is_misconfigured_whatever_the_order_of_calls() {
+    let mut lab = Lab::new();
+    let ep = lab.serve_tls(&Ca::new("the server's CA"), None);
+    let other = Ca::new("another CA");
+    // The core keeps taking acquires after a TLS failure: a try-lock waits
+    // for a connection its queue grace (300 ms), then ends with the cause.
+    let bound = ms(1000);
+    let rt = tokio_rt();
+    rt.block_on(async {
+        let tls = ticketing::tokio::TlsConnector::new(client_tls(&other, None));
+        let handle = ticketing::tokio::spawn(config(&ep, "t"), tls).expect("a client");
+        let started = Instant::now();
+        let error = handle.lock(key("k")).wait(Duration::ZERO).await;
+        assert!(started.elapsed() < bound, "{:?}", started.elapsed());
+        unknown_ca(&error.expect_err("refused"), &ep);
+
+        let cause = handle.connected().await.expect_err("refused");
+        assert!(cause.is_refusal(), "{cause:?}");
+        let started = Instant::now();
+        let error = handle.lock(key("k")).wait(Duration::ZERO).await;
+        assert!(started.elapsed() < bound, "{:?}", started.elapsed());
+        unknown_ca(&error.expect_err("refused"), &ep);
+    });
+    let tls = ticketing::blocking::TlsConnector::new(client_tls(&other, None));
+    let handle = ticketing::blocking::connect(config(&ep, "b"), tls).expect("a client");
+    let started = Instant::now();
+    let error = handle.acquire(key("k")).wait(Duration::ZERO).send();
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
+    unknown_ca(&error.expect_err("refused"), &ep);
+    let cause = handle.connected().expect_err("refused");
+    assert!(cause.is_refusal(), "{cause:?}");
+    let started = Instant::now();
+    let error = handle.acquire(key("k")).wait(Duration::ZERO).send();
+    assert!(started.elapsed() < bound, "{:?}", started.elapsed());
+    unknown_ca(&error.expect_err("refused"), &ep);
+}
+
+#[test]
+fn a_plain_client_of_a_tls_server_is_told_of_tls_in_the_text_alone() {
+    let mut lab = Lab::new();
+    let ca = Ca::new("the server's CA");
+    let ep = lab.serve_tls(&ca, None);
+    let hinted = format!(
+        "the connection to {ep} ended (eof) before the server's hello; if the server uses TLS, \
+         connect with a TlsConnector and the server's CA"
+    );
+    let rt = tokio_rt();
+    rt.block_on(async {
+        let handle = ticketing::tokio::spawn(config(&ep, "t"), ticketing::tokio::TcpConnector)
+            .expect("a client");
+        let cause = handle.connected().await.expect_err("not TLS");
+        // The TLS server's alert is no frame; then the stream ends.
+        assert_eq!(cause.reason(), &CloseReason::Eof, "{cause:?}");
+        assert!(!cause.is_refusal(), "{cause:?}");
+        assert_eq!(cause.to_string(), hinted);
+        // Not a refusal: an acquire that could not be sent timed out.
+        let error = handle.lock(key("k")).wait(Duration::ZERO).await;
+        let Err(AcquireError::TimedOut {
+            sent: false,
+            cause: Some(cause),
+        }) = &error
+        else {
+            panic!("{error:?}");
+        };
+        assert_eq!(cause.reason(), &CloseReason::Eof, "{error:?}");
+        assert_eq!(
+            error.as_ref().expect_err("timed out").to_string(),
+            format!("not acquired: no server could take the request ({hinted})")
+        );
+    });
+    let handle = ticketing::blocking::connect(config(&ep, "b"), ticketing::blocking::TcpConnector)
+        .expect("a client");
+    let cause = handle.connected().expect_err("not TLS");
+    assert_eq!(cause.reason(), &CloseReason::Eof, "{cause:?}");
+    assert_eq!(cause.to_string(), hinted);
+
+    // A TLS client whose connection ends before the hello (the server
+    // wants a client certificate; TLS 1.3 says so after the handshake) is
+    // given no hint at TLS.
+    let strict = lab.serve_tls(&ca, Some(&ca));
+    let tls = ticketing::blocking::TlsConnector::new(client_tls(&ca, None));
+    let handle = ticketing::blocking::connect(config(&strict, "b"), tls).expect("a client");
+    let cause = handle.connected().expect_err("no client certificate");
+    assert_eq!(cause.reason(), &CloseReason::Io, "{cause:?}");
+    assert_eq!(
+        cause.to_string(),
+        format!("the connection to {strict} ended (io)")
     );
 }
 
@@ -259,7 +477,7 @@ fn a_try_lock_that_could_not_be_sent_says_why() {
     refused_connection(cause, &ep);
     let shown = error.to_string();
     assert!(
-        shown.starts_with("not acquired: no server took the request in time (cannot connect to"),
+        shown.starts_with("not acquired: no server could take the request (cannot connect to"),
         "{shown}"
     );
 }

@@ -99,6 +99,16 @@ pub trait Connector: Send + Sync + 'static {
 
     /// Connects to `addr` within `timeout` (the core's connect timeout).
     fn connect(&self, addr: &Endpoint, timeout: Duration) -> io::Result<Self::Stream>;
+
+    /// Whether the streams this connector makes run TLS (`false` unless
+    /// told; the adapter's `TlsConnector` says `true`). A plain client
+    /// whose connection ends before the server's hello hints at TLS in the
+    /// error's text ([`ConnectError`]): that is how a TLS server ends a
+    /// plain client's connection. A connector of your own that runs TLS
+    /// (or another layer that speaks first) says `true`.
+    fn is_tls(&self) -> bool {
+        false
+    }
 }
 
 /// Connects over TCP, with `TCP_NODELAY` set.
@@ -169,7 +179,7 @@ fn start<C: Connector>(config: Config, connector: C, notices: Sink) -> Result<Ha
     let client = Client::new(config, Time::ZERO)?;
     let (tx, rx) = mpsc::channel::<Msg<C::Stream>>();
     let start = Instant::now();
-    let shell = Shell::new(client, start, notices);
+    let shell = Shell::new(client, start, notices).over_tls(connector.is_tls());
     let conn = Observer::new(shell.conn_watch());
     let gauges = Arc::new(Gauges::default());
     let io = ThreadIo {

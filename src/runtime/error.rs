@@ -49,8 +49,12 @@ pub enum AcquireError {
     /// The wait ran out. With `sent`, the server answered that another
     /// owner held the key for the whole wait. Without, the acquire was
     /// never sent: no connection could take it within
-    /// `max(wait, queue_grace)`, and `cause` says why (how the latest
-    /// connection attempt ended), if an attempt had ended.
+    /// `max(wait, queue_grace)` (or, for an acquire that gives up while
+    /// unreachable, at once once a round of attempts failed at every
+    /// address), and `cause` says why (how the latest connection attempt
+    /// ended), if an attempt had ended. A cause that is
+    /// a refusal ([`ConnectError::is_refusal`]) is never here: that is
+    /// [`Misconfigured`](AcquireError::Misconfigured).
     #[error("{}", timed_out(*sent, cause.as_ref()))]
     TimedOut {
         /// Whether the request reached a server.
@@ -78,10 +82,20 @@ pub enum AcquireError {
         /// When the grant, if there is one, has certainly ended.
         settles_by: Instant,
     },
-    /// Every server of the latest round refused this client (a wrong
-    /// credential, an unsupported protocol version): no acquire is taken
-    /// until one accepts it. Refused at once.
-    #[error("not acquired: {0}; no acquire is taken until a server accepts this client")]
+    /// The acquire was never sent because a server refused this client for
+    /// its configuration, which trying again does not fix: a credential or
+    /// a protocol version the server refused, or a TLS handshake that
+    /// failed on trust (see [`ConnectError::is_refusal`]). The error carries
+    /// that refusal, whichever the order of calls (`connected()` awaited
+    /// first or not).
+    ///
+    /// Once every server of a round refused the credential or the version,
+    /// the core refuses new acquires at once, and ends those waiting for a
+    /// connection, until a server accepts the client. After a TLS failure
+    /// it keeps taking acquires and trying to connect: an acquire waits
+    /// for a connection as any does (`max(wait, queue_grace)`) and ends
+    /// so if the latest attempt was still refused.
+    #[error("{}", misconfigured(.0))]
     Misconfigured(ConnectError),
     /// The core refused the request at once: a lease under a millisecond,
     /// or the client is shutting down.
@@ -96,9 +110,17 @@ fn timed_out(sent: bool, cause: Option<&ConnectError>) -> String {
     match (sent, cause) {
         (true, _) => "not acquired: another owner held the key for the whole wait".into(),
         (false, Some(cause)) => {
-            format!("not acquired: no server took the request in time ({cause})")
+            format!("not acquired: no server could take the request ({cause})")
         }
         (false, None) => "not acquired: no connection was up in time to send the request".into(),
+    }
+}
+
+fn misconfigured(cause: &ConnectError) -> String {
+    match cause.refused() {
+        Some(until) => format!("not acquired: {cause}; no acquire succeeds until {until}"),
+        // Never made so by the adapters; said plainly all the same.
+        None => format!("not acquired: {cause}"),
     }
 }
 
@@ -169,11 +191,22 @@ fn lease_lost(status: LeaseStatus) -> &'static str {
 /// `127.0.0.1:7878 refused this client's credential (auth_failed)`,
 /// `TLS handshake with locks.internal:7878 failed: the peer's certificate
 /// is not signed by a trusted CA (tls:unknown_ca)`.
+///
+/// When the connection of a plain client (its connector is not TLS: see
+/// the adapter's `Connector::is_tls`) ended before the server's hello
+/// (`W`), the text hints at TLS, since that is how a TLS server ends a
+/// plain client's connection: `the connection to 127.0.0.1:7878 ended
+/// (eof) before the server's hello; if the server uses TLS, connect with a
+/// TlsConnector and the server's CA`. The [`reason`](Self::reason) stays
+/// what the core says (`eof`).
 #[derive(Clone)]
 pub struct ConnectError {
     addr: Option<Endpoint>,
     reason: CloseReason,
     io: Option<Arc<io::Error>>,
+    /// A plain client's connection ended before the server's hello: the
+    /// text hints at TLS.
+    tls_hint: bool,
 }
 
 impl ConnectError {
@@ -184,7 +217,24 @@ impl ConnectError {
         reason: CloseReason,
         io: Option<Arc<io::Error>>,
     ) -> ConnectError {
-        ConnectError { addr, reason, io }
+        ConnectError {
+            addr,
+            reason,
+            io,
+            tls_hint: false,
+        }
+    }
+
+    /// The same, said to be the end of a plain client's connection before
+    /// the server's hello, when its reason is one a TLS server's refusal
+    /// of a plain client can take (the stream ended or failed, or what
+    /// came was not the protocol): its text then hints at TLS.
+    pub(crate) fn plain_before_hello(mut self) -> ConnectError {
+        self.tls_hint = matches!(
+            self.reason,
+            CloseReason::Eof | CloseReason::Io | CloseReason::Protocol(_)
+        );
+        self
     }
 
     /// The client stopped before a server took it.
@@ -211,14 +261,46 @@ impl ConnectError {
         self.io.as_deref()
     }
 
-    /// Whether the server refused this client itself: a wrong credential
-    /// (`auth_failed`) or a protocol version it does not speak. Trying
-    /// again does not help until the configuration changes.
+    /// Whether this client was refused for its configuration, or the
+    /// server's, so that trying again does not help until one changes:
+    ///
+    /// - a credential the server refused (`auth_failed`), or a protocol
+    ///   version it does not speak (`unsupported_version`);
+    /// - a TLS handshake that failed on trust: a server certificate this
+    ///   client does not trust (`tls:unknown_ca`, `tls:name_mismatch`,
+    ///   `tls:expired`, `tls:not_yet_valid`, `tls:bad_certificate`), a
+    ///   server name that cannot be checked (`tls:bad_server_name`), a
+    ///   server that does not speak TLS (`tls:not_tls`), or a TLS alert
+    ///   the server refused the handshake with (`tls:alert_<name>`).
+    ///
+    /// A TLS handshake cut short or too slow (`tls:eof`,
+    /// `tls:handshake_timeout`, `tls:handshake_failed`) is not a refusal:
+    /// the network or the server may be at fault, and the next attempt may
+    /// pass. An acquire never sent for a refusal ends as
+    /// [`AcquireError::Misconfigured`].
     pub fn is_refusal(&self) -> bool {
-        matches!(
-            self.reason,
-            CloseReason::AuthFailed | CloseReason::UnsupportedVersion
-        )
+        self.refused().is_some()
+    }
+
+    /// For a refusal, what must change before a server accepts this client.
+    fn refused(&self) -> Option<&'static str> {
+        Some(match &self.reason {
+            CloseReason::AuthFailed => "the client's credential is one the server accepts",
+            CloseReason::UnsupportedVersion => "a server speaks this client's protocol version",
+            CloseReason::Tls(detail) => match detail.as_str() {
+                "unknown_ca" | "name_mismatch" | "expired" | "not_yet_valid"
+                | "bad_certificate" => "the server presents a certificate this client trusts",
+                "bad_server_name" => {
+                    "the client's TLS server name is a DNS name or an IP address"
+                }
+                "not_tls" => "the client and the server agree on whether to use TLS",
+                alert if alert.starts_with("alert_") => {
+                    "the server accepts this client's TLS handshake (its version, ciphers, certificate)"
+                }
+                _ => return None,
+            },
+            _ => return None,
+        })
     }
 }
 
@@ -228,6 +310,7 @@ impl fmt::Debug for ConnectError {
             .field("addr", &self.addr)
             .field("reason", &self.reason)
             .field("io", &self.io)
+            .field("tls_hint", &self.tls_hint)
             .finish()
     }
 }
@@ -272,6 +355,11 @@ impl fmt::Display for ConnectError {
             (CloseReason::Shutdown, _) if self.addr.is_none() => {
                 f.write_str("the client has shut down")
             }
+            (reason, _) if self.tls_hint => write!(
+                f,
+                "the connection to {addr} ended ({reason}) before the server's hello; \
+                 if the server uses TLS, connect with a TlsConnector and the server's CA"
+            ),
             (reason, _) => write!(f, "the connection to {addr} ended ({reason})"),
         }
     }
@@ -310,4 +398,92 @@ pub enum SpawnError {
     /// The driver thread could not be started.
     #[error("cannot start the client's driver thread: {0}")]
     Thread(#[source] io::Error),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::Violation;
+    use crate::names::Name;
+
+    fn ended(reason: CloseReason) -> ConnectError {
+        let addr = Endpoint::new("127.0.0.1:7878").expect("an endpoint");
+        ConnectError::new(Some(addr), reason, None)
+    }
+
+    fn tls(detail: &str) -> CloseReason {
+        CloseReason::Tls(Name::new(detail).expect("an atom"))
+    }
+
+    #[test]
+    fn a_refusal_is_what_configuration_must_fix() {
+        let refusals = [
+            CloseReason::AuthFailed,
+            CloseReason::UnsupportedVersion,
+            tls("unknown_ca"),
+            tls("name_mismatch"),
+            tls("expired"),
+            tls("not_yet_valid"),
+            tls("bad_certificate"),
+            tls("bad_server_name"),
+            tls("not_tls"),
+            tls("alert_handshake_failure"),
+            tls("alert_protocol_version"),
+        ];
+        for reason in refusals {
+            let error = ended(reason.clone());
+            assert!(error.is_refusal(), "{reason}");
+            let text = AcquireError::Misconfigured(error).to_string();
+            assert!(
+                text.starts_with("not acquired: ") && text.contains("; no acquire succeeds until "),
+                "{text}"
+            );
+        }
+        let others = [
+            tls("eof"),
+            tls("handshake_timeout"),
+            tls("handshake_failed"),
+            CloseReason::Eof,
+            CloseReason::Io,
+            CloseReason::ConnectFailed,
+            CloseReason::ConnectTimeout,
+            CloseReason::HandshakeTimeout,
+            CloseReason::NoLeader,
+            CloseReason::NotActive,
+            CloseReason::Moved,
+        ];
+        for reason in others {
+            assert!(!ended(reason.clone()).is_refusal(), "{reason}");
+        }
+    }
+
+    #[test]
+    fn the_hint_at_tls_is_for_an_end_before_the_hello_and_only_in_the_text() {
+        let hinted = ended(CloseReason::Eof).plain_before_hello();
+        assert_eq!(hinted.reason(), &CloseReason::Eof);
+        assert_eq!(
+            hinted.to_string(),
+            "the connection to 127.0.0.1:7878 ended (eof) before the server's hello; if the \
+             server uses TLS, connect with a TlsConnector and the server's CA"
+        );
+        let framing = ended(CloseReason::Protocol(Violation::SecondWelcome)).plain_before_hello();
+        assert!(
+            framing.to_string().contains("if the server uses TLS"),
+            "{framing}"
+        );
+        // What says plainly what went wrong gets no hint.
+        for reason in [
+            CloseReason::AuthFailed,
+            CloseReason::ConnectFailed,
+            CloseReason::NoLeader,
+            CloseReason::HandshakeTimeout,
+        ] {
+            let error = ended(reason).plain_before_hello();
+            assert!(!error.to_string().contains("TLS"), "{error}");
+        }
+        assert_eq!(
+            ended(CloseReason::Eof).to_string(),
+            "the connection to 127.0.0.1:7878 ended (eof)"
+        );
+    }
 }

@@ -271,6 +271,9 @@ pub(crate) struct Shell {
     link: Standing,
     /// Where the connection stands, published to every handle.
     conn: Arc<Watch>,
+    /// Whether the connector runs TLS: a plain client's connection that
+    /// ends before the server's hello hints at TLS.
+    tls: bool,
     notices: Sink,
     /// When the counters were last published (feature `metrics`).
     #[cfg(feature = "metrics")]
@@ -290,10 +293,17 @@ impl Shell {
             guards: Guards::new(start),
             link: Standing::default(),
             conn: Watch::new(start),
+            tls: false,
             notices,
             #[cfg(feature = "metrics")]
             published: None,
         }
+    }
+
+    /// The same, its connector running TLS (`tls`) or not.
+    pub(crate) fn over_tls(mut self, tls: bool) -> Self {
+        self.tls = tls;
+        self
     }
 
     /// Where the connection stands, as this shell publishes it.
@@ -583,6 +593,7 @@ impl Shell {
     /// it to the handles, then to the guards, before `connected()` is
     /// answered: whoever hears of a connection finds the others told.
     fn observe(&mut self, event: &Event) {
+        let plain = !self.tls;
         let link = &mut self.link;
         let mut failure = None;
         let mut publish = None;
@@ -598,6 +609,9 @@ impl Shell {
                 });
             }
             Event::Closed { addr, reason } => {
+                // No `W` came on this connection: its end may be a TLS
+                // server's to a plain client.
+                let before_hello = !link.welcomed;
                 let ended = std::mem::replace(&mut link.welcomed, false);
                 if ended {
                     link.down_since = Some(Instant::now());
@@ -608,7 +622,10 @@ impl Shell {
                 };
                 link.dial_error = None;
                 if !matches!(reason, CloseReason::Shutdown | CloseReason::Cancel) {
-                    let end = ConnectError::new(Some(addr.clone()), reason.clone(), io);
+                    let mut end = ConnectError::new(Some(addr.clone()), reason.clone(), io);
+                    if plain && before_hello {
+                        end = end.plain_before_hello();
+                    }
                     failure = Some(end.clone());
                     link.last_failure = Some(end);
                 }
@@ -665,14 +682,24 @@ impl Shell {
         }
     }
 
-    /// An acquire's outcome, as the adapters hand it out.
+    /// An acquire's outcome, as the adapters hand it out. One never sent
+    /// for a refusal (a credential, a version, TLS trust) is
+    /// [`AcquireError::Misconfigured`], as the core's refusal of a new
+    /// acquire is ([`refusal`](Shell::refusal)): the core says `TimedOut`
+    /// with that cause for the acquires that waited for a connection, and
+    /// the adapters give the one answer, whichever came first.
     fn acquire_result(&self, outcome: Outcome) -> AcquireResult {
         Err(match outcome {
             Outcome::Granted(grant) => return Ok(grant),
-            Outcome::TimedOut { sent, cause } => AcquireError::TimedOut {
-                sent,
-                cause: cause.map(|reason| self.cause(reason)),
-            },
+            Outcome::TimedOut { sent, cause } => {
+                let cause = cause.map(|reason| self.cause(reason));
+                match cause {
+                    Some(cause) if !sent && cause.is_refusal() => {
+                        AcquireError::Misconfigured(cause)
+                    }
+                    cause => AcquireError::TimedOut { sent, cause },
+                }
+            }
             Outcome::Busy => AcquireError::Busy,
             Outcome::Cancelled => AcquireError::Cancelled,
             Outcome::Indeterminate { settles_by } => AcquireError::Indeterminate {

@@ -65,6 +65,16 @@ pub trait Connector: Send + Sync + Unpin + 'static {
     /// Connects to `addr`. The core bounds how long it may take (its
     /// connect timeout) and backs off after a failure.
     fn connect(&self, addr: Endpoint) -> impl Future<Output = io::Result<Self::Stream>> + Send;
+
+    /// Whether the streams this connector makes run TLS (`false` unless
+    /// told; the adapter's `TlsConnector` says `true`). A plain client
+    /// whose connection ends before the server's hello hints at TLS in the
+    /// error's text ([`ConnectError`]): that is how a TLS server ends a
+    /// plain client's connection. A connector of your own that runs TLS
+    /// (or another layer that speaks first) says `true`.
+    fn is_tls(&self) -> bool {
+        false
+    }
 }
 
 /// Connects over TCP, with `TCP_NODELAY` set.
@@ -128,6 +138,10 @@ struct Dialer<C>(Arc<C>);
 
 impl<C: Connector> Dial for Dialer<C> {
     type Transport = Stream<C::Stream>;
+
+    fn is_tls(&self) -> bool {
+        self.0.is_tls()
+    }
 
     fn dial(
         &self,

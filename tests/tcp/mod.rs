@@ -798,18 +798,26 @@ async fn refused_as<A: Adapter>(notices: &mut Notices, ep: &Endpoint, reason: Cl
 
 /// Every connection attempt fails: a try-lock waits for a connection for
 /// its queue grace and ends without being sent, carrying why the latest
-/// attempt failed.
+/// attempt failed: as `Misconfigured` if that is a refusal (TLS trust),
+/// else as `TimedOut`.
 pub(crate) async fn try_lock_unwelcomed<A: Adapter>(client: &A::Client, why: &CloseReason) {
     let outcome = within::<A, _>(
         "a try-lock while every attempt fails",
         A::acquire(client, key("k"), name("me"), Duration::ZERO, LONG_LEASE),
     )
     .await;
-    assert!(
-        matches!(&outcome, Err(AcquireError::TimedOut { sent: false, cause: Some(cause) }) if cause.reason() == why),
-        "[{}] nothing is asked without a welcome, and the outcome says why ({why}): {outcome:?}",
-        A::NAME
-    );
+    let cause = match &outcome {
+        Err(AcquireError::TimedOut {
+            sent: false,
+            cause: Some(cause),
+        }) if !cause.is_refusal() => cause,
+        Err(AcquireError::Misconfigured(cause)) if cause.is_refusal() => cause,
+        _ => panic!(
+            "[{}] nothing is asked without a welcome, and the outcome says why ({why}): {outcome:?}",
+            A::NAME
+        ),
+    };
+    assert_eq!(cause.reason(), why, "[{}] {outcome:?}", A::NAME);
 }
 
 /// Every handshake of a round was refused with `auth_failed`: the client
@@ -1445,6 +1453,31 @@ pub fn wrong_credential<A: Adapter>() {
             }
         );
         try_lock_misconfigured::<A>(&client).await;
+        shutdown::<A>(&client).await;
+
+        // An acquire made as the client starts, before the refusal (which
+        // takes a round trip): the refusal ends it, not its wait, and in
+        // the same shape.
+        let (client, _notices) = connect_with::<A>(&ep, "c3", |c| {
+            c.credential = Some(name("wrong"));
+        });
+        let started = Instant::now();
+        let outcome = within::<A, _>(
+            "an acquire made before the refusal",
+            A::acquire(&client, key("k"), name("me"), LONG_WAIT, LONG_LEASE),
+        )
+        .await;
+        assert!(
+            matches!(&outcome, Err(AcquireError::Misconfigured(cause)) if *cause.reason() == CloseReason::AuthFailed),
+            "[{}] one shape for a refusal: {outcome:?}",
+            A::NAME
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(1),
+            "[{}] ended by the refusal: {:?}",
+            A::NAME,
+            started.elapsed()
+        );
         shutdown::<A>(&client).await;
 
         let (client, mut notices) =

@@ -87,6 +87,8 @@ pub(crate) trait Clock: Send + Unpin + 'static {
 /// Opens transports.
 pub(crate) trait Dial: Send + Sync + Unpin + 'static {
     type Transport: Transport;
+    /// Whether its transports run TLS (the connector says).
+    fn is_tls(&self) -> bool;
     fn dial(
         &self,
         addr: Endpoint,
@@ -103,7 +105,7 @@ pub(crate) fn new<D: Dial, K: Clock>(
     let start = Instant::now();
     let client = Client::new(config, Time::ZERO)?;
     let inbox = Inbox::new();
-    let shell = Shell::new(client, start, notices);
+    let shell = Shell::new(client, start, notices).over_tls(dial.is_tls());
     let handle = Handle::new(Sender(Arc::clone(&inbox)), start, shell.conn_watch());
     Ok((handle, Driver::new(shell, inbox, dial, start)))
 }

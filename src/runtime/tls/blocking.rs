@@ -58,6 +58,10 @@ tls_connector! {
 impl<C: Connector> Connector for TlsConnector<C> {
     type Stream = TlsStream<C::Stream>;
 
+    fn is_tls(&self) -> bool {
+        true
+    }
+
     fn connect(&self, addr: &Endpoint, timeout: Duration) -> io::Result<Self::Stream> {
         let started = Instant::now();
         let name = self.tls.server_name_for(addr)?;

@@ -25,6 +25,10 @@ macro_rules! tls_connector {
         impl<C: Connector> Connector for TlsConnector<C> {
             type Stream = $rustls::client::TlsStream<C::Stream>;
 
+            fn is_tls(&self) -> bool {
+                true
+            }
+
             async fn connect(&self, addr: Endpoint) -> std::io::Result<Self::Stream> {
                 let name = self.tls.server_name_for(&addr)?;
                 let stream = self.inner.connect(addr).await?;
