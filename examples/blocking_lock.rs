@@ -2,7 +2,8 @@
 //! not), lock, write with the fencing token, release; a lock renewed while
 //! work runs, its renewals and its status followed (confirmed while a
 //! server has the client); two threads contending for one key; work run
-//! under a lock.
+//! under a lock; an acquire that gives up at once while the service is
+//! unreachable.
 //!
 //! Start a server, then run this against it:
 //!
@@ -14,7 +15,7 @@
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ticketing::blocking::{connect, Handle, LeaseStatus, TcpConnector};
+use ticketing::blocking::{connect, AcquireError, Handle, LeaseStatus, TcpConnector};
 use ticketing::client::Config;
 use ticketing::{Endpoint, Key, Name};
 
@@ -97,12 +98,42 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     // Work under the lock: released when it is done; told (through the
     // lease it is handed) if the lease is lost first.
-    let token = handle.lock(key).renew().run(|lease| lease.token())?;
+    let token = handle
+        .lock(key.clone())
+        .renew()
+        .run(|lease| lease.token())?;
     println!("ran under token {token}");
 
     handle.shutdown(Duration::from_secs(5))?;
+
+    // A caller that would rather turn elsewhere at once than wait for a
+    // service that is down: against an address where nothing listens, an
+    // acquire that gives up while unreachable ends as soon as a round of
+    // attempts has failed, naming why (the client-wide default is
+    // `Config::give_up_while_unreachable`).
+    let down = Config::new(
+        [Endpoint::new("127.0.0.1:9")?],
+        Name::new("blocking-example")?,
+    );
+    let down = connect(down, TcpConnector)?;
+    let started = Instant::now();
+    let attempt = down
+        .lock(key)
+        .wait(Duration::from_secs(5))
+        .give_up_while_unreachable(true)
+        .send();
+    match attempt {
+        Err(e @ AcquireError::TimedOut { sent: false, .. }) if started.elapsed() < WAIT => {
+            println!("gave up after {:?}: {e}", started.elapsed());
+        }
+        other => return Err(format!("expected to give up at once: {other:?}").into()),
+    }
+    down.shutdown(Duration::from_secs(1))?;
     Ok(())
 }
+
+/// Well under the 5 s an acquire would otherwise wait.
+const WAIT: Duration = Duration::from_secs(1);
 
 /// Holds the key for a while; its token.
 fn worker(handle: &Handle, key: &Key) -> Result<u64, ticketing::blocking::AcquireError> {

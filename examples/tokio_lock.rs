@@ -2,7 +2,7 @@
 //! lock, write with the fencing token, release; a lock renewed while work
 //! runs, its renewals and its status followed (confirmed while a server
 //! has the client); two workers contending for one key; work run under a
-//! lock.
+//! lock; an acquire that gives up at once while the service is unreachable.
 //!
 //! Start a server, then run this against it:
 //!
@@ -14,7 +14,7 @@
 use std::time::{Duration, Instant};
 
 use ticketing::client::Config;
-use ticketing::tokio::{spawn, Handle, LeaseStatus, TcpConnector};
+use ticketing::tokio::{spawn, AcquireError, Handle, LeaseStatus, TcpConnector};
 use ticketing::{Endpoint, Key, Name};
 
 #[tokio::main]
@@ -86,15 +86,39 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Work under the lock: released when it is done, stopped if the lease
     // is lost first.
     let token = handle
-        .lock(key)
+        .lock(key.clone())
         .renew()
         .run(|lease| async move { lease.token() })
         .await?;
     println!("ran under token {token}");
 
     handle.shutdown(Duration::from_secs(5)).await?;
+
+    // A caller that would rather turn elsewhere at once than wait for a
+    // service that is down: against an address where nothing listens, an
+    // acquire that gives up while unreachable ends as soon as a round of
+    // attempts has failed, naming why (the client-wide default is
+    // `Config::give_up_while_unreachable`).
+    let down = Config::new([Endpoint::new("127.0.0.1:9")?], Name::new("tokio-example")?);
+    let down = spawn(down, TcpConnector)?;
+    let started = Instant::now();
+    let attempt = down
+        .lock(key)
+        .wait(Duration::from_secs(5))
+        .give_up_while_unreachable(true)
+        .await;
+    match attempt {
+        Err(e @ AcquireError::TimedOut { sent: false, .. }) if started.elapsed() < WAIT => {
+            println!("gave up after {:?}: {e}", started.elapsed());
+        }
+        other => return Err(format!("expected to give up at once: {other:?}").into()),
+    }
+    down.shutdown(Duration::from_secs(1)).await?;
     Ok(())
 }
+
+/// Well under the 5 s an acquire would otherwise wait.
+const WAIT: Duration = Duration::from_secs(1);
 
 /// Holds the key for a while; its token.
 async fn worker(handle: &Handle, key: &Key) -> Result<u64, ticketing::tokio::AcquireError> {
