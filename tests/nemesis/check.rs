@@ -82,9 +82,21 @@ fn outcome_name(outcome: &Acquired) -> String {
     }
 }
 
-/// Checks `entries`; `margin`: what the server may hold a grant past the
-/// client's view (network delay, clock drift, a renewal in flight).
-pub fn check(entries: &[Entry], margin: Ns) -> Report {
+/// What the service may do, by the protocol, that the checker allows.
+pub struct Bounds {
+    /// How long the server may hold a grant past the client's view
+    /// (network delay, clock drift, a renewal in flight).
+    pub margin: Ns,
+    /// How long after a fault heals a free key may still be refused (a
+    /// recovery grace).
+    pub settle: Ns,
+    /// How long a member cut off may still grant after the cut.
+    pub minority_grace: Ns,
+}
+
+/// Checks `entries` within `bounds`.
+pub fn check(entries: &[Entry], bounds: &Bounds) -> Report {
+    let margin = bounds.margin;
     let mut report = Report::default();
     let mut faults = Vec::new();
     let mut acquires = Vec::new();
@@ -275,7 +287,7 @@ pub fn check(entries: &[Entry], margin: Ns) -> Report {
     let fault_near = |from: Ns, to: Ns| {
         faults
             .iter()
-            .any(|(_, start, end)| *start <= to && from <= end + 2_000 * MS)
+            .any(|(_, start, end)| *start <= to && from <= end + bounds.settle)
     };
     for entry in &acquires {
         let Entry::Acquire {
@@ -358,7 +370,9 @@ pub fn check(entries: &[Entry], margin: Ns) -> Report {
             let window = faults
                 .iter()
                 .find(|(kind, start, end)| {
-                    kind.starts_with("partition") && *start <= *invoked && *invoked < *end
+                    kind.starts_with("partition")
+                        && start + bounds.minority_grace <= *invoked
+                        && *invoked < *end
                 })
                 .map(|(_, start, end)| (*start, *end));
             if let Some((_, end)) = window {

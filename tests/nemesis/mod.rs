@@ -7,9 +7,9 @@
 
 pub mod check;
 pub mod clients;
+pub mod cluster;
 pub mod history;
 pub mod net;
-pub mod raft;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 
 use check::{Report, AVAILABILITY_PROBE, MINORITY_PROBE};
 use clients::{Rng, Shared};
+use cluster::{Cluster, Mode, ETCD_TTL_MS};
 use history::{Entry, FencedStore, History};
 use net::{Net, Party};
-use raft::RaftCluster;
 
 /// A fault the nemesis injects.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,6 +67,60 @@ pub const EVERY_FAULT: [Fault; 13] = [
     Fault::Transfer,
 ];
 
+/// What a run is against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A replicated cluster of this many members.
+    Raft(u64),
+    /// A cluster of three nodes led through a real etcd.
+    Etcd,
+    /// One server with a state directory.
+    Single,
+}
+
+impl Target {
+    /// Whether `fault` means anything here: the members of an etcd-led
+    /// cluster never talk to each other (their partitions are from etcd),
+    /// and a single server has no peer, follower or leadership to hand.
+    pub fn takes(self, fault: Fault) -> bool {
+        match self {
+            Target::Raft(_) => true,
+            Target::Etcd => !matches!(fault, Fault::Bridge | Fault::Transfer),
+            Target::Single => matches!(
+                fault,
+                Fault::KillLeader
+                    | Fault::PauseLeader
+                    | Fault::RestartMember
+                    | Fault::ClientsFromLeader
+                    | Fault::SlowLeader
+                    | Fault::ResetLeader
+            ),
+        }
+    }
+
+    /// How long after a fault heals the service may still refuse a free
+    /// key: a new Raft leader grants as soon as it commits; an etcd-led
+    /// leader and a crashed server wait out a recovery grace (the longest
+    /// lease, 3 s, plus 0.3 s), the former after the old leader's TTL.
+    fn settle_ms(self) -> u64 {
+        match self {
+            Target::Raft(_) => 2_000,
+            Target::Etcd => ETCD_TTL_MS + 3_300 + 1_000,
+            Target::Single => 3_300 + 1_000,
+        }
+    }
+
+    /// How long a member cut off may still grant: nothing for a Raft
+    /// member (it cannot commit); an etcd-led leader until its last
+    /// keep-alive's TTL has run out.
+    fn minority_grace_ms(self) -> u64 {
+        match self {
+            Target::Etcd => ETCD_TTL_MS,
+            _ => 0,
+        }
+    }
+}
+
 impl Fault {
     pub fn name(self) -> &'static str {
         match self {
@@ -91,7 +145,7 @@ impl Fault {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub name: String,
-    pub members: u64,
+    pub target: Target,
     /// How long faults are injected after the warm-up.
     pub secs: u64,
     pub clients: usize,
@@ -113,10 +167,20 @@ pub struct Run {
 /// leaders.
 const ELECTION_TIMEOUT_MS: u64 = 300;
 
-/// Runs the nemesis over a replicated cluster.
-pub fn run_raft(s: &Settings) -> Run {
+/// Runs the nemesis.
+pub fn run(s: &Settings) -> Run {
     let net = Net::new();
-    let mut cluster = RaftCluster::new(&s.name, s.members, &net, ELECTION_TIMEOUT_MS);
+    let (mode, n) = match s.target {
+        Target::Raft(n) => (Mode::Raft, n),
+        Target::Etcd => (
+            Mode::Etcd {
+                etcd: crate::etcd::Etcd::start(&s.name),
+            },
+            3,
+        ),
+        Target::Single => (Mode::Single, 1),
+    };
+    let mut cluster = Cluster::new(&s.name, mode, n, &net, ELECTION_TIMEOUT_MS);
     cluster.start_all();
     assert!(
         cluster.leader(Duration::from_secs(20)).is_some(),
@@ -143,7 +207,11 @@ pub fn run_raft(s: &Settings) -> Run {
     thread::sleep(Duration::from_secs(1));
     let mut rng = Rng::new(s.seed);
     let end = Instant::now() + Duration::from_secs(s.secs);
-    let mut order: Vec<Fault> = EVERY_FAULT.to_vec();
+    let kinds: Vec<Fault> = EVERY_FAULT
+        .into_iter()
+        .filter(|&f| s.target.takes(f))
+        .collect();
+    let mut order = kinds.clone();
     for i in (1..order.len()).rev() {
         let j = rng.range(0, i as u64) as usize;
         order.swap(i, j);
@@ -153,7 +221,7 @@ pub fn run_raft(s: &Settings) -> Run {
     while s.faults && (n < order.len() || Instant::now() < end) {
         let fault = match order.get(n) {
             Some(f) => *f,
-            None => EVERY_FAULT[rng.range(0, EVERY_FAULT.len() as u64 - 1) as usize],
+            None => kinds[rng.range(0, kinds.len() as u64 - 1) as usize],
         };
         let Some(leader) = cluster.leader(Duration::from_secs(10)) else {
             violations.push(format!(
@@ -197,7 +265,13 @@ pub fn run_raft(s: &Settings) -> Run {
     for t in threads {
         let _ = t.join();
     }
-    let mut report = check::check(&history.entries(), 1_000_000_000);
+    let ms = 1_000_000;
+    let bounds = check::Bounds {
+        margin: 1_000 * ms,
+        settle: s.target.settle_ms() * ms,
+        minority_grace: s.target.minority_grace_ms() * ms,
+    };
+    let mut report = check::check(&history.entries(), &bounds);
     report.violations.extend(violations);
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("nemesis");
     let _ = std::fs::create_dir_all(&dir);
@@ -211,14 +285,14 @@ pub fn run_raft(s: &Settings) -> Run {
 }
 
 /// A member other than `leader` that runs, drawn from `rng`.
-fn follower(cluster: &RaftCluster, leader: usize, rng: &mut Rng) -> usize {
+fn follower(cluster: &Cluster, leader: usize, rng: &mut Rng) -> usize {
     let others: Vec<usize> = (0..cluster.members.len())
         .filter(|&i| i != leader && cluster.running(i))
         .collect();
     others[rng.range(0, others.len() as u64 - 1) as usize]
 }
 
-fn party(cluster: &RaftCluster, i: usize) -> Party {
+fn party(cluster: &Cluster, i: usize) -> Party {
     Party::Member(cluster.members[i].id)
 }
 
@@ -226,7 +300,7 @@ fn party(cluster: &RaftCluster, i: usize) -> Party {
 /// and when it was healed.
 #[allow(clippy::too_many_arguments)]
 fn inject(
-    cluster: &mut RaftCluster,
+    cluster: &mut Cluster,
     net: &Net,
     shared: &Shared,
     fault: Fault,
@@ -235,8 +309,9 @@ fn inject(
     rng: &mut Rng,
     n: usize,
 ) -> (String, Instant, Instant) {
-    let name = |c: &RaftCluster, i: usize| format!("n{}", c.members[i].id);
+    let name = |c: &Cluster, i: usize| format!("n{}", c.members[i].id);
     let all: Vec<usize> = (0..cluster.members.len()).collect();
+    let etcd = matches!(cluster.mode, Mode::Etcd { .. });
     let started = Instant::now();
     let detail = match fault {
         Fault::KillLeader | Fault::KillFollower => {
@@ -280,6 +355,10 @@ fn inject(
                 }
             };
             for &a in &minority {
+                if etcd {
+                    // Members led through etcd reach nothing but etcd.
+                    net.cut_both(party(cluster, a), Party::Etcd);
+                }
                 for &b in all.iter().filter(|b| !minority.contains(b)) {
                     net.cut_both(party(cluster, a), party(cluster, b));
                 }
@@ -309,6 +388,13 @@ fn inject(
                 names.join(","),
                 name(cluster, leader)
             )
+        }
+        Fault::OneWay if etcd => {
+            // Its keep-alives are held; what etcd says still comes.
+            net.cut(party(cluster, leader), Party::Etcd);
+            thread::sleep(hold);
+            net.heal();
+            format!("etcd no longer hears {}", name(cluster, leader))
         }
         Fault::OneWay => {
             let f = follower(cluster, leader, rng);
@@ -354,8 +440,10 @@ fn inject(
                 net.slow(me, party(cluster, b), delay);
                 net.slow(party(cluster, b), me, delay);
             }
-            net.slow(me, Party::Clients, delay);
-            net.slow(Party::Clients, me, delay);
+            for other in [Party::Clients, Party::Etcd] {
+                net.slow(me, other, delay);
+                net.slow(other, me, delay);
+            }
             thread::sleep(hold);
             net.heal();
             format!(
@@ -369,7 +457,9 @@ fn inject(
             for &b in all.iter().filter(|&&b| b != leader) {
                 net.reset(me, party(cluster, b));
             }
-            format!("every peer connection of {} reset", name(cluster, leader))
+            net.reset(me, Party::Clients);
+            net.reset(me, Party::Etcd);
+            format!("every connection of {} reset", name(cluster, leader))
         }
         Fault::Transfer => {
             let to = follower(cluster, leader, rng);

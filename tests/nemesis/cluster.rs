@@ -1,7 +1,14 @@
-//! The replicated cluster under the nemesis: `ticketing serve --raft-id`
-//! processes on loopback, each behind a proxy on its client port and one
-//! on its peer port, so that every address a member or a client is told
-//! (`--raft-peer`, leader hints) is a proxy's.
+//! What the nemesis runs against, on loopback, every port behind a proxy
+//! so that every address a member or a client is told (`--raft-peer`,
+//! `--advertise`, leader hints, etcd's URL) is a proxy's:
+//!
+//! - a replicated cluster (`ticketing serve --raft-id`, PROTOCOL.md 4.3),
+//!   each member behind a proxy on its client port and one on its peer
+//!   port;
+//! - a cluster led through etcd (`--etcd`, 4.2): a real etcd, each node
+//!   reaching it through a proxy of its own;
+//! - a single server with a state directory that keeps its promises
+//!   across restarts (4.1).
 
 use std::fs;
 use std::net::SocketAddr;
@@ -11,6 +18,7 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::Signal;
 
 use crate::cli::{free_addr, Serve};
+use crate::etcd::Etcd;
 
 use super::net::{Dialer, Net, Party};
 
@@ -25,12 +33,31 @@ pub struct Member {
     pub client_proxy: String,
     peer_proxy: String,
     dir: PathBuf,
+    /// Where it reaches etcd (a proxy's URL), in an etcd-led cluster.
+    etcd_url: Option<String>,
     serve: Option<Serve>,
     /// SIGSTOPped.
     pub paused: bool,
 }
 
-pub struct RaftCluster {
+/// What kind of service.
+pub enum Mode {
+    Raft,
+    Etcd { etcd: Etcd },
+    Single,
+}
+
+/// The election TTL of an etcd-led node: it grants for at most this long
+/// after its latest answered keep-alive.
+pub const ETCD_TTL_MS: u64 = 1_000;
+/// The longest lease a server grants (clients ask for at most 1.5 s): it
+/// bounds the recovery grace after a crash, with the grace margin.
+const MAX_LEASE_MS: &str = "3000";
+const GRACE_MARGIN_MS: &str = "300";
+
+pub struct Cluster {
+    pub mode: Mode,
+    name: String,
     root: PathBuf,
     pub members: Vec<Member>,
     pub election_timeout_ms: u64,
@@ -57,9 +84,10 @@ fn welcomes(addr: &str) -> bool {
     BufReader::new(stream).read_line(&mut line).is_ok() && line.starts_with("W ")
 }
 
-impl RaftCluster {
-    /// `n` members, their proxies on `net`, not started.
-    pub fn new(name: &str, n: u64, net: &Net, election_timeout_ms: u64) -> RaftCluster {
+impl Cluster {
+    /// `n` members of a service of `mode`, their proxies on `net`, not
+    /// started (a single server: `n` is 1).
+    pub fn new(name: &str, mode: Mode, n: u64, net: &Net, election_timeout_ms: u64) -> Cluster {
         let root =
             std::env::temp_dir().join(format!("ticketing-nemesis-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
@@ -79,6 +107,19 @@ impl RaftCluster {
                 let peer_proxy = net
                     .proxy("127.0.0.1:0", to, Dialer::PeerHello, addr(&real_peer))
                     .to_string();
+                let etcd_url = match &mode {
+                    Mode::Etcd { etcd } => {
+                        let upstream = etcd.url.trim_start_matches("http://");
+                        let proxy = net.proxy(
+                            "127.0.0.1:0",
+                            Party::Etcd,
+                            Dialer::Known(to),
+                            addr(upstream),
+                        );
+                        Some(format!("http://{proxy}"))
+                    }
+                    _ => None,
+                };
                 Member {
                     id,
                     real_client,
@@ -86,12 +127,15 @@ impl RaftCluster {
                     client_proxy,
                     peer_proxy,
                     dir: root.join(format!("n{id}")),
+                    etcd_url,
                     serve: None,
                     paused: false,
                 }
             })
             .collect();
-        RaftCluster {
+        Cluster {
+            mode,
+            name: name.to_owned(),
             root,
             members,
             election_timeout_ms,
@@ -100,6 +144,48 @@ impl RaftCluster {
 
     /// Starts member `i` (index) from its state directory.
     pub fn start(&mut self, i: usize, new_cluster: bool) {
+        let args = match &self.mode {
+            Mode::Raft => self.raft_args(i, new_cluster),
+            Mode::Etcd { .. } => {
+                let m = &self.members[i];
+                let url = m.etcd_url.clone().expect("a proxy to etcd");
+                [
+                    "--node-id",
+                    &format!("n{}", m.id),
+                    "--etcd",
+                    &url,
+                    "--cluster",
+                    &self.name,
+                    "--advertise",
+                    &m.client_proxy,
+                    "--election-ttl-ms",
+                    &ETCD_TTL_MS.to_string(),
+                    "--max-lease-ms",
+                    MAX_LEASE_MS,
+                    "--grace-margin-ms",
+                    GRACE_MARGIN_MS,
+                ]
+                .map(str::to_owned)
+                .to_vec()
+            }
+            Mode::Single => [
+                "--state-dir",
+                &self.members[i].dir.to_string_lossy(),
+                "--max-lease-ms",
+                MAX_LEASE_MS,
+                "--grace-margin-ms",
+                GRACE_MARGIN_MS,
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        };
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let serve = Serve::start_on(&self.members[i].real_client, &args, |_| {});
+        self.members[i].serve = Some(serve);
+        self.members[i].paused = false;
+    }
+
+    fn raft_args(&self, i: usize, new_cluster: bool) -> Vec<String> {
         let m = &self.members[i];
         let mut args = vec![
             "--raft-id".to_string(),
@@ -120,10 +206,7 @@ impl RaftCluster {
         if new_cluster {
             args.push("--raft-new-cluster".to_string());
         }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let serve = Serve::start_on(&m.real_client, &args, |_| {});
-        self.members[i].serve = Some(serve);
-        self.members[i].paused = false;
+        args
     }
 
     pub fn start_all(&mut self) {
@@ -217,7 +300,7 @@ impl RaftCluster {
     }
 }
 
-impl Drop for RaftCluster {
+impl Drop for Cluster {
     fn drop(&mut self) {
         for i in 0..self.members.len() {
             if self.members[i].paused {
