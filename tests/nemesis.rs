@@ -25,6 +25,7 @@ mod cli;
 mod etcd;
 #[path = "nemesis/mod.rs"]
 mod nemesis;
+mod pki;
 
 use std::sync::{Mutex, MutexGuard};
 
@@ -70,6 +71,7 @@ fn every_fault_once(target: Target, name: &str, title: &str) -> Run {
         seed: seed(),
         faults: true,
         sabotage: false,
+        netns: false,
     };
     let run = run(&settings);
     show(&run, title);
@@ -134,6 +136,7 @@ fn a_client_that_writes_past_its_lease_is_caught() {
         seed: seed(),
         faults: false,
         sabotage: true,
+        netns: false,
     };
     let run = run(&settings);
     show(&run, "sabotage");
@@ -147,7 +150,8 @@ fn a_client_that_writes_past_its_lease_is_caught() {
 }
 
 /// The long run of `benches/nemesis.sh`: `NEMESIS_TARGET` (`raft3`,
-/// `raft5`, `etcd` or `single`), `NEMESIS_SECS` of faults (600).
+/// `raft5`, `etcd` or `single`), `NEMESIS_SECS` of faults (600), on the
+/// proxy or, with `NEMESIS_NET=netns`, in network namespaces.
 #[test]
 #[ignore]
 fn long_run() {
@@ -170,9 +174,14 @@ fn long_run() {
         seed: seed(),
         faults: true,
         sabotage: false,
+        netns: std::env::var("NEMESIS_NET").is_ok_and(|n| n == "netns"),
     };
     let run = run(&settings);
-    show(&run, &format!("{name}, {secs} s of faults"));
+    let net = match settings.netns {
+        true => "network namespaces",
+        false => "the proxy",
+    };
+    show(&run, &format!("{name} on {net}, {secs} s of faults"));
     assert!(
         run.report.violations.is_empty(),
         "history in {}",

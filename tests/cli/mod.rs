@@ -215,13 +215,19 @@ impl Serve {
     /// The same, listening on `listen`.
     pub fn start_on(listen: &str, extra: &[&str], configure: impl FnOnce(&mut Command)) -> Serve {
         let mut command = Command::new(BIN);
+        command.args(["serve", "--listen", listen]).args(extra);
+        configure(&mut command);
+        Serve::spawn(command)
+    }
+
+    /// Runs `command`, a `ticketing serve` (perhaps behind a wrapper that
+    /// execs it, as `ip netns exec` does), and waits for `listening on
+    /// ADDR`.
+    pub fn spawn(mut command: Command) -> Serve {
         command
-            .args(["serve", "--listen", listen])
-            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        configure(&mut command);
         let mut child = command.spawn().expect("start ticketing serve");
         let mut stderr = Lines::new("serve stderr", child.stderr.take().expect("stderr"));
         let line = stderr.until("`listening on ADDR`", |l| l.starts_with("listening on "));

@@ -8,8 +8,9 @@ use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use ticketing::blocking::{AcquireError, Handle, Lease, LeaseStatus, TcpConnector};
+use ticketing::blocking::{AcquireError, Handle, Lease, LeaseStatus, TcpConnector, TlsConnector};
 use ticketing::client::{Config, Outcome};
+use ticketing::tls::ClientTls;
 use ticketing::{Endpoint, Key, Name};
 
 use super::history::{Acquired, Entry, FencedStore, History, Ns};
@@ -52,6 +53,8 @@ pub struct Shared {
     pub endpoints: Vec<String>,
     /// Keys every client contends for.
     pub keys: usize,
+    /// TLS to the members, where they require it.
+    pub tls: Option<ClientTls>,
 }
 
 impl Shared {
@@ -66,6 +69,15 @@ impl Shared {
         config.handshake_timeout = Duration::from_millis(500);
         config.answer_grace = Duration::from_millis(1_500);
         config
+    }
+
+    /// A client with `config`, over TLS if the members require it.
+    fn connect(&self, config: Config) -> Handle {
+        let handle = match &self.tls {
+            Some(tls) => ticketing::blocking::connect(config, TlsConnector::new(tls.clone())),
+            None => ticketing::blocking::connect(config, TcpConnector),
+        };
+        handle.expect("a client")
     }
 
     fn stopped(&self) -> bool {
@@ -320,7 +332,7 @@ pub fn start_workers(shared: &Shared, n: usize, seed: u64) -> Vec<JoinHandle<()>
             let shared = shared.clone();
             thread::spawn(move || {
                 let config = shared.config(id, &shared.endpoints);
-                let handle = ticketing::blocking::connect(config, TcpConnector).expect("a client");
+                let handle = shared.connect(config);
                 let mut worker = Worker {
                     id,
                     shared,
@@ -342,7 +354,7 @@ pub fn start_availability_probe(shared: &Shared, id: usize) -> JoinHandle<()> {
     let shared = shared.clone();
     thread::spawn(move || {
         let config = shared.config(id, &shared.endpoints);
-        let handle = ticketing::blocking::connect(config, TcpConnector).expect("a client");
+        let handle = shared.connect(config);
         let mut worker = Worker {
             id,
             shared,
@@ -374,7 +386,7 @@ pub fn start_minority_probe(
         // Many tries while the member is cut off: a try-lock that finds no
         // connection waits this long, not the default 2 s.
         config.queue_grace = Duration::from_millis(200);
-        let handle = ticketing::blocking::connect(config, TcpConnector).expect("a client");
+        let handle = shared.connect(config);
         let mut worker = Worker {
             id,
             shared,
@@ -398,7 +410,7 @@ pub fn start_saboteur(shared: &Shared, id: usize) -> JoinHandle<()> {
     let shared = shared.clone();
     thread::spawn(move || {
         let config = shared.config(id, &shared.endpoints);
-        let handle = ticketing::blocking::connect(config, TcpConnector).expect("a client");
+        let handle = shared.connect(config);
         let mut worker = Worker {
             id,
             shared,

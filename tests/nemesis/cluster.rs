@@ -19,8 +19,11 @@ use nix::sys::signal::Signal;
 
 use crate::cli::{free_addr, Serve};
 use crate::etcd::Etcd;
+use ticketing::tls::ClientTls;
 
-use super::net::{Dialer, Net, Party};
+use super::net::{Dialer, Party};
+use super::netns::{CLIENT_PORT, PEER_PORT};
+use super::Network;
 
 /// The credential the members authenticate each other with, and that
 /// `ticketing cluster` presents.
@@ -35,6 +38,8 @@ pub struct Member {
     dir: PathBuf,
     /// Where it reaches etcd (a proxy's URL), in an etcd-led cluster.
     etcd_url: Option<String>,
+    /// Its network namespace, if it runs in one.
+    ns: Option<String>,
     serve: Option<Serve>,
     /// SIGSTOPped.
     pub paused: bool,
@@ -55,8 +60,23 @@ pub const ETCD_TTL_MS: u64 = 1_000;
 const MAX_LEASE_MS: &str = "3000";
 const GRACE_MARGIN_MS: &str = "300";
 
+/// Mutual TLS, where the members are off loopback (in namespaces): a peer
+/// credential would travel in the clear, and a member refuses to start
+/// so. Every member has a certificate for its address, signed by one CA
+/// that the members require of their peers and of their clients.
+pub struct Tls {
+    ca: String,
+    /// Each member's certificate and key files.
+    members: Vec<(String, String)>,
+    /// The operator's, for `ticketing cluster`.
+    operator: (String, String),
+    /// The library clients' configuration.
+    pub client: ClientTls,
+}
+
 pub struct Cluster {
     pub mode: Mode,
+    pub tls: Option<Tls>,
     name: String,
     root: PathBuf,
     pub members: Vec<Member>,
@@ -87,13 +107,47 @@ fn welcomes(addr: &str) -> bool {
 impl Cluster {
     /// `n` members of a service of `mode`, their proxies on `net`, not
     /// started (a single server: `n` is 1).
-    pub fn new(name: &str, mode: Mode, n: u64, net: &Net, election_timeout_ms: u64) -> Cluster {
+    pub fn new(
+        name: &str,
+        mode: Mode,
+        n: u64,
+        network: &Network,
+        election_timeout_ms: u64,
+    ) -> Cluster {
         let root =
             std::env::temp_dir().join(format!("ticketing-nemesis-{}-{name}", std::process::id()));
         let _ = fs::remove_dir_all(&root);
         fs::create_dir_all(&root).expect("the run's directory");
+        let tls = match network {
+            Network::Netns(netns) => Some(make_tls(&root, netns, n)),
+            Network::Proxy(_) => None,
+        };
         let members = (1..=n)
             .map(|id| {
+                let net = match network {
+                    Network::Proxy(net) => net,
+                    Network::Netns(netns) => {
+                        assert!(
+                            !matches!(mode, Mode::Etcd { .. }),
+                            "no etcd in network namespaces"
+                        );
+                        let addr = netns.addr(id);
+                        let client = format!("{addr}:{CLIENT_PORT}");
+                        let peer = format!("{addr}:{PEER_PORT}");
+                        return Member {
+                            id,
+                            real_client: client.clone(),
+                            real_peer: peer.clone(),
+                            client_proxy: client,
+                            peer_proxy: peer,
+                            dir: root.join(format!("n{id}")),
+                            etcd_url: None,
+                            ns: Some(netns.ns(id)),
+                            serve: None,
+                            paused: false,
+                        };
+                    }
+                };
                 let (real_client, real_peer) = (free_addr(), free_addr());
                 let to = Party::Member(id);
                 let client_proxy = net
@@ -128,6 +182,7 @@ impl Cluster {
                     peer_proxy,
                     dir: root.join(format!("n{id}")),
                     etcd_url,
+                    ns: None,
                     serve: None,
                     paused: false,
                 }
@@ -135,6 +190,7 @@ impl Cluster {
             .collect();
         Cluster {
             mode,
+            tls,
             name: name.to_owned(),
             root,
             members,
@@ -179,8 +235,35 @@ impl Cluster {
             .map(str::to_owned)
             .to_vec(),
         };
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let serve = Serve::start_on(&self.members[i].real_client, &args, |_| {});
+        let mut args = args;
+        if let Some(tls) = &self.tls {
+            let (cert, key) = &tls.members[i];
+            for arg in [
+                "--tls-cert",
+                cert,
+                "--tls-key",
+                key,
+                "--tls-client-ca",
+                &tls.ca,
+            ] {
+                args.push(arg.to_owned());
+            }
+        }
+        let m = &self.members[i];
+        let serve = match &m.ns {
+            None => {
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                Serve::start_on(&m.real_client, &args, |_| {})
+            }
+            Some(ns) => {
+                let mut command = std::process::Command::new("ip");
+                command
+                    .args(["netns", "exec", ns, crate::cli::BIN, "serve", "--listen"])
+                    .arg(&m.real_client)
+                    .args(&args);
+                Serve::spawn(command)
+            }
+        };
         self.members[i].serve = Some(serve);
         self.members[i].paused = false;
     }
@@ -196,9 +279,12 @@ impl Cluster {
             m.dir.to_string_lossy().into_owned(),
             "--election-timeout-ms".to_string(),
             self.election_timeout_ms.to_string(),
-            "--raft-credential".to_string(),
-            PEER_CREDENTIAL.to_string(),
         ];
+        if self.tls.is_none() {
+            // Off loopback the peers are held to mutual TLS instead.
+            args.push("--raft-credential".to_string());
+            args.push(PEER_CREDENTIAL.to_string());
+        }
         for p in &self.members {
             args.push("--raft-peer".to_string());
             args.push(format!("{}={}/{}", p.id, p.client_proxy, p.peer_proxy));
@@ -229,7 +315,13 @@ impl Cluster {
     /// The member that welcomes a client on its own port, past the
     /// proxies (`None` if none does now).
     pub fn leader_now(&self) -> Option<usize> {
-        (0..self.members.len()).find(|&i| self.running(i) && welcomes(&self.members[i].real_client))
+        (0..self.members.len()).find(|&i| {
+            self.running(i)
+                && match &self.tls {
+                    None => welcomes(&self.members[i].real_client),
+                    Some(tls) => welcomes_over_tls(&self.members[i].real_client, &tls.client),
+                }
+        })
     }
 
     /// Waits up to `within` for a leader.
@@ -284,20 +376,75 @@ impl Cluster {
     /// `ticketing cluster transfer` to member `to` (index), through the
     /// leader's own port; whether it was done.
     pub fn transfer(&self, leader: usize, to: usize) -> bool {
-        let out = std::process::Command::new(crate::cli::BIN)
-            .args([
-                "cluster",
-                "transfer",
-                "--endpoint",
-                &self.members[leader].real_client,
-                "--raft-credential",
-                PEER_CREDENTIAL,
-                &self.members[to].id.to_string(),
-            ])
+        let mut command = std::process::Command::new(crate::cli::BIN);
+        command.args([
+            "cluster",
+            "transfer",
+            "--endpoint",
+            &self.members[leader].real_client,
+        ]);
+        match &self.tls {
+            None => command.args(["--raft-credential", PEER_CREDENTIAL]),
+            Some(tls) => command.args([
+                "--tls-ca",
+                &tls.ca,
+                "--tls-cert",
+                &tls.operator.0,
+                "--tls-key",
+                &tls.operator.1,
+            ]),
+        };
+        let out = command
+            .arg(self.members[to].id.to_string())
             .output()
             .expect("run ticketing cluster transfer");
         out.status.success()
     }
+}
+
+/// A CA, a certificate for each member's address, and an operator's, in
+/// `root`.
+fn make_tls(root: &std::path::Path, netns: &super::netns::Netns, n: u64) -> Tls {
+    let ca = crate::pki::Ca::new("nemesis CA");
+    let ca_path = root.join("ca.pem");
+    fs::write(&ca_path, ca.cert_pem()).expect("write the CA");
+    let s = |p: PathBuf| p.to_string_lossy().into_owned();
+    let members = (1..=n)
+        .map(|id| {
+            let (cert, key) = ca
+                .issue(&[&netns.addr(id)], |_| {})
+                .write(root, &format!("n{id}"));
+            (s(cert), s(key))
+        })
+        .collect();
+    let operator = ca.client("operator").write(root, "operator");
+    let clients = ca.client("clients");
+    Tls {
+        ca: s(ca_path),
+        members,
+        operator: (s(operator.0), s(operator.1)),
+        client: crate::pki::client_tls(&ca, Some(&clients)),
+    }
+}
+
+/// Whether the server at `addr` takes a client over TLS (its `W`), within
+/// a second.
+fn welcomes_over_tls(addr: &str, tls: &ClientTls) -> bool {
+    use ticketing::client::Config;
+    use ticketing::{Endpoint, Name};
+    let Ok(endpoint) = Endpoint::new(addr) else {
+        return false;
+    };
+    let mut config = Config::new([endpoint], Name::new("nemesis-probe").expect("a name"));
+    config.connect_timeout = Duration::from_millis(500);
+    config.handshake_timeout = Duration::from_millis(500);
+    let connector = ticketing::blocking::TlsConnector::new(tls.clone());
+    let Ok(handle) = ticketing::blocking::connect(config, connector) else {
+        return false;
+    };
+    let welcomed = handle.connected().is_ok();
+    let _ = handle.shutdown(Duration::from_millis(200));
+    welcomed
 }
 
 impl Drop for Cluster {

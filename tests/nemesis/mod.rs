@@ -10,6 +10,7 @@ pub mod clients;
 pub mod cluster;
 pub mod history;
 pub mod net;
+pub mod netns;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -66,6 +67,53 @@ pub const EVERY_FAULT: [Fault; 13] = [
     Fault::ResetLeader,
     Fault::Transfer,
 ];
+
+/// The network a run breaks: a fault proxy in front of every port on
+/// loopback, or a namespace for each member with nftables rules.
+pub enum Network {
+    Proxy(Net),
+    Netns(netns::Netns),
+}
+
+impl Network {
+    /// Whether `fault` can be made on this network: namespaces have no
+    /// slow links (no netem) and no resets.
+    pub fn makes(&self, fault: Fault) -> bool {
+        match self {
+            Network::Proxy(_) => true,
+            Network::Netns(_) => !matches!(fault, Fault::SlowLeader | Fault::ResetLeader),
+        }
+    }
+
+    fn cut(&self, from: Party, to: Party) {
+        match self {
+            Network::Proxy(net) => net.cut(from, to),
+            Network::Netns(netns) => netns.cut(from, to),
+        }
+    }
+
+    fn cut_both(&self, a: Party, b: Party) {
+        match self {
+            Network::Proxy(net) => net.cut_both(a, b),
+            Network::Netns(netns) => netns.cut_both(a, b),
+        }
+    }
+
+    fn heal(&self) {
+        match self {
+            Network::Proxy(net) => net.heal(),
+            Network::Netns(netns) => netns.heal(),
+        }
+    }
+
+    /// The proxy, for what only it makes.
+    fn proxy(&self) -> &Net {
+        match self {
+            Network::Proxy(net) => net,
+            Network::Netns(_) => panic!("this fault is made by the proxy alone"),
+        }
+    }
+}
 
 /// What a run is against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -154,6 +202,8 @@ pub struct Settings {
     pub faults: bool,
     /// A client that writes past its lease's end.
     pub sabotage: bool,
+    /// Members in network namespaces, faults by nftables (else the proxy).
+    pub netns: bool,
 }
 
 /// A run's outcome: the report, the fault log, and where the history is.
@@ -169,7 +219,6 @@ const ELECTION_TIMEOUT_MS: u64 = 300;
 
 /// Runs the nemesis.
 pub fn run(s: &Settings) -> Run {
-    let net = Net::new();
     let (mode, n) = match s.target {
         Target::Raft(n) => (Mode::Raft, n),
         Target::Etcd => (
@@ -179,6 +228,10 @@ pub fn run(s: &Settings) -> Run {
             3,
         ),
         Target::Single => (Mode::Single, 1),
+    };
+    let net = match s.netns {
+        false => Network::Proxy(Net::new()),
+        true => Network::Netns(netns::Netns::new(&(1..=n).collect::<Vec<_>>())),
     };
     let mut cluster = Cluster::new(&s.name, mode, n, &net, ELECTION_TIMEOUT_MS);
     cluster.start_all();
@@ -194,6 +247,7 @@ pub fn run(s: &Settings) -> Run {
         stop: Arc::new(AtomicBool::new(false)),
         endpoints: cluster.endpoints(),
         keys: s.keys,
+        tls: cluster.tls.as_ref().map(|tls| tls.client.clone()),
     };
     let mut threads = clients::start_workers(&shared, s.clients, s.seed);
     threads.push(clients::start_availability_probe(
@@ -209,7 +263,7 @@ pub fn run(s: &Settings) -> Run {
     let end = Instant::now() + Duration::from_secs(s.secs);
     let kinds: Vec<Fault> = EVERY_FAULT
         .into_iter()
-        .filter(|&f| s.target.takes(f))
+        .filter(|&f| s.target.takes(f) && net.makes(f))
         .collect();
     let mut order = kinds.clone();
     for i in (1..order.len()).rev() {
@@ -301,7 +355,7 @@ fn party(cluster: &Cluster, i: usize) -> Party {
 #[allow(clippy::too_many_arguments)]
 fn inject(
     cluster: &mut Cluster,
-    net: &Net,
+    net: &Network,
     shared: &Shared,
     fault: Fault,
     leader: usize,
@@ -437,12 +491,12 @@ fn inject(
             let delay = Duration::from_millis(rng.range(30, 150));
             let me = party(cluster, leader);
             for &b in all.iter().filter(|&&b| b != leader) {
-                net.slow(me, party(cluster, b), delay);
-                net.slow(party(cluster, b), me, delay);
+                net.proxy().slow(me, party(cluster, b), delay);
+                net.proxy().slow(party(cluster, b), me, delay);
             }
             for other in [Party::Clients, Party::Etcd] {
-                net.slow(me, other, delay);
-                net.slow(other, me, delay);
+                net.proxy().slow(me, other, delay);
+                net.proxy().slow(other, me, delay);
             }
             thread::sleep(hold);
             net.heal();
@@ -455,10 +509,10 @@ fn inject(
         Fault::ResetLeader => {
             let me = party(cluster, leader);
             for &b in all.iter().filter(|&&b| b != leader) {
-                net.reset(me, party(cluster, b));
+                net.proxy().reset(me, party(cluster, b));
             }
-            net.reset(me, Party::Clients);
-            net.reset(me, Party::Etcd);
+            net.proxy().reset(me, Party::Clients);
+            net.proxy().reset(me, Party::Etcd);
             format!("every connection of {} reset", name(cluster, leader))
         }
         Fault::Transfer => {
