@@ -283,7 +283,23 @@ pub fn check(entries: &[Entry], bounds: &Bounds) -> Report {
         }
     }
 
-    // An acknowledged release frees the key.
+    // An acknowledged release frees the key. Who may have held each key,
+    // and when: grants from their acquire's invocation to the latest the
+    // server may hold them; acquires in doubt or cancelled, to their bound.
+    let mut held_by_key: HashMap<&str, Vec<(Ns, Ns)>> = HashMap::new();
+    for g in &grants {
+        held_by_key
+            .entry(g.key.as_str())
+            .or_default()
+            .push((g.invoked, g.server_until));
+    }
+    let mut unknown_by_key: HashMap<&str, Vec<(Ns, Ns)>> = HashMap::new();
+    for (key, from, to) in &unknown {
+        unknown_by_key
+            .entry(key.as_str())
+            .or_default()
+            .push((*from, *to));
+    }
     let fault_near = |from: Ns, to: Ns| {
         faults
             .iter()
@@ -304,12 +320,15 @@ pub fn check(entries: &[Entry], bounds: &Bounds) -> Report {
         if fault_near(*invoked, *completed) {
             continue;
         }
-        let granted = grants
-            .iter()
-            .any(|g| g.key == *key && g.invoked <= *completed && *invoked <= g.server_until);
-        let doubt = unknown
-            .iter()
-            .any(|(k, from, to)| k == key && *from <= *completed && *invoked <= *to);
+        let may_hold = |spans: Option<&Vec<(Ns, Ns)>>| {
+            spans.is_some_and(|spans| {
+                spans
+                    .iter()
+                    .any(|(from, to)| *from <= *completed && *invoked <= *to)
+            })
+        };
+        let granted = may_hold(held_by_key.get(key.as_str()));
+        let doubt = may_hold(unknown_by_key.get(key.as_str()));
         if !granted && !doubt {
             report.violations.push(format!(
                 "{key}: client {client} was answered T over {}..{} ms, when no grant could hold the key",
