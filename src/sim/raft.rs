@@ -66,7 +66,10 @@
 //!   that entry must be committed, judged from the disks, not from the
 //!   member's own claim: a majority of the voters (and, while joint, of the
 //!   outgoing voters) of a configuration the member applied, the one in
-//!   effect when the entry was appended or a later one, must have synced
+//!   effect when the entry was appended (raft-rs counts a commit under the
+//!   configuration it has applied, so an entry appended after a change's
+//!   entry but before the change was applied may commit under the one
+//!   before) or a later one, must have synced
 //!   that index with that term (a member removed since counts with its
 //!   disk) (an entry of an earlier term than the sender's counts
 //!   only below one of the sender's term that a majority synced, Raft's
@@ -1329,7 +1332,13 @@ impl Members {
     /// after it.
     fn committed(&self, n: usize, index: u64, term: u64, term_now: u64) -> bool {
         let confs = &self.members[n].confs;
-        let from = confs.iter().rposition(|&(at, _)| at <= index).unwrap_or(0);
+        // A configuration is noted with the applied index of the turn that
+        // applied it: an entry at or below that index was appended before
+        // the turn ended, perhaps before the change was applied (raft-rs
+        // counts a commit under the configuration it has applied, so such
+        // an entry may be committed under the one before). An entry above
+        // it was appended later, under it or a later one.
+        let from = confs.iter().rposition(|&(at, _)| at < index).unwrap_or(0);
         confs[from..].iter().any(|(_, conf)| {
             self.committed_under(conf, index, term)
                 && (term == term_now
