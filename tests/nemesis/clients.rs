@@ -51,6 +51,9 @@ pub struct Shared {
     pub store: FencedStore,
     pub stop: Arc<AtomicBool>,
     pub endpoints: Vec<String>,
+    /// Addresses a leader hint may name besides the endpoints (members
+    /// that may join).
+    pub allow: Vec<String>,
     /// Keys every client contends for.
     pub keys: usize,
     /// TLS to the members, where they require it.
@@ -63,6 +66,11 @@ impl Shared {
             .iter()
             .map(|e| Endpoint::new(e).expect("an endpoint"));
         let mut config = Config::new(endpoints, Name::new(format!("c{id}")).expect("a name"));
+        config.allow = self
+            .allow
+            .iter()
+            .map(|e| Endpoint::new(e).expect("an endpoint"))
+            .collect();
         config.seed = id as u64;
         // Short enough that a run gets on with its work after a fault.
         config.connect_timeout = Duration::from_millis(500);

@@ -43,6 +43,9 @@ pub struct Member {
     serve: Option<Serve>,
     /// SIGSTOPped.
     pub paused: bool,
+    /// In the configuration (or joining it); a spare not yet added, or a
+    /// member removed, is not.
+    pub live: bool,
 }
 
 /// What kind of service.
@@ -106,11 +109,12 @@ fn welcomes(addr: &str) -> bool {
 
 impl Cluster {
     /// `n` members of a service of `mode`, their proxies on `net`, not
-    /// started (a single server: `n` is 1).
+    /// started (a single server: `n` is 1), and `spares` more that may
+    /// replace them, their addresses known from the start.
     pub fn new(
         name: &str,
         mode: Mode,
-        n: u64,
+        (n, spares): (u64, u64),
         network: &Network,
         election_timeout_ms: u64,
     ) -> Cluster {
@@ -122,7 +126,7 @@ impl Cluster {
             Network::Netns(netns) => Some(make_tls(&root, netns, n)),
             Network::Proxy(_) => None,
         };
-        let members = (1..=n)
+        let members = (1..=n + spares)
             .map(|id| {
                 let net = match network {
                     Network::Proxy(net) => net,
@@ -145,6 +149,7 @@ impl Cluster {
                             ns: Some(netns.ns(id)),
                             serve: None,
                             paused: false,
+                            live: id <= n,
                         };
                     }
                 };
@@ -185,6 +190,7 @@ impl Cluster {
                     ns: None,
                     serve: None,
                     paused: false,
+                    live: id <= n,
                 }
             })
             .collect();
@@ -285,7 +291,7 @@ impl Cluster {
             args.push("--raft-credential".to_string());
             args.push(PEER_CREDENTIAL.to_string());
         }
-        for p in &self.members {
+        for p in self.members.iter().filter(|p| p.live || p.id == m.id) {
             args.push("--raft-peer".to_string());
             args.push(format!("{}={}/{}", p.id, p.client_proxy, p.peer_proxy));
         }
@@ -296,14 +302,90 @@ impl Cluster {
     }
 
     pub fn start_all(&mut self) {
-        for i in 0..self.members.len() {
+        for i in self.live() {
             self.start(i, true);
         }
+    }
+
+    /// The members in the configuration.
+    pub fn live(&self) -> Vec<usize> {
+        (0..self.members.len())
+            .filter(|&i| self.members[i].live)
+            .collect()
+    }
+
+    /// The spares' client addresses: what the clients may be sent to.
+    pub fn spare_endpoints(&self) -> Vec<String> {
+        self.members
+            .iter()
+            .filter(|m| !m.live)
+            .map(|m| m.client_proxy.clone())
+            .collect()
+    }
+
+    /// A spare never started, if one is left.
+    pub fn spare(&self) -> Option<usize> {
+        (0..self.members.len()).find(|&i| !self.members[i].live && !self.members[i].dir.exists())
+    }
+
+    /// Member `old` replaced by spare `new` (PROTOCOL.md 4.4): `new`
+    /// started with `--raft-join` and added, then `old` removed (a
+    /// leader hands over first), which stops by itself. What was done.
+    pub fn replace(&mut self, old: usize, new: usize) -> String {
+        self.members[new].live = true;
+        let mut args = self.raft_args(new, false);
+        args.push("--raft-join".to_string());
+        let m = &self.members[new];
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.members[new].serve = Some(Serve::start_on(&m.real_client, &args, |_| {}));
+        let spec = format!(
+            "{}={}/{}",
+            self.members[new].id, self.members[new].client_proxy, self.members[new].peer_proxy
+        );
+        let (added, said) = self.operate(&["add", &spec, "--wait-ms", "20000"]);
+        if !added {
+            self.kill(new);
+            self.members[new].live = false;
+            return format!("n{} not added: {said}", self.members[new].id);
+        }
+        let old_id = self.members[old].id.to_string();
+        let (removed, said) = self.operate(&["remove", &old_id]);
+        if !removed {
+            return format!(
+                "n{} added; n{old_id} not removed: {said}",
+                self.members[new].id
+            );
+        }
+        self.members[old].live = false;
+        if let Some(mut serve) = self.members[old].serve.take() {
+            let status = serve.wait_exit(Duration::from_secs(15));
+            assert!(status.success(), "n{old_id}, removed, ended with {status}");
+        }
+        format!("n{old_id} replaced by n{}", self.members[new].id)
+    }
+
+    /// `ticketing cluster ARGS` through every running member's own port:
+    /// whether it was done, and what it printed.
+    fn operate(&self, args: &[&str]) -> (bool, String) {
+        let mut command = std::process::Command::new(crate::cli::BIN);
+        command.arg("cluster").args(&args[..1]);
+        for i in (0..self.members.len()).filter(|&i| self.running(i)) {
+            command.args(["--endpoint", &self.members[i].real_client]);
+        }
+        command
+            .args(["--raft-credential", PEER_CREDENTIAL])
+            .args(&args[1..]);
+        let out = command.output().expect("run ticketing cluster");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        )
     }
 
     pub fn endpoints(&self) -> Vec<String> {
         self.members
             .iter()
+            .filter(|m| m.live)
             .map(|m| m.client_proxy.clone())
             .collect()
     }

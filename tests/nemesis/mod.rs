@@ -49,10 +49,13 @@ pub enum Fault {
     ResetLeader,
     /// Leadership handed to another member (`ticketing cluster transfer`).
     Transfer,
+    /// A member replaced: a new one added, then the old one (the leader a
+    /// third of the time) removed (`ticketing cluster add`, `remove`).
+    Replace,
 }
 
 /// Every kind, each injected at least once per run.
-pub const EVERY_FAULT: [Fault; 13] = [
+pub const EVERY_FAULT: [Fault; 14] = [
     Fault::KillLeader,
     Fault::KillFollower,
     Fault::PauseLeader,
@@ -66,6 +69,7 @@ pub const EVERY_FAULT: [Fault; 13] = [
     Fault::SlowLeader,
     Fault::ResetLeader,
     Fault::Transfer,
+    Fault::Replace,
 ];
 
 /// The network a run breaks: a fault proxy in front of every port on
@@ -81,7 +85,11 @@ impl Network {
     pub fn makes(&self, fault: Fault) -> bool {
         match self {
             Network::Proxy(_) => true,
-            Network::Netns(_) => !matches!(fault, Fault::SlowLeader | Fault::ResetLeader),
+            // A spare's namespace would have to be made on the way.
+            Network::Netns(_) => !matches!(
+                fault,
+                Fault::SlowLeader | Fault::ResetLeader | Fault::Replace
+            ),
         }
     }
 
@@ -133,7 +141,7 @@ impl Target {
     pub fn takes(self, fault: Fault) -> bool {
         match self {
             Target::Raft(_) => true,
-            Target::Etcd => !matches!(fault, Fault::Bridge | Fault::Transfer),
+            Target::Etcd => !matches!(fault, Fault::Bridge | Fault::Transfer | Fault::Replace),
             Target::Single => matches!(
                 fault,
                 Fault::KillLeader
@@ -185,6 +193,7 @@ impl Fault {
             Fault::SlowLeader => "slow:leader",
             Fault::ResetLeader => "reset:leader",
             Fault::Transfer => "transfer",
+            Fault::Replace => "replace",
         }
     }
 }
@@ -233,7 +242,12 @@ pub fn run(s: &Settings) -> Run {
         false => Network::Proxy(Net::new()),
         true => Network::Netns(netns::Netns::new(&(1..=n).collect::<Vec<_>>())),
     };
-    let mut cluster = Cluster::new(&s.name, mode, n, &net, ELECTION_TIMEOUT_MS);
+    // Spares for the replacements: one per minute of faults, and one.
+    let spares = match (s.target, s.netns) {
+        (Target::Raft(_), false) => s.secs / 60 + 1,
+        _ => 0,
+    };
+    let mut cluster = Cluster::new(&s.name, mode, (n, spares), &net, ELECTION_TIMEOUT_MS);
     cluster.start_all();
     assert!(
         cluster.leader(Duration::from_secs(20)).is_some(),
@@ -246,6 +260,7 @@ pub fn run(s: &Settings) -> Run {
         store: FencedStore::default(),
         stop: Arc::new(AtomicBool::new(false)),
         endpoints: cluster.endpoints(),
+        allow: cluster.spare_endpoints(),
         keys: s.keys,
         tls: cluster.tls.as_ref().map(|tls| tls.client.clone()),
     };
@@ -364,7 +379,7 @@ fn inject(
     n: usize,
 ) -> (String, Instant, Instant) {
     let name = |c: &Cluster, i: usize| format!("n{}", c.members[i].id);
-    let all: Vec<usize> = (0..cluster.members.len()).collect();
+    let all: Vec<usize> = cluster.live();
     let etcd = matches!(cluster.mode, Mode::Etcd { .. });
     let started = Instant::now();
     let detail = match fault {
@@ -389,7 +404,12 @@ fn inject(
             format!("SIGSTOP {}, SIGCONT", name(cluster, i))
         }
         Fault::RestartMember => {
-            let i = rng.range(0, cluster.members.len() as u64 - 1) as usize;
+            let running: Vec<usize> = all
+                .iter()
+                .copied()
+                .filter(|&i| cluster.running(i))
+                .collect();
+            let i = running[rng.range(0, running.len() as u64 - 1) as usize];
             cluster.terminate(i);
             cluster.start(i, false);
             format!("SIGTERM {}, started again", name(cluster, i))
@@ -514,6 +534,16 @@ fn inject(
             net.proxy().reset(me, Party::Clients);
             net.proxy().reset(me, Party::Etcd);
             format!("every connection of {} reset", name(cluster, leader))
+        }
+        Fault::Replace => {
+            let old = match rng.chance(33) {
+                true => leader,
+                false => follower(cluster, leader, rng),
+            };
+            match cluster.spare() {
+                Some(new) => cluster.replace(old, new),
+                None => "no spare left".to_owned(),
+            }
         }
         Fault::Transfer => {
             let to = follower(cluster, leader, rng);
