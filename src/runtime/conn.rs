@@ -106,6 +106,12 @@ pub(crate) struct Watch {
     changed: Condvar,
 }
 
+impl crate::sync::Blocked for State {
+    fn blocked(&mut self) -> &mut usize {
+        &mut self.blocked
+    }
+}
+
 struct State {
     conn: ConnState,
     /// Bumped at every change.
@@ -212,32 +218,9 @@ impl Watch {
     /// Blocks until the version is past `seen` (or the state is
     /// `Stopped`), or `timeout` passes (`None`: then).
     fn wait_change(&self, seen: u64, timeout: Option<Duration>) -> Option<(ConnState, u64)> {
-        let mut state = self.lock();
-        // A timeout past what an `Instant` can hold is no timeout.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            if let Some(found) = state.past(seen) {
-                return Some(found);
-            }
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left.is_some_and(|left| left.is_zero()) {
-                return None;
-            }
-            state.blocked += 1;
-            state = match left {
-                None => self
-                    .changed
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner),
-                Some(left) => {
-                    self.changed
-                        .wait_timeout(state, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-            };
-            state.blocked -= 1;
-        }
+        crate::sync::wait_on(self.lock(), &self.changed, timeout, |state| {
+            state.past(seen)
+        })
     }
 }
 

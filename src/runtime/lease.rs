@@ -330,6 +330,12 @@ pub(crate) struct Shared {
     asked: Duration,
 }
 
+impl crate::sync::Blocked for State {
+    fn blocked(&mut self) -> &mut usize {
+        &mut self.blocked
+    }
+}
+
 struct State {
     status: LeaseStatus,
     /// Bumped at every change of state (not at a renewal that keeps it).
@@ -477,32 +483,7 @@ impl Shared {
         timeout: Option<Duration>,
         found: impl Fn(&State) -> Option<T>,
     ) -> Option<T> {
-        let mut state = self.lock();
-        // A timeout past what an `Instant` can hold is no timeout.
-        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
-        loop {
-            if let Some(found) = found(&state) {
-                return Some(found);
-            }
-            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
-            if left.is_some_and(|left| left.is_zero()) {
-                return None;
-            }
-            state.blocked += 1;
-            state = match left {
-                None => self
-                    .changed
-                    .wait(state)
-                    .unwrap_or_else(PoisonError::into_inner),
-                Some(left) => {
-                    self.changed
-                        .wait_timeout(state, left)
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .0
-                }
-            };
-            state.blocked -= 1;
-        }
+        crate::sync::wait_on(self.lock(), &self.changed, timeout, found)
     }
 }
 

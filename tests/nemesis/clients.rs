@@ -333,35 +333,20 @@ fn error_outcome(history: &History, e: &AcquireError) -> Acquired {
     }
 }
 
-/// Starts `n` workers; each runs until `shared.stop`, then shuts down.
-pub fn start_workers(shared: &Shared, n: usize, seed: u64) -> Vec<JoinHandle<()>> {
-    (0..n)
-        .map(|id| {
-            let shared = shared.clone();
-            thread::spawn(move || {
-                let config = shared.config(id, &shared.endpoints);
-                let handle = shared.connect(config);
-                let mut worker = Worker {
-                    id,
-                    shared,
-                    handle,
-                    rng: Rng::new(seed ^ (id as u64).wrapping_mul(0x51_7cc1_b727_220a)),
-                };
-                while !worker.shared.stopped() {
-                    worker.step();
-                }
-                let _ = worker.handle.shutdown(Duration::from_secs(2));
-            })
-        })
-        .collect()
-}
-
-/// The availability probe: a try-lock of a key nobody else asks for,
-/// every 100 ms, released at once.
-pub fn start_availability_probe(shared: &Shared, id: usize) -> JoinHandle<()> {
+/// A client thread: worker `id` with `config` made from the shared one
+/// (`tweak`), running `body`, then shutting down within `budget`.
+fn spawn(
+    shared: &Shared,
+    id: usize,
+    endpoints: Vec<String>,
+    tweak: impl FnOnce(&mut Config) + Send + 'static,
+    budget: Duration,
+    body: impl FnOnce(&mut Worker) + Send + 'static,
+) -> JoinHandle<()> {
     let shared = shared.clone();
     thread::spawn(move || {
-        let config = shared.config(id, &shared.endpoints);
+        let mut config = shared.config(id, &endpoints);
+        tweak(&mut config);
         let handle = shared.connect(config);
         let mut worker = Worker {
             id,
@@ -369,14 +354,52 @@ pub fn start_availability_probe(shared: &Shared, id: usize) -> JoinHandle<()> {
             handle,
             rng: Rng::new(id as u64),
         };
-        while !worker.shared.stopped() {
-            if let Some(lease) = worker.lock("free", 0, 500, false) {
-                worker.end(lease, true);
-            }
-            thread::sleep(Duration::from_millis(100));
-        }
-        let _ = worker.handle.shutdown(Duration::from_secs(2));
+        body(&mut worker);
+        let _ = worker.handle.shutdown(budget);
     })
+}
+
+/// Starts `n` workers; each runs until `shared.stop`, then shuts down.
+pub fn start_workers(shared: &Shared, n: usize, seed: u64) -> Vec<JoinHandle<()>> {
+    (0..n)
+        .map(|id| {
+            let endpoints = shared.endpoints.clone();
+            spawn(
+                shared,
+                id,
+                endpoints,
+                |_| {},
+                Duration::from_secs(2),
+                move |worker| {
+                    worker.rng = Rng::new(seed ^ (id as u64).wrapping_mul(0x51_7cc1_b727_220a));
+                    while !worker.shared.stopped() {
+                        worker.step();
+                    }
+                },
+            )
+        })
+        .collect()
+}
+
+/// The availability probe: a try-lock of a key nobody else asks for,
+/// every 100 ms, released at once.
+pub fn start_availability_probe(shared: &Shared, id: usize) -> JoinHandle<()> {
+    let endpoints = shared.endpoints.clone();
+    spawn(
+        shared,
+        id,
+        endpoints,
+        |_| {},
+        Duration::from_secs(2),
+        |worker| {
+            while !worker.shared.stopped() {
+                if let Some(lease) = worker.lock("free", 0, 500, false) {
+                    worker.end(lease, true);
+                }
+                thread::sleep(Duration::from_millis(100));
+            }
+        },
+    )
 }
 
 /// A probe that talks only to `endpoint` (a member about to be cut off
@@ -387,54 +410,49 @@ pub fn start_minority_probe(
     endpoint: &str,
     until: Instant,
 ) -> JoinHandle<()> {
-    let shared = shared.clone();
-    let endpoint = endpoint.to_owned();
-    thread::spawn(move || {
-        let mut config = shared.config(id, std::slice::from_ref(&endpoint));
-        // Many tries while the member is cut off: a try-lock that finds no
-        // connection waits this long, not the default 2 s.
-        config.queue_grace = Duration::from_millis(200);
-        let handle = shared.connect(config);
-        let mut worker = Worker {
-            id,
-            shared,
-            handle,
-            rng: Rng::new(id as u64),
-        };
-        let key = format!("m{id}");
-        while Instant::now() < until {
-            if let Some(lease) = worker.lock(&key, 0, 500, false) {
-                worker.end(lease, true);
+    // Many tries while the member is cut off: a try-lock that finds no
+    // connection waits this long, not the default 2 s.
+    let tweak = |config: &mut Config| config.queue_grace = Duration::from_millis(200);
+    let endpoints = vec![endpoint.to_owned()];
+    spawn(
+        shared,
+        id,
+        endpoints,
+        tweak,
+        Duration::from_millis(500),
+        move |worker| {
+            let key = format!("m{id}");
+            while Instant::now() < until {
+                if let Some(lease) = worker.lock(&key, 0, 500, false) {
+                    worker.end(lease, true);
+                }
+                thread::sleep(Duration::from_millis(50));
             }
-            thread::sleep(Duration::from_millis(50));
-        }
-        let _ = worker.handle.shutdown(Duration::from_millis(500));
-    })
+        },
+    )
 }
 
 /// The sabotage: a client that goes on writing for 1.5 s after taking a
 /// lease of 400 ms that it never renews. The checker must catch it.
 pub fn start_saboteur(shared: &Shared, id: usize) -> JoinHandle<()> {
-    let shared = shared.clone();
-    thread::spawn(move || {
-        let config = shared.config(id, &shared.endpoints);
-        let handle = shared.connect(config);
-        let mut worker = Worker {
-            id,
-            shared,
-            handle,
-            rng: Rng::new(id as u64),
-        };
-        while !worker.shared.stopped() {
-            if let Some(lease) = worker.lock("k0", 2_000, 400, false) {
-                let until = Instant::now() + Duration::from_millis(1_500);
-                while Instant::now() < until {
-                    worker.write_anyway(&lease);
-                    thread::sleep(Duration::from_millis(50));
+    let endpoints = shared.endpoints.clone();
+    spawn(
+        shared,
+        id,
+        endpoints,
+        |_| {},
+        Duration::from_secs(1),
+        |worker| {
+            while !worker.shared.stopped() {
+                if let Some(lease) = worker.lock("k0", 2_000, 400, false) {
+                    let until = Instant::now() + Duration::from_millis(1_500);
+                    while Instant::now() < until {
+                        worker.write_anyway(&lease);
+                        thread::sleep(Duration::from_millis(50));
+                    }
+                    worker.end(lease, false);
                 }
-                worker.end(lease, false);
             }
-        }
-        let _ = worker.handle.shutdown(Duration::from_secs(1));
-    })
+        },
+    )
 }
