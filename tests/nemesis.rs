@@ -165,8 +165,10 @@ fn long_run() {
         other => panic!("NEMESIS_TARGET={other}: raft3, raft5, etcd or single"),
     };
     let secs = env_or("NEMESIS_SECS", 600);
+    let netns = std::env::var("NEMESIS_NET").is_ok_and(|n| n == "netns");
+    let net = if netns { "netns" } else { "proxy" };
     let settings = Settings {
-        name: format!("{name}-long"),
+        name: format!("{name}-{net}-long"),
         target,
         secs,
         clients: 8,
@@ -174,14 +176,14 @@ fn long_run() {
         seed: seed(),
         faults: true,
         sabotage: false,
-        netns: std::env::var("NEMESIS_NET").is_ok_and(|n| n == "netns"),
+        netns,
     };
     let run = run(&settings);
-    let net = match settings.netns {
+    let on = match netns {
         true => "network namespaces",
         false => "the proxy",
     };
-    show(&run, &format!("{name} on {net}, {secs} s of faults"));
+    show(&run, &format!("{name} on {on}, {secs} s of faults"));
     assert!(
         run.report.violations.is_empty(),
         "history in {}",
