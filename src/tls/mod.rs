@@ -15,7 +15,7 @@
 //!   certificate, and the CA whose certificates it requires of clients.
 //!
 //! ```no_run
-//! # #[cfg(feature = "tokio")]
+//! # #[cfg(all(feature = "tokio", feature = "tls"))]
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use ticketing::client::Config;
 //! use ticketing::tls::{ClientTls, Identity};
