@@ -50,6 +50,7 @@ impl Handle {
     /// are unconfirmed ([`LeaseStatus::Valid`]`{ confirmed: false, .. }`).
     ///
     /// ```no_run
+    /// # #[cfg(feature = "tokio")]
     /// # fn demo(handle: ticketing::tokio::Handle) {
     /// use ticketing::tokio::ConnState;
     ///
@@ -72,6 +73,7 @@ impl Handle {
     /// handle it was cloned from had read.
     ///
     /// ```no_run
+    /// # #[cfg(feature = "tokio")]
     /// # async fn demo(handle: ticketing::tokio::Handle) {
     /// use ticketing::tokio::ConnState;
     ///
@@ -135,6 +137,7 @@ impl Handle {
     /// caller's to release; [`lock`](Handle::lock) gives a guard instead).
     ///
     /// ```no_run
+    /// # #[cfg(feature = "tokio")]
     /// # async fn demo(handle: ticketing::tokio::Handle) -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
     /// use ticketing::Key;
@@ -161,6 +164,7 @@ impl Handle {
     /// [`run`](LockBuilder::run) under the lock.
     ///
     /// ```no_run
+    /// # #[cfg(feature = "tokio")]
     /// # async fn demo(handle: ticketing::tokio::Handle) -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
     /// use ticketing::Key;
@@ -351,6 +355,7 @@ impl LockBuilder {
     /// Renew (`.renew()`) for work that may outlast one lease.
     ///
     /// ```no_run
+    /// # #[cfg(feature = "tokio")]
     /// # async fn demo(handle: ticketing::tokio::Handle) -> Result<(), Box<dyn std::error::Error>> {
     /// use std::time::Duration;
     /// use ticketing::Key;
