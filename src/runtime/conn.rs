@@ -6,7 +6,7 @@
 //! and `Closed` notices said, and when.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -106,7 +106,7 @@ pub(crate) struct Watch {
     changed: Condvar,
 }
 
-impl crate::sync::Blocked for State {
+impl crate::runtime::wait::Blocked for State {
     fn blocked(&mut self) -> &mut usize {
         &mut self.blocked
     }
@@ -150,8 +150,7 @@ impl Watch {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // Nothing is ever left half-changed under this lock.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     /// Publishes `conn`, waking every waiter.
@@ -218,7 +217,7 @@ impl Watch {
     /// Blocks until the version is past `seen` (or the state is
     /// `Stopped`), or `timeout` passes (`None`: then).
     fn wait_change(&self, seen: u64, timeout: Option<Duration>) -> Option<(ConnState, u64)> {
-        crate::sync::wait_on(self.lock(), &self.changed, timeout, |state| {
+        crate::runtime::wait::wait_on(self.lock(), &self.changed, timeout, |state| {
             state.past(seen)
         })
     }

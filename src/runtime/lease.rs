@@ -8,7 +8,7 @@
 //! that begins or ends, into the guard's state.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -330,7 +330,7 @@ pub(crate) struct Shared {
     asked: Duration,
 }
 
-impl crate::sync::Blocked for State {
+impl crate::runtime::wait::Blocked for State {
     fn blocked(&mut self) -> &mut usize {
         &mut self.blocked
     }
@@ -390,8 +390,7 @@ impl Shared {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        // Nothing is ever left half-changed under this lock.
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+        crate::sync::lock(&self.state)
     }
 
     /// Changes the state under the lock with `update`, then wakes every
@@ -483,7 +482,7 @@ impl Shared {
         timeout: Option<Duration>,
         found: impl Fn(&State) -> Option<T>,
     ) -> Option<T> {
-        crate::sync::wait_on(self.lock(), &self.changed, timeout, found)
+        crate::runtime::wait::wait_on(self.lock(), &self.changed, timeout, found)
     }
 }
 

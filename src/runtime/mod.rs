@@ -17,6 +17,7 @@
 //! | `reply` | the one-value reply channel from a driver to the caller waiting for an operation |
 //! | `lease` | what a held-grant guard shares with its driver: where the grant stands, renewals and the connection included |
 //! | `conn` | where the connection stands, as the driver publishes it to every handle (`ConnState`) |
+//! | `wait` | a thread's wait on either of those, with a timeout |
 //! | `notices` | the bounded queue of notices, and reading paused while it is full |
 //! | `error` | what the client adapters answer when they cannot give what was asked: one error per kind of call |
 //! | `trace` | the notices as `tracing` events (feature `tracing`) |
@@ -41,3 +42,4 @@ mod tls;
 pub mod tokio;
 #[cfg(feature = "tracing")]
 mod trace;
+mod wait;

@@ -53,11 +53,8 @@ pub(crate) struct AcquireArgs {
     pub(crate) owner: Option<Name>,
     pub(crate) wait: Duration,
     pub(crate) lease: Duration,
-    /// Renew the grant automatically, for at most this long.
-    pub(crate) renew: Option<Duration>,
-    /// Give up at once while unreachable (`None`: as the client's
-    /// configuration says).
-    pub(crate) give_up: Option<bool>,
+    /// Renewed once granted; giving up while unreachable.
+    pub(crate) options: AcquireOptions,
 }
 
 impl AcquireArgs {
@@ -69,8 +66,7 @@ impl AcquireArgs {
             owner: None,
             wait: DEFAULT_WAIT,
             lease: DEFAULT_LEASE,
-            renew: None,
-            give_up: None,
+            options: AcquireOptions::new(),
         }
     }
 }
@@ -101,7 +97,7 @@ macro_rules! acquire_options {
         /// lease, until it is released (each renewal asks for the
         /// [`lease`](Self::lease)).
         pub fn renew(mut self) -> Self {
-            self.args.renew = Some(std::time::Duration::MAX);
+            self.args.options = self.args.options.renewing(None);
             self
         }
 
@@ -109,7 +105,7 @@ macro_rules! acquire_options {
         /// for at most `limit` of holding: no renewal is sent after it, so
         /// that a holder that hangs cannot keep the key for ever.
         pub fn renew_for(mut self, limit: std::time::Duration) -> Self {
-            self.args.renew = Some(limit);
+            self.args.options = self.args.options.renewing(Some(limit));
             self
         }
 
@@ -131,7 +127,7 @@ macro_rules! acquire_options {
         /// [`Config::give_up_while_unreachable`](crate::client::Config::give_up_while_unreachable)
         /// (off); `false` here waits whatever it says.
         pub fn give_up_while_unreachable(mut self, give_up: bool) -> Self {
-            self.args.give_up = Some(give_up);
+            self.args.options = self.args.options.give_up_while_unreachable(give_up);
             self
         }
     };
@@ -404,17 +400,9 @@ impl Shell {
                     owner,
                     wait,
                     lease,
-                    renew,
-                    give_up,
+                    options,
                 } = args;
                 let owner = owner.unwrap_or_else(|| self.client.config().client_id.clone());
-                let mut options = AcquireOptions::new();
-                if renew.is_some() {
-                    options = options.renewing(renew);
-                }
-                if let Some(give_up) = give_up {
-                    options = options.give_up_while_unreachable(give_up);
-                }
                 let started = self
                     .client
                     .acquire_with(now, key, owner, wait, lease, options);
