@@ -408,39 +408,33 @@ pub fn check(entries: &[Entry], bounds: &Bounds) -> Report {
     report
 }
 
+/// `kind n, kind n, ...`.
+fn counts(map: &BTreeMap<String, usize>) -> String {
+    let parts: Vec<String> = map.iter().map(|(k, n)| format!("{k} {n}")).collect();
+    parts.join(", ")
+}
+
 impl Report {
     /// The report as a Markdown table and a few lines.
     pub fn table(&self, title: &str) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "### {title}\n");
         let _ = writeln!(out, "| what | figure |\n|---|---|");
-        let faults: Vec<String> = self
-            .faults
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        let _ = writeln!(out, "| faults | {} |", faults.join(", "));
-        let outcomes: Vec<String> = self
-            .outcomes
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
-        let _ = writeln!(out, "| acquires by outcome | {} |", outcomes.join(", "));
+        let faults = counts(&self.faults);
+        let _ = writeln!(out, "| faults | {} |", faults);
+        let outcomes = counts(&self.outcomes);
+        let _ = writeln!(out, "| acquires by outcome | {} |", outcomes);
         let _ = writeln!(out, "| grants | {} |", self.grants);
         let _ = writeln!(
             out,
             "| fenced writes (refused) | {} ({}) |",
             self.writes, self.writes_refused
         );
-        let holds: Vec<String> = self
-            .holds_through_faults
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
+        let holds = counts(&self.holds_through_faults);
         let _ = writeln!(
             out,
             "| renewing holds through a fault's start, by their end | {} |",
-            holds.join(", ")
+            holds
         );
         let heals: Vec<String> = self
             .first_grant_after_heal
@@ -469,15 +463,11 @@ impl Report {
             "| a free key could be had | {:.1}% of {tried} try-locks |",
             share * 100.0
         );
-        let minority: Vec<String> = self
-            .minority
-            .iter()
-            .map(|(k, n)| format!("{k} {n}"))
-            .collect();
+        let minority = counts(&self.minority);
         let _ = writeln!(
             out,
             "| acquires sent to a member cut off in a minority | {} |",
-            minority.join(", ")
+            minority
         );
         let _ = writeln!(out, "| violations | {} |", self.violations.len());
         for v in self.violations.iter().take(20) {
